@@ -1,0 +1,156 @@
+//! Run settings shared by every target of one measurement.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// How the runner waits for each scheduled send time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pacing {
+    /// Sleep on the tokio timer (millisecond granularity, no CPU while idle).
+    #[default]
+    Timer,
+    /// Busy-wait to the deadline, as netperf built with `--enable-spin`.
+    Spin,
+    /// Sleep until [`crate::wait::HYBRID_MARGIN`] before the deadline, then spin.
+    Hybrid,
+}
+
+impl Pacing {
+    /// The lowercase name used on the command line and in results.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Timer => "timer",
+            Self::Spin => "spin",
+            Self::Hybrid => "hybrid",
+        }
+    }
+}
+
+impl fmt::Display for Pacing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A setting that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// `count` was zero.
+    #[error("count must be at least 1")]
+    ZeroCount,
+    /// `burst` was zero.
+    #[error("burst must be at least 1")]
+    ZeroBurst,
+    /// `timeout` was zero.
+    #[error("timeout must be greater than zero")]
+    ZeroTimeout,
+    /// `duration` was zero.
+    #[error("duration must be greater than zero")]
+    ZeroDuration,
+    /// `max_in_flight` was zero.
+    #[error("max in flight must be at least 1")]
+    ZeroInFlight,
+}
+
+/// Settings for one measurement run; every target of the run shares them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunConfig {
+    /// Time between slots. Zero means closed loop: each lane sends its next
+    /// probe as soon as the previous one ends, as netperf TCP_RR does.
+    pub interval: Duration,
+    /// Probes per target; `None` runs until `duration` or until stopped.
+    pub count: Option<u64>,
+    /// Stop scheduling after this long; `None` means no time limit.
+    pub duration: Option<Duration>,
+    /// Probes sent per slot (open loop), or lanes in flight (closed loop).
+    pub burst: u32,
+    /// How to wait for each slot's deadline.
+    pub pacing: Pacing,
+    /// Bytes per request frame (protocols that carry a payload).
+    pub size: usize,
+    /// A probe with no reply after this long is a timeout.
+    pub timeout: Duration,
+    /// Probes sent and awaited before the schedule starts, never recorded.
+    pub warmup: u64,
+    /// Cap on probes in flight per target; a slot that finds the cap reached
+    /// is counted as missed rather than delaying the schedule.
+    pub max_in_flight: usize,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_secs(1),
+            count: None,
+            duration: None,
+            burst: 1,
+            pacing: Pacing::Timer,
+            size: 64,
+            timeout: Duration::from_secs(1),
+            warmup: 0,
+            max_in_flight: 4096,
+        }
+    }
+}
+
+impl RunConfig {
+    /// Checks the settings that no protocol could accept.
+    ///
+    /// # Errors
+    /// Returns the first [`ConfigError`] found.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.count == Some(0) {
+            return Err(ConfigError::ZeroCount);
+        }
+        if self.burst == 0 {
+            return Err(ConfigError::ZeroBurst);
+        }
+        if self.timeout.is_zero() {
+            return Err(ConfigError::ZeroTimeout);
+        }
+        if self.duration.is_some_and(|d| d.is_zero()) {
+            return Err(ConfigError::ZeroDuration);
+        }
+        if self.max_in_flight == 0 {
+            return Err(ConfigError::ZeroInFlight);
+        }
+        Ok(())
+    }
+
+    /// True when the run is closed loop (`interval == 0`).
+    pub fn closed_loop(&self) -> bool {
+        self.interval.is_zero()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_is_valid() {
+        assert_eq!(RunConfig::default().validate(), Ok(()));
+    }
+
+    #[test]
+    fn rejects_zeroes() {
+        let base = RunConfig::default();
+        let cases = [
+            (RunConfig { count: Some(0), ..base.clone() }, ConfigError::ZeroCount),
+            (RunConfig { burst: 0, ..base.clone() }, ConfigError::ZeroBurst),
+            (RunConfig { timeout: Duration::ZERO, ..base.clone() }, ConfigError::ZeroTimeout),
+            (
+                RunConfig { duration: Some(Duration::ZERO), ..base.clone() },
+                ConfigError::ZeroDuration,
+            ),
+            (RunConfig { max_in_flight: 0, ..base.clone() }, ConfigError::ZeroInFlight),
+        ];
+        for (cfg, want) in cases {
+            assert_eq!(cfg.validate(), Err(want));
+        }
+    }
+}

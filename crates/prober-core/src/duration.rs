@@ -1,0 +1,107 @@
+//! Parsing of human durations such as `10ms`, `250us` and `1.5s`.
+
+use std::time::Duration;
+
+/// Parses a duration written as a decimal number followed by a unit:
+/// `ns`, `us` (or `µs`), `ms`, `s`, `m` or `h`. A bare `0` is accepted.
+///
+/// # Errors
+/// Returns a message naming the problem: an empty string, a negative value,
+/// a missing or unknown unit, or a number that does not parse or overflows.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let s = text.trim();
+    if s.is_empty() {
+        return Err("empty duration".to_owned());
+    }
+    if s.starts_with('-') {
+        return Err(format!("duration {s:?} is negative"));
+    }
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    if number.is_empty() {
+        return Err(format!("duration {s:?} does not start with a number"));
+    }
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("duration {s:?} has an invalid number"))?;
+    let scale_ns = match unit.trim() {
+        "" if value == 0.0 => 0.0,
+        "" => {
+            return Err(format!(
+                "duration {s:?} has no unit (use ns, us, ms, s, m or h, e.g. 10ms)"
+            ));
+        }
+        "ns" => 1.0,
+        "us" | "µs" => 1e3,
+        "ms" => 1e6,
+        "s" => 1e9,
+        "m" | "min" => 60e9,
+        "h" => 3600e9,
+        other => return Err(format!("duration {s:?} has an unknown unit {other:?}")),
+    };
+    let ns = value * scale_ns;
+    if !ns.is_finite() || ns > u64::MAX as f64 {
+        return Err(format!("duration {s:?} is too large"));
+    }
+    Ok(Duration::from_nanos(ns.round() as u64))
+}
+
+/// Formats a duration compactly with a unit chosen by its size
+/// (`850ns`, `45.2µs`, `1.25ms`, `2s`).
+pub fn format_duration(d: Duration) -> String {
+    format_ns(d.as_nanos() as f64)
+}
+
+/// Formats a nanosecond value compactly with a unit chosen by its size.
+pub fn format_ns(ns: f64) -> String {
+    let trim = |v: f64, unit: &str| {
+        let s = format!("{v:.3}");
+        let s = s.trim_end_matches('0').trim_end_matches('.');
+        format!("{s}{unit}")
+    };
+    if ns < 1e3 {
+        trim(ns, "ns")
+    } else if ns < 1e6 {
+        trim(ns / 1e3, "µs")
+    } else if ns < 1e9 {
+        trim(ns / 1e6, "ms")
+    } else {
+        trim(ns / 1e9, "s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_units() {
+        assert_eq!(parse_duration("10ms"), Ok(Duration::from_millis(10)));
+        assert_eq!(parse_duration("250us"), Ok(Duration::from_micros(250)));
+        assert_eq!(parse_duration("250µs"), Ok(Duration::from_micros(250)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("100ns"), Ok(Duration::from_nanos(100)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("0ms"), Ok(Duration::ZERO));
+    }
+
+    #[test]
+    fn rejects_bad_input() {
+        for bad in ["", "-1ms", "10", "ms", "1.2.3s", "10 parsecs", "1e400s", "abc"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} should not parse");
+        }
+        assert!(parse_duration("-5ms").unwrap_err().contains("negative"));
+        assert!(parse_duration("10").unwrap_err().contains("no unit"));
+    }
+
+    #[test]
+    fn formats_compactly() {
+        assert_eq!(format_ns(850.0), "850ns");
+        assert_eq!(format_ns(45_200.0), "45.2µs");
+        assert_eq!(format_ns(1_250_000.0), "1.25ms");
+        assert_eq!(format_duration(Duration::from_secs(2)), "2s");
+    }
+}

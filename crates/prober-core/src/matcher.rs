@@ -1,0 +1,311 @@
+//! Matching replies to the probes that wait for them.
+//!
+//! A receive loop calls [`Matcher::deliver`] for every reply it decodes; a
+//! probe registers its sequence number with [`Matcher::register`] before it
+//! sends and awaits the returned [`Waiter`]. When the runner's timeout drops a
+//! waiter, its sequence number is remembered as expired, so a reply that comes
+//! later is counted as late instead of vanishing.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde::Serialize;
+use tokio::sync::oneshot;
+
+use crate::WARMUP_SEQ_BASE;
+
+/// How many finished sequence numbers are remembered for late and duplicate
+/// detection. Replies for older ones are counted as unknown.
+pub const HISTORY: usize = 65_536;
+
+/// Counts of replies that did not complete a probe, and of reconnects.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Anomalies {
+    /// Replies for probes that had already timed out.
+    pub late: u64,
+    /// Second and later replies for one probe.
+    pub duplicate: u64,
+    /// Replies for seq n that arrived after a reply for a seq above n.
+    pub reordered: u64,
+    /// Replies for sequence numbers this run never sent or forgot.
+    pub unknown: u64,
+    /// Connections re-established after the first.
+    pub reconnects: u64,
+}
+
+/// What [`Matcher::deliver`] did with a reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// Completed a waiting probe.
+    Matched,
+    /// The probe had timed out.
+    Late,
+    /// The probe had already been answered.
+    Duplicate,
+    /// No probe with that sequence number is known.
+    Unknown,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Finished {
+    Answered,
+    Expired,
+}
+
+#[derive(Debug)]
+struct Inner<T> {
+    pending: HashMap<u64, oneshot::Sender<T>>,
+    finished: HashMap<u64, Finished>,
+    order: VecDeque<u64>,
+    highest: Option<u64>,
+    counts: Anomalies,
+}
+
+impl<T> Inner<T> {
+    fn finish(&mut self, seq: u64, how: Finished) {
+        if self.finished.insert(seq, how).is_none() {
+            self.order.push_back(seq);
+            if self.order.len() > HISTORY
+                && let Some(old) = self.order.pop_front()
+            {
+                self.finished.remove(&old);
+            }
+        }
+    }
+
+    fn note_order(&mut self, seq: u64) {
+        if seq >= WARMUP_SEQ_BASE {
+            return;
+        }
+        match self.highest {
+            Some(h) if seq < h => self.counts.reordered += 1,
+            _ => self.highest = Some(seq),
+        }
+    }
+}
+
+/// Matches replies of type `T` to waiting probes by sequence number.
+#[derive(Debug)]
+pub struct Matcher<T> {
+    inner: Mutex<Inner<T>>,
+}
+
+impl<T> Default for Matcher<T> {
+    fn default() -> Self {
+        Self {
+            inner: Mutex::new(Inner {
+                pending: HashMap::new(),
+                finished: HashMap::new(),
+                order: VecDeque::new(),
+                highest: None,
+                counts: Anomalies::default(),
+            }),
+        }
+    }
+}
+
+impl<T: Send + 'static> Matcher<T> {
+    /// An empty matcher.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner<T>> {
+        // A panic while holding the lock leaves plain counters behind; keep going.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Registers `seq` before its request is sent. A second registration of
+    /// the same seq replaces the first.
+    pub fn register(self: &Arc<Self>, seq: u64) -> Waiter<T> {
+        let (tx, rx) = oneshot::channel();
+        let mut inner = self.lock();
+        inner.finished.remove(&seq);
+        inner.pending.insert(seq, tx);
+        drop(inner);
+        Waiter { matcher: Arc::clone(self), seq, rx: Some(rx) }
+    }
+
+    /// Hands a reply for `seq` to its waiter, or counts it.
+    pub fn deliver(&self, seq: u64, value: T) -> Delivery {
+        let mut inner = self.lock();
+        if let Some(tx) = inner.pending.remove(&seq) {
+            inner.note_order(seq);
+            inner.finish(seq, Finished::Answered);
+            // The waiter cannot be gone: its drop removes it from `pending`
+            // under this lock before the receiver is dropped.
+            let _ = tx.send(value);
+            return Delivery::Matched;
+        }
+        match inner.finished.get(&seq).copied() {
+            Some(Finished::Answered) => {
+                inner.counts.duplicate += 1;
+                Delivery::Duplicate
+            }
+            Some(Finished::Expired) => {
+                inner.note_order(seq);
+                inner.counts.late += 1;
+                inner.finished.insert(seq, Finished::Answered);
+                Delivery::Late
+            }
+            None => {
+                inner.counts.unknown += 1;
+                Delivery::Unknown
+            }
+        }
+    }
+
+    /// Completes every waiting probe with a value made by `make`, e.g. an
+    /// error when the connection under them closed.
+    pub fn fail_all(&self, mut make: impl FnMut() -> T) {
+        let mut inner = self.lock();
+        let pending: Vec<_> = inner.pending.drain().collect();
+        for (seq, tx) in pending {
+            inner.finish(seq, Finished::Answered);
+            let _ = tx.send(make());
+        }
+    }
+
+    /// Counts one reconnect.
+    pub fn count_reconnect(&self) {
+        self.lock().counts.reconnects += 1;
+    }
+
+    /// Number of probes waiting now.
+    pub fn pending(&self) -> usize {
+        self.lock().pending.len()
+    }
+
+    /// The counts so far.
+    pub fn anomalies(&self) -> Anomalies {
+        self.lock().counts
+    }
+}
+
+/// A registered probe waiting for its reply. Dropping it before the reply
+/// arrives marks the sequence number as expired.
+#[derive(Debug)]
+pub struct Waiter<T> {
+    matcher: Arc<Matcher<T>>,
+    seq: u64,
+    rx: Option<oneshot::Receiver<T>>,
+}
+
+impl<T> Waiter<T> {
+    /// Waits for the reply. `None` if the matcher dropped the waiter's slot
+    /// without a value (it never does on its own).
+    pub async fn recv(&mut self) -> Option<T> {
+        let rx = self.rx.as_mut()?;
+        let value = rx.await.ok();
+        self.rx = None;
+        value
+    }
+}
+
+impl<T> Drop for Waiter<T> {
+    fn drop(&mut self) {
+        let Some(mut rx) = self.rx.take() else { return };
+        let mut inner = self.matcher.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        if inner.pending.remove(&self.seq).is_some() {
+            inner.finish(self.seq, Finished::Expired);
+        } else if rx.try_recv().is_ok() {
+            // The reply was delivered between the timeout firing and this
+            // drop: it came too late to count, so it is late.
+            inner.counts.late += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn matched_reply_reaches_its_waiter() {
+        let m = Matcher::<u32>::new();
+        let mut w = m.register(7);
+        assert_eq!(m.deliver(7, 42), Delivery::Matched);
+        assert_eq!(w.recv().await, Some(42));
+        assert_eq!(m.anomalies(), Anomalies::default());
+    }
+
+    #[tokio::test]
+    async fn second_copy_is_a_duplicate() {
+        let m = Matcher::<u32>::new();
+        let mut w = m.register(1);
+        assert_eq!(m.deliver(1, 1), Delivery::Matched);
+        assert_eq!(m.deliver(1, 1), Delivery::Duplicate);
+        assert_eq!(w.recv().await, Some(1));
+        drop(w);
+        assert_eq!(m.anomalies().duplicate, 1);
+        assert_eq!(m.anomalies().late, 0);
+    }
+
+    #[test]
+    fn reply_after_drop_is_late_then_duplicate() {
+        let m = Matcher::<u32>::new();
+        let w = m.register(3);
+        drop(w); // the runner's timeout
+        assert_eq!(m.deliver(3, 0), Delivery::Late);
+        assert_eq!(m.deliver(3, 0), Delivery::Duplicate);
+        let a = m.anomalies();
+        assert_eq!((a.late, a.duplicate), (1, 1));
+    }
+
+    #[test]
+    fn delivered_but_never_read_is_late() {
+        let m = Matcher::<u32>::new();
+        let w = m.register(5);
+        assert_eq!(m.deliver(5, 9), Delivery::Matched);
+        drop(w);
+        assert_eq!(m.anomalies().late, 1);
+    }
+
+    #[test]
+    fn counts_reordering_and_unknown() {
+        let m = Matcher::<u32>::new();
+        let ws: Vec<_> = (0..4).map(|s| m.register(s)).collect();
+        for seq in [0, 2, 1, 3] {
+            assert_eq!(m.deliver(seq, 0), Delivery::Matched);
+        }
+        assert_eq!(m.deliver(99, 0), Delivery::Unknown);
+        let a = m.anomalies();
+        assert_eq!((a.reordered, a.unknown), (1, 1));
+        drop(ws);
+    }
+
+    #[test]
+    fn warmup_does_not_count_as_reordering() {
+        let m = Matcher::<u32>::new();
+        let w = m.register(WARMUP_SEQ_BASE);
+        m.deliver(WARMUP_SEQ_BASE, 0);
+        drop(w);
+        let w0 = m.register(0);
+        assert_eq!(m.deliver(0, 0), Delivery::Matched);
+        drop(w0);
+        assert_eq!(m.anomalies().reordered, 0);
+    }
+
+    #[tokio::test]
+    async fn fail_all_completes_every_waiter() {
+        let m = Matcher::<Result<(), &'static str>>::new();
+        let mut a = m.register(0);
+        let mut b = m.register(1);
+        m.fail_all(|| Err("closed"));
+        assert_eq!(a.recv().await, Some(Err("closed")));
+        assert_eq!(b.recv().await, Some(Err("closed")));
+        assert_eq!(m.pending(), 0);
+        // A reply after the failure is a duplicate, not a late success.
+        assert_eq!(m.deliver(0, Ok(())), Delivery::Duplicate);
+    }
+
+    #[test]
+    fn history_is_bounded() {
+        let m = Matcher::<u32>::new();
+        for seq in 0..(HISTORY as u64 + 10) {
+            drop(m.register(seq));
+        }
+        assert_eq!(m.deliver(0, 0), Delivery::Unknown);
+        assert_eq!(m.deliver(HISTORY as u64 + 9, 0), Delivery::Late);
+    }
+}

@@ -1,0 +1,339 @@
+//! Per-target statistics: HdrHistograms in nanoseconds plus exact moments.
+
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use crate::matcher::Anomalies;
+use crate::runner::TargetInfo;
+use crate::sample::{Outcome, Sample};
+
+/// Highest value the histograms track (100 s in ns); larger values saturate.
+pub const MAX_TRACKABLE_NS: u64 = 100_000_000_000;
+
+/// Significant decimal digits kept by every histogram.
+pub const SIGNIFICANT_DIGITS: u8 = 3;
+
+/// The quantiles reported, with their field names.
+pub const QUANTILES: [(&str, f64); 10] = [
+    ("p1", 0.01),
+    ("p5", 0.05),
+    ("p10", 0.10),
+    ("p25", 0.25),
+    ("p50", 0.50),
+    ("p75", 0.75),
+    ("p90", 0.90),
+    ("p95", 0.95),
+    ("p99", 0.99),
+    ("p99.9", 0.999),
+];
+
+/// One distribution: an HdrHistogram for quantiles, exact count, mean,
+/// standard deviation, minimum and maximum.
+#[derive(Debug, Clone)]
+pub struct Dist {
+    hist: Histogram<u64>,
+    count: u64,
+    mean: f64,
+    m2: f64,
+    min: u64,
+    max: u64,
+}
+
+impl Default for Dist {
+    fn default() -> Self {
+        Self {
+            hist: Histogram::new_with_bounds(1, MAX_TRACKABLE_NS, SIGNIFICANT_DIGITS)
+                .expect("static histogram bounds are valid"),
+            count: 0,
+            mean: 0.0,
+            m2: 0.0,
+            min: u64::MAX,
+            max: 0,
+        }
+    }
+}
+
+impl Dist {
+    /// Records one value.
+    pub fn record(&mut self, d: Duration) {
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.record_ns(ns);
+    }
+
+    /// Records one value in nanoseconds.
+    pub fn record_ns(&mut self, ns: u64) {
+        // The histogram's lowest bucket is 1 ns; 0 is legal in HdrHistogram
+        // and saturating_record clamps anything above the top.
+        self.hist.saturating_record(ns);
+        self.count += 1;
+        // Welford's online update keeps the exact mean and variance.
+        let x = ns as f64;
+        let delta = x - self.mean;
+        self.mean += delta / self.count as f64;
+        self.m2 += delta * (x - self.mean);
+        self.min = self.min.min(ns);
+        self.max = self.max.max(ns);
+    }
+
+    /// Number of values recorded.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The underlying histogram.
+    pub fn histogram(&self) -> &Histogram<u64> {
+        &self.hist
+    }
+
+    /// Count, mean, population standard deviation, min, quantiles and max.
+    pub fn summary(&self) -> DistSummary {
+        if self.count == 0 {
+            return DistSummary::default();
+        }
+        let q = |p: f64| self.hist.value_at_quantile(p).clamp(self.min, self.max);
+        DistSummary {
+            count: self.count,
+            mean: self.mean,
+            std: (self.m2 / self.count as f64).sqrt(),
+            min: self.min,
+            p1: q(0.01),
+            p5: q(0.05),
+            p10: q(0.10),
+            p25: q(0.25),
+            p50: q(0.50),
+            p75: q(0.75),
+            p90: q(0.90),
+            p95: q(0.95),
+            p99: q(0.99),
+            p99_9: q(0.999),
+            max: self.max,
+        }
+    }
+}
+
+/// A distribution summarised; every value is in nanoseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[allow(missing_docs)]
+pub struct DistSummary {
+    pub count: u64,
+    pub mean: f64,
+    pub std: f64,
+    pub min: u64,
+    pub p1: u64,
+    pub p5: u64,
+    pub p10: u64,
+    pub p25: u64,
+    pub p50: u64,
+    pub p75: u64,
+    pub p90: u64,
+    pub p95: u64,
+    pub p99: u64,
+    #[serde(rename = "p99.9")]
+    pub p99_9: u64,
+    pub max: u64,
+}
+
+impl DistSummary {
+    /// A statistic by its field name (`mean`, `std`, `min`, `p50`, `p99.9`,
+    /// `max`, `count`), in nanoseconds.
+    pub fn get(&self, name: &str) -> Option<f64> {
+        Some(match name {
+            "count" => self.count as f64,
+            "mean" => self.mean,
+            "std" => self.std,
+            "min" => self.min as f64,
+            "max" => self.max as f64,
+            "p1" => self.p1 as f64,
+            "p5" => self.p5 as f64,
+            "p10" => self.p10 as f64,
+            "p25" => self.p25 as f64,
+            "p50" => self.p50 as f64,
+            "p75" => self.p75 as f64,
+            "p90" => self.p90 as f64,
+            "p95" => self.p95 as f64,
+            "p99" => self.p99 as f64,
+            "p99.9" => self.p99_9 as f64,
+            _ => return None,
+        })
+    }
+}
+
+/// Everything recorded for one target.
+#[derive(Debug, Clone, Default)]
+pub struct TargetStats {
+    /// Probes sent (ok + timeout + error).
+    pub sent: u64,
+    /// Probes answered in time.
+    pub ok: u64,
+    /// Probes with no reply in time.
+    pub timeout: u64,
+    /// Probes that failed.
+    pub error: u64,
+    /// Reply minus actual send, for ok probes.
+    pub rtt: Dist,
+    /// Reply minus scheduled send, for ok probes.
+    pub latency: Dist,
+    /// Actual send minus scheduled send, for every probe sent.
+    pub send_lag: Dist,
+    /// Responder dwell time, when the protocol reports it.
+    pub server_dwell: Dist,
+}
+
+impl TargetStats {
+    /// Records one finished probe.
+    pub fn record(&mut self, s: &Sample) {
+        self.sent += 1;
+        self.send_lag.record(s.send_lag());
+        match &s.outcome {
+            Outcome::Ok(reply) => {
+                self.ok += 1;
+                self.rtt.record(reply.rtt());
+                if let Some(lat) = s.latency() {
+                    self.latency.record(lat);
+                }
+                if let Some(dwell) = reply.server_dwell {
+                    self.server_dwell.record(dwell);
+                }
+            }
+            Outcome::Timeout => self.timeout += 1,
+            Outcome::Error(_) => self.error += 1,
+        }
+    }
+
+    /// The summary of this target, with the probe's anomaly counts and the
+    /// number of slots the schedule could not fire.
+    pub fn summary(&self, target: &TargetInfo, anomalies: Anomalies, missed: u64) -> Summary {
+        let loss_pct = if self.sent == 0 {
+            0.0
+        } else {
+            (self.sent - self.ok) as f64 * 100.0 / self.sent as f64
+        };
+        Summary {
+            target: target.target.clone(),
+            protocol: target.protocol.clone(),
+            addr: target.addr.clone(),
+            sent: self.sent,
+            ok: self.ok,
+            timeout: self.timeout,
+            error: self.error,
+            late: anomalies.late,
+            duplicate: anomalies.duplicate,
+            reordered: anomalies.reordered,
+            unknown: anomalies.unknown,
+            reconnects: anomalies.reconnects,
+            missed,
+            loss_pct,
+            rtt: self.rtt.summary(),
+            latency: self.latency.summary(),
+            send_lag: self.send_lag.summary(),
+            server_dwell: (self.server_dwell.count() > 0).then(|| self.server_dwell.summary()),
+        }
+    }
+}
+
+/// The result for one target. Counts satisfy sent = ok + timeout + error;
+/// late replies are a subset of the timeouts.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[allow(missing_docs)]
+pub struct Summary {
+    pub target: String,
+    pub protocol: String,
+    pub addr: String,
+    pub sent: u64,
+    pub ok: u64,
+    pub timeout: u64,
+    pub error: u64,
+    pub late: u64,
+    pub duplicate: u64,
+    pub reordered: u64,
+    pub unknown: u64,
+    pub reconnects: u64,
+    /// Slots not sent because the in-flight cap was reached.
+    pub missed: u64,
+    /// (sent - ok) / sent, in percent.
+    pub loss_pct: f64,
+    pub rtt: DistSummary,
+    pub latency: DistSummary,
+    pub send_lag: DistSummary,
+    pub server_dwell: Option<DistSummary>,
+}
+
+impl Summary {
+    /// True when every probe sent got a reply in time and none was missed.
+    pub fn all_ok(&self) -> bool {
+        self.sent > 0 && self.ok == self.sent && self.missed == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uniform_distribution_has_known_quantiles() {
+        let mut d = Dist::default();
+        // 1..=10_000 µs: the p-th quantile is p * 10_000 µs.
+        for us in 1..=10_000u64 {
+            d.record_ns(us * 1000);
+        }
+        let s = d.summary();
+        assert_eq!(s.count, 10_000);
+        assert_eq!(s.min, 1000);
+        assert_eq!(s.max, 10_000_000);
+        for (name, p) in QUANTILES {
+            let want = p * 10_000_000.0;
+            let got = s.get(name).unwrap();
+            // Three significant digits: within 0.1% (+ one step of the data).
+            assert!((got - want).abs() <= want * 0.001 + 1000.0, "{name}: {got} vs {want}");
+        }
+        assert!((s.mean - 5_000_500.0).abs() < 1e-3);
+        // Population std of 1..=n (in µs) is sqrt((n^2 - 1) / 12).
+        let want_std = (((10_000f64).powi(2) - 1.0) / 12.0).sqrt() * 1000.0;
+        assert!((s.std - want_std).abs() < 1e-3 * want_std);
+    }
+
+    #[test]
+    fn constant_distribution() {
+        let mut d = Dist::default();
+        for _ in 0..100 {
+            d.record(Duration::from_micros(50));
+        }
+        let s = d.summary();
+        assert_eq!((s.min, s.p50, s.p99_9, s.max), (50_000, 50_000, 50_000, 50_000));
+        assert_eq!(s.std, 0.0);
+    }
+
+    #[test]
+    fn bimodal_distribution() {
+        let mut d = Dist::default();
+        for _ in 0..900 {
+            d.record_ns(10_000);
+        }
+        for _ in 0..100 {
+            d.record_ns(1_000_000);
+        }
+        let s = d.summary();
+        // Quantiles are the highest value equivalent at 3 significant digits.
+        assert!((10_000..=10_010).contains(&s.p50), "{}", s.p50);
+        assert!((10_000..=10_010).contains(&s.p90), "{}", s.p90);
+        assert!((s.p95 as f64 - 1e6).abs() <= 1e3);
+        assert!((s.mean - 109_000.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn outliers_saturate_instead_of_panicking() {
+        let mut d = Dist::default();
+        d.record(Duration::from_secs(10_000));
+        d.record_ns(0);
+        let s = d.summary();
+        assert_eq!(s.count, 2);
+        assert_eq!(s.min, 0);
+    }
+
+    #[test]
+    fn empty_summary_is_zero() {
+        assert_eq!(Dist::default().summary(), DistSummary::default());
+    }
+}
