@@ -1,0 +1,235 @@
+//! The echo responder for `tcp://`, `tcp-crr://` and `udp://` probes.
+//!
+//! It answers each request frame with a frame of the same length whose kind
+//! is response and whose dwell field holds the time it held the request. It
+//! never answers a response, a frame without the magic or an oversized frame:
+//! over TCP such a frame closes the connection, over UDP it is dropped.
+
+use std::collections::HashSet;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::wire::{self, FrameError, HEADER_LEN, Header, Kind, MAX_TCP_FRAME, MAX_UDP_FRAME};
+
+/// Most distinct UDP peers remembered for "new client" log lines.
+const MAX_LOGGED_PEERS: usize = 4096;
+
+/// Responder settings. The impairments exist for tests and experiments; a
+/// plain responder leaves them `None`.
+#[derive(Debug, Clone, Default)]
+pub struct ResponderConfig {
+    /// Log each new client at info level.
+    pub log_clients: bool,
+    /// Do not answer every k-th request (counted per listener, from 1).
+    pub drop_every: Option<u64>,
+    /// Answer every k-th request twice.
+    pub duplicate_every: Option<u64>,
+    /// Hold every k-th request for `delay` before answering.
+    pub delay_every: Option<u64>,
+    /// How long `delay_every` holds a request.
+    pub delay: Duration,
+}
+
+/// What to do with the n-th request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Plan {
+    answer: bool,
+    copies: usize,
+    delay: Option<Duration>,
+}
+
+impl ResponderConfig {
+    fn plan(&self, n: u64) -> Plan {
+        let hit = |k: Option<u64>| k.is_some_and(|k| k > 0 && n % k == 0);
+        Plan {
+            answer: !hit(self.drop_every),
+            copies: if hit(self.duplicate_every) { 2 } else { 1 },
+            delay: hit(self.delay_every).then_some(self.delay),
+        }
+    }
+}
+
+fn elapsed_ns(since: Instant) -> u64 {
+    u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Serves TCP clients from `listener` until `stop` is cancelled, then closes
+/// every connection.
+///
+/// # Errors
+/// Only if accepting fails in a way that cannot be retried.
+pub async fn serve_tcp(
+    listener: TcpListener,
+    cfg: ResponderConfig,
+    stop: CancellationToken,
+) -> io::Result<()> {
+    let cfg = Arc::new(cfg);
+    let counter = Arc::new(AtomicU64::new(0));
+    let mut conns = JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            () = stop.cancelled() => break,
+            res = listener.accept() => res,
+            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                if cfg.log_clients {
+                    tracing::info!(%peer, "tcp client connected");
+                }
+                let (cfg, counter, stop) = (Arc::clone(&cfg), Arc::clone(&counter), stop.clone());
+                conns.spawn(async move {
+                    let res = tokio::select! {
+                        () = stop.cancelled() => Ok(()),
+                        res = serve_conn(stream, &cfg, &counter) => res,
+                    };
+                    match res {
+                        Ok(()) if cfg.log_clients => tracing::info!(%peer, "tcp client left"),
+                        Ok(()) => {}
+                        Err(error) => tracing::warn!(%peer, %error, "closing tcp client"),
+                    }
+                });
+            }
+            Err(error) => {
+                // EMFILE and friends: back off instead of spinning.
+                tracing::warn!(%error, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    conns.shutdown().await;
+    Ok(())
+}
+
+async fn serve_conn(stream: TcpStream, cfg: &ResponderConfig, counter: &AtomicU64) -> io::Result<()> {
+    stream.set_nodelay(true)?;
+    let (reader, mut writer) = stream.into_split();
+    let mut reader = BufReader::with_capacity(64 * 1024, reader);
+    let mut frame = vec![0u8; HEADER_LEN];
+    loop {
+        match reader.read_exact(&mut frame[..HEADER_LEN]).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        let received = Instant::now();
+        let h = Header::decode(&frame[..HEADER_LEN], MAX_TCP_FRAME).map_err(invalid)?;
+        if h.kind != Kind::Request {
+            return Err(invalid("peer sent a response frame"));
+        }
+        frame.resize(h.len as usize, 0);
+        reader.read_exact(&mut frame[HEADER_LEN..]).await?;
+        let plan = cfg.plan(counter.fetch_add(1, Ordering::Relaxed) + 1);
+        if !plan.answer {
+            continue;
+        }
+        if let Some(d) = plan.delay {
+            tokio::time::sleep(d).await;
+        }
+        wire::make_response(&mut frame, elapsed_ns(received));
+        for _ in 0..plan.copies {
+            writer.write_all(&frame).await?;
+        }
+    }
+}
+
+fn invalid(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
+}
+
+/// Serves UDP requests on `socket` until `stop` is cancelled.
+///
+/// # Errors
+/// Only if receiving fails in a way that cannot be retried.
+pub async fn serve_udp(
+    socket: UdpSocket,
+    cfg: ResponderConfig,
+    stop: CancellationToken,
+) -> io::Result<()> {
+    let socket = Arc::new(socket);
+    let mut buf = vec![0u8; MAX_UDP_FRAME + 1];
+    let mut seen: HashSet<SocketAddr> = HashSet::new();
+    let mut delayed = JoinSet::new();
+    let mut n = 0u64;
+    loop {
+        let (len, peer) = tokio::select! {
+            () = stop.cancelled() => break,
+            Some(_) = delayed.join_next(), if !delayed.is_empty() => continue,
+            res = socket.recv_from(&mut buf) => match res {
+                Ok(r) => r,
+                // An ICMP error for an earlier reply; nothing to do.
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
+                Err(error) => {
+                    tracing::warn!(%error, "udp receive failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+        };
+        let received = Instant::now();
+        let frame = &mut buf[..len];
+        match Header::decode(frame, MAX_UDP_FRAME) {
+            Ok(h) if h.kind == Kind::Request && h.len as usize == len => {}
+            Ok(_) => {
+                tracing::debug!(%peer, "dropping a udp frame that is not a request");
+                continue;
+            }
+            Err(FrameError::BadMagic | FrameError::Short(_)) if cfg.log_clients => {
+                tracing::debug!(%peer, "dropping a udp datagram that is not a prober frame");
+                continue;
+            }
+            Err(_) => continue,
+        }
+        if cfg.log_clients && seen.len() < MAX_LOGGED_PEERS && seen.insert(peer) {
+            tracing::info!(%peer, "udp client seen");
+        }
+        n += 1;
+        let plan = cfg.plan(n);
+        if !plan.answer {
+            continue;
+        }
+        if let Some(d) = plan.delay {
+            let mut copy = frame.to_vec();
+            let socket = Arc::clone(&socket);
+            delayed.spawn(async move {
+                tokio::time::sleep(d).await;
+                wire::make_response(&mut copy, elapsed_ns(received));
+                let _ = socket.send_to(&copy, peer).await;
+            });
+            continue;
+        }
+        wire::make_response(frame, elapsed_ns(received));
+        for _ in 0..plan.copies {
+            if let Err(error) = socket.send_to(frame, peer).await {
+                tracing::debug!(%peer, %error, "udp send failed");
+            }
+        }
+    }
+    delayed.shutdown().await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_counts_from_one() {
+        let cfg = ResponderConfig { drop_every: Some(3), duplicate_every: Some(4), ..Default::default() };
+        let dropped: Vec<u64> = (1..=12).filter(|&n| !cfg.plan(n).answer).collect();
+        assert_eq!(dropped, [3, 6, 9, 12]);
+        let doubled: Vec<u64> = (1..=12).filter(|&n| cfg.plan(n).copies == 2).collect();
+        assert_eq!(doubled, [4, 8, 12]);
+        assert!(ResponderConfig::default().plan(1).answer);
+    }
+}

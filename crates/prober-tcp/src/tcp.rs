@@ -1,0 +1,246 @@
+//! TCP probes: request/response on one connection, handshake time, and
+//! connect-request-response-close.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use prober_core::{Anomalies, Matcher, Probe, ProbeError, Reply};
+use socket2::SockRef;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+use tokio_util::task::AbortOnDropHandle;
+
+use crate::wire::{self, HEADER_LEN, Header, Kind, MAX_TCP_FRAME};
+
+/// What the receive loop hands a waiting probe: the arrival instant and the
+/// responder's dwell time, or why the connection failed.
+type Arrival = Result<(Instant, Duration), ProbeError>;
+
+/// `tcp://host:port`: request/response over one persistent connection with
+/// TCP_NODELAY, like netperf TCP_RR. Requests are pipelined when the interval
+/// is shorter than the RTT; replies are matched by seq. A dead connection is
+/// re-opened by the next probe and counted as a reconnect.
+#[derive(Debug)]
+pub struct TcpProbe {
+    addr: SocketAddr,
+    size: usize,
+    nonce: u64,
+    matcher: Arc<Matcher<Arrival>>,
+    conn: Mutex<Option<Arc<Conn>>>,
+    connected_once: AtomicBool,
+}
+
+#[derive(Debug)]
+struct Conn {
+    writer: Mutex<(OwnedWriteHalf, Vec<u8>)>,
+    alive: Arc<AtomicBool>,
+    _reader: AbortOnDropHandle<()>,
+}
+
+impl TcpProbe {
+    /// A probe of `addr` sending frames of `size` bytes. No connection is
+    /// made until [`Probe::prepare`] or the first probe.
+    pub fn new(addr: SocketAddr, size: usize) -> Self {
+        Self {
+            addr,
+            size,
+            nonce: fastrand::u64(..),
+            matcher: Matcher::new(),
+            conn: Mutex::new(None),
+            connected_once: AtomicBool::new(false),
+        }
+    }
+
+    async fn connection(&self) -> Result<Arc<Conn>, ProbeError> {
+        let mut slot = self.conn.lock().await;
+        if let Some(conn) = slot.as_ref()
+            && conn.alive.load(Ordering::Acquire)
+        {
+            return Ok(Arc::clone(conn));
+        }
+        *slot = None;
+        let stream = TcpStream::connect(self.addr)
+            .await
+            .map_err(|e| ProbeError::new(format!("connect to {}: {e}", self.addr)))?;
+        stream
+            .set_nodelay(true)
+            .map_err(|e| ProbeError::new(format!("setting TCP_NODELAY: {e}")))?;
+        if self.connected_once.swap(true, Ordering::Relaxed) {
+            self.matcher.count_reconnect();
+        }
+        let (reader, writer) = stream.into_split();
+        let alive = Arc::new(AtomicBool::new(true));
+        let task = tokio::spawn(read_replies(
+            reader,
+            Arc::clone(&self.matcher),
+            self.nonce,
+            self.size,
+            Arc::clone(&alive),
+        ));
+        let conn = Arc::new(Conn {
+            writer: Mutex::new((writer, Vec::with_capacity(self.size))),
+            alive,
+            _reader: AbortOnDropHandle::new(task),
+        });
+        *slot = Some(Arc::clone(&conn));
+        Ok(conn)
+    }
+}
+
+async fn read_replies(
+    reader: OwnedReadHalf,
+    matcher: Arc<Matcher<Arrival>>,
+    nonce: u64,
+    size: usize,
+    alive: Arc<AtomicBool>,
+) {
+    let mut reader = BufReader::with_capacity(64 * 1024, reader);
+    let mut header = [0u8; HEADER_LEN];
+    let mut rest = vec![0u8; size - HEADER_LEN];
+    let why = loop {
+        if let Err(e) = reader.read_exact(&mut header).await {
+            break if e.kind() == io::ErrorKind::UnexpectedEof {
+                "connection closed by peer".to_owned()
+            } else {
+                format!("receive: {e}")
+            };
+        }
+        let received = Instant::now();
+        let h = match Header::decode(&header, MAX_TCP_FRAME) {
+            Ok(h) => h,
+            Err(e) => break format!("bad reply: {e}"),
+        };
+        if h.kind != Kind::Response || h.nonce != nonce || h.len as usize != size {
+            break format!("bad reply: {} of {} bytes from another run or peer", h.kind, h.len);
+        }
+        if let Err(e) = reader.read_exact(&mut rest).await {
+            break format!("receive: {e}");
+        }
+        matcher.deliver(h.seq, Ok((received, Duration::from_nanos(h.dwell_ns))));
+    };
+    alive.store(false, Ordering::Release);
+    tracing::debug!(reason = %why, "tcp probe connection ended");
+    matcher.fail_all(|| Err(ProbeError::new(why.clone())));
+}
+
+impl Probe for TcpProbe {
+    async fn probe(&self, seq: u64) -> Result<Reply, ProbeError> {
+        let conn = self.connection().await?;
+        let mut waiter = self.matcher.register(seq);
+        let sent = {
+            let mut guard = conn.writer.lock().await;
+            let (writer, buf) = &mut *guard;
+            wire::encode_request(buf, self.size, seq, self.nonce);
+            let sent = Instant::now();
+            if let Err(e) = writer.write_all(buf).await {
+                conn.alive.store(false, Ordering::Release);
+                return Err(ProbeError::new(format!("send: {e}")));
+            }
+            sent
+        };
+        match waiter.recv().await {
+            Some(Ok((received, dwell))) => {
+                Ok(Reply { sent, received, server_dwell: Some(dwell), bytes: self.size })
+            }
+            Some(Err(e)) => Err(e),
+            None => Err(ProbeError::new("reply matcher closed")),
+        }
+    }
+
+    async fn prepare(&self) -> Result<(), ProbeError> {
+        self.connection().await.map(drop)
+    }
+
+    fn anomalies(&self) -> Anomalies {
+        self.matcher.anomalies()
+    }
+}
+
+fn new_socket(addr: SocketAddr) -> Result<TcpSocket, ProbeError> {
+    let socket = if addr.is_ipv4() { TcpSocket::new_v4() } else { TcpSocket::new_v6() };
+    socket.map_err(|e| ProbeError::new(format!("creating socket: {e}")))
+}
+
+/// Closes with RST (SO_LINGER 0) so that thousands of probes do not leave
+/// TIME_WAIT sockets behind on the prober host.
+fn reset(stream: &TcpStream) {
+    let _ = SockRef::from(stream).set_linger(Some(Duration::ZERO));
+}
+
+/// `tcp-connect://host:port`: time of the TCP handshake (SYN to SYN-ACK as
+/// seen by `connect()`) against any TCP server. Each connection is closed at
+/// once with RST (SO_LINGER 0); no data is sent.
+#[derive(Debug)]
+pub struct TcpConnectProbe {
+    addr: SocketAddr,
+}
+
+impl TcpConnectProbe {
+    /// A probe of `addr`.
+    pub fn new(addr: SocketAddr) -> Self {
+        Self { addr }
+    }
+}
+
+impl Probe for TcpConnectProbe {
+    async fn probe(&self, _seq: u64) -> Result<Reply, ProbeError> {
+        let socket = new_socket(self.addr)?;
+        let sent = Instant::now();
+        let stream = socket
+            .connect(self.addr)
+            .await
+            .map_err(|e| ProbeError::new(format!("connect to {}: {e}", self.addr)))?;
+        let received = Instant::now();
+        reset(&stream);
+        Ok(Reply { sent, received, server_dwell: None, bytes: 0 })
+    }
+}
+
+/// `tcp-crr://host:port`: connect, one request/response, close, like netperf
+/// TCP_CRR. The RTT runs from the start of the connect to the reply; the
+/// close (RST, as for `tcp-connect://`) is not timed.
+#[derive(Debug)]
+pub struct TcpCrrProbe {
+    addr: SocketAddr,
+    size: usize,
+    nonce: u64,
+}
+
+impl TcpCrrProbe {
+    /// A probe of `addr` sending frames of `size` bytes.
+    pub fn new(addr: SocketAddr, size: usize) -> Self {
+        Self { addr, size, nonce: fastrand::u64(..) }
+    }
+}
+
+impl Probe for TcpCrrProbe {
+    async fn probe(&self, seq: u64) -> Result<Reply, ProbeError> {
+        let io_err = |what: &str, e: io::Error| ProbeError::new(format!("{what}: {e}"));
+        let socket = new_socket(self.addr)?;
+        let mut frame = Vec::with_capacity(self.size);
+        wire::encode_request(&mut frame, self.size, seq, self.nonce);
+        let sent = Instant::now();
+        let mut stream = socket
+            .connect(self.addr)
+            .await
+            .map_err(|e| io_err(&format!("connect to {}", self.addr), e))?;
+        stream.set_nodelay(true).map_err(|e| io_err("setting TCP_NODELAY", e))?;
+        stream.write_all(&frame).await.map_err(|e| io_err("send", e))?;
+        stream.read_exact(&mut frame).await.map_err(|e| io_err("receive", e))?;
+        let received = Instant::now();
+        reset(&stream);
+        let h = Header::decode(&frame, MAX_TCP_FRAME)
+            .map_err(|e| ProbeError::new(format!("bad reply: {e}")))?;
+        if h.kind != Kind::Response || h.nonce != self.nonce || h.seq != seq {
+            return Err(ProbeError::new("bad reply: not the response to this request"));
+        }
+        let dwell = Some(Duration::from_nanos(h.dwell_ns));
+        Ok(Reply { sent, received, server_dwell: dwell, bytes: self.size })
+    }
+}

@@ -1,0 +1,104 @@
+//! `udp://host:port`: datagram request/response matched by seq and nonce.
+
+use std::io;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use prober_core::{Anomalies, Matcher, Probe, ProbeError, Reply};
+use tokio::net::UdpSocket;
+use tokio::time::Instant;
+use tokio_util::task::AbortOnDropHandle;
+
+use crate::wire::{self, Header, Kind, MAX_UDP_FRAME};
+
+type Arrival = Result<(Instant, Duration), ProbeError>;
+
+/// UDP request/response over one connected socket. Late, duplicate and
+/// reordered replies are counted; datagrams from another run (wrong nonce)
+/// or that are not responses are ignored. An ICMP port unreachable fails the
+/// probes waiting at that moment with "connection refused".
+#[derive(Debug)]
+pub struct UdpProbe {
+    socket: Arc<UdpSocket>,
+    size: usize,
+    nonce: u64,
+    matcher: Arc<Matcher<Arrival>>,
+    _reader: AbortOnDropHandle<()>,
+}
+
+impl UdpProbe {
+    /// Binds an ephemeral port of `addr`'s family, connects it to `addr` and
+    /// starts the receive loop.
+    ///
+    /// # Errors
+    /// If the socket cannot be bound or connected.
+    pub async fn connect(addr: SocketAddr, size: usize) -> io::Result<Self> {
+        let local: SocketAddr = if addr.is_ipv4() {
+            (Ipv4Addr::UNSPECIFIED, 0).into()
+        } else {
+            (Ipv6Addr::UNSPECIFIED, 0).into()
+        };
+        let socket = UdpSocket::bind(local).await?;
+        socket.connect(addr).await?;
+        let socket = Arc::new(socket);
+        let nonce = fastrand::u64(..);
+        let matcher = Matcher::new();
+        let task = tokio::spawn(read_replies(Arc::clone(&socket), Arc::clone(&matcher), nonce));
+        Ok(Self { socket, size, nonce, matcher, _reader: AbortOnDropHandle::new(task) })
+    }
+}
+
+async fn read_replies(socket: Arc<UdpSocket>, matcher: Arc<Matcher<Arrival>>, nonce: u64) {
+    let mut buf = vec![0u8; MAX_UDP_FRAME + 1];
+    loop {
+        match socket.recv(&mut buf).await {
+            Ok(n) => {
+                let received = Instant::now();
+                match Header::decode(&buf[..n], MAX_UDP_FRAME) {
+                    Ok(h) if h.kind == Kind::Response && h.nonce == nonce && h.len as usize == n => {
+                        matcher.deliver(h.seq, Ok((received, Duration::from_nanos(h.dwell_ns))));
+                    }
+                    Ok(h) => tracing::debug!(seq = h.seq, len = n, "ignoring a datagram of another run"),
+                    Err(error) => tracing::debug!(%error, "ignoring a datagram that is not a reply"),
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                matcher.fail_all(|| Err(ProbeError::new("connection refused (ICMP port unreachable)")));
+            }
+            Err(e) => {
+                let msg = format!("receive: {e}");
+                matcher.fail_all(|| Err(ProbeError::new(msg.clone())));
+                // Keep the loop from spinning on a persistent error.
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+impl Probe for UdpProbe {
+    async fn probe(&self, seq: u64) -> Result<Reply, ProbeError> {
+        let mut frame = Vec::with_capacity(self.size);
+        wire::encode_request(&mut frame, self.size, seq, self.nonce);
+        let mut waiter = self.matcher.register(seq);
+        let sent = Instant::now();
+        match self.socket.send(&frame).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                return Err(ProbeError::new("connection refused (ICMP port unreachable)"));
+            }
+            Err(e) => return Err(ProbeError::new(format!("send: {e}"))),
+        }
+        match waiter.recv().await {
+            Some(Ok((received, dwell))) => {
+                Ok(Reply { sent, received, server_dwell: Some(dwell), bytes: self.size })
+            }
+            Some(Err(e)) => Err(e),
+            None => Err(ProbeError::new("reply matcher closed")),
+        }
+    }
+
+    fn anomalies(&self) -> Anomalies {
+        self.matcher.anomalies()
+    }
+}

@@ -1,0 +1,189 @@
+//! The request/response frame used by `tcp://`, `tcp-crr://` and `udp://`.
+//! The layout is documented in `docs/wire-format.md`.
+
+use std::fmt;
+
+/// First four bytes of every frame.
+pub const MAGIC: [u8; 4] = *b"PRBR";
+/// The only version this build speaks.
+pub const VERSION: u8 = 1;
+/// Bytes of the fixed header; the smallest legal frame.
+pub const HEADER_LEN: usize = 40;
+/// Largest frame over TCP (1 MiB); larger frames close the connection.
+pub const MAX_TCP_FRAME: usize = 1 << 20;
+/// Largest frame over UDP: the largest IPv4 UDP payload.
+pub const MAX_UDP_FRAME: usize = 65_507;
+
+/// Whether a frame asks or answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Sent by the prober; the responder answers it.
+    Request = 1,
+    /// Sent by the responder; never answered.
+    Response = 2,
+}
+
+/// The decoded fixed header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// Request or response.
+    pub kind: Kind,
+    /// Total frame length in bytes, header included.
+    pub len: u32,
+    /// The probe's sequence number.
+    pub seq: u64,
+    /// Per-run random number, so replies to another run are not matched.
+    pub nonce: u64,
+    /// Responder's receive-to-send time in ns (0 in requests).
+    pub dwell_ns: u64,
+}
+
+/// Why bytes are not a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FrameError {
+    /// Fewer bytes than a header.
+    #[error("frame of {0} bytes is shorter than the {HEADER_LEN}-byte header")]
+    Short(usize),
+    /// The magic is not `PRBR`.
+    #[error("frame does not start with the prober magic")]
+    BadMagic,
+    /// An unknown version.
+    #[error("unsupported frame version {0}")]
+    BadVersion(u8),
+    /// An unknown kind.
+    #[error("unknown frame kind {0}")]
+    BadKind(u8),
+    /// The length field is below the header or above the limit.
+    #[error("frame length {len} is outside {HEADER_LEN}..={max}")]
+    BadLength {
+        /// The length field.
+        len: u32,
+        /// The limit that applied.
+        max: usize,
+    },
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Request => "request",
+            Self::Response => "response",
+        })
+    }
+}
+
+fn be64(b: &[u8]) -> u64 {
+    u64::from_be_bytes(b[..8].try_into().expect("slice of 8 bytes"))
+}
+
+impl Header {
+    /// Decodes the header at the start of `buf`, accepting lengths up to `max`.
+    ///
+    /// # Errors
+    /// A [`FrameError`] naming the first problem.
+    pub fn decode(buf: &[u8], max: usize) -> Result<Self, FrameError> {
+        if buf.len() < HEADER_LEN {
+            return Err(FrameError::Short(buf.len()));
+        }
+        if buf[..4] != MAGIC {
+            return Err(FrameError::BadMagic);
+        }
+        if buf[4] != VERSION {
+            return Err(FrameError::BadVersion(buf[4]));
+        }
+        let kind = match buf[5] {
+            1 => Kind::Request,
+            2 => Kind::Response,
+            k => return Err(FrameError::BadKind(k)),
+        };
+        let len = u32::from_be_bytes(buf[8..12].try_into().expect("slice of 4 bytes"));
+        if (len as usize) < HEADER_LEN || len as usize > max {
+            return Err(FrameError::BadLength { len, max });
+        }
+        Ok(Self { kind, len, seq: be64(&buf[16..]), nonce: be64(&buf[24..]), dwell_ns: be64(&buf[32..]) })
+    }
+
+    /// Writes this header into the first [`HEADER_LEN`] bytes of `buf`.
+    ///
+    /// # Panics
+    /// If `buf` is shorter than the header.
+    pub fn encode(&self, buf: &mut [u8]) {
+        buf[..4].copy_from_slice(&MAGIC);
+        buf[4] = VERSION;
+        buf[5] = self.kind as u8;
+        buf[6..8].fill(0);
+        buf[8..12].copy_from_slice(&self.len.to_be_bytes());
+        buf[12..16].fill(0);
+        buf[16..24].copy_from_slice(&self.seq.to_be_bytes());
+        buf[24..32].copy_from_slice(&self.nonce.to_be_bytes());
+        buf[32..40].copy_from_slice(&self.dwell_ns.to_be_bytes());
+    }
+}
+
+/// Fills `buf` with a request frame of `size` bytes (zero padding).
+///
+/// # Panics
+/// If `size` is below [`HEADER_LEN`] or does not fit in 32 bits; callers
+/// validate sizes up front.
+pub fn encode_request(buf: &mut Vec<u8>, size: usize, seq: u64, nonce: u64) {
+    assert!(size >= HEADER_LEN, "frame size below the header");
+    buf.clear();
+    buf.resize(size, 0);
+    let len = u32::try_from(size).expect("frame size fits in u32");
+    Header { kind: Kind::Request, len, seq, nonce, dwell_ns: 0 }.encode(buf);
+}
+
+/// Turns a request frame in place into its response: kind and dwell change,
+/// the rest (seq, nonce, padding) is echoed.
+pub fn make_response(frame: &mut [u8], dwell_ns: u64) {
+    frame[5] = Kind::Response as u8;
+    frame[32..40].copy_from_slice(&dwell_ns.to_be_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_round_trips() {
+        let mut buf = Vec::new();
+        encode_request(&mut buf, 100, 0x0102_0304_0506_0708, 42);
+        assert_eq!(buf.len(), 100);
+        let h = Header::decode(&buf, MAX_UDP_FRAME).unwrap();
+        assert_eq!(h, Header { kind: Kind::Request, len: 100, seq: 0x0102_0304_0506_0708, nonce: 42, dwell_ns: 0 });
+        make_response(&mut buf, 1234);
+        let r = Header::decode(&buf, MAX_UDP_FRAME).unwrap();
+        assert_eq!((r.kind, r.seq, r.nonce, r.dwell_ns), (Kind::Response, h.seq, 42, 1234));
+    }
+
+    #[test]
+    fn layout_is_big_endian_at_documented_offsets() {
+        let mut buf = Vec::new();
+        encode_request(&mut buf, HEADER_LEN, 1, 2);
+        assert_eq!(&buf[..8], b"PRBR\x01\x01\x00\x00");
+        assert_eq!(&buf[8..12], &40u32.to_be_bytes());
+        assert_eq!(buf[23], 1);
+        assert_eq!(buf[31], 2);
+    }
+
+    #[test]
+    fn rejects_bad_frames() {
+        let mut good = Vec::new();
+        encode_request(&mut good, 64, 1, 2);
+        assert_eq!(Header::decode(&good[..39], 64), Err(FrameError::Short(39)));
+        let mut b = good.clone();
+        b[0] = b'X';
+        assert_eq!(Header::decode(&b, 64), Err(FrameError::BadMagic));
+        let mut b = good.clone();
+        b[4] = 9;
+        assert_eq!(Header::decode(&b, 64), Err(FrameError::BadVersion(9)));
+        let mut b = good.clone();
+        b[5] = 7;
+        assert_eq!(Header::decode(&b, 64), Err(FrameError::BadKind(7)));
+        assert_eq!(Header::decode(&good, 63), Err(FrameError::BadLength { len: 64, max: 63 }));
+        let mut b = good.clone();
+        b[8..12].copy_from_slice(&10u32.to_be_bytes());
+        assert!(matches!(Header::decode(&b, 64), Err(FrameError::BadLength { len: 10, .. })));
+    }
+}

@@ -1,0 +1,5 @@
+//! Loopback integration tests: probes against the responder.
+
+mod probes;
+mod responder;
+mod support;

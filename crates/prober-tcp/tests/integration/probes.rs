@@ -1,0 +1,195 @@
+//! Each probe against the responder, with and without impairments.
+
+use std::time::Duration;
+
+use prober_core::Outcome;
+use prober_tcp::{ResponderConfig, TcpConnectProbe, TcpCrrProbe, TcpProbe, UdpProbe};
+use tokio::net::TcpListener;
+
+use crate::support::{config, responder, responder_on, run, seqs};
+
+const MS: Duration = Duration::from_millis(1);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_rr_answers_every_probe() {
+    let r = responder(ResponderConfig::default()).await;
+    let (s, samples) = run(TcpProbe::new(r.tcp, 100), config(50, MS)).await;
+    assert_eq!((s.sent, s.ok), (50, 50));
+    assert_eq!(seqs(&samples), (0..50).collect::<Vec<_>>());
+    assert_eq!((s.late, s.duplicate, s.reconnects), (0, 0, 0));
+    assert!(s.server_dwell.is_some());
+    assert!(samples.iter().all(|x| x.bytes == 100));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_rr_closed_loop() {
+    let r = responder(ResponderConfig::default()).await;
+    let (s, samples) = run(TcpProbe::new(r.tcp, 64), config(200, Duration::ZERO)).await;
+    assert_eq!((s.sent, s.ok), (200, 200));
+    assert_eq!(seqs(&samples), (0..200).collect::<Vec<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_rr_pipelines_when_the_interval_is_short() {
+    // Every reply is held 5 ms, the interval is 1 ms: requests pile up on
+    // the connection, and the responder answers them in order.
+    let cfg = ResponderConfig { delay_every: Some(1), delay: 5 * MS, ..Default::default() };
+    let r = responder(cfg).await;
+    let mut run_cfg = config(20, MS);
+    run_cfg.timeout = Duration::from_secs(2);
+    let (s, _) = run(TcpProbe::new(r.tcp, 64), run_cfg).await;
+    assert_eq!(s.ok, 20);
+    // The sends kept to the schedule although replies took 5 ms or more each.
+    assert!(s.rtt.min >= 5_000_000, "rtt min {}", s.rtt.min);
+    assert!(s.send_lag.p50 < 5_000_000, "send lag p50 {}", s.send_lag.p50);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_rr_drops_every_kth_exactly() {
+    let r = responder(ResponderConfig { drop_every: Some(5), ..Default::default() }).await;
+    let mut cfg = config(50, 2 * MS);
+    cfg.timeout = 100 * MS;
+    let (s, samples) = run(TcpProbe::new(r.tcp, 64), cfg).await;
+    assert_eq!((s.ok, s.timeout, s.error), (40, 10, 0));
+    let timed_out: Vec<u64> =
+        samples.iter().filter(|x| x.outcome == Outcome::Timeout).map(|x| x.seq).collect();
+    assert_eq!(timed_out, [4, 9, 14, 19, 24, 29, 34, 39, 44, 49]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_answers_every_probe() {
+    let r = responder(ResponderConfig::default()).await;
+    let probe = UdpProbe::connect(r.udp, 1200).await.unwrap();
+    let (s, samples) = run(probe, config(100, MS)).await;
+    assert_eq!((s.sent, s.ok), (100, 100));
+    assert_eq!(seqs(&samples), (0..100).collect::<Vec<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_drops_every_kth_exactly() {
+    let r = responder(ResponderConfig { drop_every: Some(4), ..Default::default() }).await;
+    let probe = UdpProbe::connect(r.udp, 64).await.unwrap();
+    let mut cfg = config(40, 2 * MS);
+    cfg.timeout = 100 * MS;
+    let (s, _) = run(probe, cfg).await;
+    assert_eq!((s.ok, s.timeout, s.error), (30, 10, 0));
+    assert!((s.loss_pct - 25.0).abs() < 1e-9);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_counts_duplicates_and_never_as_ok() {
+    let r = responder(ResponderConfig { duplicate_every: Some(2), ..Default::default() }).await;
+    let probe = UdpProbe::connect(r.udp, 64).await.unwrap();
+    let (s, _) = run(probe, config(20, 5 * MS)).await;
+    assert_eq!((s.sent, s.ok), (20, 20));
+    assert_eq!(s.duplicate, 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_counts_late_and_reordered_replies() {
+    // Every 3rd reply is held 150 ms: past the 100 ms timeout, and after the
+    // replies to later requests.
+    let cfg = ResponderConfig { delay_every: Some(3), delay: 150 * MS, ..Default::default() };
+    let r = responder(cfg).await;
+    let probe = UdpProbe::connect(r.udp, 64).await.unwrap();
+    let mut run_cfg = config(30, 10 * MS);
+    run_cfg.timeout = 100 * MS;
+    let (s, _) = run(probe, run_cfg).await;
+    assert_eq!((s.ok, s.timeout), (20, 10));
+    // The last delayed replies may come after the run ended; the others are late.
+    assert!(s.late >= 8 && s.late <= 10, "late {}", s.late);
+    assert!(s.reordered >= 8, "reordered {}", s.reordered);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_connect_works_against_a_plain_listener() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    // Accept and drop, like any server would.
+    tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            drop(s);
+        }
+    });
+    let (s, _) = run(TcpConnectProbe::new(addr), config(30, MS)).await;
+    assert_eq!((s.sent, s.ok), (30, 30));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_crr_against_the_responder() {
+    let r = responder(ResponderConfig::default()).await;
+    let (s, _) = run(TcpCrrProbe::new(r.tcp, 64), config(30, MS)).await;
+    assert_eq!((s.sent, s.ok), (30, 30));
+    assert!(s.server_dwell.is_some());
+}
+
+async fn closed_port() -> std::net::SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    drop(l);
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_connections_are_errors() {
+    let addr = closed_port().await;
+    for (name, (s, samples)) in [
+        ("tcp", run(TcpProbe::new(addr, 64), config(5, MS)).await),
+        ("tcp-connect", run(TcpConnectProbe::new(addr), config(5, MS)).await),
+        ("tcp-crr", run(TcpCrrProbe::new(addr, 64), config(5, MS)).await),
+    ] {
+        assert_eq!((s.sent, s.error), (5, 5), "{name}");
+        match &samples[0].outcome {
+            Outcome::Error(e) => assert!(e.contains("refused"), "{name}: {e}"),
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_port_unreachable_is_an_error_or_timeout() {
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = sock.local_addr().unwrap();
+    drop(sock);
+    let probe = UdpProbe::connect(addr, 64).await.unwrap();
+    let (s, _) = run(probe, config(5, 20 * MS)).await;
+    assert_eq!(s.ok, 0);
+    assert!(s.error >= 4, "errors {}", s.error);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_reconnects_after_the_responder_restarts() {
+    let r = responder(ResponderConfig::default()).await;
+    let addr = r.tcp;
+    let probe = std::sync::Arc::new(TcpProbe::new(addr, 64));
+    use prober_core::Probe;
+    assert!(probe.probe(0).await.is_ok());
+    drop(r);
+    tokio::time::sleep(20 * MS).await;
+    assert!(probe.probe(1).await.is_err());
+    // A new responder on the same port.
+    let listener = loop {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => break l,
+            Err(_) => tokio::time::sleep(10 * MS).await,
+        }
+    };
+    let stop = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(prober_tcp::serve_tcp(listener, ResponderConfig::default(), stop.clone()));
+    assert!(probe.probe(2).await.is_ok());
+    assert_eq!(probe.anomalies().reconnects, 1);
+    stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ipv6_loopback_when_available() {
+    if std::net::UdpSocket::bind("[::1]:0").is_err() {
+        eprintln!("SKIPPED: ::1 is not configured on this host");
+        return;
+    }
+    let r = responder_on("::1", ResponderConfig::default()).await;
+    let (s, _) = run(TcpProbe::new(r.tcp, 64), config(10, MS)).await;
+    assert_eq!(s.ok, 10);
+    let (s, _) = run(UdpProbe::connect(r.udp, 64).await.unwrap(), config(10, MS)).await;
+    assert_eq!(s.ok, 10);
+}
