@@ -1,1 +1,50 @@
-fn main(){}
+//! `prober`: measure network round trips over TCP and UDP, and answer them.
+//!
+//! `main` only parses arguments, sets up logging and the runtime, dispatches
+//! and maps the outcome to an exit code (see [`cli::EXIT_CODES`]).
+
+mod cli;
+mod cmd;
+mod signal;
+mod target;
+
+use std::process::ExitCode;
+
+use clap::Parser as _;
+
+use crate::cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let default_level = match &cli.command {
+        Command::Serve(args) if !args.quiet => "info",
+        _ => "warn",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("prober: cannot start the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Run(args) => cmd::run::run(args).await,
+            Command::Serve(args) => cmd::serve::serve(args).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("prober: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -84,15 +84,27 @@ pub enum Event {
     },
 }
 
+/// Offset of target `index` of `targets` within one interval, so that targets
+/// sharing a schedule do not all fire in the same instant.
+pub fn phase(index: usize, targets: usize, interval: Duration) -> Duration {
+    if targets <= 1 {
+        return Duration::ZERO;
+    }
+    let ns = interval.as_nanos() * index as u128 / targets as u128;
+    Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+}
+
 /// Runs one target: optional prepare and warm-up, then its schedule until
 /// `count`, `duration` or `stop`, then waits for in-flight probes (each ends
-/// by its timeout) and sends [`Event::Done`].
+/// by its timeout) and sends [`Event::Done`]. Slot 0 of an open-loop
+/// schedule is due `phase` after the warm-up ends (see [`phase`]).
 ///
 /// If the collector has gone away the target stops early.
 pub async fn run_target<P: Probe>(
     probe: Arc<P>,
     target: usize,
     cfg: RunConfig,
+    phase: Duration,
     events: mpsc::Sender<Event>,
     stop: CancellationToken,
 ) {
@@ -115,7 +127,7 @@ pub async fn run_target<P: Probe>(
         closed_loop(&probe, target, &cfg, &events, &stop).await;
         0
     } else {
-        open_loop(&probe, target, &cfg, &events, &stop).await
+        open_loop(&probe, target, &cfg, phase, &events, &stop).await
     };
     let done = Event::Done { target, anomalies: probe.anomalies(), missed };
     let _ = events.send(done).await;
@@ -125,12 +137,13 @@ async fn open_loop<P: Probe>(
     probe: &Arc<P>,
     target: usize,
     cfg: &RunConfig,
+    phase: Duration,
     events: &mpsc::Sender<Event>,
     stop: &CancellationToken,
 ) -> u64 {
     let permits = Arc::new(Semaphore::new(cfg.max_in_flight));
     let mut tasks = JoinSet::new();
-    let start = Instant::now();
+    let start = Instant::now() + phase;
     let end = cfg.duration.map(|d| start + d);
     let mut pacer = Pacer::new(start, cfg.interval);
     let (mut seq, mut slots_used, mut missed) = (0u64, 0u64, 0u64);

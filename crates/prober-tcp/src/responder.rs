@@ -49,7 +49,7 @@ struct Plan {
 
 impl ResponderConfig {
     fn plan(&self, n: u64) -> Plan {
-        let hit = |k: Option<u64>| k.is_some_and(|k| k > 0 && n % k == 0);
+        let hit = |k: Option<u64>| k.is_some_and(|k| k > 0 && n.is_multiple_of(k));
         Plan {
             answer: !hit(self.drop_every),
             copies: if hit(self.duplicate_every) { 2 } else { 1 },

@@ -49,7 +49,7 @@ fn cfg(interval_ms: u64, count: u64) -> RunConfig {
 
 async fn run_one(probe: Arc<ScriptedProbe>, cfg: RunConfig, stop: CancellationToken) -> (Vec<Sample>, Anomalies, u64) {
     let (tx, mut rx) = mpsc::channel(EVENT_CHANNEL);
-    let task = tokio::spawn(run_target(probe, 0, cfg, tx, stop));
+    let task = tokio::spawn(run_target(probe, 0, cfg, Duration::ZERO, tx, stop));
     let mut samples = Vec::new();
     let mut done = None;
     while let Some(ev) = rx.recv().await {
@@ -198,8 +198,8 @@ async fn collector_summarises_every_target() {
     let good = ScriptedProbe::new(|_| Some(Ok(Duration::from_millis(1))));
     let lossy = ScriptedProbe::new(|seq| (seq % 2 == 0).then_some(Ok(Duration::from_millis(1))));
     let mut set = JoinSet::new();
-    set.spawn(run_target(good, 0, cfg(10, 6), tx.clone(), stop.clone()));
-    set.spawn(run_target(lossy, 1, cfg(10, 6), tx, stop));
+    set.spawn(run_target(good, 0, cfg(10, 6), Duration::ZERO, tx.clone(), stop.clone()));
+    set.spawn(run_target(lossy, 1, cfg(10, 6), Duration::ZERO, tx, stop));
     let sink = VecSink::default();
     let (seen, finished) = (Arc::clone(&sink.seen), Arc::clone(&sink.finished));
     let mut sinks: Vec<Box<dyn Sink>> = vec![Box::new(sink)];

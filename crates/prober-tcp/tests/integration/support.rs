@@ -58,7 +58,7 @@ impl Sink for Keep {
 pub(crate) async fn run<P: Probe>(probe: P, cfg: RunConfig) -> (Summary, Vec<Sample>) {
     let targets = [TargetInfo { id: 0, target: "t".into(), protocol: "p".into(), addr: "a".into() }];
     let (tx, rx) = mpsc::channel(EVENT_CHANNEL);
-    let task = tokio::spawn(run_target(Arc::new(probe), 0, cfg.clone(), tx, CancellationToken::new()));
+    let task = tokio::spawn(run_target(Arc::new(probe), 0, cfg.clone(), Duration::ZERO, tx, CancellationToken::new()));
     let kept = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut sinks: Vec<Box<dyn Sink>> = vec![Box::new(Keep(Arc::clone(&kept)))];
     let meta = RunMeta::new("test", &cfg);

@@ -1,0 +1,180 @@
+//! Command-line arguments.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use prober_core::Pacing;
+
+/// Exit codes, as ping uses them.
+pub(crate) const EXIT_CODES: &str = "\
+Exit status:
+  0  every probe got a reply in time
+  1  some or all probes got no reply (timeout or error)
+  2  an error: bad arguments, unresolvable host, no permission, cannot bind";
+
+/// Measure network round-trip latency over TCP and UDP, and serve the echo
+/// responder those probes talk to.
+#[derive(Debug, Parser)]
+#[command(name = "prober", version, after_help = EXIT_CODES)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Probe targets and print statistics. With no target, start a responder
+    /// on loopback and measure every protocol against it.
+    #[command(after_help = RUN_HELP)]
+    Run(RunArgs),
+    /// Run the echo responder for tcp://, tcp-crr:// and udp:// probes.
+    #[command(after_help = EXIT_CODES)]
+    Serve(ServeArgs),
+}
+
+const RUN_HELP: &str = "\
+Targets:
+  tcp://HOST:PORT          request/response on one connection (netperf TCP_RR)
+  tcp-connect://HOST:PORT  TCP handshake time, against any TCP server
+  tcp-crr://HOST:PORT      connect, request, response, close (netperf TCP_CRR)
+  udp://HOST:PORT          datagram request/response
+  HOST, icmp://HOST        ICMP echo (not in this build yet)
+
+Durations take a unit: 250us, 10ms, 1.5s, 2m.
+
+Exit status:
+  0  every probe got a reply in time
+  1  some or all probes got no reply (timeout or error)
+  2  an error: bad arguments, unresolvable host, no permission, cannot bind";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Output {
+    /// Per-probe lines, summaries and a side-by-side table.
+    Human,
+    /// JSON lines: a meta line, one line per probe, one summary per target.
+    Json,
+    /// CSV: a header and one row of summary fields per target.
+    Csv,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum PacingArg {
+    /// Sleep on the runtime's timer.
+    Timer,
+    /// Busy-wait to each deadline (uses a core).
+    Spin,
+    /// Sleep until 1.5 ms before each deadline, then spin.
+    Hybrid,
+}
+
+impl From<PacingArg> for Pacing {
+    fn from(p: PacingArg) -> Self {
+        match p {
+            PacingArg::Timer => Self::Timer,
+            PacingArg::Spin => Self::Spin,
+            PacingArg::Hybrid => Self::Hybrid,
+        }
+    }
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    prober_core::duration::parse_duration(s)
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// Targets to probe at the same time (see below). None: self-test on loopback.
+    #[arg(value_name = "TARGET")]
+    pub(crate) targets: Vec<String>,
+
+    /// Time between probes; 0 sends back to back, one in flight (closed loop).
+    /// [default: 1s, or 10ms with no target]
+    #[arg(short, long, value_parser = duration, allow_hyphen_values = true, value_name = "DURATION")]
+    pub(crate) interval: Option<Duration>,
+
+    /// Probes per target. [default: until Ctrl-C, or 200 with no target]
+    #[arg(short, long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) count: Option<u64>,
+
+    /// Stop after this long.
+    #[arg(short, long, value_parser = duration, allow_hyphen_values = true, value_name = "DURATION")]
+    pub(crate) duration: Option<Duration>,
+
+    /// Probes sent per interval (open loop) or kept in flight (closed loop).
+    #[arg(short, long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) burst: u32,
+
+    /// How to wait for each send time.
+    #[arg(long, value_enum, default_value_t = PacingArg::Timer)]
+    pub(crate) pacing: PacingArg,
+
+    /// Request size in bytes (40..=1048576 for TCP, 40..=65507 for UDP).
+    #[arg(short, long, default_value_t = 64)]
+    pub(crate) size: usize,
+
+    /// A probe with no reply after this long is a timeout.
+    #[arg(short = 'W', long, default_value = "1s", value_parser = duration, allow_hyphen_values = true, value_name = "DURATION")]
+    pub(crate) timeout: Duration,
+
+    /// Probes per target sent before measuring, not recorded.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) warmup: u64,
+
+    /// Most probes in flight per target; a slot that finds the cap reached is
+    /// counted as missed.
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub(crate) max_in_flight: u64,
+
+    /// Result format.
+    #[arg(short, long, value_enum, default_value_t = Output::Human)]
+    pub(crate) output: Output,
+
+    /// Summary columns for the human table and CSV, comma separated, e.g.
+    /// target,mean,p50,p99,lat.p99,lag.p99 (like netperf -o).
+    #[arg(short, long, value_name = "LIST")]
+    pub(crate) fields: Option<String>,
+
+    /// Only print summaries, not a line per probe.
+    #[arg(short, long)]
+    pub(crate) quiet: bool,
+
+    /// Use IPv4 only.
+    #[arg(short = '4', conflicts_with = "ipv6")]
+    pub(crate) ipv4: bool,
+
+    /// Use IPv6 only.
+    #[arg(short = '6')]
+    pub(crate) ipv6: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// Serve TCP on this address. [default: 0.0.0.0:8707, when neither --tcp nor --udp is given]
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) tcp: Option<SocketAddr>,
+
+    /// Serve UDP on this address. [default: 0.0.0.0:8707, when neither --tcp nor --udp is given]
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) udp: Option<SocketAddr>,
+
+    /// Do not log clients or listeners.
+    #[arg(short, long)]
+    pub(crate) quiet: bool,
+
+    /// Impairment for tests: do not answer every k-th request.
+    #[arg(long, hide = true, value_name = "K")]
+    pub(crate) drop_every: Option<u64>,
+
+    /// Impairment for tests: answer every k-th request twice.
+    #[arg(long, hide = true, value_name = "K")]
+    pub(crate) duplicate_every: Option<u64>,
+
+    /// Impairment for tests: hold every k-th request for --delay.
+    #[arg(long, hide = true, value_name = "K")]
+    pub(crate) delay_every: Option<u64>,
+
+    /// How long --delay-every holds a request.
+    #[arg(long, hide = true, value_parser = duration, default_value = "0")]
+    pub(crate) delay: Duration,
+}

@@ -1,0 +1,4 @@
+//! Bodies of the subcommands.
+
+pub(crate) mod run;
+pub(crate) mod serve;

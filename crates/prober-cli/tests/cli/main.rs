@@ -1,0 +1,5 @@
+//! End-to-end tests of the built `prober` binary on loopback.
+
+mod errors;
+mod run;
+mod support;
