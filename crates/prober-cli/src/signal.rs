@@ -6,13 +6,14 @@ use tokio_util::sync::CancellationToken;
 /// once with status 130, for a user who does not want to wait for the drain.
 pub(crate) fn cancel_on_signals(token: CancellationToken) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(error) => {
-                tracing::warn!(%error, "cannot listen for SIGTERM");
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot listen for SIGTERM");
+                    return;
+                }
+            };
         for round in 0..2 {
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {}

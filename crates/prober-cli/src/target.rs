@@ -29,7 +29,10 @@ impl Scheme {
     ];
 
     pub(crate) fn name(self) -> &'static str {
-        Self::ALL.iter().find(|(_, s)| *s == self).map_or("?", |(n, _)| n)
+        Self::ALL
+            .iter()
+            .find(|(_, s)| *s == self)
+            .map_or("?", |(n, _)| n)
     }
 
     fn needs_port(self) -> bool {
@@ -47,7 +50,11 @@ pub(crate) struct Target {
 
 impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let host = if self.host.contains(':') { format!("[{}]", self.host) } else { self.host.clone() };
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
         if self.scheme.needs_port() {
             write!(f, "{}://{host}:{}", self.scheme.name(), self.port)
         } else {
@@ -63,7 +70,10 @@ pub(crate) fn parse_target(text: &str) -> anyhow::Result<Target> {
             let lower = s.to_ascii_lowercase();
             let Some((_, scheme)) = Scheme::ALL.iter().find(|(n, _)| *n == lower) else {
                 let known: Vec<_> = Scheme::ALL.iter().map(|(n, _)| *n).collect();
-                bail!("unknown scheme {s:?} in target {text:?} (known: {})", known.join(", "));
+                bail!(
+                    "unknown scheme {s:?} in target {text:?} (known: {})",
+                    known.join(", ")
+                );
             };
             (*scheme, rest)
         }
@@ -81,11 +91,18 @@ pub(crate) fn parse_target(text: &str) -> anyhow::Result<Target> {
     }
     let port = match (port, scheme.needs_port()) {
         (Some(p), true) => parse_port(p).with_context(|| format!("target {text:?}"))?,
-        (None, true) => bail!("target {text:?} is missing a port ({}://host:port)", scheme.name()),
+        (None, true) => bail!(
+            "target {text:?} is missing a port ({}://host:port)",
+            scheme.name()
+        ),
         (Some(_), false) => bail!("target {text:?}: icmp targets take no port"),
         (None, false) => 0,
     };
-    Ok(Target { scheme, host: host.to_owned(), port })
+    Ok(Target {
+        scheme,
+        host: host.to_owned(),
+        port,
+    })
 }
 
 fn split_host_port(authority: &str) -> anyhow::Result<(&str, Option<&str>)> {
@@ -112,7 +129,9 @@ fn split_host_port(authority: &str) -> anyhow::Result<(&str, Option<&str>)> {
 }
 
 fn parse_port(p: &str) -> anyhow::Result<u16> {
-    let n: u32 = p.parse().map_err(|_| anyhow::anyhow!("port {p:?} is not a number"))?;
+    let n: u32 = p
+        .parse()
+        .map_err(|_| anyhow::anyhow!("port {p:?} is not a number"))?;
     if n == 0 || n > 65535 {
         bail!("port {n} is out of range 1..=65535");
     }
@@ -133,7 +152,10 @@ pub(crate) async fn resolve(target: &Target, family: Family) -> anyhow::Result<S
         vec![SocketAddr::new(ip, target.port)]
     } else {
         if !valid_host_name(&target.host) {
-            bail!("cannot resolve host {:?}: not a valid host name", target.host);
+            bail!(
+                "cannot resolve host {:?}: not a valid host name",
+                target.host
+            );
         }
         tokio::net::lookup_host((target.host.as_str(), target.port))
             .await
@@ -167,7 +189,9 @@ fn valid_host_name(host: &str) -> bool {
             (1..=63).contains(&label.len())
                 && !label.starts_with('-')
                 && !label.ends_with('-')
-                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         })
 }
 
@@ -176,25 +200,53 @@ mod tests {
     use super::*;
 
     fn t(scheme: Scheme, host: &str, port: u16) -> Target {
-        Target { scheme, host: host.to_owned(), port }
+        Target {
+            scheme,
+            host: host.to_owned(),
+            port,
+        }
     }
 
     #[test]
     fn parses_targets() {
-        assert_eq!(parse_target("tcp://127.0.0.1:80").unwrap(), t(Scheme::Tcp, "127.0.0.1", 80));
+        assert_eq!(
+            parse_target("tcp://127.0.0.1:80").unwrap(),
+            t(Scheme::Tcp, "127.0.0.1", 80)
+        );
         assert_eq!(parse_target("UDP://h:1/").unwrap(), t(Scheme::Udp, "h", 1));
-        assert_eq!(parse_target("tcp-connect://[::1]:22").unwrap(), t(Scheme::TcpConnect, "::1", 22));
-        assert_eq!(parse_target("tcp-crr://x:65535").unwrap(), t(Scheme::TcpCrr, "x", 65535));
-        assert_eq!(parse_target("example.org").unwrap(), t(Scheme::Icmp, "example.org", 0));
+        assert_eq!(
+            parse_target("tcp-connect://[::1]:22").unwrap(),
+            t(Scheme::TcpConnect, "::1", 22)
+        );
+        assert_eq!(
+            parse_target("tcp-crr://x:65535").unwrap(),
+            t(Scheme::TcpCrr, "x", 65535)
+        );
+        assert_eq!(
+            parse_target("example.org").unwrap(),
+            t(Scheme::Icmp, "example.org", 0)
+        );
         assert_eq!(parse_target("::1").unwrap(), t(Scheme::Icmp, "::1", 0));
-        assert_eq!(parse_target("icmp://[::1]").unwrap(), t(Scheme::Icmp, "::1", 0));
-        assert_eq!(parse_target("grpc://h:50051").unwrap(), t(Scheme::Grpc, "h", 50051));
+        assert_eq!(
+            parse_target("icmp://[::1]").unwrap(),
+            t(Scheme::Icmp, "::1", 0)
+        );
+        assert_eq!(
+            parse_target("grpc://h:50051").unwrap(),
+            t(Scheme::Grpc, "h", 50051)
+        );
     }
 
     #[test]
     fn displays_normalised() {
-        assert_eq!(parse_target("TCP://[::1]:5").unwrap().to_string(), "tcp://[::1]:5");
-        assert_eq!(parse_target("localhost").unwrap().to_string(), "icmp://localhost");
+        assert_eq!(
+            parse_target("TCP://[::1]:5").unwrap().to_string(),
+            "tcp://[::1]:5"
+        );
+        assert_eq!(
+            parse_target("localhost").unwrap().to_string(),
+            "icmp://localhost"
+        );
     }
 
     #[test]
@@ -229,7 +281,10 @@ mod tests {
     #[tokio::test]
     async fn resolves_literals_and_families() {
         let v4 = parse_target("tcp://127.0.0.1:9").unwrap();
-        assert_eq!(resolve(&v4, Family::Any).await.unwrap(), "127.0.0.1:9".parse().unwrap());
+        assert_eq!(
+            resolve(&v4, Family::Any).await.unwrap(),
+            "127.0.0.1:9".parse().unwrap()
+        );
         assert!(resolve(&v4, Family::V6).await.is_err());
         // Syntactically invalid, so no DNS query leaves the machine.
         let bad = parse_target("tcp://no..such-host:9").unwrap();

@@ -140,14 +140,41 @@ mod tests {
     fn rejects_zeroes() {
         let base = RunConfig::default();
         let cases = [
-            (RunConfig { count: Some(0), ..base.clone() }, ConfigError::ZeroCount),
-            (RunConfig { burst: 0, ..base.clone() }, ConfigError::ZeroBurst),
-            (RunConfig { timeout: Duration::ZERO, ..base.clone() }, ConfigError::ZeroTimeout),
             (
-                RunConfig { duration: Some(Duration::ZERO), ..base.clone() },
+                RunConfig {
+                    count: Some(0),
+                    ..base.clone()
+                },
+                ConfigError::ZeroCount,
+            ),
+            (
+                RunConfig {
+                    burst: 0,
+                    ..base.clone()
+                },
+                ConfigError::ZeroBurst,
+            ),
+            (
+                RunConfig {
+                    timeout: Duration::ZERO,
+                    ..base.clone()
+                },
+                ConfigError::ZeroTimeout,
+            ),
+            (
+                RunConfig {
+                    duration: Some(Duration::ZERO),
+                    ..base.clone()
+                },
                 ConfigError::ZeroDuration,
             ),
-            (RunConfig { max_in_flight: 0, ..base.clone() }, ConfigError::ZeroInFlight),
+            (
+                RunConfig {
+                    max_in_flight: 0,
+                    ..base.clone()
+                },
+                ConfigError::ZeroInFlight,
+            ),
         ];
         for (cfg, want) in cases {
             assert_eq!(cfg.validate(), Err(want));

@@ -90,7 +90,16 @@ mod tests {
 
     #[test]
     fn rejects_bad_input() {
-        for bad in ["", "-1ms", "10", "ms", "1.2.3s", "10 parsecs", "1e400s", "abc"] {
+        for bad in [
+            "",
+            "-1ms",
+            "10",
+            "ms",
+            "1.2.3s",
+            "10 parsecs",
+            "1e400s",
+            "abc",
+        ] {
             assert!(parse_duration(bad).is_err(), "{bad:?} should not parse");
         }
         assert!(parse_duration("-5ms").unwrap_err().contains("negative"));

@@ -123,7 +123,11 @@ impl<T: Send + 'static> Matcher<T> {
         inner.finished.remove(&seq);
         inner.pending.insert(seq, tx);
         drop(inner);
-        Waiter { matcher: Arc::clone(self), seq, rx: Some(rx) }
+        Waiter {
+            matcher: Arc::clone(self),
+            seq,
+            rx: Some(rx),
+        }
     }
 
     /// Hands a reply for `seq` to its waiter, or counts it.
@@ -205,7 +209,11 @@ impl<T> Waiter<T> {
 impl<T> Drop for Waiter<T> {
     fn drop(&mut self) {
         let Some(mut rx) = self.rx.take() else { return };
-        let mut inner = self.matcher.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut inner = self
+            .matcher
+            .inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if inner.pending.remove(&self.seq).is_some() {
             inner.finish(self.seq, Finished::Expired);
         } else if rx.try_recv().is_ok() {

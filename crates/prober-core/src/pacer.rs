@@ -16,7 +16,11 @@ pub struct Pacer {
 impl Pacer {
     /// A schedule whose slot 0 is due at `start`.
     pub fn new(start: Instant, interval: Duration) -> Self {
-        Self { start, interval, slot: 0 }
+        Self {
+            start,
+            interval,
+            slot: 0,
+        }
     }
 
     /// The deadline of the next slot; advances the schedule by one slot.
@@ -59,7 +63,10 @@ mod tests {
         // 1/3 ms does not divide evenly into ns; the error must not accumulate.
         let start = Instant::now();
         let p = Pacer::new(start, Duration::from_nanos(333_333));
-        assert_eq!(p.deadline(3_000_000), start + Duration::from_nanos(333_333 * 3_000_000));
+        assert_eq!(
+            p.deadline(3_000_000),
+            start + Duration::from_nanos(333_333 * 3_000_000)
+        );
     }
 
     #[tokio::test(start_paused = true)]

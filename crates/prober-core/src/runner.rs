@@ -54,7 +54,10 @@ pub struct Clock {
 impl Clock {
     /// A clock anchored at this moment.
     pub fn now() -> Self {
-        Self { origin: Instant::now(), origin_unix_ns: unix_now_ns() }
+        Self {
+            origin: Instant::now(),
+            origin_unix_ns: unix_now_ns(),
+        }
     }
 
     /// Wall-clock time of `at`, ns since the Unix epoch.
@@ -129,7 +132,11 @@ pub async fn run_target<P: Probe>(
     } else {
         open_loop(&probe, target, &cfg, phase, &events, &stop).await
     };
-    let done = Event::Done { target, anomalies: probe.anomalies(), missed };
+    let done = Event::Done {
+        target,
+        anomalies: probe.anomalies(),
+        missed,
+    };
     let _ = events.send(done).await;
 }
 
@@ -226,7 +233,14 @@ async fn one_probe<P: Probe>(
         Ok(Err(error)) => (started, Outcome::Error(error.0), 0),
         Err(_) => (started, Outcome::Timeout, 0),
     };
-    Sample { target, seq, scheduled, sent, outcome, bytes }
+    Sample {
+        target,
+        seq,
+        scheduled,
+        sent,
+        outcome,
+        bytes,
+    }
 }
 
 /// Receives events until every target is done (or every sender is gone),
@@ -260,10 +274,14 @@ pub async fn collect(
     }
     let mut remaining = targets.len();
     while remaining > 0 {
-        let Some(event) = events.recv().await else { break };
+        let Some(event) = events.recv().await else {
+            break;
+        };
         match event {
             Event::Sample(sample) => {
-                let Some(st) = stats.get_mut(sample.target) else { continue };
+                let Some(st) = stats.get_mut(sample.target) else {
+                    continue;
+                };
                 st.record(&sample);
                 let info = &targets[sample.target];
                 for (i, sink) in sinks.iter_mut().enumerate() {
@@ -272,7 +290,11 @@ pub async fn collect(
                     }
                 }
             }
-            Event::Done { target, anomalies, missed } => {
+            Event::Done {
+                target,
+                anomalies,
+                missed,
+            } => {
                 if let Some(slot) = tallies.get_mut(target)
                     && slot.is_none()
                 {

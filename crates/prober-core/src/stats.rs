@@ -286,7 +286,10 @@ mod tests {
             let want = p * 10_000_000.0;
             let got = s.get(name).unwrap();
             // Three significant digits: within 0.1% (+ one step of the data).
-            assert!((got - want).abs() <= want * 0.001 + 1000.0, "{name}: {got} vs {want}");
+            assert!(
+                (got - want).abs() <= want * 0.001 + 1000.0,
+                "{name}: {got} vs {want}"
+            );
         }
         assert!((s.mean - 5_000_500.0).abs() < 1e-3);
         // Population std of 1..=n (in µs) is sqrt((n^2 - 1) / 12).
@@ -301,7 +304,10 @@ mod tests {
             d.record(Duration::from_micros(50));
         }
         let s = d.summary();
-        assert_eq!((s.min, s.p50, s.p99_9, s.max), (50_000, 50_000, 50_000, 50_000));
+        assert_eq!(
+            (s.min, s.p50, s.p99_9, s.max),
+            (50_000, 50_000, 50_000, 50_000)
+        );
         assert_eq!(s.std, 0.0);
     }
 

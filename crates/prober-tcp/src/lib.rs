@@ -44,10 +44,19 @@ pub struct SizeError {
 /// # Errors
 /// [`SizeError`] when the size is below the header or above the limit.
 pub fn check_size(protocol: &'static str, size: usize, udp: bool) -> Result<(), SizeError> {
-    let max = if udp { wire::MAX_UDP_FRAME } else { wire::MAX_TCP_FRAME };
+    let max = if udp {
+        wire::MAX_UDP_FRAME
+    } else {
+        wire::MAX_TCP_FRAME
+    };
     if (wire::HEADER_LEN..=max).contains(&size) {
         Ok(())
     } else {
-        Err(SizeError { protocol, size, min: wire::HEADER_LEN, max })
+        Err(SizeError {
+            protocol,
+            size,
+            min: wire::HEADER_LEN,
+            max,
+        })
     }
 }

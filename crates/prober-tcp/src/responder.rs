@@ -110,7 +110,11 @@ pub async fn serve_tcp(
     Ok(())
 }
 
-async fn serve_conn(stream: TcpStream, cfg: &ResponderConfig, counter: &AtomicU64) -> io::Result<()> {
+async fn serve_conn(
+    stream: TcpStream,
+    cfg: &ResponderConfig,
+    counter: &AtomicU64,
+) -> io::Result<()> {
     stream.set_nodelay(true)?;
     let (reader, mut writer) = stream.into_split();
     let mut reader = BufReader::with_capacity(64 * 1024, reader);
@@ -225,7 +229,11 @@ mod tests {
 
     #[test]
     fn plan_counts_from_one() {
-        let cfg = ResponderConfig { drop_every: Some(3), duplicate_every: Some(4), ..Default::default() };
+        let cfg = ResponderConfig {
+            drop_every: Some(3),
+            duplicate_every: Some(4),
+            ..Default::default()
+        };
         let dropped: Vec<u64> = (1..=12).filter(|&n| !cfg.plan(n).answer).collect();
         assert_eq!(dropped, [3, 6, 9, 12]);
         let doubled: Vec<u64> = (1..=12).filter(|&n| cfg.plan(n).copies == 2).collect();

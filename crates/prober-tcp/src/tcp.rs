@@ -117,7 +117,10 @@ async fn read_replies(
             Err(e) => break format!("bad reply: {e}"),
         };
         if h.kind != Kind::Response || h.nonce != nonce || h.len as usize != size {
-            break format!("bad reply: {} of {} bytes from another run or peer", h.kind, h.len);
+            break format!(
+                "bad reply: {} of {} bytes from another run or peer",
+                h.kind, h.len
+            );
         }
         if let Err(e) = reader.read_exact(&mut rest).await {
             break format!("receive: {e}");
@@ -145,9 +148,12 @@ impl Probe for TcpProbe {
             sent
         };
         match waiter.recv().await {
-            Some(Ok((received, dwell))) => {
-                Ok(Reply { sent, received, server_dwell: Some(dwell), bytes: self.size })
-            }
+            Some(Ok((received, dwell))) => Ok(Reply {
+                sent,
+                received,
+                server_dwell: Some(dwell),
+                bytes: self.size,
+            }),
             Some(Err(e)) => Err(e),
             None => Err(ProbeError::new("reply matcher closed")),
         }
@@ -163,7 +169,11 @@ impl Probe for TcpProbe {
 }
 
 fn new_socket(addr: SocketAddr) -> Result<TcpSocket, ProbeError> {
-    let socket = if addr.is_ipv4() { TcpSocket::new_v4() } else { TcpSocket::new_v6() };
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()
+    } else {
+        TcpSocket::new_v6()
+    };
     socket.map_err(|e| ProbeError::new(format!("creating socket: {e}")))
 }
 
@@ -198,7 +208,12 @@ impl Probe for TcpConnectProbe {
             .map_err(|e| ProbeError::new(format!("connect to {}: {e}", self.addr)))?;
         let received = Instant::now();
         reset(&stream);
-        Ok(Reply { sent, received, server_dwell: None, bytes: 0 })
+        Ok(Reply {
+            sent,
+            received,
+            server_dwell: None,
+            bytes: 0,
+        })
     }
 }
 
@@ -215,7 +230,11 @@ pub struct TcpCrrProbe {
 impl TcpCrrProbe {
     /// A probe of `addr` sending frames of `size` bytes.
     pub fn new(addr: SocketAddr, size: usize) -> Self {
-        Self { addr, size, nonce: fastrand::u64(..) }
+        Self {
+            addr,
+            size,
+            nonce: fastrand::u64(..),
+        }
     }
 }
 
@@ -230,17 +249,32 @@ impl Probe for TcpCrrProbe {
             .connect(self.addr)
             .await
             .map_err(|e| io_err(&format!("connect to {}", self.addr), e))?;
-        stream.set_nodelay(true).map_err(|e| io_err("setting TCP_NODELAY", e))?;
-        stream.write_all(&frame).await.map_err(|e| io_err("send", e))?;
-        stream.read_exact(&mut frame).await.map_err(|e| io_err("receive", e))?;
+        stream
+            .set_nodelay(true)
+            .map_err(|e| io_err("setting TCP_NODELAY", e))?;
+        stream
+            .write_all(&frame)
+            .await
+            .map_err(|e| io_err("send", e))?;
+        stream
+            .read_exact(&mut frame)
+            .await
+            .map_err(|e| io_err("receive", e))?;
         let received = Instant::now();
         reset(&stream);
         let h = Header::decode(&frame, MAX_TCP_FRAME)
             .map_err(|e| ProbeError::new(format!("bad reply: {e}")))?;
         if h.kind != Kind::Response || h.nonce != self.nonce || h.seq != seq {
-            return Err(ProbeError::new("bad reply: not the response to this request"));
+            return Err(ProbeError::new(
+                "bad reply: not the response to this request",
+            ));
         }
         let dwell = Some(Duration::from_nanos(h.dwell_ns));
-        Ok(Reply { sent, received, server_dwell: dwell, bytes: self.size })
+        Ok(Reply {
+            sent,
+            received,
+            server_dwell: dwell,
+            bytes: self.size,
+        })
     }
 }

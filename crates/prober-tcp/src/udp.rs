@@ -44,8 +44,18 @@ impl UdpProbe {
         let socket = Arc::new(socket);
         let nonce = fastrand::u64(..);
         let matcher = Matcher::new();
-        let task = tokio::spawn(read_replies(Arc::clone(&socket), Arc::clone(&matcher), nonce));
-        Ok(Self { socket, size, nonce, matcher, _reader: AbortOnDropHandle::new(task) })
+        let task = tokio::spawn(read_replies(
+            Arc::clone(&socket),
+            Arc::clone(&matcher),
+            nonce,
+        ));
+        Ok(Self {
+            socket,
+            size,
+            nonce,
+            matcher,
+            _reader: AbortOnDropHandle::new(task),
+        })
     }
 }
 
@@ -56,15 +66,25 @@ async fn read_replies(socket: Arc<UdpSocket>, matcher: Arc<Matcher<Arrival>>, no
             Ok(n) => {
                 let received = Instant::now();
                 match Header::decode(&buf[..n], MAX_UDP_FRAME) {
-                    Ok(h) if h.kind == Kind::Response && h.nonce == nonce && h.len as usize == n => {
+                    Ok(h)
+                        if h.kind == Kind::Response && h.nonce == nonce && h.len as usize == n =>
+                    {
                         matcher.deliver(h.seq, Ok((received, Duration::from_nanos(h.dwell_ns))));
                     }
-                    Ok(h) => tracing::debug!(seq = h.seq, len = n, "ignoring a datagram of another run"),
-                    Err(error) => tracing::debug!(%error, "ignoring a datagram that is not a reply"),
+                    Ok(h) => {
+                        tracing::debug!(seq = h.seq, len = n, "ignoring a datagram of another run")
+                    }
+                    Err(error) => {
+                        tracing::debug!(%error, "ignoring a datagram that is not a reply")
+                    }
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                matcher.fail_all(|| Err(ProbeError::new("connection refused (ICMP port unreachable)")));
+                matcher.fail_all(|| {
+                    Err(ProbeError::new(
+                        "connection refused (ICMP port unreachable)",
+                    ))
+                });
             }
             Err(e) => {
                 let msg = format!("receive: {e}");
@@ -85,14 +105,19 @@ impl Probe for UdpProbe {
         match self.socket.send(&frame).await {
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                return Err(ProbeError::new("connection refused (ICMP port unreachable)"));
+                return Err(ProbeError::new(
+                    "connection refused (ICMP port unreachable)",
+                ));
             }
             Err(e) => return Err(ProbeError::new(format!("send: {e}"))),
         }
         match waiter.recv().await {
-            Some(Ok((received, dwell))) => {
-                Ok(Reply { sent, received, server_dwell: Some(dwell), bytes: self.size })
-            }
+            Some(Ok((received, dwell))) => Ok(Reply {
+                sent,
+                received,
+                server_dwell: Some(dwell),
+                bytes: self.size,
+            }),
             Some(Err(e)) => Err(e),
             None => Err(ProbeError::new("reply matcher closed")),
         }

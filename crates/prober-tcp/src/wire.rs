@@ -101,7 +101,13 @@ impl Header {
         if (len as usize) < HEADER_LEN || len as usize > max {
             return Err(FrameError::BadLength { len, max });
         }
-        Ok(Self { kind, len, seq: be64(&buf[16..]), nonce: be64(&buf[24..]), dwell_ns: be64(&buf[32..]) })
+        Ok(Self {
+            kind,
+            len,
+            seq: be64(&buf[16..]),
+            nonce: be64(&buf[24..]),
+            dwell_ns: be64(&buf[32..]),
+        })
     }
 
     /// Writes this header into the first [`HEADER_LEN`] bytes of `buf`.
@@ -131,7 +137,14 @@ pub fn encode_request(buf: &mut Vec<u8>, size: usize, seq: u64, nonce: u64) {
     buf.clear();
     buf.resize(size, 0);
     let len = u32::try_from(size).expect("frame size fits in u32");
-    Header { kind: Kind::Request, len, seq, nonce, dwell_ns: 0 }.encode(buf);
+    Header {
+        kind: Kind::Request,
+        len,
+        seq,
+        nonce,
+        dwell_ns: 0,
+    }
+    .encode(buf);
 }
 
 /// Turns a request frame in place into its response: kind and dwell change,
@@ -151,10 +164,22 @@ mod tests {
         encode_request(&mut buf, 100, 0x0102_0304_0506_0708, 42);
         assert_eq!(buf.len(), 100);
         let h = Header::decode(&buf, MAX_UDP_FRAME).unwrap();
-        assert_eq!(h, Header { kind: Kind::Request, len: 100, seq: 0x0102_0304_0506_0708, nonce: 42, dwell_ns: 0 });
+        assert_eq!(
+            h,
+            Header {
+                kind: Kind::Request,
+                len: 100,
+                seq: 0x0102_0304_0506_0708,
+                nonce: 42,
+                dwell_ns: 0
+            }
+        );
         make_response(&mut buf, 1234);
         let r = Header::decode(&buf, MAX_UDP_FRAME).unwrap();
-        assert_eq!((r.kind, r.seq, r.nonce, r.dwell_ns), (Kind::Response, h.seq, 42, 1234));
+        assert_eq!(
+            (r.kind, r.seq, r.nonce, r.dwell_ns),
+            (Kind::Response, h.seq, 42, 1234)
+        );
     }
 
     #[test]
@@ -181,9 +206,15 @@ mod tests {
         let mut b = good.clone();
         b[5] = 7;
         assert_eq!(Header::decode(&b, 64), Err(FrameError::BadKind(7)));
-        assert_eq!(Header::decode(&good, 63), Err(FrameError::BadLength { len: 64, max: 63 }));
+        assert_eq!(
+            Header::decode(&good, 63),
+            Err(FrameError::BadLength { len: 64, max: 63 })
+        );
         let mut b = good.clone();
         b[8..12].copy_from_slice(&10u32.to_be_bytes());
-        assert!(matches!(Header::decode(&b, 64), Err(FrameError::BadLength { len: 10, .. })));
+        assert!(matches!(
+            Header::decode(&b, 64),
+            Err(FrameError::BadLength { len: 10, .. })
+        ));
     }
 }

@@ -30,7 +30,11 @@ const SELF_TEST_COUNT: u64 = 200;
 const SELF_TEST_INTERVAL: Duration = Duration::from_millis(10);
 
 fn run_config(args: &RunArgs, self_test: bool) -> anyhow::Result<RunConfig> {
-    let default_interval = if self_test { SELF_TEST_INTERVAL } else { Duration::from_secs(1) };
+    let default_interval = if self_test {
+        SELF_TEST_INTERVAL
+    } else {
+        Duration::from_secs(1)
+    };
     let count = match (args.count, args.duration, self_test) {
         (None, None, true) => Some(SELF_TEST_COUNT),
         (count, _, _) => count,
@@ -63,10 +67,18 @@ async fn start_self_test(
         .await
         .context("binding the loopback udp responder")?;
     let (tcp, udp) = (listener.local_addr()?.port(), socket.local_addr()?.port());
-    services.spawn(serve_tcp(listener, ResponderConfig::default(), stop.clone()));
+    services.spawn(serve_tcp(
+        listener,
+        ResponderConfig::default(),
+        stop.clone(),
+    ));
     services.spawn(serve_udp(socket, ResponderConfig::default(), stop));
     let host = Ipv4Addr::LOCALHOST.to_string();
-    let target = |scheme, port| Target { scheme, host: host.clone(), port };
+    let target = |scheme, port| Target {
+        scheme,
+        host: host.clone(),
+        port,
+    };
     Ok(vec![
         target(Scheme::Tcp, tcp),
         target(Scheme::Udp, udp),
@@ -82,7 +94,10 @@ fn check_target_size(t: &Target, size: usize) -> anyhow::Result<()> {
         Scheme::Udp => check_size("udp", size, true),
         Scheme::TcpConnect => Ok(()),
         Scheme::Icmp | Scheme::Grpc | Scheme::Grpcs => {
-            bail!("{} probes are not available in this build yet (target {t})", t.scheme.name())
+            bail!(
+                "{} probes are not available in this build yet (target {t})",
+                t.scheme.name()
+            )
         }
     };
     res.with_context(|| format!("target {t}"))
@@ -107,7 +122,10 @@ impl Built {
                     .await
                     .with_context(|| format!("opening a udp socket to {addr}"))?,
             ),
-            other => bail!("{} probes are not available in this build yet", other.name()),
+            other => bail!(
+                "{} probes are not available in this build yet",
+                other.name()
+            ),
         })
     }
 
@@ -140,7 +158,10 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let fields = match (&args.fields, args.output) {
         (Some(spec), _) => parse_fields(spec).map_err(|e| anyhow!(e))?,
         (None, Output::Csv) => DEFAULT_CSV_FIELDS.iter().map(|s| (*s).to_owned()).collect(),
-        (None, _) => DEFAULT_TABLE_FIELDS.iter().map(|s| (*s).to_owned()).collect(),
+        (None, _) => DEFAULT_TABLE_FIELDS
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect(),
     };
     let family = match (args.ipv4, args.ipv6) {
         (true, _) => Family::V4,
@@ -152,7 +173,10 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let targets = if self_test {
         Vec::new()
     } else {
-        args.targets.iter().map(|t| parse_target(t)).collect::<anyhow::Result<Vec<_>>>()?
+        args.targets
+            .iter()
+            .map(|t| parse_target(t))
+            .collect::<anyhow::Result<Vec<_>>>()?
     };
     for t in &targets {
         check_target_size(t, cfg.size)?;
@@ -173,7 +197,12 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let stop = CancellationToken::new();
     let _signals = cancel_on_signals(stop.clone());
     let (events, rx) = mpsc::channel(EVENT_CHANNEL);
-    let ctx = SpawnCtx { cfg: cfg.clone(), targets: targets.len(), events, stop };
+    let ctx = SpawnCtx {
+        cfg: cfg.clone(),
+        targets: targets.len(),
+        events,
+        stop,
+    };
     let mut infos = Vec::with_capacity(targets.len());
     let mut runs = JoinSet::new();
     for (id, (t, addr)) in targets.iter().zip(&addrs).enumerate() {
@@ -183,7 +212,9 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             protocol: t.scheme.name().to_owned(),
             addr: addr.to_string(),
         });
-        Built::new(t.scheme, *addr, cfg.size).await?.spawn(&mut runs, id, &ctx);
+        Built::new(t.scheme, *addr, cfg.size)
+            .await?
+            .spawn(&mut runs, id, &ctx);
     }
     drop(ctx);
 
@@ -202,5 +233,9 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     while services.join_next().await.is_some() {}
     let _ = std::io::stdout().flush();
     written.context("writing results")?;
-    Ok(if summaries.iter().all(Summary::all_ok) { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if summaries.iter().all(Summary::all_ok) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }

@@ -33,13 +33,16 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut set = JoinSet::new();
     let mut out = std::io::stdout();
     if let Some(addr) = tcp {
-        let listener =
-            TcpListener::bind(addr).await.with_context(|| format!("binding tcp {addr}"))?;
+        let listener = TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding tcp {addr}"))?;
         writeln!(out, "listening tcp {}", listener.local_addr()?)?;
         set.spawn(serve_tcp(listener, cfg.clone(), stop.clone()));
     }
     if let Some(addr) = udp {
-        let socket = UdpSocket::bind(addr).await.with_context(|| format!("binding udp {addr}"))?;
+        let socket = UdpSocket::bind(addr)
+            .await
+            .with_context(|| format!("binding udp {addr}"))?;
         writeln!(out, "listening udp {}", socket.local_addr()?)?;
         set.spawn(serve_udp(socket, cfg, stop.clone()));
     }

@@ -8,8 +8,15 @@ fn fails(args: &[&str], want: &str) {
     assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
     assert!(err.contains(want), "{args:?}: {err:?} lacks {want:?}");
     assert!(!err.contains("panicked"), "{args:?}: {err}");
-    assert!(out.stdout.is_empty(), "{args:?} printed results: {}", String::from_utf8_lossy(&out.stdout));
-    let lines: Vec<&str> = err.lines().filter(|l| l.contains("error") || l.starts_with("prober:")).collect();
+    assert!(
+        out.stdout.is_empty(),
+        "{args:?} printed results: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("error") || l.starts_with("prober:"))
+        .collect();
     assert_eq!(lines.len(), 1, "{args:?}: not one error line: {err}");
 }
 
@@ -18,22 +25,43 @@ fn bad_settings() {
     let t = "tcp://127.0.0.1:1";
     fails(&["run", "--interval", "-5ms", t], "negative");
     fails(&["run", "--interval=-5ms", t], "negative");
-    fails(&["run", "--interval", "fast", t], "does not start with a number");
+    fails(
+        &["run", "--interval", "fast", t],
+        "does not start with a number",
+    );
     fails(&["run", "--interval", "10", t], "no unit");
     fails(&["run", "--count", "0", t], "0 is not in 1..");
     fails(&["run", "--duration", "soon", t], "invalid value");
-    fails(&["run", "--timeout", "0", t], "timeout must be greater than zero");
+    fails(
+        &["run", "--timeout", "0", t],
+        "timeout must be greater than zero",
+    );
     fails(&["run", "--burst", "0", t], "0 is not in 1..");
-    fails(&["run", "--fields", "mean,bogus", t], "unknown field \"bogus\"");
+    fails(
+        &["run", "--fields", "mean,bogus", t],
+        "unknown field \"bogus\"",
+    );
     fails(&["run", "--pacing", "warp", t], "invalid value 'warp'");
 }
 
 #[test]
 fn bad_sizes() {
-    fails(&["run", "--size", "10", "tcp://127.0.0.1:1"], "size 10 is out of range for tcp");
-    fails(&["run", "--size", "70000", "udp://127.0.0.1:1"], "size 70000 is out of range for udp");
-    fails(&["run", "--size", "2000000", "tcp://127.0.0.1:1"], "must be 40..=1048576");
-    fails(&["run", "--size", "39", "tcp-crr://127.0.0.1:1"], "out of range for tcp-crr");
+    fails(
+        &["run", "--size", "10", "tcp://127.0.0.1:1"],
+        "size 10 is out of range for tcp",
+    );
+    fails(
+        &["run", "--size", "70000", "udp://127.0.0.1:1"],
+        "size 70000 is out of range for udp",
+    );
+    fails(
+        &["run", "--size", "2000000", "tcp://127.0.0.1:1"],
+        "must be 40..=1048576",
+    );
+    fails(
+        &["run", "--size", "39", "tcp-crr://127.0.0.1:1"],
+        "out of range for tcp-crr",
+    );
 }
 
 #[test]
@@ -41,7 +69,10 @@ fn bad_targets() {
     fails(&["run", "ftp://127.0.0.1:1"], "unknown scheme \"ftp\"");
     fails(&["run", "tcp://127.0.0.1"], "missing a port");
     fails(&["run", "tcp://127.0.0.1:0"], "port 0 is out of range");
-    fails(&["run", "udp://127.0.0.1:65536"], "port 65536 is out of range");
+    fails(
+        &["run", "udp://127.0.0.1:65536"],
+        "port 65536 is out of range",
+    );
     fails(&["run", "tcp://127.0.0.1:x"], "is not a number");
     // Invalid syntax: rejected before any DNS query.
     fails(&["run", "tcp://no..such-host:80"], "cannot resolve host");
@@ -52,7 +83,10 @@ fn bad_targets() {
 fn a_bad_target_stops_the_whole_run_before_probing() {
     let srv = Server::start(&[]);
     let good = format!("tcp://{}", srv.tcp);
-    fails(&["run", "-c", "3", &good, "tcp://host-without-port"], "missing a port");
+    fails(
+        &["run", "-c", "3", &good, "tcp://host-without-port"],
+        "missing a port",
+    );
 }
 
 #[test]
@@ -69,5 +103,8 @@ fn help_documents_exit_codes() {
     let out = run(&["run", "--help"]);
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("Exit status:") && text.contains("2  an error"), "{text}");
+    assert!(
+        text.contains("Exit status:") && text.contains("2  an error"),
+        "{text}"
+    );
 }

@@ -19,10 +19,23 @@ fn json_has_every_seq_once_per_protocol() {
         format!("tcp-connect://{}", srv.tcp),
         format!("tcp-crr://{}", srv.tcp),
     ];
-    let mut args = vec!["run", "--count", "25", "--interval", "2ms", "--output", "json"];
+    let mut args = vec![
+        "run",
+        "--count",
+        "25",
+        "--interval",
+        "2ms",
+        "--output",
+        "json",
+    ];
     args.extend(targets.iter().map(String::as_str));
     let out = run(&args);
-    assert_eq!(out.status.code(), Some(0), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let lines = json_lines(&out);
     let meta = of_type(&lines, "meta");
     assert_eq!(meta.len(), 1);
@@ -33,7 +46,9 @@ fn json_has_every_seq_once_per_protocol() {
     for p in of_type(&lines, "probe") {
         assert_eq!(p["outcome"], "ok", "{p}");
         assert!(p["rtt_ns"].as_u64().is_some() && p["sent_unix_ns"].as_u64().is_some());
-        seqs.entry(p["target"].as_str().unwrap().to_owned()).or_default().push(p["seq"].as_u64().unwrap());
+        seqs.entry(p["target"].as_str().unwrap().to_owned())
+            .or_default()
+            .push(p["seq"].as_u64().unwrap());
     }
     let summaries = of_type(&lines, "summary");
     assert_eq!(summaries.len(), 4);
@@ -42,7 +57,11 @@ fn json_has_every_seq_once_per_protocol() {
         let mut got = seqs.remove(t.as_str()).unwrap_or_default();
         got.sort_unstable();
         assert_eq!(got, (0..N).collect::<Vec<_>>(), "{t}");
-        assert_eq!((s["sent"].as_u64(), s["ok"].as_u64()), (Some(N), Some(N)), "{s}");
+        assert_eq!(
+            (s["sent"].as_u64(), s["ok"].as_u64()),
+            (Some(N), Some(N)),
+            "{s}"
+        );
         assert_eq!(s["rtt"]["count"], N);
         assert_eq!(s["settings"]["count"], N);
         assert!(s["rtt"]["p50"].as_u64().unwrap() > 0);
@@ -53,11 +72,16 @@ fn json_has_every_seq_once_per_protocol() {
 fn dropped_requests_are_exact_timeouts_and_exit_1() {
     let srv = Server::start(&["--drop-every", "5"]);
     let target = format!("udp://{}", srv.udp);
-    let out = run(&["run", "-c", "20", "-i", "2ms", "-W", "200ms", "-o", "json", &target]);
+    let out = run(&[
+        "run", "-c", "20", "-i", "2ms", "-W", "200ms", "-o", "json", &target,
+    ]);
     assert_eq!(out.status.code(), Some(1));
     let lines = json_lines(&out);
     let s = of_type(&lines, "summary")[0];
-    assert_eq!((s["sent"].as_u64(), s["ok"].as_u64(), s["timeout"].as_u64()), (Some(20), Some(16), Some(4)));
+    assert_eq!(
+        (s["sent"].as_u64(), s["ok"].as_u64(), s["timeout"].as_u64()),
+        (Some(20), Some(16), Some(4))
+    );
     let timed_out: Vec<u64> = of_type(&lines, "probe")
         .iter()
         .filter(|p| p["outcome"] == "timeout")
@@ -77,9 +101,18 @@ fn refused_target_fails_alone() {
     assert_eq!(out.status.code(), Some(1));
     let lines = json_lines(&out);
     let s = of_type(&lines, "summary");
-    assert_eq!((s[0]["ok"].as_u64(), s[0]["error"].as_u64()), (Some(10), Some(0)));
-    assert_eq!((s[1]["ok"].as_u64(), s[1]["error"].as_u64()), (Some(0), Some(10)));
-    let err = of_type(&lines, "probe").into_iter().find(|p| p["target"] == bad.as_str()).unwrap();
+    assert_eq!(
+        (s[0]["ok"].as_u64(), s[0]["error"].as_u64()),
+        (Some(10), Some(0))
+    );
+    assert_eq!(
+        (s[1]["ok"].as_u64(), s[1]["error"].as_u64()),
+        (Some(0), Some(10))
+    );
+    let err = of_type(&lines, "probe")
+        .into_iter()
+        .find(|p| p["target"] == bad.as_str())
+        .unwrap();
     assert!(err["error"].as_str().unwrap().contains("refused"), "{err}");
 }
 
@@ -92,14 +125,29 @@ fn human_output_has_summaries_and_table() {
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains(&format!("--- {a} ")), "{text}");
-    assert!(text.contains("5 sent, 5 ok, 0 timeout, 0 error, 0.0% loss"), "{text}");
+    assert!(
+        text.contains("5 sent, 5 ok, 0 timeout, 0 error, 0.0% loss"),
+        "{text}"
+    );
     assert!(text.contains("rtt       min/p50/p90/p99/max = "), "{text}");
     assert!(text.contains("interval 2ms, pacing timer"), "{text}");
-    let header = text.lines().find(|l| l.starts_with("target ")).expect("table header");
-    for col in ["count", "loss", "mean", "std", "min", "p25", "p50", "p75", "p90", "p99", "max"] {
-        assert!(header.split_whitespace().any(|c| c == col), "{col} in {header}");
+    let header = text
+        .lines()
+        .find(|l| l.starts_with("target "))
+        .expect("table header");
+    for col in [
+        "count", "loss", "mean", "std", "min", "p25", "p50", "p75", "p90", "p99", "max",
+    ] {
+        assert!(
+            header.split_whitespace().any(|c| c == col),
+            "{col} in {header}"
+        );
     }
-    assert_eq!(text.lines().filter(|l| l.contains(" seq=")).count(), 10, "{text}");
+    assert_eq!(
+        text.lines().filter(|l| l.contains(" seq=")).count(),
+        10,
+        "{text}"
+    );
     let quiet = run(&["run", "-q", "-c", "5", "-i", "2ms", &a]);
     assert!(!String::from_utf8(quiet.stdout).unwrap().contains("seq="));
 }
@@ -109,12 +157,27 @@ fn csv_has_a_header_and_a_row_per_target() {
     let srv = Server::start(&[]);
     let a = format!("tcp://{}", srv.tcp);
     let b = format!("udp://{}", srv.udp);
-    let out = run(&["run", "-c", "5", "-i", "2ms", "-o", "csv", "--fields", "target,sent,ok,p50,lat.p99,pacing", &a, &b]);
+    let out = run(&[
+        "run",
+        "-c",
+        "5",
+        "-i",
+        "2ms",
+        "-o",
+        "csv",
+        "--fields",
+        "target,sent,ok,p50,lat.p99,pacing",
+        &a,
+        &b,
+    ]);
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8(out.stdout).unwrap();
     let rows: Vec<Vec<&str>> = text.lines().map(|l| l.split(',').collect()).collect();
     assert_eq!(rows.len(), 3, "{text}");
-    assert_eq!(rows[0], ["target", "sent", "ok", "p50", "lat.p99", "pacing"]);
+    assert_eq!(
+        rows[0],
+        ["target", "sent", "ok", "p50", "lat.p99", "pacing"]
+    );
     assert_eq!(rows[1][..3], [a.as_str(), "5", "5"]);
     assert_eq!(rows[2][0], b);
     assert!(rows[1][3].parse::<f64>().unwrap() > 0.0);
@@ -124,10 +187,17 @@ fn csv_has_a_header_and_a_row_per_target() {
 #[test]
 fn self_test_measures_every_protocol() {
     let out = run(&["run", "-c", "10", "-o", "json"]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let lines = json_lines(&out);
-    let protos: Vec<&str> =
-        of_type(&lines, "summary").iter().map(|s| s["protocol"].as_str().unwrap()).collect();
+    let protos: Vec<&str> = of_type(&lines, "summary")
+        .iter()
+        .map(|s| s["protocol"].as_str().unwrap())
+        .collect();
     assert_eq!(protos, ["tcp", "udp", "tcp-connect", "tcp-crr"]);
     assert_eq!(of_type(&lines, "probe").len(), 40);
 }
@@ -136,15 +206,21 @@ fn self_test_measures_every_protocol() {
 fn closed_loop_and_burst() {
     let srv = Server::start(&[]);
     let a = format!("tcp://{}", srv.tcp);
-    for args in [["-i", "0", "-b", "1"], ["-i", "0", "-b", "4"], ["-i", "5ms", "-b", "3"]] {
+    for args in [
+        ["-i", "0", "-b", "1"],
+        ["-i", "0", "-b", "4"],
+        ["-i", "5ms", "-b", "3"],
+    ] {
         let mut all = vec!["run", "-c", "30", "-o", "json"];
         all.extend(args);
         all.push(&a);
         let out = run(&all);
         assert_eq!(out.status.code(), Some(0), "{args:?}");
         let lines = json_lines(&out);
-        let mut seqs: Vec<u64> =
-            of_type(&lines, "probe").iter().map(|p| p["seq"].as_u64().unwrap()).collect();
+        let mut seqs: Vec<u64> = of_type(&lines, "probe")
+            .iter()
+            .map(|p| p["seq"].as_u64().unwrap())
+            .collect();
         seqs.sort_unstable();
         assert_eq!(seqs, (0..30).collect::<Vec<_>>(), "{args:?}");
     }
@@ -163,14 +239,22 @@ fn sigterm_stops_and_still_reports() {
     std::thread::sleep(Duration::from_millis(400));
     sigterm(child.id());
     let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let lines = json_lines(&out);
     let probes = of_type(&lines, "probe");
     let s = of_type(&lines, "summary");
     assert_eq!(s.len(), 1);
     assert!(probes.len() > 10, "{} probes", probes.len());
     assert_eq!(s[0]["sent"].as_u64(), Some(probes.len() as u64));
-    let v: Vec<&Value> = probes.into_iter().filter(|p| p["outcome"] != "ok").collect();
+    let v: Vec<&Value> = probes
+        .into_iter()
+        .filter(|p| p["outcome"] != "ok")
+        .collect();
     assert!(v.is_empty(), "{v:?}");
 }
 

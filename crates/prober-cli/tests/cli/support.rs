@@ -12,7 +12,11 @@ pub(crate) fn prober() -> Command {
 }
 
 pub(crate) fn run(args: &[&str]) -> Output {
-    prober().args(args).stdin(Stdio::null()).output().expect("prober runs")
+    prober()
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("prober runs")
 }
 
 /// A `prober serve` child on loopback ephemeral ports; killed on drop.
@@ -25,7 +29,14 @@ pub(crate) struct Server {
 impl Server {
     pub(crate) fn start(extra: &[&str]) -> Self {
         let mut child = prober()
-            .args(["serve", "--quiet", "--tcp", "127.0.0.1:0", "--udp", "127.0.0.1:0"])
+            .args([
+                "serve",
+                "--quiet",
+                "--tcp",
+                "127.0.0.1:0",
+                "--udp",
+                "127.0.0.1:0",
+            ])
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -34,7 +45,9 @@ impl Server {
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let mut addr = |proto: &str| {
             let line = lines.next().expect("a listening line").unwrap();
-            let rest = line.strip_prefix(&format!("listening {proto} ")).expect(&line);
+            let rest = line
+                .strip_prefix(&format!("listening {proto} "))
+                .expect(&line);
             rest.to_owned()
         };
         let tcp = addr("tcp");
@@ -72,7 +85,11 @@ pub(crate) fn of_type<'a>(lines: &'a [Value], kind: &str) -> Vec<&'a Value> {
 }
 
 pub(crate) fn sigterm(pid: u32) {
-    let ok = Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap().success();
+    let ok = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
     assert!(ok, "kill -TERM {pid}");
 }
 

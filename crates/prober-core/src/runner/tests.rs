@@ -12,8 +12,13 @@ struct ScriptedProbe {
 }
 
 impl ScriptedProbe {
-    fn new(f: impl Fn(u64) -> Option<Result<Duration, String>> + Send + Sync + 'static) -> Arc<Self> {
-        Arc::new(Self { script: Box::new(f), calls: Mutex::new(Vec::new()) })
+    fn new(
+        f: impl Fn(u64) -> Option<Result<Duration, String>> + Send + Sync + 'static,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            script: Box::new(f),
+            calls: Mutex::new(Vec::new()),
+        })
     }
 }
 
@@ -32,7 +37,12 @@ impl Probe for ScriptedProbe {
             Some(Err(e)) => Err(ProbeError(e)),
             Some(Ok(delay)) => {
                 tokio::time::sleep(delay).await;
-                Ok(Reply { sent, received: Instant::now(), server_dwell: None, bytes: 64 })
+                Ok(Reply {
+                    sent,
+                    received: Instant::now(),
+                    server_dwell: None,
+                    bytes: 64,
+                })
             }
         }
     }
@@ -47,7 +57,11 @@ fn cfg(interval_ms: u64, count: u64) -> RunConfig {
     }
 }
 
-async fn run_one(probe: Arc<ScriptedProbe>, cfg: RunConfig, stop: CancellationToken) -> (Vec<Sample>, Anomalies, u64) {
+async fn run_one(
+    probe: Arc<ScriptedProbe>,
+    cfg: RunConfig,
+    stop: CancellationToken,
+) -> (Vec<Sample>, Anomalies, u64) {
     let (tx, mut rx) = mpsc::channel(EVENT_CHANNEL);
     let task = tokio::spawn(run_target(probe, 0, cfg, Duration::ZERO, tx, stop));
     let mut samples = Vec::new();
@@ -55,7 +69,9 @@ async fn run_one(probe: Arc<ScriptedProbe>, cfg: RunConfig, stop: CancellationTo
     while let Some(ev) = rx.recv().await {
         match ev {
             Event::Sample(s) => samples.push(s),
-            Event::Done { anomalies, missed, .. } => done = Some((anomalies, missed)),
+            Event::Done {
+                anomalies, missed, ..
+            } => done = Some((anomalies, missed)),
         }
     }
     task.await.unwrap();
@@ -68,9 +84,13 @@ async fn run_one(probe: Arc<ScriptedProbe>, cfg: RunConfig, stop: CancellationTo
 async fn open_loop_sends_on_schedule() {
     let probe = ScriptedProbe::new(|_| Some(Ok(Duration::from_millis(1))));
     let start = Instant::now();
-    let (samples, _, missed) = run_one(Arc::clone(&probe), cfg(10, 10), CancellationToken::new()).await;
+    let (samples, _, missed) =
+        run_one(Arc::clone(&probe), cfg(10, 10), CancellationToken::new()).await;
     assert_eq!(missed, 0);
-    assert_eq!(samples.iter().map(|s| s.seq).collect::<Vec<_>>(), (0..10).collect::<Vec<_>>());
+    assert_eq!(
+        samples.iter().map(|s| s.seq).collect::<Vec<_>>(),
+        (0..10).collect::<Vec<_>>()
+    );
     for s in &samples {
         assert_eq!(s.scheduled - start, Duration::from_millis(10 * s.seq));
         assert_eq!(s.send_lag(), Duration::ZERO);
@@ -81,12 +101,17 @@ async fn open_loop_sends_on_schedule() {
 #[tokio::test(start_paused = true)]
 async fn a_stalled_reply_does_not_delay_later_sends() {
     // Probe 2 takes 50 ms, five intervals: open loop must keep sending.
-    let probe = ScriptedProbe::new(|seq| Some(Ok(Duration::from_millis(if seq == 2 { 50 } else { 1 }))));
+    let probe =
+        ScriptedProbe::new(|seq| Some(Ok(Duration::from_millis(if seq == 2 { 50 } else { 1 }))));
     let start = Instant::now();
     let (samples, _, _) = run_one(Arc::clone(&probe), cfg(10, 8), CancellationToken::new()).await;
     let calls = probe.calls.lock().unwrap().clone();
     for (seq, at) in calls {
-        assert_eq!(at - start, Duration::from_millis(10 * seq), "seq {seq} was sent late");
+        assert_eq!(
+            at - start,
+            Duration::from_millis(10 * seq),
+            "seq {seq} was sent late"
+        );
     }
     assert_eq!(samples[2].rtt(), Some(Duration::from_millis(50)));
     assert_eq!(samples[3].rtt(), Some(Duration::from_millis(1)));
@@ -102,7 +127,12 @@ async fn timeouts_and_errors_add_up() {
     let (samples, _, _) = run_one(probe, cfg(10, 20), CancellationToken::new()).await;
     let count = |name: &str| samples.iter().filter(|s| s.outcome.name() == name).count();
     assert_eq!((count("ok"), count("timeout"), count("error")), (10, 5, 5));
-    assert!(samples.iter().filter(|s| s.outcome == Outcome::Timeout).all(|s| s.seq % 4 == 0));
+    assert!(
+        samples
+            .iter()
+            .filter(|s| s.outcome == Outcome::Timeout)
+            .all(|s| s.seq % 4 == 0)
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -110,27 +140,43 @@ async fn full_in_flight_cap_counts_missed_slots() {
     // Nothing answers and only two probes may be in flight: with a 100 ms
     // timeout and 10 ms interval, most slots find no free permit.
     let probe = ScriptedProbe::new(|_| None);
-    let cfg = RunConfig { max_in_flight: 2, ..cfg(10, 30) };
+    let cfg = RunConfig {
+        max_in_flight: 2,
+        ..cfg(10, 30)
+    };
     let (samples, _, missed) = run_one(probe, cfg, CancellationToken::new()).await;
     assert_eq!(samples.len() as u64 + missed, 30);
     assert!(missed > 20, "missed {missed}");
-    assert_eq!(samples.iter().map(|s| s.seq).collect::<Vec<_>>(), (0..samples.len() as u64).collect::<Vec<_>>());
+    assert_eq!(
+        samples.iter().map(|s| s.seq).collect::<Vec<_>>(),
+        (0..samples.len() as u64).collect::<Vec<_>>()
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn burst_sends_several_per_slot() {
     let probe = ScriptedProbe::new(|_| Some(Ok(Duration::from_micros(100))));
     let start = Instant::now();
-    let cfg = RunConfig { burst: 3, ..cfg(10, 7) };
+    let cfg = RunConfig {
+        burst: 3,
+        ..cfg(10, 7)
+    };
     let (samples, _, _) = run_one(probe, cfg, CancellationToken::new()).await;
-    let slots: Vec<_> = samples.iter().map(|s| (s.scheduled - start).as_millis()).collect();
+    let slots: Vec<_> = samples
+        .iter()
+        .map(|s| (s.scheduled - start).as_millis())
+        .collect();
     assert_eq!(slots, [0, 0, 0, 10, 10, 10, 20]);
 }
 
 #[tokio::test(start_paused = true)]
 async fn duration_bounds_the_schedule() {
     let probe = ScriptedProbe::new(|_| Some(Ok(Duration::from_millis(1))));
-    let cfg = RunConfig { count: None, duration: Some(Duration::from_millis(95)), ..cfg(10, 1) };
+    let cfg = RunConfig {
+        count: None,
+        duration: Some(Duration::from_millis(95)),
+        ..cfg(10, 1)
+    };
     let (samples, _, _) = run_one(probe, cfg, CancellationToken::new()).await;
     assert_eq!(samples.len(), 10);
 }
@@ -144,7 +190,10 @@ async fn stop_drains_in_flight_probes() {
         tokio::time::sleep(Duration::from_millis(45)).await;
         canceller.cancel();
     });
-    let cfg = RunConfig { count: None, ..cfg(10, 1) };
+    let cfg = RunConfig {
+        count: None,
+        ..cfg(10, 1)
+    };
     let (samples, _, _) = run_one(probe, cfg, stop).await;
     // Slots at 0..=40 ms were sent; each of them finished, none was dropped.
     assert_eq!(samples.len(), 5);
@@ -156,15 +205,25 @@ async fn closed_loop_sends_after_each_reply() {
     let probe = ScriptedProbe::new(|_| Some(Ok(Duration::from_millis(3))));
     let start = Instant::now();
     let (samples, _, _) = run_one(Arc::clone(&probe), cfg(0, 5), CancellationToken::new()).await;
-    let sent: Vec<_> = samples.iter().map(|s| (s.sent - start).as_millis()).collect();
+    let sent: Vec<_> = samples
+        .iter()
+        .map(|s| (s.sent - start).as_millis())
+        .collect();
     assert_eq!(sent, [0, 3, 6, 9, 12]);
-    assert!(samples.iter().all(|s| s.latency() == Some(Duration::from_millis(3))));
+    assert!(
+        samples
+            .iter()
+            .all(|s| s.latency() == Some(Duration::from_millis(3)))
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn warmup_is_not_recorded() {
     let probe = ScriptedProbe::new(|_| Some(Ok(Duration::from_millis(1))));
-    let cfg = RunConfig { warmup: 3, ..cfg(10, 4) };
+    let cfg = RunConfig {
+        warmup: 3,
+        ..cfg(10, 4)
+    };
     let (samples, _, _) = run_one(Arc::clone(&probe), cfg, CancellationToken::new()).await;
     assert_eq!(samples.len(), 4);
     let calls = probe.calls.lock().unwrap().len();
@@ -179,7 +238,12 @@ struct VecSink {
 
 impl Sink for VecSink {
     fn record(&mut self, target: &TargetInfo, sample: &Sample) -> io::Result<()> {
-        self.seen.lock().unwrap().entry(target.id).or_default().push(sample.seq);
+        self.seen
+            .lock()
+            .unwrap()
+            .entry(target.id)
+            .or_default()
+            .push(sample.seq);
         Ok(())
     }
     fn finish(&mut self, summaries: &[Summary]) -> io::Result<()> {
@@ -191,14 +255,26 @@ impl Sink for VecSink {
 #[tokio::test(start_paused = true)]
 async fn collector_summarises_every_target() {
     let targets: Vec<_> = (0..2)
-        .map(|id| TargetInfo { id, target: format!("t{id}"), protocol: "fake".into(), addr: "x".into() })
+        .map(|id| TargetInfo {
+            id,
+            target: format!("t{id}"),
+            protocol: "fake".into(),
+            addr: "x".into(),
+        })
         .collect();
     let (tx, rx) = mpsc::channel(EVENT_CHANNEL);
     let stop = CancellationToken::new();
     let good = ScriptedProbe::new(|_| Some(Ok(Duration::from_millis(1))));
     let lossy = ScriptedProbe::new(|seq| (seq % 2 == 0).then_some(Ok(Duration::from_millis(1))));
     let mut set = JoinSet::new();
-    set.spawn(run_target(good, 0, cfg(10, 6), Duration::ZERO, tx.clone(), stop.clone()));
+    set.spawn(run_target(
+        good,
+        0,
+        cfg(10, 6),
+        Duration::ZERO,
+        tx.clone(),
+        stop.clone(),
+    ));
     set.spawn(run_target(lossy, 1, cfg(10, 6), Duration::ZERO, tx, stop));
     let sink = VecSink::default();
     let (seen, finished) = (Arc::clone(&sink.seen), Arc::clone(&sink.finished));
@@ -209,7 +285,10 @@ async fn collector_summarises_every_target() {
     while set.join_next().await.is_some() {}
     assert_eq!(summaries.len(), 2);
     assert_eq!((summaries[0].sent, summaries[0].ok), (6, 6));
-    assert_eq!((summaries[1].sent, summaries[1].ok, summaries[1].timeout), (6, 3, 3));
+    assert_eq!(
+        (summaries[1].sent, summaries[1].ok, summaries[1].timeout),
+        (6, 3, 3)
+    );
     assert!((summaries[1].loss_pct - 50.0).abs() < 1e-9);
     assert!(summaries[0].all_ok() && !summaries[1].all_ok());
     assert_eq!(*finished.lock().unwrap(), summaries);

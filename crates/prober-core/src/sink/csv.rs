@@ -18,14 +18,20 @@ pub struct CsvSink {
 
 impl std::fmt::Debug for CsvSink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CsvSink").field("fields", &self.fields).finish_non_exhaustive()
+        f.debug_struct("CsvSink")
+            .field("fields", &self.fields)
+            .finish_non_exhaustive()
     }
 }
 
 impl CsvSink {
     /// Writes to `out` with these columns.
     pub fn new(out: Box<dyn Write + Send>, fields: Vec<String>) -> Self {
-        Self { out, fields, meta: None }
+        Self {
+            out,
+            fields,
+            meta: None,
+        }
     }
 }
 
@@ -48,7 +54,10 @@ impl Sink for CsvSink {
     }
 
     fn finish(&mut self, summaries: &[Summary]) -> io::Result<()> {
-        let meta = self.meta.clone().unwrap_or_else(|| RunMeta::new("", &Default::default()));
+        let meta = self
+            .meta
+            .clone()
+            .unwrap_or_else(|| RunMeta::new("", &Default::default()));
         let header: Vec<String> = self.fields.iter().map(|f| quote(f)).collect();
         writeln!(self.out, "{}", header.join(","))?;
         for s in summaries {

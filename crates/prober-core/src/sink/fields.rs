@@ -4,15 +4,51 @@ use crate::meta::RunMeta;
 use crate::stats::{DistSummary, Summary};
 
 /// Fields of the human table when `--fields` is not given.
-pub const DEFAULT_TABLE_FIELDS: &[&str] =
-    &["target", "count", "loss", "mean", "std", "min", "p25", "p50", "p75", "p90", "p99", "max"];
+pub const DEFAULT_TABLE_FIELDS: &[&str] = &[
+    "target", "count", "loss", "mean", "std", "min", "p25", "p50", "p75", "p90", "p99", "max",
+];
 
 /// Fields of CSV output when `--fields` is not given.
 pub const DEFAULT_CSV_FIELDS: &[&str] = &[
-    "target", "protocol", "addr", "sent", "ok", "timeout", "error", "late", "duplicate",
-    "reordered", "missed", "loss", "mean", "std", "min", "p1", "p5", "p10", "p25", "p50", "p75",
-    "p90", "p95", "p99", "p99.9", "max", "lat.mean", "lat.p50", "lat.p99", "lat.max", "lag.p50",
-    "lag.p99", "lag.max", "interval", "pacing", "burst", "size", "probe_timeout", "receive",
+    "target",
+    "protocol",
+    "addr",
+    "sent",
+    "ok",
+    "timeout",
+    "error",
+    "late",
+    "duplicate",
+    "reordered",
+    "missed",
+    "loss",
+    "mean",
+    "std",
+    "min",
+    "p1",
+    "p5",
+    "p10",
+    "p25",
+    "p50",
+    "p75",
+    "p90",
+    "p95",
+    "p99",
+    "p99.9",
+    "max",
+    "lat.mean",
+    "lat.p50",
+    "lat.p99",
+    "lat.max",
+    "lag.p50",
+    "lag.p99",
+    "lag.max",
+    "interval",
+    "pacing",
+    "burst",
+    "size",
+    "probe_timeout",
+    "receive",
 ];
 
 /// A field's value, typed so each sink can format it in its own way.
@@ -79,7 +115,6 @@ pub fn field_value(name: &str, s: &Summary, meta: &RunMeta) -> Option<FieldValue
     Some(v)
 }
 
-
 /// Parses a comma-separated field list and checks every name.
 ///
 /// # Errors
@@ -106,8 +141,12 @@ pub fn parse_fields(spec: &str) -> Result<Vec<String>, String> {
         server_dwell: None,
     };
     let meta = RunMeta::new("", &crate::RunConfig::default());
-    let fields: Vec<String> =
-        spec.split(',').map(str::trim).filter(|f| !f.is_empty()).map(str::to_owned).collect();
+    let fields: Vec<String> = spec
+        .split(',')
+        .map(str::trim)
+        .filter(|f| !f.is_empty())
+        .map(str::to_owned)
+        .collect();
     if fields.is_empty() {
         return Err("no fields given".to_owned());
     }
@@ -128,7 +167,10 @@ mod tests {
 
     #[test]
     fn parses_and_rejects() {
-        assert_eq!(parse_fields("mean, p99,lat.p50").unwrap(), ["mean", "p99", "lat.p50"]);
+        assert_eq!(
+            parse_fields("mean, p99,lat.p50").unwrap(),
+            ["mean", "p99", "lat.p50"]
+        );
         assert!(parse_fields("25%,p99.9,dwell.p50,lag.max").is_ok());
         assert!(parse_fields("mean,bogus").unwrap_err().contains("bogus"));
         assert!(parse_fields("lat.nope").is_err());

@@ -22,14 +22,22 @@ pub struct HumanSink {
 
 impl std::fmt::Debug for HumanSink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HumanSink").field("quiet", &self.quiet).finish_non_exhaustive()
+        f.debug_struct("HumanSink")
+            .field("quiet", &self.quiet)
+            .finish_non_exhaustive()
     }
 }
 
 impl HumanSink {
     /// Writes to `out`; `fields` are the table columns.
     pub fn new(out: Box<dyn Write + Send>, quiet: bool, fields: Vec<String>) -> Self {
-        Self { out: Output::new(out), quiet, fields, meta: None, multi: false }
+        Self {
+            out: Output::new(out),
+            quiet,
+            fields,
+            meta: None,
+            multi: false,
+        }
     }
 }
 
@@ -98,7 +106,11 @@ impl Sink for HumanSink {
         if self.quiet {
             return Ok(());
         }
-        let who = if self.multi { format!("{} ", target.target) } else { String::new() };
+        let who = if self.multi {
+            format!("{} ", target.target)
+        } else {
+            String::new()
+        };
         match &s.outcome {
             Outcome::Ok(r) => {
                 let lat = s.latency().unwrap_or_default();
@@ -122,14 +134,29 @@ impl Sink for HumanSink {
     }
 
     fn finish(&mut self, summaries: &[Summary]) -> io::Result<()> {
-        let meta = self.meta.clone().unwrap_or_else(|| RunMeta::new("", &Default::default()));
+        let meta = self
+            .meta
+            .clone()
+            .unwrap_or_else(|| RunMeta::new("", &Default::default()));
         for s in summaries {
-            writeln!(self.out, "\n--- {} ({}) {} statistics ---", s.target, s.addr, s.protocol)?;
+            writeln!(
+                self.out,
+                "\n--- {} ({}) {} statistics ---",
+                s.target, s.addr, s.protocol
+            )?;
             writeln!(
                 self.out,
                 "{} sent, {} ok, {} timeout, {} error, {:.1}% loss; late {}, duplicate {}, reordered {}, missed {}, reconnects {}",
-                s.sent, s.ok, s.timeout, s.error, s.loss_pct, s.late, s.duplicate, s.reordered,
-                s.missed, s.reconnects
+                s.sent,
+                s.ok,
+                s.timeout,
+                s.error,
+                s.loss_pct,
+                s.late,
+                s.duplicate,
+                s.reordered,
+                s.missed,
+                s.reconnects
             )?;
             writeln!(self.out, "{}", dist_line("rtt", &s.rtt))?;
             writeln!(self.out, "{}", dist_line("latency", &s.latency))?;

@@ -26,7 +26,11 @@ impl std::fmt::Debug for JsonSink {
 impl JsonSink {
     /// Writes to `out`.
     pub fn new(out: Box<dyn Write + Send>) -> Self {
-        Self { out: Output::new(out), clock: None, meta: None }
+        Self {
+            out: Output::new(out),
+            clock: None,
+            meta: None,
+        }
     }
 
     fn line(&mut self, value: &impl Serialize) -> io::Result<()> {
@@ -80,7 +84,11 @@ impl Sink for JsonSink {
     fn start(&mut self, meta: &RunMeta, targets: &[TargetInfo], clock: Clock) -> io::Result<()> {
         self.clock = Some(clock);
         self.meta = Some(meta.clone());
-        self.line(&MetaLine { kind: "meta", meta, targets })?;
+        self.line(&MetaLine {
+            kind: "meta",
+            meta,
+            targets,
+        })?;
         self.out.flush()
     }
 
@@ -112,9 +120,16 @@ impl Sink for JsonSink {
     }
 
     fn finish(&mut self, summaries: &[Summary]) -> io::Result<()> {
-        let meta = self.meta.clone().unwrap_or_else(|| RunMeta::new("", &Default::default()));
+        let meta = self
+            .meta
+            .clone()
+            .unwrap_or_else(|| RunMeta::new("", &Default::default()));
         for summary in summaries {
-            self.line(&SummaryLine { kind: "summary", summary, settings: &meta })?;
+            self.line(&SummaryLine {
+                kind: "summary",
+                summary,
+                settings: &meta,
+            })?;
         }
         self.out.flush()
     }

@@ -56,7 +56,10 @@ impl std::fmt::Debug for Output {
 
 impl Output {
     fn new(out: Box<dyn Write + Send>) -> Self {
-        Self { out: io::BufWriter::with_capacity(64 * 1024, out), last_flush: Instant::now() }
+        Self {
+            out: io::BufWriter::with_capacity(64 * 1024, out),
+            last_flush: Instant::now(),
+        }
     }
 
     fn maybe_flush(&mut self) -> io::Result<()> {

@@ -33,7 +33,11 @@ async fn tcp_rr_closed_loop() {
 async fn tcp_rr_pipelines_when_the_interval_is_short() {
     // Every reply is held 5 ms, the interval is 1 ms: requests pile up on
     // the connection, and the responder answers them in order.
-    let cfg = ResponderConfig { delay_every: Some(1), delay: 5 * MS, ..Default::default() };
+    let cfg = ResponderConfig {
+        delay_every: Some(1),
+        delay: 5 * MS,
+        ..Default::default()
+    };
     let r = responder(cfg).await;
     let mut run_cfg = config(20, MS);
     run_cfg.timeout = Duration::from_secs(2);
@@ -41,18 +45,29 @@ async fn tcp_rr_pipelines_when_the_interval_is_short() {
     assert_eq!(s.ok, 20);
     // The sends kept to the schedule although replies took 5 ms or more each.
     assert!(s.rtt.min >= 5_000_000, "rtt min {}", s.rtt.min);
-    assert!(s.send_lag.p50 < 5_000_000, "send lag p50 {}", s.send_lag.p50);
+    assert!(
+        s.send_lag.p50 < 5_000_000,
+        "send lag p50 {}",
+        s.send_lag.p50
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tcp_rr_drops_every_kth_exactly() {
-    let r = responder(ResponderConfig { drop_every: Some(5), ..Default::default() }).await;
+    let r = responder(ResponderConfig {
+        drop_every: Some(5),
+        ..Default::default()
+    })
+    .await;
     let mut cfg = config(50, 2 * MS);
     cfg.timeout = 100 * MS;
     let (s, samples) = run(TcpProbe::new(r.tcp, 64), cfg).await;
     assert_eq!((s.ok, s.timeout, s.error), (40, 10, 0));
-    let timed_out: Vec<u64> =
-        samples.iter().filter(|x| x.outcome == Outcome::Timeout).map(|x| x.seq).collect();
+    let timed_out: Vec<u64> = samples
+        .iter()
+        .filter(|x| x.outcome == Outcome::Timeout)
+        .map(|x| x.seq)
+        .collect();
     assert_eq!(timed_out, [4, 9, 14, 19, 24, 29, 34, 39, 44, 49]);
 }
 
@@ -67,7 +82,11 @@ async fn udp_answers_every_probe() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn udp_drops_every_kth_exactly() {
-    let r = responder(ResponderConfig { drop_every: Some(4), ..Default::default() }).await;
+    let r = responder(ResponderConfig {
+        drop_every: Some(4),
+        ..Default::default()
+    })
+    .await;
     let probe = UdpProbe::connect(r.udp, 64).await.unwrap();
     let mut cfg = config(40, 2 * MS);
     cfg.timeout = 100 * MS;
@@ -78,7 +97,11 @@ async fn udp_drops_every_kth_exactly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn udp_counts_duplicates_and_never_as_ok() {
-    let r = responder(ResponderConfig { duplicate_every: Some(2), ..Default::default() }).await;
+    let r = responder(ResponderConfig {
+        duplicate_every: Some(2),
+        ..Default::default()
+    })
+    .await;
     let probe = UdpProbe::connect(r.udp, 64).await.unwrap();
     let (s, _) = run(probe, config(20, 5 * MS)).await;
     assert_eq!((s.sent, s.ok), (20, 20));
@@ -89,7 +112,11 @@ async fn udp_counts_duplicates_and_never_as_ok() {
 async fn udp_counts_late_and_reordered_replies() {
     // Every 3rd reply is held 150 ms: past the 100 ms timeout, and after the
     // replies to later requests.
-    let cfg = ResponderConfig { delay_every: Some(3), delay: 150 * MS, ..Default::default() };
+    let cfg = ResponderConfig {
+        delay_every: Some(3),
+        delay: 150 * MS,
+        ..Default::default()
+    };
     let r = responder(cfg).await;
     let probe = UdpProbe::connect(r.udp, 64).await.unwrap();
     let mut run_cfg = config(30, 10 * MS);
@@ -135,8 +162,14 @@ async fn refused_connections_are_errors() {
     let addr = closed_port().await;
     for (name, (s, samples)) in [
         ("tcp", run(TcpProbe::new(addr, 64), config(5, MS)).await),
-        ("tcp-connect", run(TcpConnectProbe::new(addr), config(5, MS)).await),
-        ("tcp-crr", run(TcpCrrProbe::new(addr, 64), config(5, MS)).await),
+        (
+            "tcp-connect",
+            run(TcpConnectProbe::new(addr), config(5, MS)).await,
+        ),
+        (
+            "tcp-crr",
+            run(TcpCrrProbe::new(addr, 64), config(5, MS)).await,
+        ),
     ] {
         assert_eq!((s.sent, s.error), (5, 5), "{name}");
         match &samples[0].outcome {
@@ -175,7 +208,11 @@ async fn tcp_reconnects_after_the_responder_restarts() {
         }
     };
     let stop = tokio_util::sync::CancellationToken::new();
-    tokio::spawn(prober_tcp::serve_tcp(listener, ResponderConfig::default(), stop.clone()));
+    tokio::spawn(prober_tcp::serve_tcp(
+        listener,
+        ResponderConfig::default(),
+        stop.clone(),
+    ));
     assert!(probe.probe(2).await.is_ok());
     assert_eq!(probe.anomalies().reconnects, 1);
     stop.cancel();

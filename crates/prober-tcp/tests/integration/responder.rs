@@ -29,14 +29,22 @@ async fn udp_echoes_requests_only() {
     let h = wire::Header::decode(&reply, 80).unwrap();
     assert_eq!((h.kind, h.seq, h.nonce), (wire::Kind::Response, 9, 77));
 
-    assert_eq!(udp_reply(r.udp, &reply).await, None, "a response is never answered");
+    assert_eq!(
+        udp_reply(r.udp, &reply).await,
+        None,
+        "a response is never answered"
+    );
     let mut bad = req.clone();
     bad[0] = b'Z';
     assert_eq!(udp_reply(r.udp, &bad).await, None, "no magic, no answer");
     assert_eq!(udp_reply(r.udp, &req[..20]).await, None, "short frame");
     let mut lying = req.clone();
     lying[8..12].copy_from_slice(&200u32.to_be_bytes());
-    assert_eq!(udp_reply(r.udp, &lying).await, None, "length field disagrees");
+    assert_eq!(
+        udp_reply(r.udp, &lying).await,
+        None,
+        "length field disagrees"
+    );
 }
 
 async fn closes_after(frame: &[u8]) -> bool {

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prober_core::runner::{Clock, EVENT_CHANNEL};
-use prober_core::{Probe, RunConfig, RunMeta, Sample, Sink, Summary, TargetInfo, collect, run_target};
+use prober_core::{
+    Probe, RunConfig, RunMeta, Sample, Sink, Summary, TargetInfo, collect, run_target,
+};
 use prober_tcp::{ResponderConfig, serve_tcp, serve_udp};
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::mpsc;
@@ -39,7 +41,12 @@ pub(crate) async fn responder(cfg: ResponderConfig) -> Responder {
 }
 
 pub(crate) fn config(count: u64, interval: Duration) -> RunConfig {
-    RunConfig { interval, count: Some(count), timeout: Duration::from_millis(300), ..RunConfig::default() }
+    RunConfig {
+        interval,
+        count: Some(count),
+        timeout: Duration::from_millis(300),
+        ..RunConfig::default()
+    }
 }
 
 struct Keep(Arc<std::sync::Mutex<Vec<Sample>>>);
@@ -56,9 +63,21 @@ impl Sink for Keep {
 
 /// Runs `probe` with `cfg` and returns its summary and samples sorted by seq.
 pub(crate) async fn run<P: Probe>(probe: P, cfg: RunConfig) -> (Summary, Vec<Sample>) {
-    let targets = [TargetInfo { id: 0, target: "t".into(), protocol: "p".into(), addr: "a".into() }];
+    let targets = [TargetInfo {
+        id: 0,
+        target: "t".into(),
+        protocol: "p".into(),
+        addr: "a".into(),
+    }];
     let (tx, rx) = mpsc::channel(EVENT_CHANNEL);
-    let task = tokio::spawn(run_target(Arc::new(probe), 0, cfg.clone(), Duration::ZERO, tx, CancellationToken::new()));
+    let task = tokio::spawn(run_target(
+        Arc::new(probe),
+        0,
+        cfg.clone(),
+        Duration::ZERO,
+        tx,
+        CancellationToken::new(),
+    ));
     let kept = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut sinks: Vec<Box<dyn Sink>> = vec![Box::new(Keep(Arc::clone(&kept)))];
     let meta = RunMeta::new("test", &cfg);
@@ -68,7 +87,11 @@ pub(crate) async fn run<P: Probe>(probe: P, cfg: RunConfig) -> (Summary, Vec<Sam
     let mut samples = kept.lock().unwrap().clone();
     samples.sort_by_key(|s| s.seq);
     let summary = summaries.remove(0);
-    assert_eq!(summary.sent, summary.ok + summary.timeout + summary.error, "accounting identity");
+    assert_eq!(
+        summary.sent,
+        summary.ok + summary.timeout + summary.error,
+        "accounting identity"
+    );
     (summary, samples)
 }
 
