@@ -59,12 +59,7 @@ fn wire_codec(c: &mut Criterion) {
 
 fn json_sink(c: &mut Criterion) {
     let mut sink = JsonSink::new(Box::new(std::io::sink()));
-    let target = TargetInfo {
-        id: 0,
-        target: "tcp://127.0.0.1:8707".into(),
-        protocol: "tcp".into(),
-        addr: "127.0.0.1:8707".into(),
-    };
+    let target = TargetInfo::new(0, "tcp://127.0.0.1:8707", "tcp", "127.0.0.1:8707", 64);
     sink.start(
         &RunMeta::new("bench", &RunConfig::default()),
         std::slice::from_ref(&target),

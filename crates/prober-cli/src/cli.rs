@@ -39,7 +39,7 @@ Targets:
   tcp-connect://HOST:PORT  TCP handshake time, against any TCP server
   tcp-crr://HOST:PORT      connect, request, response, close (netperf TCP_CRR)
   udp://HOST:PORT          datagram request/response
-  HOST, icmp://HOST        ICMP echo (not in this build yet)
+  HOST, icmp://HOST        ICMP echo, like ping
 
 Durations take a unit: 250us, 10ms, 1.5s, 2m.
 
@@ -78,6 +78,26 @@ impl From<PacingArg> for Pacing {
     }
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum IcmpSocketArg {
+    /// Datagram if allowed, else raw.
+    Auto,
+    /// Only the datagram ("ping") socket; needs net.ipv4.ping_group_range.
+    Dgram,
+    /// Only a raw socket; needs root or CAP_NET_RAW.
+    Raw,
+}
+
+impl From<IcmpSocketArg> for prober_icmp::SocketKind {
+    fn from(k: IcmpSocketArg) -> Self {
+        match k {
+            IcmpSocketArg::Auto => Self::Auto,
+            IcmpSocketArg::Dgram => Self::Dgram,
+            IcmpSocketArg::Raw => Self::Raw,
+        }
+    }
+}
+
 fn duration(s: &str) -> Result<Duration, String> {
     prober_core::duration::parse_duration(s)
 }
@@ -109,9 +129,19 @@ pub(crate) struct RunArgs {
     #[arg(long, value_enum, default_value_t = PacingArg::Timer)]
     pub(crate) pacing: PacingArg,
 
-    /// Request size in bytes (40..=1048576 for TCP, 40..=65507 for UDP).
-    #[arg(short, long, default_value_t = 64)]
-    pub(crate) size: usize,
+    /// Request size in bytes: the whole frame for TCP (40..=1048576) and UDP
+    /// (40..=65507), the payload for ICMP (20..=65507). [default: 64, 56 for ICMP]
+    #[arg(short, long)]
+    pub(crate) size: Option<usize>,
+
+    /// IP TTL (IPv6 hop limit) of ICMP echo requests.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=255))]
+    pub(crate) ttl: Option<u32>,
+
+    /// ICMP socket: the unprivileged datagram socket, a raw socket, or the
+    /// first of those that opens.
+    #[arg(long, value_enum, default_value_t = IcmpSocketArg::Auto)]
+    pub(crate) icmp_socket: IcmpSocketArg,
 
     /// A probe with no reply after this long is a timeout.
     #[arg(short = 'W', long, default_value = "1s", value_parser = duration, allow_hyphen_values = true, value_name = "DURATION")]

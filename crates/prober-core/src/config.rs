@@ -9,12 +9,12 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Pacing {
-    /// Sleep on the tokio timer (millisecond granularity, no CPU while idle).
+    /// Sleep: on the tokio timer, finished on a high-resolution timerfd.
     #[default]
     Timer,
     /// Busy-wait to the deadline, as netperf built with `--enable-spin`.
     Spin,
-    /// Sleep until [`crate::wait::HYBRID_MARGIN`] before the deadline, then spin.
+    /// Sleep until [`crate::wait::HYBRID_SPIN`] before the deadline, then spin.
     Hybrid,
 }
 
@@ -79,6 +79,9 @@ pub struct RunConfig {
     /// Cap on probes in flight per target; a slot that finds the cap reached
     /// is counted as missed rather than delaying the schedule.
     pub max_in_flight: usize,
+    /// End timer waits on a high-resolution timerfd instead of the runtime's
+    /// millisecond timer. Tests with paused time turn it off.
+    pub precise_timer: bool,
 }
 
 impl Default for RunConfig {
@@ -93,6 +96,7 @@ impl Default for RunConfig {
             timeout: Duration::from_secs(1),
             warmup: 0,
             max_in_flight: 4096,
+            precise_timer: true,
         }
     }
 }

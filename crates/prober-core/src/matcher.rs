@@ -29,6 +29,8 @@ pub struct Anomalies {
     pub reordered: u64,
     /// Replies for sequence numbers this run never sent or forgot.
     pub unknown: u64,
+    /// Replies whose payload came back altered, rejected.
+    pub corrupt: u64,
     /// Connections re-established after the first.
     pub reconnects: u64,
 }
@@ -173,6 +175,17 @@ impl<T: Send + 'static> Matcher<T> {
     /// Counts one reconnect.
     pub fn count_reconnect(&self) {
         self.lock().counts.reconnects += 1;
+    }
+
+    /// The highest pending seq for which `pred` holds, e.g. to find the
+    /// probe an ICMP error quotes by its 16-bit sequence number.
+    pub fn newest_pending(&self, pred: impl Fn(u64) -> bool) -> Option<u64> {
+        self.lock()
+            .pending
+            .keys()
+            .copied()
+            .filter(|s| pred(*s))
+            .max()
     }
 
     /// Number of probes waiting now.

@@ -222,6 +222,7 @@ impl TargetStats {
             duplicate: anomalies.duplicate,
             reordered: anomalies.reordered,
             unknown: anomalies.unknown,
+            corrupt: anomalies.corrupt,
             reconnects: anomalies.reconnects,
             missed,
             loss_pct,
@@ -249,6 +250,7 @@ pub struct Summary {
     pub duplicate: u64,
     pub reordered: u64,
     pub unknown: u64,
+    pub corrupt: u64,
     pub reconnects: u64,
     /// Slots not sent because the in-flight cap was reached.
     pub missed: u64,

@@ -1,7 +1,7 @@
 //! `prober run`: probe targets on a schedule and report statistics.
 
 use std::io::Write as _;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +12,7 @@ use prober_core::sink::{
     CsvSink, DEFAULT_CSV_FIELDS, DEFAULT_TABLE_FIELDS, HumanSink, JsonSink, parse_fields,
 };
 use prober_core::{Event, RunConfig, RunMeta, Sink, Summary, TargetInfo, collect, run_target};
+use prober_icmp::{IcmpClient, IcmpProbe};
 use prober_tcp::{
     ResponderConfig, TcpConnectProbe, TcpCrrProbe, TcpProbe, UdpProbe, check_size, serve_tcp,
     serve_udp,
@@ -24,6 +25,9 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::{Output, RunArgs};
 use crate::signal::cancel_on_signals;
 use crate::target::{Family, Scheme, Target, parse_target, resolve};
+
+/// Request size of TCP and UDP probes when `--size` is not given.
+const DEFAULT_SIZE: usize = 64;
 
 /// Count and interval of the loopback self-test when none is given.
 const SELF_TEST_COUNT: u64 = 200;
@@ -45,10 +49,11 @@ fn run_config(args: &RunArgs, self_test: bool) -> anyhow::Result<RunConfig> {
         duration: args.duration,
         burst: args.burst,
         pacing: args.pacing.into(),
-        size: args.size,
+        size: args.size.unwrap_or(DEFAULT_SIZE),
         timeout: args.timeout,
         warmup: args.warmup,
         max_in_flight: usize::try_from(args.max_in_flight).unwrap_or(usize::MAX),
+        precise_timer: true,
     };
     cfg.validate()?;
     Ok(cfg)
@@ -59,6 +64,7 @@ fn run_config(args: &RunArgs, self_test: bool) -> anyhow::Result<RunConfig> {
 async fn start_self_test(
     services: &mut JoinSet<std::io::Result<()>>,
     stop: CancellationToken,
+    icmp: &IcmpClient,
 ) -> anyhow::Result<Vec<Target>> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .await
@@ -79,12 +85,36 @@ async fn start_self_test(
         host: host.clone(),
         port,
     };
-    Ok(vec![
+    let mut targets = vec![
         target(Scheme::Tcp, tcp),
         target(Scheme::Udp, udp),
         target(Scheme::TcpConnect, tcp),
         target(Scheme::TcpCrr, tcp),
-    ])
+    ];
+    // ICMP needs a socket the kernel may refuse; the self-test goes on without.
+    match icmp.is_raw(false) {
+        Ok(_) => targets.push(target(Scheme::Icmp, 0)),
+        Err(error) => tracing::warn!("skipping icmp in the self-test: {error}"),
+    }
+    let has_v6_loopback = std::net::UdpSocket::bind((Ipv6Addr::LOCALHOST, 0)).is_ok();
+    if has_v6_loopback && icmp.is_raw(true).is_ok() {
+        targets.push(Target {
+            scheme: Scheme::Icmp,
+            host: Ipv6Addr::LOCALHOST.to_string(),
+            port: 0,
+        });
+    }
+    Ok(targets)
+}
+
+/// The request size of target `t`: `--size`, or 56 payload bytes for ICMP
+/// (as ping) and 64-byte frames for the others.
+fn target_size(t: &Target, size: Option<usize>) -> usize {
+    match (size, t.scheme) {
+        (Some(s), _) => s,
+        (None, Scheme::Icmp) => prober_icmp::packet::DEFAULT_PAYLOAD,
+        (None, _) => DEFAULT_SIZE,
+    }
 }
 
 fn check_target_size(t: &Target, size: usize) -> anyhow::Result<()> {
@@ -93,7 +123,10 @@ fn check_target_size(t: &Target, size: usize) -> anyhow::Result<()> {
         Scheme::TcpCrr => check_size("tcp-crr", size, false),
         Scheme::Udp => check_size("udp", size, true),
         Scheme::TcpConnect => Ok(()),
-        Scheme::Icmp | Scheme::Grpc | Scheme::Grpcs => {
+        Scheme::Icmp => {
+            return prober_icmp::check_size(size).with_context(|| format!("target {t}"));
+        }
+        Scheme::Grpc | Scheme::Grpcs => {
             bail!(
                 "{} probes are not available in this build yet (target {t})",
                 t.scheme.name()
@@ -109,10 +142,16 @@ enum Built {
     TcpConnect(TcpConnectProbe),
     TcpCrr(TcpCrrProbe),
     Udp(UdpProbe),
+    Icmp(IcmpProbe),
 }
 
 impl Built {
-    async fn new(scheme: Scheme, addr: SocketAddr, size: usize) -> anyhow::Result<Self> {
+    async fn new(
+        scheme: Scheme,
+        addr: SocketAddr,
+        size: usize,
+        icmp: &IcmpClient,
+    ) -> anyhow::Result<Self> {
         Ok(match scheme {
             Scheme::Tcp => Self::Tcp(TcpProbe::new(addr, size)),
             Scheme::TcpConnect => Self::TcpConnect(TcpConnectProbe::new(addr)),
@@ -122,6 +161,7 @@ impl Built {
                     .await
                     .with_context(|| format!("opening a udp socket to {addr}"))?,
             ),
+            Scheme::Icmp => Self::Icmp(IcmpProbe::new(icmp, addr.ip(), size)?),
             other => bail!(
                 "{} probes are not available in this build yet",
                 other.name()
@@ -139,6 +179,7 @@ impl Built {
             Self::TcpConnect(p) => set.spawn(run_target(Arc::new(p), id, cfg, phase, events, stop)),
             Self::TcpCrr(p) => set.spawn(run_target(Arc::new(p), id, cfg, phase, events, stop)),
             Self::Udp(p) => set.spawn(run_target(Arc::new(p), id, cfg, phase, events, stop)),
+            Self::Icmp(p) => set.spawn(run_target(Arc::new(p), id, cfg, phase, events, stop)),
         };
     }
 }
@@ -179,13 +220,14 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .collect::<anyhow::Result<Vec<_>>>()?
     };
     for t in &targets {
-        check_target_size(t, cfg.size)?;
+        check_target_size(t, target_size(t, args.size))?;
     }
 
+    let icmp = IcmpClient::new(args.icmp_socket.into(), args.ttl);
     let responder_stop = CancellationToken::new();
     let mut services = JoinSet::new();
     let targets = if self_test {
-        start_self_test(&mut services, responder_stop.clone()).await?
+        start_self_test(&mut services, responder_stop.clone(), &icmp).await?
     } else {
         targets
     };
@@ -206,13 +248,17 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut infos = Vec::with_capacity(targets.len());
     let mut runs = JoinSet::new();
     for (id, (t, addr)) in targets.iter().zip(&addrs).enumerate() {
-        infos.push(TargetInfo {
-            id,
-            target: t.to_string(),
-            protocol: t.scheme.name().to_owned(),
-            addr: addr.to_string(),
-        });
-        Built::new(t.scheme, *addr, cfg.size)
+        let size = target_size(t, args.size);
+        let shown = match t.scheme {
+            Scheme::Icmp => addr.ip().to_string(),
+            _ => addr.to_string(),
+        };
+        let mut info = TargetInfo::new(id, &t.to_string(), t.scheme.name(), &shown, size);
+        if t.scheme == Scheme::Icmp {
+            info.timestamps = "kernel".to_owned();
+        }
+        infos.push(info);
+        Built::new(t.scheme, *addr, size, &icmp)
             .await?
             .spawn(&mut runs, id, &ctx);
     }

@@ -98,3 +98,82 @@ pub(crate) fn closed_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap().port()
 }
+
+/// True when the tests run as root (CI does): namespaces and raw sockets work.
+pub(crate) fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+/// A network namespace made for one test, deleted on drop.
+pub(crate) struct Netns {
+    pub(crate) name: String,
+}
+
+impl Netns {
+    /// Creates a namespace with loopback up, or `None` (with a visible
+    /// SKIPPED line) when this host cannot: not root, or no `ip` tool.
+    pub(crate) fn new(tag: &str) -> Option<Self> {
+        if !is_root() {
+            eprintln!("SKIPPED: {tag} needs root for network namespaces");
+            return None;
+        }
+        let name = format!("prober-{tag}-{}", std::process::id());
+        let _ = Command::new("ip")
+            .args(["netns", "del", &name])
+            .stderr(Stdio::null())
+            .status();
+        let ok = Command::new("ip")
+            .args(["netns", "add", &name])
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            eprintln!("SKIPPED: {tag}: `ip netns add` failed");
+            return None;
+        }
+        let ns = Self { name };
+        ns.sh("ip link set lo up");
+        Some(ns)
+    }
+
+    /// Runs a shell command inside the namespace and asserts it succeeded.
+    pub(crate) fn sh(&self, cmd: &str) {
+        let st = Command::new("ip")
+            .args(["netns", "exec", &self.name, "sh", "-c", cmd])
+            .status()
+            .unwrap();
+        assert!(st.success(), "in {}: {cmd}", self.name);
+    }
+
+    /// Sets who may open ICMP datagram sockets in this namespace.
+    pub(crate) fn ping_group_range(&self, range: &str) {
+        self.sh(&format!("sysctl -q -w net.ipv4.ping_group_range='{range}'"));
+    }
+
+    /// Runs prober inside the namespace, optionally through `setpriv` first.
+    pub(crate) fn prober(&self, wrapper: &[&str], args: &[&str]) -> Output {
+        Command::new("ip")
+            .args(["netns", "exec", &self.name])
+            .args(wrapper)
+            .arg(env!("CARGO_BIN_EXE_prober"))
+            .args(args)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}

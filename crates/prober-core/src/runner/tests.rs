@@ -53,6 +53,7 @@ fn cfg(interval_ms: u64, count: u64) -> RunConfig {
         interval: Duration::from_millis(interval_ms),
         count: Some(count),
         timeout: Duration::from_millis(100),
+        precise_timer: false,
         ..RunConfig::default()
     }
 }
@@ -255,12 +256,7 @@ impl Sink for VecSink {
 #[tokio::test(start_paused = true)]
 async fn collector_summarises_every_target() {
     let targets: Vec<_> = (0..2)
-        .map(|id| TargetInfo {
-            id,
-            target: format!("t{id}"),
-            protocol: "fake".into(),
-            addr: "x".into(),
-        })
+        .map(|id| TargetInfo::new(id, &format!("t{id}"), "fake", "x", 64))
         .collect();
     let (tx, rx) = mpsc::channel(EVENT_CHANNEL);
     let stop = CancellationToken::new();

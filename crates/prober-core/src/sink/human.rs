@@ -96,7 +96,11 @@ impl Sink for HumanSink {
             settings_line(meta)
         )?;
         for t in targets {
-            writeln!(self.out, "{} ({}) via {}", t.target, t.addr, t.protocol)?;
+            writeln!(
+                self.out,
+                "{} ({}) via {}, {} B, {} timestamps",
+                t.target, t.addr, t.protocol, t.size, t.timestamps
+            )?;
         }
         self.meta = Some(meta.clone());
         self.out.flush()
@@ -146,7 +150,7 @@ impl Sink for HumanSink {
             )?;
             writeln!(
                 self.out,
-                "{} sent, {} ok, {} timeout, {} error, {:.1}% loss; late {}, duplicate {}, reordered {}, missed {}, reconnects {}",
+                "{} sent, {} ok, {} timeout, {} error, {:.1}% loss; late {}, duplicate {}, reordered {}, corrupt {}, missed {}, reconnects {}",
                 s.sent,
                 s.ok,
                 s.timeout,
@@ -155,6 +159,7 @@ impl Sink for HumanSink {
                 s.late,
                 s.duplicate,
                 s.reordered,
+                s.corrupt,
                 s.missed,
                 s.reconnects
             )?;

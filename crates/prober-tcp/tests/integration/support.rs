@@ -63,12 +63,7 @@ impl Sink for Keep {
 
 /// Runs `probe` with `cfg` and returns its summary and samples sorted by seq.
 pub(crate) async fn run<P: Probe>(probe: P, cfg: RunConfig) -> (Summary, Vec<Sample>) {
-    let targets = [TargetInfo {
-        id: 0,
-        target: "t".into(),
-        protocol: "p".into(),
-        addr: "a".into(),
-    }];
+    let targets = [TargetInfo::new(0, "t", "p", "a", 64)];
     let (tx, rx) = mpsc::channel(EVENT_CHANNEL);
     let task = tokio::spawn(run_target(
         Arc::new(probe),

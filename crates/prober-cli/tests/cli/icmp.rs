@@ -1,0 +1,268 @@
+//! ICMP: both socket kinds, permissions, exact loss and ICMP errors, inside
+//! network namespaces the tests create.
+
+use crate::support::{Netns, is_root, json_lines, of_type, run};
+
+fn summary(out: &std::process::Output) -> serde_json::Value {
+    assert!(
+        out.status.code() != Some(2),
+        "prober failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines = json_lines(out);
+    let s = of_type(&lines, "summary")[0].clone();
+    assert_eq!(
+        s["sent"].as_u64(),
+        Some(
+            s["ok"].as_u64().unwrap()
+                + s["timeout"].as_u64().unwrap()
+                + s["error"].as_u64().unwrap()
+        )
+    );
+    s
+}
+
+#[test]
+fn raw_socket_on_loopback_v4_and_v6() {
+    if !is_root() {
+        eprintln!("SKIPPED: raw ICMP sockets need root or CAP_NET_RAW");
+        return;
+    }
+    let mut args = vec![
+        "run",
+        "-c",
+        "20",
+        "-i",
+        "2ms",
+        "--icmp-socket",
+        "raw",
+        "-o",
+        "json",
+        "127.0.0.1",
+    ];
+    let has_v6 = std::net::UdpSocket::bind("[::1]:0").is_ok();
+    if has_v6 {
+        args.push("icmp://[::1]");
+    }
+    let out = run(&args);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines = json_lines(&out);
+    let sums = of_type(&lines, "summary");
+    assert_eq!(sums.len(), 1 + usize::from(has_v6));
+    for s in sums {
+        assert_eq!(
+            (s["sent"].as_u64(), s["ok"].as_u64()),
+            (Some(20), Some(20)),
+            "{s}"
+        );
+        assert_eq!(s["protocol"], "icmp");
+        assert_eq!(s["corrupt"], 0);
+    }
+    let mut seqs: Vec<u64> = of_type(&lines, "probe")
+        .iter()
+        .filter(|p| p["target"] == "icmp://127.0.0.1")
+        .map(|p| p["seq"].as_u64().unwrap())
+        .collect();
+    seqs.sort_unstable();
+    assert_eq!(seqs, (0..20).collect::<Vec<_>>());
+    assert_eq!(
+        of_type(&lines, "meta")[0]["targets"][0]["timestamps"],
+        "kernel"
+    );
+}
+
+#[test]
+fn datagram_socket_where_the_namespace_allows_it() {
+    let Some(ns) = Netns::new("dgram") else {
+        return;
+    };
+    ns.ping_group_range("0 2147483647");
+    let out = ns.prober(
+        &[],
+        &[
+            "run",
+            "-c",
+            "10",
+            "-i",
+            "2ms",
+            "--icmp-socket",
+            "dgram",
+            "-o",
+            "json",
+            "127.0.0.1",
+            "::1",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines = json_lines(&out);
+    for s in of_type(&lines, "summary") {
+        assert_eq!(s["ok"].as_u64(), Some(10), "{s}");
+    }
+}
+
+#[test]
+fn datagram_socket_refused_names_both_remedies() {
+    let Some(ns) = Netns::new("nodgram") else {
+        return;
+    };
+    ns.ping_group_range("1 0");
+    let out = ns.prober(
+        &[],
+        &["run", "-c", "1", "--icmp-socket", "dgram", "127.0.0.1"],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("ping_group_range") && err.contains("setcap cap_net_raw+ep"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn no_permission_at_all_is_a_clear_error() {
+    let Some(ns) = Netns::new("noperm") else {
+        return;
+    };
+    ns.ping_group_range("1 0");
+    // An unprivileged user without capabilities: neither socket opens.
+    let nobody = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+    ];
+    let out = ns.prober(&nobody, &["run", "-c", "1", "127.0.0.1"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("datagram socket:") && err.contains("raw socket:"),
+        "{err}"
+    );
+    assert!(
+        err.contains("ping_group_range") && err.contains("setcap"),
+        "{err}"
+    );
+    // And the same user is allowed once the namespace allows ping sockets.
+    ns.ping_group_range("0 2147483647");
+    let out = ns.prober(&nobody, &["run", "-c", "3", "-i", "2ms", "127.0.0.1"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn loss_matches_what_the_filter_dropped() {
+    for (kind, range) in [("raw", "1 0"), ("dgram", "0 2147483647")] {
+        let Some(ns) = Netns::new(&format!("loss-{kind}")) else {
+            return;
+        };
+        ns.ping_group_range(range);
+        // Drop every 4th echo request on arrival (0, 4, 8, ...), as a lossy
+        // network would; a drop on output would fail the send instead.
+        ns.sh(
+            "nft add table ip t && nft add chain ip t in '{ type filter hook input priority 0; }' \
+               && nft add rule ip t in icmp type echo-request numgen inc mod 4 == 0 counter drop",
+        );
+        let out = ns.prober(
+            &[],
+            &[
+                "run",
+                "-c",
+                "40",
+                "-i",
+                "2ms",
+                "-W",
+                "200ms",
+                "--icmp-socket",
+                kind,
+                "-o",
+                "json",
+                "127.0.0.1",
+            ],
+        );
+        assert_eq!(out.status.code(), Some(1), "{kind}");
+        let s = summary(&out);
+        assert_eq!(
+            (s["sent"].as_u64(), s["ok"].as_u64(), s["timeout"].as_u64()),
+            (Some(40), Some(30), Some(10)),
+            "{kind}: {s}"
+        );
+        assert_eq!(s["loss_pct"].as_f64(), Some(25.0));
+        assert_eq!(
+            (s["late"].as_u64(), s["duplicate"].as_u64()),
+            (Some(0), Some(0))
+        );
+    }
+}
+
+#[test]
+fn icmp_unreachable_is_an_error_outcome() {
+    for (kind, range) in [("raw", "1 0"), ("dgram", "0 2147483647")] {
+        let Some(ns) = Netns::new(&format!("unreach-{kind}")) else {
+            return;
+        };
+        ns.ping_group_range(range);
+        ns.sh("nft add table ip t && nft add chain ip t in '{ type filter hook input priority 0; }' \
+               && nft add rule ip t in ip daddr 127.0.0.2 icmp type echo-request reject with icmp type host-unreachable");
+        let out = ns.prober(
+            &[],
+            &[
+                "run",
+                "-c",
+                "5",
+                "-i",
+                "5ms",
+                "-W",
+                "300ms",
+                "--icmp-socket",
+                kind,
+                "-o",
+                "json",
+                "127.0.0.2",
+            ],
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{kind}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let lines = json_lines(&out);
+        let s = &of_type(&lines, "summary")[0];
+        assert_eq!(
+            (s["error"].as_u64(), s["ok"].as_u64()),
+            (Some(5), Some(0)),
+            "{kind}: {s}"
+        );
+        let p = &of_type(&lines, "probe")[0];
+        let e = p["error"].as_str().unwrap();
+        assert!(
+            e.contains("destination unreachable (type 3, code 1)"),
+            "{kind}: {e}"
+        );
+    }
+}
+
+#[test]
+fn icmp_size_is_checked_first() {
+    let out = run(&["run", "-s", "10", "127.0.0.1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("size 10 is out of range for icmp"));
+}

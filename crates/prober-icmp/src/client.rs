@@ -1,0 +1,448 @@
+//! One shared socket per address family, the receive loop that dispatches
+//! replies to probes, and the [`IcmpProbe`] itself.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use prober_core::{Anomalies, Matcher, Probe, ProbeError, Reply};
+use tokio::time::Instant;
+use tokio_util::task::AbortOnDropHandle;
+
+use crate::IcmpError;
+use crate::packet::{
+    self, MAX_PAYLOAD, PayloadCheck, Received, check_payload, describe_error, encode_payload,
+};
+use crate::socket::{IcmpSocket, SocketKind};
+
+/// What the receive loop hands a waiting probe: arrival instant and reply size.
+type Arrival = Result<(Instant, usize), ProbeError>;
+
+/// One target's state as the receive loop sees it.
+#[derive(Debug)]
+struct Slot {
+    addr: IpAddr,
+    matcher: Arc<Matcher<Arrival>>,
+    corrupt: AtomicU64,
+}
+
+/// Probes of one address family keyed by nonce.
+type Registry = Mutex<HashMap<u64, Arc<Slot>>>;
+
+#[derive(Debug)]
+struct Family {
+    socket: Arc<IcmpSocket>,
+    registry: Arc<Registry>,
+    _reader: AbortOnDropHandle<()>,
+    _errors: Option<AbortOnDropHandle<()>>,
+}
+
+/// Opens and shares the ICMP sockets of a run: at most one per address
+/// family, however many targets.
+#[derive(Debug)]
+pub struct IcmpClient {
+    kind: SocketKind,
+    ttl: Option<u32>,
+    v4: Mutex<Option<Arc<Family>>>,
+    v6: Mutex<Option<Arc<Family>>>,
+}
+
+impl IcmpClient {
+    /// A client that will open sockets of `kind` with this TTL (hop limit).
+    pub fn new(kind: SocketKind, ttl: Option<u32>) -> Arc<Self> {
+        Arc::new(Self {
+            kind,
+            ttl,
+            v4: Mutex::new(None),
+            v6: Mutex::new(None),
+        })
+    }
+
+    fn family(&self, v6: bool) -> Result<Arc<Family>, IcmpError> {
+        let slot = if v6 { &self.v6 } else { &self.v4 };
+        let mut guard = slot.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(f) = guard.as_ref() {
+            return Ok(Arc::clone(f));
+        }
+        let socket = Arc::new(IcmpSocket::open(v6, self.kind, self.ttl)?);
+        tracing::debug!(
+            v6,
+            raw = socket.raw,
+            ident = socket.ident,
+            "opened icmp socket"
+        );
+        let registry: Arc<Registry> = Arc::default();
+        let reader = tokio::spawn(read_replies(Arc::clone(&socket), Arc::clone(&registry)));
+        let errors = (!socket.raw)
+            .then(|| tokio::spawn(read_error_queue(Arc::clone(&socket), Arc::clone(&registry))));
+        let fam = Arc::new(Family {
+            socket,
+            registry,
+            _reader: AbortOnDropHandle::new(reader),
+            _errors: errors.map(AbortOnDropHandle::new),
+        });
+        *guard = Some(Arc::clone(&fam));
+        Ok(fam)
+    }
+
+    /// Whether the socket for this family is a raw socket (opening it if needed).
+    ///
+    /// # Errors
+    /// If no ICMP socket can be opened.
+    pub fn is_raw(&self, v6: bool) -> Result<bool, IcmpError> {
+        Ok(self.family(v6)?.socket.raw)
+    }
+}
+
+fn lock(r: &Registry) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Slot>>> {
+    r.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Converts a kernel receive timestamp into the monotonic timeline: now
+/// minus how long ago the kernel saw the packet.
+fn arrival_instant(kernel: Option<SystemTime>) -> Instant {
+    let now = Instant::now();
+    match kernel.and_then(|k| SystemTime::now().duration_since(k).ok()) {
+        // A packet older than a second means the wall clock moved; ignore it.
+        Some(age) if age < Duration::from_secs(1) => now.checked_sub(age).unwrap_or(now),
+        _ => now,
+    }
+}
+
+async fn read_replies(socket: Arc<IcmpSocket>, registry: Arc<Registry>) {
+    let mut buf = vec![0u8; MAX_PAYLOAD + 128];
+    loop {
+        let (n, from, stamp) = match socket.recv(&mut buf).await {
+            Ok(r) => r,
+            Err(error) => {
+                // With IP_RECVERR a pending ICMP error is also reported here
+                // once; the error queue reader handles the details.
+                tracing::debug!(%error, "icmp receive error");
+                continue;
+            }
+        };
+        let received = arrival_instant(stamp);
+        let Some(from) = from else { continue };
+        dispatch(&socket, &registry, &buf[..n], from, received);
+    }
+}
+
+fn dispatch(socket: &IcmpSocket, registry: &Registry, buf: &[u8], from: IpAddr, received: Instant) {
+    let msg = match from {
+        IpAddr::V4(a) => packet::parse_v4(buf, socket.raw, a),
+        IpAddr::V6(a) => packet::parse_v6(buf, a),
+    };
+    match msg {
+        Received::EchoReply {
+            from,
+            ident,
+            seq16,
+            payload,
+            len,
+        } => {
+            // Raw sockets see every echo reply on the host; datagram sockets
+            // only their own.
+            if socket.raw && ident != socket.ident {
+                return;
+            }
+            let PayloadCheck::Ours { nonce, seq, intact } = check_payload(payload) else {
+                return;
+            };
+            let Some(slot) = lock(registry).get(&nonce).cloned() else {
+                return;
+            };
+            if slot.addr != from || seq as u16 != seq16 || !intact {
+                slot.corrupt.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            slot.matcher.deliver(seq, Ok((received, len)));
+        }
+        Received::Error {
+            target,
+            from,
+            ident,
+            seq16,
+            icmp_type,
+            code,
+            quoted,
+        } => {
+            if socket.raw && ident != socket.ident {
+                return;
+            }
+            let why = format!("{} from {from}", describe_error(socket.v6, icmp_type, code));
+            deliver_error(registry, target, seq16, check_payload(quoted), why);
+        }
+        Received::Other => {}
+    }
+}
+
+/// Fails the probe an ICMP error is about: by the quoted nonce and seq when
+/// the quote is long enough, else the newest pending probe of that address
+/// whose seq has the same low 16 bits.
+fn deliver_error(
+    registry: &Registry,
+    target: IpAddr,
+    seq16: u16,
+    quoted: PayloadCheck,
+    why: String,
+) {
+    let slots: Vec<Arc<Slot>> = lock(registry).values().cloned().collect();
+    if let PayloadCheck::Ours { nonce, seq, .. } = quoted {
+        if let Some(slot) = lock(registry).get(&nonce) {
+            slot.matcher.deliver(seq, Err(ProbeError::new(why)));
+        }
+        return;
+    }
+    for slot in slots.iter().filter(|s| s.addr == target) {
+        if let Some(seq) = slot.matcher.newest_pending(|s| s as u16 == seq16) {
+            slot.matcher.deliver(seq, Err(ProbeError::new(why)));
+            return;
+        }
+    }
+}
+
+async fn read_error_queue(socket: Arc<IcmpSocket>, registry: Arc<Registry>) {
+    let mut buf = vec![0u8; MAX_PAYLOAD + 128];
+    loop {
+        match socket.recv_error(&mut buf).await {
+            Ok((n, err)) => {
+                // The queued bytes are our own echo request: header, then payload.
+                let req = &buf[..n];
+                let seq16 = req
+                    .get(6..8)
+                    .map_or(0, |b| u16::from_be_bytes([b[0], b[1]]));
+                let quoted = check_payload(req.get(8..).unwrap_or_default());
+                let from = err
+                    .offender
+                    .map_or_else(String::new, |a| format!(" from {a}"));
+                let why = format!(
+                    "{}{from}",
+                    describe_error(socket.v6, err.icmp_type, err.code)
+                );
+                let target = err.offender.unwrap_or(if socket.v6 {
+                    IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
+                } else {
+                    IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)
+                });
+                deliver_error(&registry, target, seq16, quoted, why);
+            }
+            Err(error) => {
+                tracing::debug!(%error, "icmp error queue");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+/// `icmp://host`: ICMP echo request/reply. Replies are matched by address,
+/// identifier, sequence and a per-probe nonce in the payload, which also
+/// carries the full 64-bit seq, so the 16-bit ICMP sequence can wrap without
+/// misattributing a reply. The RTT uses the kernel's receive timestamp
+/// (SO_TIMESTAMPNS), as ping does.
+#[derive(Debug)]
+pub struct IcmpProbe {
+    family: Arc<Family>,
+    slot: Arc<Slot>,
+    nonce: u64,
+    addr: IpAddr,
+    size: usize,
+}
+
+impl IcmpProbe {
+    /// A probe of `addr` with `size` payload bytes on `client`'s socket for
+    /// the address family, opening it if needed.
+    ///
+    /// # Errors
+    /// If no ICMP socket can be opened ([`IcmpError::Open`] names the remedies).
+    pub fn new(client: &IcmpClient, addr: IpAddr, size: usize) -> Result<Self, IcmpError> {
+        let family = client.family(addr.is_ipv6())?;
+        let slot = Arc::new(Slot {
+            addr,
+            matcher: Matcher::new(),
+            corrupt: AtomicU64::new(0),
+        });
+        let mut nonce = fastrand::u64(..);
+        {
+            let mut reg = lock(&family.registry);
+            while reg.contains_key(&nonce) {
+                nonce = fastrand::u64(..);
+            }
+            reg.insert(nonce, Arc::clone(&slot));
+        }
+        Ok(Self {
+            family,
+            slot,
+            nonce,
+            addr,
+            size,
+        })
+    }
+
+    /// Whether this probe's socket is raw (else datagram).
+    pub fn is_raw(&self) -> bool {
+        self.family.socket.raw
+    }
+}
+
+impl Drop for IcmpProbe {
+    fn drop(&mut self) {
+        lock(&self.family.registry).remove(&self.nonce);
+    }
+}
+
+impl Probe for IcmpProbe {
+    async fn probe(&self, seq: u64) -> Result<Reply, ProbeError> {
+        let mut payload = vec![0u8; self.size];
+        encode_payload(&mut payload, self.nonce, seq);
+        let socket = &self.family.socket;
+        let pkt = if socket.v6 {
+            packet::echo_request_v6(socket.ident, seq as u16, &payload)
+        } else {
+            packet::echo_request_v4(socket.ident, seq as u16, &payload)
+        };
+        let mut waiter = self.slot.matcher.register(seq);
+        let sent = Instant::now();
+        if let Err(e) = socket
+            .sock
+            .send_to(&pkt, SocketAddr::new(self.addr, 0))
+            .await
+        {
+            return Err(ProbeError::new(format!("send: {e}")));
+        }
+        match waiter.recv().await {
+            Some(Ok((received, len))) => {
+                // A kernel timestamp can precede our pre-send reading by a
+                // hair on a fast loopback; never report a negative RTT.
+                let received = received.max(sent);
+                Ok(Reply {
+                    sent,
+                    received,
+                    server_dwell: None,
+                    bytes: len,
+                })
+            }
+            Some(Err(e)) => Err(e),
+            None => Err(ProbeError::new("reply matcher closed")),
+        }
+    }
+
+    fn anomalies(&self) -> Anomalies {
+        let mut a = self.slot.matcher.anomalies();
+        a.corrupt = self.slot.corrupt.load(Ordering::Relaxed);
+        a
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prober_core::Delivery;
+    use std::net::Ipv4Addr;
+
+    fn registry_with(addr: IpAddr, nonce: u64) -> (Registry, Arc<Slot>) {
+        let slot = Arc::new(Slot {
+            addr,
+            matcher: Matcher::new(),
+            corrupt: AtomicU64::new(0),
+        });
+        let reg = Mutex::new(HashMap::from([(nonce, Arc::clone(&slot))]));
+        (reg, slot)
+    }
+
+    fn fake_socket_reply(nonce: u64, seq: u64, seq16: u16) -> Vec<u8> {
+        let mut payload = vec![0u8; 56];
+        encode_payload(&mut payload, nonce, seq);
+        let mut r = packet::echo_request_v4(1, seq16, &payload);
+        r[0] = 0;
+        r
+    }
+
+    #[tokio::test]
+    async fn matches_by_nonce_and_full_seq_across_wraps() {
+        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let (reg, slot) = registry_with(lo, 42);
+        let socket = IcmpSocket {
+            sock: tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap(),
+            raw: false,
+            v6: false,
+            ident: 1,
+        };
+        // seq 5 and seq 65541 share the low 16 bits.
+        let mut old = slot.matcher.register(5);
+        let mut new = slot.matcher.register(65_541);
+        let now = Instant::now();
+        dispatch(&socket, &reg, &fake_socket_reply(42, 65_541, 5), lo, now);
+        assert_eq!(new.recv().await.unwrap().unwrap().1, 64);
+        dispatch(&socket, &reg, &fake_socket_reply(42, 5, 5), lo, now);
+        assert!(old.recv().await.unwrap().is_ok());
+        // A second copy is a duplicate; a reply to a dropped waiter is late.
+        dispatch(&socket, &reg, &fake_socket_reply(42, 5, 5), lo, now);
+        drop(slot.matcher.register(7));
+        dispatch(&socket, &reg, &fake_socket_reply(42, 7, 7), lo, now);
+        let a = slot.matcher.anomalies();
+        assert_eq!((a.duplicate, a.late), (1, 1));
+    }
+
+    #[tokio::test]
+    async fn wrong_nonce_is_ignored_and_bad_payload_is_corrupt() {
+        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let (reg, slot) = registry_with(lo, 42);
+        let socket = IcmpSocket {
+            sock: tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap(),
+            raw: false,
+            v6: false,
+            ident: 1,
+        };
+        let w = slot.matcher.register(3);
+        dispatch(
+            &socket,
+            &reg,
+            &fake_socket_reply(41, 3, 3),
+            lo,
+            Instant::now(),
+        );
+        assert_eq!(
+            slot.matcher.pending(),
+            1,
+            "another run's reply must not match"
+        );
+        let mut bad = fake_socket_reply(42, 3, 3);
+        let last = bad.len() - 1;
+        bad[last] ^= 0xff;
+        dispatch(&socket, &reg, &bad, lo, Instant::now());
+        // The header seq disagrees with the payload seq: corrupt too.
+        dispatch(
+            &socket,
+            &reg,
+            &fake_socket_reply(42, 3, 4),
+            lo,
+            Instant::now(),
+        );
+        // From another address: corrupt.
+        dispatch(
+            &socket,
+            &reg,
+            &fake_socket_reply(42, 3, 3),
+            IpAddr::V4(Ipv4Addr::new(127, 0, 0, 9)),
+            Instant::now(),
+        );
+        assert_eq!(slot.corrupt.load(Ordering::Relaxed), 3);
+        assert_eq!(slot.matcher.pending(), 1);
+        assert_eq!(
+            slot.matcher.deliver(3, Ok((Instant::now(), 0))),
+            Delivery::Matched
+        );
+        drop(w);
+    }
+
+    #[test]
+    fn kernel_timestamps_map_into_the_past() {
+        let before = Instant::now();
+        let t = arrival_instant(Some(SystemTime::now() - Duration::from_millis(5)));
+        assert!(t <= before.max(t));
+        assert!(Instant::now() - t >= Duration::from_millis(5));
+        assert!(arrival_instant(None) >= before);
+    }
+}

@@ -1,0 +1,84 @@
+//! ICMP echo probes for prober (`icmp://host` and bare hosts), IPv4 and IPv6.
+//!
+//! - [`IcmpClient`] opens at most one socket per address family and shares
+//!   it between every target of a run; a receive loop per socket dispatches
+//!   replies to the probes by nonce.
+//! - [`IcmpProbe`] implements [`prober_core::Probe`], so pacing, statistics
+//!   and sinks come from the core.
+//! - Sockets: the unprivileged datagram ("ping") socket first, then raw
+//!   ([`SocketKind`]). Replies carry the kernel receive timestamp.
+//! - Late and duplicate replies are counted by the core matcher; replies with
+//!   an altered payload, or from the wrong address, are counted as corrupt.
+//! - ICMP errors (destination unreachable, time exceeded) fail the probe they
+//!   quote: read from the socket on raw sockets, from the error queue
+//!   (`IP_RECVERR`) on datagram sockets.
+//!
+//! Packets are built with `pnet_packet` and classified with surge-ping's
+//! decoders. surge-ping's own client is not used for receiving because it
+//! drops late and duplicate replies without a trace and cannot report them.
+
+mod client;
+pub mod packet;
+mod socket;
+
+use std::io;
+
+pub use client::{IcmpClient, IcmpProbe};
+pub use socket::SocketKind;
+
+/// Why ICMP probing cannot start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum IcmpError {
+    /// Neither socket kind asked for could be opened.
+    #[error("{}", open_message(*v6, dgram.as_ref(), raw.as_ref()))]
+    Open {
+        /// Which family.
+        v6: bool,
+        /// Why the datagram socket failed, if tried.
+        dgram: Option<io::Error>,
+        /// Why the raw socket failed, if tried.
+        raw: Option<io::Error>,
+    },
+    /// A socket option could not be set.
+    #[error("setting up the icmp socket ({what})")]
+    Setup {
+        /// Which step.
+        what: &'static str,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// The payload size is out of range.
+    #[error("size {0} is out of range for icmp: must be {min}..={max} bytes", min = packet::MIN_PAYLOAD, max = packet::MAX_PAYLOAD)]
+    Size(usize),
+}
+
+fn open_message(v6: bool, dgram: Option<&io::Error>, raw: Option<&io::Error>) -> String {
+    let family = if v6 { "ICMPv6" } else { "ICMP" };
+    let mut tried = Vec::new();
+    if let Some(e) = dgram {
+        tried.push(format!("datagram socket: {e}"));
+    }
+    if let Some(e) = raw {
+        tried.push(format!("raw socket: {e}"));
+    }
+    format!(
+        "cannot open an {family} socket ({}); allow unprivileged ICMP with \
+         `sysctl -w net.ipv4.ping_group_range=\"0 2147483647\"` (it governs IPv6 too), \
+         or allow raw sockets with `setcap cap_net_raw+ep <path to prober>`",
+        tried.join("; ")
+    )
+}
+
+/// Checks an ICMP payload size.
+///
+/// # Errors
+/// [`IcmpError::Size`] when out of range.
+pub fn check_size(size: usize) -> Result<(), IcmpError> {
+    if (packet::MIN_PAYLOAD..=packet::MAX_PAYLOAD).contains(&size) {
+        Ok(())
+    } else {
+        Err(IcmpError::Size(size))
+    }
+}

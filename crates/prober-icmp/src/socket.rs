@@ -1,0 +1,234 @@
+//! Opening ICMP sockets (datagram or raw) and receiving with kernel
+//! timestamps and, on datagram sockets, the error queue.
+
+use std::io::{self, IoSliceMut};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use nix::sys::socket::{
+    ControlMessageOwned, MsgFlags, SockaddrLike, SockaddrStorage, recvmsg, setsockopt, sockopt,
+};
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::io::Interest;
+use tokio::net::UdpSocket;
+
+use crate::IcmpError;
+
+/// Which kind of ICMP socket to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SocketKind {
+    /// Datagram ("ping") socket if allowed, else raw.
+    #[default]
+    Auto,
+    /// Only the unprivileged datagram socket (`net.ipv4.ping_group_range`).
+    Dgram,
+    /// Only a raw socket (root or `CAP_NET_RAW`).
+    Raw,
+}
+
+/// An open ICMP socket of one address family.
+#[derive(Debug)]
+pub(crate) struct IcmpSocket {
+    pub(crate) sock: UdpSocket,
+    pub(crate) raw: bool,
+    pub(crate) v6: bool,
+    /// Echo identifier: the kernel's for datagram sockets, random for raw.
+    pub(crate) ident: u16,
+}
+
+/// An ICMP error read from a datagram socket's error queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct QueuedError {
+    pub(crate) icmp_type: u8,
+    pub(crate) code: u8,
+    pub(crate) offender: Option<IpAddr>,
+}
+
+fn new_socket(v6: bool, ty: Type) -> io::Result<Socket> {
+    let (domain, proto) = if v6 {
+        (Domain::IPV6, Protocol::ICMPV6)
+    } else {
+        (Domain::IPV4, Protocol::ICMPV4)
+    };
+    Socket::new(domain, ty, Some(proto))
+}
+
+impl IcmpSocket {
+    /// Opens a socket of `kind` for IPv4 or IPv6, with the TTL (hop limit) set.
+    /// Must be called inside a tokio runtime.
+    pub(crate) fn open(v6: bool, kind: SocketKind, ttl: Option<u32>) -> Result<Self, IcmpError> {
+        let (sock, raw) = match kind {
+            SocketKind::Dgram => (
+                new_socket(v6, Type::DGRAM).map_err(|e| IcmpError::Open {
+                    v6,
+                    dgram: Some(e),
+                    raw: None,
+                })?,
+                false,
+            ),
+            SocketKind::Raw => (
+                new_socket(v6, Type::RAW).map_err(|e| IcmpError::Open {
+                    v6,
+                    dgram: None,
+                    raw: Some(e),
+                })?,
+                true,
+            ),
+            SocketKind::Auto => match new_socket(v6, Type::DGRAM) {
+                Ok(s) => (s, false),
+                Err(dgram) => match new_socket(v6, Type::RAW) {
+                    Ok(s) => (s, true),
+                    Err(raw) => {
+                        return Err(IcmpError::Open {
+                            v6,
+                            dgram: Some(dgram),
+                            raw: Some(raw),
+                        });
+                    }
+                },
+            },
+        };
+        let setup = |what: &'static str| move |e: io::Error| IcmpError::Setup { what, source: e };
+        sock.set_nonblocking(true)
+            .map_err(setup("non-blocking mode"))?;
+        if let Some(ttl) = ttl {
+            if v6 {
+                sock.set_unicast_hops_v6(ttl).map_err(setup("hop limit"))?;
+            } else {
+                sock.set_ttl_v4(ttl).map_err(setup("TTL"))?;
+            }
+        }
+        setsockopt(&sock, sockopt::ReceiveTimestampns, &true)
+            .map_err(|e| setup("SO_TIMESTAMPNS")(e.into()))?;
+        let mut ident = fastrand::u16(..);
+        if !raw {
+            if v6 {
+                setsockopt(&sock, sockopt::Ipv6RecvErr, &true)
+                    .map_err(|e| setup("IPV6_RECVERR")(e.into()))?;
+            } else {
+                setsockopt(&sock, sockopt::Ipv4RecvErr, &true)
+                    .map_err(|e| setup("IP_RECVERR")(e.into()))?;
+            }
+            // Binding picks the echo identifier the kernel will use.
+            let any: SocketAddr = if v6 {
+                (Ipv6Addr::UNSPECIFIED, 0).into()
+            } else {
+                (Ipv4Addr::UNSPECIFIED, 0).into()
+            };
+            sock.bind(&any.into()).map_err(setup("bind"))?;
+            ident = sock
+                .local_addr()
+                .ok()
+                .and_then(|a| a.as_socket())
+                .map_or(ident, |a| a.port());
+        }
+        let std_sock: std::net::UdpSocket = sock.into();
+        let sock = UdpSocket::from_std(std_sock).map_err(setup("registering with the runtime"))?;
+        Ok(Self {
+            sock,
+            raw,
+            v6,
+            ident,
+        })
+    }
+
+    /// Receives one message: its length, sender and kernel receive time.
+    pub(crate) async fn recv(
+        &self,
+        buf: &mut [u8],
+    ) -> io::Result<(usize, Option<IpAddr>, Option<SystemTime>)> {
+        let fd = self.sock.as_raw_fd();
+        self.sock
+            .async_io(Interest::READABLE, || {
+                let mut iov = [IoSliceMut::new(&mut *buf)];
+                let mut cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec);
+                let msg = recvmsg::<SockaddrStorage>(
+                    fd,
+                    &mut iov,
+                    Some(&mut cmsg),
+                    MsgFlags::MSG_DONTWAIT,
+                )
+                .map_err(io::Error::from)?;
+                let mut stamp = None;
+                if let Ok(cmsgs) = msg.cmsgs() {
+                    for c in cmsgs {
+                        if let ControlMessageOwned::ScmTimestampns(ts) = c {
+                            let (s, ns) = (ts.tv_sec(), ts.tv_nsec());
+                            if let (Ok(s), Ok(ns)) = (u64::try_from(s), u32::try_from(ns)) {
+                                stamp = Some(UNIX_EPOCH + Duration::new(s, ns));
+                            }
+                        }
+                    }
+                }
+                Ok((msg.bytes, msg.address.as_ref().and_then(ip_of), stamp))
+            })
+            .await
+    }
+
+    /// Reads one ICMP error from a datagram socket's error queue: the bytes
+    /// are the request that failed.
+    pub(crate) async fn recv_error(&self, buf: &mut [u8]) -> io::Result<(usize, QueuedError)> {
+        let fd = self.sock.as_raw_fd();
+        loop {
+            let res = self
+                .sock
+                .async_io(Interest::ERROR, || {
+                    let mut iov = [IoSliceMut::new(&mut *buf)];
+                    let mut cmsg =
+                        nix::cmsg_space!(nix::libc::sock_extended_err, nix::libc::sockaddr_in6);
+                    let msg = recvmsg::<SockaddrStorage>(
+                        fd,
+                        &mut iov,
+                        Some(&mut cmsg),
+                        MsgFlags::MSG_ERRQUEUE | MsgFlags::MSG_DONTWAIT,
+                    )
+                    .map_err(io::Error::from)?;
+                    let mut found = None;
+                    if let Ok(cmsgs) = msg.cmsgs() {
+                        for c in cmsgs {
+                            let (err, offender) = match c {
+                                ControlMessageOwned::Ipv4RecvErr(e, a) => (
+                                    e,
+                                    a.map(|a| {
+                                        IpAddr::V4(Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)))
+                                    }),
+                                ),
+                                ControlMessageOwned::Ipv6RecvErr(e, a) => (
+                                    e,
+                                    a.map(|a| IpAddr::V6(Ipv6Addr::from(a.sin6_addr.s6_addr))),
+                                ),
+                                _ => continue,
+                            };
+                            // Only errors that came as ICMP messages (origin 2 or 3).
+                            if err.ee_origin == nix::libc::SO_EE_ORIGIN_ICMP
+                                || err.ee_origin == nix::libc::SO_EE_ORIGIN_ICMP6
+                            {
+                                found = Some(QueuedError {
+                                    icmp_type: err.ee_type,
+                                    code: err.ee_code,
+                                    offender,
+                                });
+                            }
+                        }
+                    }
+                    Ok((msg.bytes, found))
+                })
+                .await?;
+            if let (n, Some(e)) = res {
+                return Ok((n, e));
+            }
+        }
+    }
+}
+
+fn ip_of(a: &SockaddrStorage) -> Option<IpAddr> {
+    if let Some(v4) = a.as_sockaddr_in() {
+        return Some(IpAddr::V4(v4.ip()));
+    }
+    if let Some(v6) = a.as_sockaddr_in6() {
+        return Some(IpAddr::V6(v6.ip()));
+    }
+    let _ = a.family();
+    None
+}
