@@ -174,7 +174,7 @@ fn dispatch(socket: &IcmpSocket, registry: &Registry, buf: &[u8], from: IpAddr, 
             let why = format!("{} from {from}", describe_error(socket.v6, icmp_type, code));
             deliver_error(registry, target, seq16, check_payload(quoted), why);
         }
-        Received::Other => {}
+        Received::Other => tracing::trace!(len = buf.len(), "ignoring an icmp message"),
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use nix::sys::socket::{
     ControlMessageOwned, MsgFlags, SockaddrLike, SockaddrStorage, recvmsg, setsockopt, sockopt,
 };
-use socket2::{Domain, Protocol, Socket, Type};
+use socket2::{Domain, Protocol, SockFilter, Socket, Type};
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
 
@@ -123,6 +123,10 @@ impl IcmpSocket {
                 .and_then(|a| a.as_socket())
                 .map_or(ident, |a| a.port());
         }
+        if raw && let Err(error) = sock.attach_filter(&raw_filter(v6, ident)) {
+            // Filtering in user space still works, at the cost of wake-ups.
+            tracing::debug!(%error, "cannot attach the icmp socket filter");
+        }
         let std_sock: std::net::UdpSocket = sock.into();
         let sock = UdpSocket::from_std(std_sock).map_err(setup("registering with the runtime"))?;
         Ok(Self {
@@ -219,6 +223,47 @@ impl IcmpSocket {
                 return Ok((n, e));
             }
         }
+    }
+}
+
+/// A classic BPF program for raw ICMP sockets, which otherwise receive every
+/// ICMP packet on the host, our own echo requests on loopback included: keep
+/// echo replies with our identifier, and destination unreachable and time
+/// exceeded errors; drop the rest in the kernel, before they wake us up.
+fn raw_filter(v6: bool, ident: u16) -> Vec<SockFilter> {
+    const LDX_B_MSH: u16 = 0xb1; // X = 4 * ([k] & 0xf): the IPv4 header length
+    const LD_B_IND: u16 = 0x50; // A = [X + k] (byte)
+    const LD_H_IND: u16 = 0x48; // A = [X + k] (half word)
+    const LD_B_ABS: u16 = 0x30; // A = [k] (byte)
+    const LD_H_ABS: u16 = 0x28; // A = [k] (half word)
+    const JEQ: u16 = 0x15; // if A == k
+    const RET: u16 = 0x06;
+    let ident = u32::from(ident);
+    let f = SockFilter::new;
+    if v6 {
+        // Raw ICMPv6 sockets deliver the ICMPv6 message without the IPv6 header.
+        vec![
+            f(LD_B_ABS, 0, 0, 0),
+            f(JEQ, 0, 2, 129), // echo reply?
+            f(LD_H_ABS, 0, 0, 4),
+            f(JEQ, 3, 2, ident),
+            f(JEQ, 2, 0, 1), // destination unreachable
+            f(JEQ, 1, 0, 3), // time exceeded
+            f(RET, 0, 0, 0),
+            f(RET, 0, 0, u32::MAX),
+        ]
+    } else {
+        vec![
+            f(LDX_B_MSH, 0, 0, 0),
+            f(LD_B_IND, 0, 0, 0),
+            f(JEQ, 0, 2, 0), // echo reply?
+            f(LD_H_IND, 0, 0, 4),
+            f(JEQ, 3, 2, ident),
+            f(JEQ, 2, 0, 3),  // destination unreachable
+            f(JEQ, 1, 0, 11), // time exceeded
+            f(RET, 0, 0, 0),
+            f(RET, 0, 0, u32::MAX),
+        ]
     }
 }
 
