@@ -1,6 +1,7 @@
 //! Command-line arguments.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -28,7 +29,7 @@ pub(crate) enum Command {
     /// on loopback and measure every protocol against it.
     #[command(after_help = RUN_HELP)]
     Run(RunArgs),
-    /// Run the echo responder for tcp://, tcp-crr:// and udp:// probes.
+    /// Run the echo responder for tcp://, tcp-crr://, udp:// and grpc:// probes.
     #[command(after_help = EXIT_CODES)]
     Serve(ServeArgs),
 }
@@ -39,6 +40,9 @@ Targets:
   tcp-connect://HOST:PORT  TCP handshake time, against any TCP server
   tcp-crr://HOST:PORT      connect, request, response, close (netperf TCP_CRR)
   udp://HOST:PORT          datagram request/response
+  grpc://HOST:PORT         unary Ping on one HTTP/2 channel (grpcs:// for TLS)
+  grpc+stream://HOST:PORT  ping-pong on one bidirectional stream (grpcs+stream://)
+  grpc-health://HOST:PORT[/SERVICE]  grpc.health.v1 Check on any gRPC server
   HOST, icmp://HOST        ICMP echo, like ping
 
 Durations take a unit: 250us, 10ms, 1.5s, 2m.
@@ -169,6 +173,28 @@ pub(crate) struct RunArgs {
     #[arg(short, long)]
     pub(crate) quiet: bool,
 
+    /// CA certificate (PEM) that grpcs:// servers must chain to.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) ca: Option<PathBuf>,
+
+    /// Client certificate (PEM) for mTLS; needs --key.
+    #[arg(long, value_name = "FILE", requires = "key")]
+    pub(crate) cert: Option<PathBuf>,
+
+    /// Client private key (PEM) for mTLS; needs --cert.
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    pub(crate) key: Option<PathBuf>,
+
+    /// Name to verify in the server certificate (and send as SNI) instead of
+    /// the target's host.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) tls_server_name: Option<String>,
+
+    /// UNSAFE: do not verify the grpcs:// server certificate at all; anyone
+    /// on the path can impersonate the server.
+    #[arg(long)]
+    pub(crate) insecure: bool,
+
     /// Use IPv4 only.
     #[arg(short = '4', conflicts_with = "ipv6")]
     pub(crate) ipv4: bool,
@@ -178,15 +204,55 @@ pub(crate) struct RunArgs {
     pub(crate) ipv6: bool,
 }
 
+impl RunArgs {
+    /// TLS settings for grpcs:// targets, read from the files named.
+    pub(crate) fn client_tls(
+        &self,
+    ) -> Result<Option<prober_grpc::ClientTls>, prober_grpc::TlsError> {
+        let any = self.ca.is_some()
+            || self.cert.is_some()
+            || self.tls_server_name.is_some()
+            || self.insecure;
+        if !any {
+            return Ok(None);
+        }
+        prober_grpc::ClientTls::from_files(
+            self.ca.as_deref(),
+            self.cert.as_deref(),
+            self.key.as_deref(),
+            self.tls_server_name.clone(),
+            self.insecure,
+        )
+        .map(Some)
+    }
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
-    /// Serve TCP on this address. [default: 0.0.0.0:8707, when neither --tcp nor --udp is given]
+    /// Serve TCP on this address. [default: 0.0.0.0:8707, when none of --tcp, --udp, --grpc is given]
     #[arg(long, value_name = "ADDR")]
     pub(crate) tcp: Option<SocketAddr>,
 
-    /// Serve UDP on this address. [default: 0.0.0.0:8707, when neither --tcp nor --udp is given]
+    /// Serve UDP on this address. [default: 0.0.0.0:8707, when none of --tcp, --udp, --grpc is given]
     #[arg(long, value_name = "ADDR")]
     pub(crate) udp: Option<SocketAddr>,
+
+    /// Serve gRPC (Echo and grpc.health.v1) on this address. [default:
+    /// 0.0.0.0:8708, when none of --tcp, --udp, --grpc is given]
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) grpc: Option<SocketAddr>,
+
+    /// Serve gRPC over TLS with this certificate chain (PEM); needs --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub(crate) tls_cert: Option<PathBuf>,
+
+    /// Private key (PEM) for --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub(crate) tls_key: Option<PathBuf>,
+
+    /// Require gRPC clients to present a certificate signed by this CA (mTLS).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub(crate) tls_client_ca: Option<PathBuf>,
 
     /// Do not log clients or listeners.
     #[arg(short, long)]
@@ -207,4 +273,8 @@ pub(crate) struct ServeArgs {
     /// How long --delay-every holds a request.
     #[arg(long, hide = true, value_parser = duration, default_value = "0")]
     pub(crate) delay: Duration,
+
+    /// Impairment for tests: hold every gRPC request this long.
+    #[arg(long, hide = true, value_parser = duration, default_value = "0")]
+    pub(crate) grpc_delay: Duration,
 }

@@ -15,10 +15,14 @@ pub(crate) enum Scheme {
     Udp,
     Grpc,
     Grpcs,
+    GrpcStream,
+    GrpcsStream,
+    GrpcHealth,
+    GrpcsHealth,
 }
 
 impl Scheme {
-    const ALL: [(&'static str, Self); 7] = [
+    const ALL: [(&'static str, Self); 11] = [
         ("icmp", Self::Icmp),
         ("tcp", Self::Tcp),
         ("tcp-connect", Self::TcpConnect),
@@ -26,7 +30,20 @@ impl Scheme {
         ("udp", Self::Udp),
         ("grpc", Self::Grpc),
         ("grpcs", Self::Grpcs),
+        ("grpc+stream", Self::GrpcStream),
+        ("grpcs+stream", Self::GrpcsStream),
+        ("grpc-health", Self::GrpcHealth),
+        ("grpcs-health", Self::GrpcsHealth),
     ];
+
+    /// gRPC over TLS.
+    pub(crate) fn tls(self) -> bool {
+        matches!(self, Self::Grpcs | Self::GrpcsStream | Self::GrpcsHealth)
+    }
+
+    fn takes_path(self) -> bool {
+        matches!(self, Self::GrpcHealth | Self::GrpcsHealth)
+    }
 
     pub(crate) fn name(self) -> &'static str {
         Self::ALL
@@ -46,6 +63,20 @@ pub(crate) struct Target {
     pub(crate) scheme: Scheme,
     pub(crate) host: String,
     pub(crate) port: u16,
+    /// `grpc-health://` only: the service to check ("" = the whole server).
+    pub(crate) path: String,
+}
+
+impl Target {
+    /// A target without a path.
+    pub(crate) fn new(scheme: Scheme, host: &str, port: u16) -> Self {
+        Self {
+            scheme,
+            host: host.to_owned(),
+            port,
+            path: String::new(),
+        }
+    }
 }
 
 impl fmt::Display for Target {
@@ -56,10 +87,14 @@ impl fmt::Display for Target {
             self.host.clone()
         };
         if self.scheme.needs_port() {
-            write!(f, "{}://{host}:{}", self.scheme.name(), self.port)
+            write!(f, "{}://{host}:{}", self.scheme.name(), self.port)?;
         } else {
-            write!(f, "{}://{host}", self.scheme.name())
+            write!(f, "{}://{host}", self.scheme.name())?;
         }
+        if !self.path.is_empty() {
+            write!(f, "/{}", self.path)?;
+        }
+        Ok(())
     }
 }
 
@@ -79,12 +114,15 @@ pub(crate) fn parse_target(text: &str) -> anyhow::Result<Target> {
         }
         None => (Scheme::Icmp, text),
     };
-    if let Some((_, path)) = rest.split_once('/')
-        && !path.is_empty()
-    {
-        bail!("target {text:?} has a path; only scheme://host:port is accepted");
+    let (authority, path) = match rest.split_once('/') {
+        Some((a, p)) => (a, p.trim_end_matches('/')),
+        None => (rest, ""),
+    };
+    if !path.is_empty() && !scheme.takes_path() {
+        bail!(
+            "target {text:?} has a path; only scheme://host:port is accepted (grpc-health:// takes /service)"
+        );
     }
-    let authority = rest.trim_end_matches('/');
     let (host, port) = split_host_port(authority).with_context(|| format!("target {text:?}"))?;
     if host.is_empty() {
         bail!("target {text:?} has no host");
@@ -102,6 +140,7 @@ pub(crate) fn parse_target(text: &str) -> anyhow::Result<Target> {
         scheme,
         host: host.to_owned(),
         port,
+        path: path.to_owned(),
     })
 }
 
@@ -200,11 +239,7 @@ mod tests {
     use super::*;
 
     fn t(scheme: Scheme, host: &str, port: u16) -> Target {
-        Target {
-            scheme,
-            host: host.to_owned(),
-            port,
-        }
+        Target::new(scheme, host, port)
     }
 
     #[test]

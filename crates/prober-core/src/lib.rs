@@ -29,6 +29,8 @@ pub mod runner;
 pub mod sample;
 pub mod sink;
 pub mod stats;
+#[cfg(feature = "test-util")]
+pub mod testutil;
 pub mod wait;
 
 pub use config::{ConfigError, Pacing, RunConfig};

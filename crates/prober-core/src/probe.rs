@@ -5,16 +5,42 @@ use std::future::Future;
 use crate::matcher::Anomalies;
 use crate::sample::Reply;
 
-/// Why one probe failed. Timeouts are not errors: the runner owns the
-/// timeout and records it as [`crate::Outcome::Timeout`].
+/// Why one probe failed. The runner owns the timeout and records it as
+/// [`crate::Outcome::Timeout`]; a probe returns [`ProbeError::timeout`] only
+/// when the peer itself reports that the deadline passed (gRPC
+/// DEADLINE_EXCEEDED), which is recorded as a timeout too.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ProbeError(pub String);
+#[error("{message}")]
+pub struct ProbeError {
+    message: String,
+    timeout: bool,
+}
 
 impl ProbeError {
     /// An error with this message.
     pub fn new(msg: impl Into<String>) -> Self {
-        Self(msg.into())
+        Self {
+            message: msg.into(),
+            timeout: false,
+        }
+    }
+
+    /// A deadline that passed, reported by the peer or the protocol stack.
+    pub fn timeout(msg: impl Into<String>) -> Self {
+        Self {
+            message: msg.into(),
+            timeout: true,
+        }
+    }
+
+    /// True for [`ProbeError::timeout`].
+    pub fn is_timeout(&self) -> bool {
+        self.timeout
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
     }
 }
 

@@ -256,7 +256,8 @@ async fn one_probe<P: Probe>(
     let started = Instant::now();
     let (sent, outcome, bytes) = match tokio::time::timeout(timeout, probe.probe(seq)).await {
         Ok(Ok(reply)) => (reply.sent, Outcome::Ok(reply), reply.bytes),
-        Ok(Err(error)) => (started, Outcome::Error(error.0), 0),
+        Ok(Err(error)) if error.is_timeout() => (started, Outcome::Timeout, 0),
+        Ok(Err(error)) => (started, Outcome::Error(error.message().to_owned()), 0),
         Err(_) => (started, Outcome::Timeout, 0),
     };
     Sample {

@@ -12,6 +12,9 @@ use prober_core::sink::{
     CsvSink, DEFAULT_CSV_FIELDS, DEFAULT_TABLE_FIELDS, HumanSink, JsonSink, parse_fields,
 };
 use prober_core::{Event, RunConfig, RunMeta, Sink, Summary, TargetInfo, collect, run_target};
+use prober_grpc::{
+    ClientConfig, ClientTls, GrpcHealthProbe, GrpcProbe, GrpcStreamProbe, ServerConfig, serve_grpc,
+};
 use prober_icmp::{IcmpClient, IcmpProbe};
 use prober_tcp::{
     ResponderConfig, TcpConnectProbe, TcpCrrProbe, TcpProbe, UdpProbe, check_size, serve_tcp,
@@ -78,18 +81,25 @@ async fn start_self_test(
         ResponderConfig::default(),
         stop.clone(),
     ));
-    services.spawn(serve_udp(socket, ResponderConfig::default(), stop));
+    services.spawn(serve_udp(socket, ResponderConfig::default(), stop.clone()));
+    let grpc_listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .await
+        .context("binding the loopback grpc responder")?;
+    let grpc = grpc_listener.local_addr()?.port();
+    services.spawn(async move {
+        serve_grpc(grpc_listener, ServerConfig::default(), stop)
+            .await
+            .map_err(std::io::Error::other)
+    });
     let host = Ipv4Addr::LOCALHOST.to_string();
-    let target = |scheme, port| Target {
-        scheme,
-        host: host.clone(),
-        port,
-    };
+    let target = |scheme, port| Target::new(scheme, &host, port);
     let mut targets = vec![
         target(Scheme::Tcp, tcp),
         target(Scheme::Udp, udp),
         target(Scheme::TcpConnect, tcp),
         target(Scheme::TcpCrr, tcp),
+        target(Scheme::Grpc, grpc),
+        target(Scheme::GrpcStream, grpc),
     ];
     // ICMP needs a socket the kernel may refuse; the self-test goes on without.
     match icmp.is_raw(false) {
@@ -98,11 +108,11 @@ async fn start_self_test(
     }
     let has_v6_loopback = std::net::UdpSocket::bind((Ipv6Addr::LOCALHOST, 0)).is_ok();
     if has_v6_loopback && icmp.is_raw(true).is_ok() {
-        targets.push(Target {
-            scheme: Scheme::Icmp,
-            host: Ipv6Addr::LOCALHOST.to_string(),
-            port: 0,
-        });
+        targets.push(Target::new(
+            Scheme::Icmp,
+            &Ipv6Addr::LOCALHOST.to_string(),
+            0,
+        ));
     }
     Ok(targets)
 }
@@ -126,12 +136,16 @@ fn check_target_size(t: &Target, size: usize) -> anyhow::Result<()> {
         Scheme::Icmp => {
             return prober_icmp::check_size(size).with_context(|| format!("target {t}"));
         }
-        Scheme::Grpc | Scheme::Grpcs => {
-            bail!(
-                "{} probes are not available in this build yet (target {t})",
-                t.scheme.name()
-            )
+        Scheme::Grpc | Scheme::Grpcs | Scheme::GrpcStream | Scheme::GrpcsStream => {
+            if size > prober_grpc::MAX_REQUEST {
+                bail!(
+                    "target {t}: size {size} is out of range for grpc: must be 0..={} bytes",
+                    prober_grpc::MAX_REQUEST
+                );
+            }
+            Ok(())
         }
+        Scheme::GrpcHealth | Scheme::GrpcsHealth => Ok(()),
     };
     res.with_context(|| format!("target {t}"))
 }
@@ -143,16 +157,34 @@ enum Built {
     TcpCrr(TcpCrrProbe),
     Udp(UdpProbe),
     Icmp(IcmpProbe),
+    Grpc(GrpcProbe),
+    GrpcStream(GrpcStreamProbe),
+    GrpcHealth(GrpcHealthProbe),
+}
+
+/// What building probes needs besides the target.
+struct BuildCtx {
+    icmp: Arc<IcmpClient>,
+    tls: Option<ClientTls>,
+    timeout: Duration,
 }
 
 impl Built {
     async fn new(
-        scheme: Scheme,
+        t: &Target,
         addr: SocketAddr,
         size: usize,
-        icmp: &IcmpClient,
+        ctx: &BuildCtx,
     ) -> anyhow::Result<Self> {
-        Ok(match scheme {
+        let grpc = || ClientConfig {
+            addr,
+            host: t.host.clone(),
+            tls: t.scheme.tls().then(|| ctx.tls.clone().unwrap_or_default()),
+            timeout: ctx.timeout,
+            connect_timeout: ctx.timeout,
+            size,
+        };
+        Ok(match t.scheme {
             Scheme::Tcp => Self::Tcp(TcpProbe::new(addr, size)),
             Scheme::TcpConnect => Self::TcpConnect(TcpConnectProbe::new(addr)),
             Scheme::TcpCrr => Self::TcpCrr(TcpCrrProbe::new(addr, size)),
@@ -161,11 +193,14 @@ impl Built {
                     .await
                     .with_context(|| format!("opening a udp socket to {addr}"))?,
             ),
-            Scheme::Icmp => Self::Icmp(IcmpProbe::new(icmp, addr.ip(), size)?),
-            other => bail!(
-                "{} probes are not available in this build yet",
-                other.name()
-            ),
+            Scheme::Icmp => Self::Icmp(IcmpProbe::new(&ctx.icmp, addr.ip(), size)?),
+            Scheme::Grpc | Scheme::Grpcs => Self::Grpc(GrpcProbe::new(grpc())),
+            Scheme::GrpcStream | Scheme::GrpcsStream => {
+                Self::GrpcStream(GrpcStreamProbe::new(grpc()))
+            }
+            Scheme::GrpcHealth | Scheme::GrpcsHealth => {
+                Self::GrpcHealth(GrpcHealthProbe::new(grpc(), t.path.clone()))
+            }
         })
     }
 
@@ -180,6 +215,9 @@ impl Built {
             Self::TcpCrr(p) => set.spawn(run_target(Arc::new(p), id, cfg, phase, events, stop)),
             Self::Udp(p) => set.spawn(run_target(Arc::new(p), id, cfg, phase, events, stop)),
             Self::Icmp(p) => set.spawn(run_target(Arc::new(p), id, cfg, phase, events, stop)),
+            Self::Grpc(p) => set.spawn(run_target(Arc::new(p), id, cfg, phase, events, stop)),
+            Self::GrpcStream(p) => set.spawn(run_target(Arc::new(p), id, cfg, phase, events, stop)),
+            Self::GrpcHealth(p) => set.spawn(run_target(Arc::new(p), id, cfg, phase, events, stop)),
         };
     }
 }
@@ -223,6 +261,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         check_target_size(t, target_size(t, args.size))?;
     }
 
+    let tls = args.client_tls()?;
     let icmp = IcmpClient::new(args.icmp_socket.into(), args.ttl);
     let responder_stop = CancellationToken::new();
     let mut services = JoinSet::new();
@@ -236,6 +275,11 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         addrs.push(resolve(t, family).await?);
     }
 
+    let build = BuildCtx {
+        icmp,
+        tls,
+        timeout: cfg.timeout,
+    };
     let stop = CancellationToken::new();
     let _signals = cancel_on_signals(stop.clone());
     let (events, rx) = mpsc::channel(EVENT_CHANNEL);
@@ -258,7 +302,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             info.timestamps = "kernel".to_owned();
         }
         infos.push(info);
-        Built::new(t.scheme, *addr, size, &icmp)
+        Built::new(t, *addr, size, &build)
             .await?
             .spawn(&mut runs, id, &ctx);
     }

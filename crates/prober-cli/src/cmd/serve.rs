@@ -5,6 +5,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::process::ExitCode;
 
 use anyhow::Context as _;
+use prober_grpc::{ServerConfig, ServerTls, serve_grpc};
 use prober_tcp::{DEFAULT_PORT, ResponderConfig, serve_tcp, serve_udp};
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::task::JoinSet;
@@ -18,10 +19,22 @@ use crate::signal::cancel_on_signals;
 /// port 0 and read the port back.
 pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let default = SocketAddr::from((Ipv4Addr::UNSPECIFIED, DEFAULT_PORT));
-    let (tcp, udp) = match (args.tcp, args.udp) {
-        (None, None) => (Some(default), Some(default)),
+    let default_grpc = SocketAddr::from((Ipv4Addr::UNSPECIFIED, prober_grpc::DEFAULT_PORT));
+    let (tcp, udp, grpc) = match (args.tcp, args.udp, args.grpc) {
+        (None, None, None) => (Some(default), Some(default), Some(default_grpc)),
         given => given,
     };
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(ServerTls::from_files(
+            cert,
+            key,
+            args.tls_client_ca.as_deref(),
+        )?),
+        _ => None,
+    };
+    if tls.is_some() && grpc.is_none() {
+        anyhow::bail!("--tls-cert applies to gRPC only; add --grpc ADDR");
+    }
     let cfg = ResponderConfig {
         log_clients: !args.quiet,
         drop_every: args.drop_every,
@@ -45,6 +58,23 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("binding udp {addr}"))?;
         writeln!(out, "listening udp {}", socket.local_addr()?)?;
         set.spawn(serve_udp(socket, cfg, stop.clone()));
+    }
+    if let Some(addr) = grpc {
+        let listener = TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding grpc {addr}"))?;
+        let scheme = if tls.is_some() { "grpcs" } else { "grpc" };
+        writeln!(out, "listening {scheme} {}", listener.local_addr()?)?;
+        let grpc_cfg = ServerConfig {
+            tls,
+            delay: args.grpc_delay,
+        };
+        let stop = stop.clone();
+        set.spawn(async move {
+            serve_grpc(listener, grpc_cfg, stop)
+                .await
+                .map_err(std::io::Error::other)
+        });
     }
     out.flush()?;
     let _signals = cancel_on_signals(stop.clone());

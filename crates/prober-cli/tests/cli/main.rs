@@ -1,6 +1,7 @@
 //! End-to-end tests of the built `prober` binary on loopback.
 
 mod errors;
+mod grpc;
 mod icmp;
 mod run;
 mod support;

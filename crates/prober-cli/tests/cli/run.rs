@@ -198,13 +198,23 @@ fn self_test_measures_every_protocol() {
         .iter()
         .map(|s| s["protocol"].as_str().unwrap())
         .collect();
-    assert_eq!(protos[..4], ["tcp", "udp", "tcp-connect", "tcp-crr"]);
+    assert_eq!(
+        protos[..6],
+        [
+            "tcp",
+            "udp",
+            "tcp-connect",
+            "tcp-crr",
+            "grpc",
+            "grpc+stream"
+        ]
+    );
     // ICMP joins when a socket can be opened (always as root).
     let icmp = protos.iter().filter(|p| **p == "icmp").count();
     if crate::support::is_root() {
         assert!(icmp >= 1, "{protos:?}");
     }
-    assert_eq!(protos.len(), 4 + icmp);
+    assert_eq!(protos.len(), 6 + icmp);
     assert_eq!(of_type(&lines, "probe").len(), 10 * protos.len());
 }
 

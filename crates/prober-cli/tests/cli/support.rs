@@ -24,6 +24,7 @@ pub(crate) struct Server {
     child: Child,
     pub(crate) tcp: String,
     pub(crate) udp: String,
+    pub(crate) grpc: String,
 }
 
 impl Server {
@@ -35,6 +36,8 @@ impl Server {
                 "--tcp",
                 "127.0.0.1:0",
                 "--udp",
+                "127.0.0.1:0",
+                "--grpc",
                 "127.0.0.1:0",
             ])
             .args(extra)
@@ -52,7 +55,17 @@ impl Server {
         };
         let tcp = addr("tcp");
         let udp = addr("udp");
-        Self { child, tcp, udp }
+        let grpc = addr(if extra.contains(&"--tls-cert") {
+            "grpcs"
+        } else {
+            "grpc"
+        });
+        Self {
+            child,
+            tcp,
+            udp,
+            grpc,
+        }
     }
 
     pub(crate) fn pid(&self) -> u32 {

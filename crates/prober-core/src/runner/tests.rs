@@ -34,7 +34,7 @@ impl Probe for ScriptedProbe {
         self.calls.lock().unwrap().push((seq, sent));
         match (self.script)(seq) {
             None => std::future::pending().await,
-            Some(Err(e)) => Err(ProbeError(e)),
+            Some(Err(e)) => Err(ProbeError::new(e)),
             Some(Ok(delay)) => {
                 tokio::time::sleep(delay).await;
                 Ok(Reply {

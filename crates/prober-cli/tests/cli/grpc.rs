@@ -1,0 +1,226 @@
+//! gRPC end to end: `prober run` against `prober serve --grpc`, with TLS and
+//! mTLS from files made at test time.
+
+use std::path::{Path, PathBuf};
+
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+
+use crate::support::{Server, json_lines, of_type, run};
+
+#[test]
+fn unary_stream_and_health() {
+    let srv = Server::start(&[]);
+    let g = &srv.grpc;
+    let targets = [
+        format!("grpc://{g}"),
+        format!("grpc+stream://{g}"),
+        format!("grpc-health://{g}"),
+        format!("grpc-health://{g}/prober.v1.Echo"),
+    ];
+    let mut args = vec!["run", "-c", "20", "-i", "2ms", "-o", "json"];
+    args.extend(targets.iter().map(String::as_str));
+    let out = run(&args);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines = json_lines(&out);
+    let sums = of_type(&lines, "summary");
+    for s in &sums {
+        assert_eq!(
+            (s["sent"].as_u64(), s["ok"].as_u64()),
+            (Some(20), Some(20)),
+            "{s}"
+        );
+    }
+    assert!(
+        sums[0]["server_dwell"]["count"].as_u64() == Some(20),
+        "unary reports dwell"
+    );
+    let probe = of_type(&lines, "probe")
+        .into_iter()
+        .find(|p| p["protocol"] == "grpc")
+        .unwrap()
+        .clone();
+    assert!(probe["server_dwell_ns"].as_u64().is_some(), "{probe}");
+}
+
+#[test]
+fn health_of_an_unknown_service_is_an_error() {
+    let srv = Server::start(&[]);
+    let t = format!("grpc-health://{}/no.such.Service", srv.grpc);
+    let out = run(&["run", "-c", "2", "-i", "2ms", "-o", "json", &t]);
+    assert_eq!(out.status.code(), Some(1));
+    let lines = json_lines(&out);
+    assert_eq!(of_type(&lines, "summary")[0]["error"], 2);
+}
+
+#[test]
+fn deadline_exceeded_counts_as_timeout() {
+    let srv = Server::start(&["--grpc-delay", "500ms"]);
+    let t = format!("grpc://{}", srv.grpc);
+    let out = run(&[
+        "run", "-c", "3", "-i", "10ms", "-W", "100ms", "-o", "json", &t,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let lines = json_lines(&out);
+    let s = &of_type(&lines, "summary")[0];
+    assert_eq!(
+        (s["timeout"].as_u64(), s["error"].as_u64()),
+        (Some(3), Some(0)),
+        "{s}"
+    );
+}
+
+struct Files {
+    dir: PathBuf,
+}
+
+impl Files {
+    fn new(tag: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("prober-tls-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self { dir }
+    }
+
+    fn write(&self, name: &str, text: &str) -> String {
+        let p = self.dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_owned()
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.dir.join(name).to_str().unwrap().to_owned()
+    }
+}
+
+impl Drop for Files {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn make_pki(f: &Files) {
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_key = KeyPair::generate().unwrap();
+    f.write("ca.pem", &ca_params.self_signed(&ca_key).unwrap().pem());
+    let issuer = Issuer::new(ca_params, ca_key);
+    for (name, sans) in [
+        (
+            "server",
+            vec!["localhost".to_owned(), "127.0.0.1".to_owned()],
+        ),
+        ("client", vec!["client".to_owned()]),
+    ] {
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(sans)
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        f.write(&format!("{name}.pem"), &cert.pem());
+        f.write(&format!("{name}.key"), &key.serialize_pem());
+    }
+}
+
+fn grpcs(args: &[&str], target: &str) -> (Option<i32>, String, Vec<serde_json::Value>) {
+    let mut all = vec!["run", "-c", "3", "-i", "5ms", "-o", "json"];
+    all.extend(args);
+    all.push(target);
+    let out = run(&all);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let lines = if out.stdout.is_empty() {
+        Vec::new()
+    } else {
+        json_lines(&out)
+    };
+    (out.status.code(), err, lines)
+}
+
+fn first_error(lines: &[serde_json::Value]) -> String {
+    of_type(lines, "probe")
+        .iter()
+        .find_map(|p| p["error"].as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+#[test]
+fn tls_and_mtls_through_the_cli() {
+    let f = Files::new("cli");
+    make_pki(&f);
+    let (cert, key, ca) = (f.path("server.pem"), f.path("server.key"), f.path("ca.pem"));
+    let srv = Server::start(&["--tls-cert", &cert, "--tls-key", &key]);
+    let t = format!("grpcs://{}", srv.grpc.replace("127.0.0.1", "localhost"));
+    let (code, err, _) = grpcs(&["--ca", &ca], &t);
+    assert_eq!(code, Some(0), "{err}");
+    // Without the CA the certificate is unknown, and the error says so.
+    let (code, _, lines) = grpcs(&[], &t);
+    assert_eq!(code, Some(1));
+    let e = first_error(&lines);
+    assert!(
+        e.contains("UnknownIssuer") || e.contains("unknown issuer"),
+        "{e}"
+    );
+    let (code, _, _) = grpcs(&["--insecure"], &t);
+    assert_eq!(code, Some(0));
+    drop(srv);
+
+    let srv = Server::start(&[
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+        "--tls-client-ca",
+        &ca,
+    ]);
+    let t = format!("grpcs://{}", srv.grpc.replace("127.0.0.1", "localhost"));
+    let (code, err, _) = grpcs(
+        &[
+            "--ca",
+            &ca,
+            "--cert",
+            &f.path("client.pem"),
+            "--key",
+            &f.path("client.key"),
+        ],
+        &t,
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let (code, _, lines) = grpcs(&["--ca", &ca], &t);
+    assert_eq!(code, Some(1));
+    let e = first_error(&lines).to_lowercase();
+    assert!(e.contains("certificate"), "{e}");
+}
+
+#[test]
+fn bad_tls_files_are_one_line_errors() {
+    let f = Files::new("bad");
+    let junk = f.write("junk.pem", "not a certificate");
+    let t = "grpcs://127.0.0.1:1";
+    let (code, err, _) = grpcs(&["--ca", &junk], t);
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("--ca") && err.contains("holds no PEM CERTIFICATE"),
+        "{err}"
+    );
+    let missing = Path::new(&f.path("missing.pem"))
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let (code, err, _) = grpcs(&["--ca", &missing], t);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("reading --ca"), "{err}");
+    let out = run(&[
+        "serve",
+        "--grpc",
+        "127.0.0.1:0",
+        "--tls-cert",
+        &junk,
+        "--tls-key",
+        &junk,
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--tls-cert"));
+}

@@ -1,0 +1,453 @@
+//! gRPC probes: unary, bidirectional stream and health check, sharing one
+//! reconnecting channel per target.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use prober_core::{Anomalies, Matcher, Probe, ProbeError, Reply};
+use tokio::sync::{Mutex, mpsc};
+use tokio::time::Instant;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::task::AbortOnDropHandle;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Request, Status};
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+
+use crate::pb::echo_client::EchoClient;
+use crate::pb::{PingReply, PingRequest};
+use crate::tls::ClientTls;
+use crate::{error_chain, unix_now_ns};
+
+/// First wait before reconnecting after a failed connect; doubles up to
+/// [`MAX_BACKOFF`], with ±25% jitter so many probers do not reconnect in step.
+pub const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
+/// Longest wait between reconnect attempts.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// Requests queued on a stream before a probe waits to send.
+const STREAM_QUEUE: usize = 1024;
+
+/// Where and how a gRPC probe connects.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// The resolved address to connect to.
+    pub addr: SocketAddr,
+    /// The host as the user wrote it: the TLS server name and `:authority`.
+    pub host: String,
+    /// TLS settings; `None` is plaintext HTTP/2.
+    pub tls: Option<ClientTls>,
+    /// Per-RPC deadline, sent to the server as `grpc-timeout`.
+    pub timeout: Duration,
+    /// Limit on establishing a connection (TCP and TLS).
+    pub connect_timeout: Duration,
+    /// Request payload bytes.
+    pub size: usize,
+}
+
+#[derive(Debug)]
+struct ConnState {
+    channel: Option<Channel>,
+    connected_once: bool,
+    backoff: Duration,
+    retry_at: Option<Instant>,
+    last_error: Option<String>,
+}
+
+/// One channel per target, re-established with jittered exponential backoff
+/// after the connection fails.
+#[derive(Debug)]
+struct Conn {
+    cfg: ClientConfig,
+    state: Mutex<ConnState>,
+    reconnects: AtomicU64,
+}
+
+fn jitter(d: Duration) -> Duration {
+    d.mul_f64(0.75 + fastrand::f64() * 0.5)
+}
+
+impl Conn {
+    fn new(cfg: ClientConfig) -> Self {
+        let state = ConnState {
+            channel: None,
+            connected_once: false,
+            backoff: INITIAL_BACKOFF,
+            retry_at: None,
+            last_error: None,
+        };
+        Self {
+            cfg,
+            state: Mutex::new(state),
+            reconnects: AtomicU64::new(0),
+        }
+    }
+
+    fn endpoint(&self) -> Result<Endpoint, tonic::transport::Error> {
+        let scheme = if self.cfg.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let port = self.cfg.addr.port();
+        let host = if self.cfg.host.contains(':') {
+            format!("[{}]", self.cfg.host)
+        } else {
+            self.cfg.host.clone()
+        };
+        let origin: tonic::codegen::http::Uri = format!("{scheme}://{host}:{port}")
+            .parse()
+            .unwrap_or_else(|_| {
+                format!("{scheme}://{}", self.cfg.addr)
+                    .parse()
+                    .expect("a socket address is a valid authority")
+            });
+        let mut ep = Endpoint::from_shared(format!("{scheme}://{}", self.cfg.addr))?
+            .origin(origin)
+            .tcp_nodelay(true)
+            .connect_timeout(self.cfg.connect_timeout);
+        if let Some(tls) = &self.cfg.tls {
+            ep = tls.apply(ep, &self.cfg.host)?;
+        }
+        Ok(ep)
+    }
+
+    async fn channel(&self) -> Result<Channel, ProbeError> {
+        let mut st = self.state.lock().await;
+        if let Some(ch) = &st.channel {
+            return Ok(ch.clone());
+        }
+        if let Some(at) = st.retry_at
+            && Instant::now() < at
+        {
+            let wait = at - Instant::now();
+            let last = st.last_error.as_deref().unwrap_or("connection lost");
+            return Err(ProbeError::new(format!(
+                "{last} (next attempt in {}ms)",
+                wait.as_millis()
+            )));
+        }
+        let connected = match self.endpoint() {
+            Ok(ep) => ep.connect().await,
+            Err(e) => Err(e),
+        };
+        match connected {
+            Ok(ch) => {
+                if st.connected_once {
+                    self.reconnects.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(addr = %self.cfg.addr, "grpc reconnected");
+                }
+                st.connected_once = true;
+                st.backoff = INITIAL_BACKOFF;
+                st.retry_at = None;
+                st.last_error = None;
+                st.channel = Some(ch.clone());
+                Ok(ch)
+            }
+            Err(e) => {
+                st.retry_at = Some(Instant::now() + jitter(st.backoff));
+                st.backoff = (st.backoff * 2).min(MAX_BACKOFF);
+                let msg = format!("connect to {}: {}", self.cfg.addr, error_chain(&e));
+                st.last_error = Some(msg.clone());
+                Err(ProbeError::new(msg))
+            }
+        }
+    }
+
+    /// Drops the channel after a transport failure; the next probe reconnects.
+    async fn broken(&self, why: &str) {
+        let mut st = self.state.lock().await;
+        if st.channel.take().is_some() {
+            st.retry_at = Some(Instant::now() + jitter(st.backoff));
+            st.last_error = Some(why.to_owned());
+        }
+    }
+
+    /// Turns a failed RPC into a probe error; transport failures break the
+    /// channel, a deadline the server reports is a timeout.
+    async fn status_error(&self, status: &Status) -> ProbeError {
+        // tonic enforces grpc-timeout on the client too, and reports its own
+        // expiry as CANCELLED "Timeout expired" rather than DEADLINE_EXCEEDED.
+        let client_deadline =
+            status.code() == Code::Cancelled && status.message() == "Timeout expired";
+        match status.code() {
+            Code::DeadlineExceeded => {
+                ProbeError::timeout(format!("deadline exceeded: {}", status.message()))
+            }
+            _ if client_deadline => ProbeError::timeout("deadline exceeded (client)"),
+            Code::Unavailable | Code::Unknown | Code::Internal | Code::Cancelled => {
+                let mut msg = format!("{:?}: {}", status.code(), error_chain(status));
+                if self.cfg.tls.as_ref().is_some_and(|t| !t.has_identity())
+                    && (msg.contains("connection closed") || msg.contains("broken pipe"))
+                {
+                    // Under TLS 1.3 a server that rejects the client's (missing)
+                    // certificate may just close the connection after the handshake.
+                    msg.push_str(" (the server closed the TLS connection; it may require a client certificate: --cert and --key)");
+                }
+                self.broken(&msg).await;
+                ProbeError::new(msg)
+            }
+            code => ProbeError::new(format!("{code:?}: {}", status.message())),
+        }
+    }
+
+    fn request<T>(&self, msg: T) -> Request<T> {
+        let mut req = Request::new(msg);
+        req.set_timeout(self.cfg.timeout);
+        req
+    }
+}
+
+fn dwell(r: &PingReply) -> Option<Duration> {
+    r.server_send_unix_ns
+        .checked_sub(r.server_recv_unix_ns)
+        .map(Duration::from_nanos)
+}
+
+/// `grpc://host:port` (and `grpcs://`): unary `Ping` on one HTTP/2 channel
+/// per target, reused for every probe.
+#[derive(Debug)]
+pub struct GrpcProbe {
+    conn: Conn,
+    payload: Vec<u8>,
+}
+
+impl GrpcProbe {
+    /// A probe for `cfg`; connects on [`Probe::prepare`] or the first probe.
+    pub fn new(cfg: ClientConfig) -> Self {
+        let payload = vec![0u8; cfg.size];
+        Self {
+            conn: Conn::new(cfg),
+            payload,
+        }
+    }
+}
+
+impl Probe for GrpcProbe {
+    async fn probe(&self, seq: u64) -> Result<Reply, ProbeError> {
+        let mut client = EchoClient::new(self.conn.channel().await?);
+        let msg = PingRequest {
+            seq,
+            payload: self.payload.clone(),
+            client_send_unix_ns: unix_now_ns(),
+            reply_size: 0,
+        };
+        let req = self.conn.request(msg);
+        let sent = Instant::now();
+        let res = client.ping(req).await;
+        let received = Instant::now();
+        match res {
+            Ok(resp) => {
+                let r = resp.into_inner();
+                if r.seq != seq {
+                    return Err(ProbeError::new(format!(
+                        "reply for seq {} to request {seq}",
+                        r.seq
+                    )));
+                }
+                Ok(Reply {
+                    sent,
+                    received,
+                    server_dwell: dwell(&r),
+                    bytes: r.payload.len(),
+                })
+            }
+            Err(status) => Err(self.conn.status_error(&status).await),
+        }
+    }
+
+    async fn prepare(&self) -> Result<(), ProbeError> {
+        self.conn.channel().await.map(drop)
+    }
+
+    fn anomalies(&self) -> Anomalies {
+        Anomalies {
+            reconnects: self.conn.reconnects.load(Ordering::Relaxed),
+            ..Anomalies::default()
+        }
+    }
+}
+
+type Arrival = Result<(Instant, Option<Duration>, usize), ProbeError>;
+
+#[derive(Debug)]
+struct OpenStream {
+    tx: mpsc::Sender<PingRequest>,
+    alive: Arc<AtomicBool>,
+    _reader: AbortOnDropHandle<()>,
+}
+
+/// `grpc+stream://host:port` (and `grpcs+stream://`): ping-pong on one
+/// bidirectional `Stream` call. Replies are matched by seq; when the stream
+/// ends, the next probe opens a new one (on a new connection if needed).
+#[derive(Debug)]
+pub struct GrpcStreamProbe {
+    conn: Conn,
+    payload: Vec<u8>,
+    matcher: Arc<Matcher<Arrival>>,
+    stream: Mutex<Option<OpenStream>>,
+}
+
+impl GrpcStreamProbe {
+    /// A probe for `cfg`; opens the stream on [`Probe::prepare`] or the first probe.
+    pub fn new(cfg: ClientConfig) -> Self {
+        let payload = vec![0u8; cfg.size];
+        Self {
+            conn: Conn::new(cfg),
+            payload,
+            matcher: Matcher::new(),
+            stream: Mutex::new(None),
+        }
+    }
+
+    async fn sender(&self) -> Result<mpsc::Sender<PingRequest>, ProbeError> {
+        let mut slot = self.stream.lock().await;
+        if let Some(s) = slot.as_ref()
+            && s.alive.load(Ordering::Acquire)
+        {
+            return Ok(s.tx.clone());
+        }
+        *slot = None;
+        let mut client = EchoClient::new(self.conn.channel().await?);
+        let (tx, rx) = mpsc::channel(STREAM_QUEUE);
+        let mut replies = match client
+            .stream(self.conn.request(ReceiverStream::new(rx)))
+            .await
+        {
+            Ok(r) => r.into_inner(),
+            Err(status) => return Err(self.conn.status_error(&status).await),
+        };
+        let alive = Arc::new(AtomicBool::new(true));
+        let (matcher, flag) = (Arc::clone(&self.matcher), Arc::clone(&alive));
+        let reader = tokio::spawn(async move {
+            let why = loop {
+                match replies.message().await {
+                    Ok(Some(r)) => {
+                        let received = Instant::now();
+                        matcher.deliver(r.seq, Ok((received, dwell(&r), r.payload.len())));
+                    }
+                    Ok(None) => break "stream closed by server".to_owned(),
+                    Err(status) => {
+                        break format!(
+                            "stream failed: {:?}: {}",
+                            status.code(),
+                            error_chain(&status)
+                        );
+                    }
+                }
+            };
+            flag.store(false, Ordering::Release);
+            matcher.fail_all(|| Err(ProbeError::new(why.clone())));
+        });
+        *slot = Some(OpenStream {
+            tx: tx.clone(),
+            alive,
+            _reader: AbortOnDropHandle::new(reader),
+        });
+        Ok(tx)
+    }
+}
+
+impl Probe for GrpcStreamProbe {
+    async fn probe(&self, seq: u64) -> Result<Reply, ProbeError> {
+        let tx = self.sender().await?;
+        let msg = PingRequest {
+            seq,
+            payload: self.payload.clone(),
+            client_send_unix_ns: unix_now_ns(),
+            reply_size: 0,
+        };
+        let mut waiter = self.matcher.register(seq);
+        let sent = Instant::now();
+        if tx.send(msg).await.is_err() {
+            self.conn.broken("stream closed").await;
+            return Err(ProbeError::new("stream closed"));
+        }
+        match waiter.recv().await {
+            Some(Ok((received, dwell, bytes))) => Ok(Reply {
+                sent,
+                received,
+                server_dwell: dwell,
+                bytes,
+            }),
+            Some(Err(e)) => {
+                self.conn.broken(e.message()).await;
+                Err(e)
+            }
+            None => Err(ProbeError::new("reply matcher closed")),
+        }
+    }
+
+    async fn prepare(&self) -> Result<(), ProbeError> {
+        self.sender().await.map(drop)
+    }
+
+    fn anomalies(&self) -> Anomalies {
+        let mut a = self.matcher.anomalies();
+        a.reconnects = self.conn.reconnects.load(Ordering::Relaxed);
+        a
+    }
+}
+
+/// `grpc-health://host:port[/service]`: `grpc.health.v1.Health/Check` against
+/// any gRPC server, as blackbox_exporter does. Anything but SERVING is an
+/// error outcome.
+#[derive(Debug)]
+pub struct GrpcHealthProbe {
+    conn: Conn,
+    service: String,
+}
+
+impl GrpcHealthProbe {
+    /// A probe of `service` ("" for the whole server) for `cfg`.
+    pub fn new(cfg: ClientConfig, service: impl Into<String>) -> Self {
+        Self {
+            conn: Conn::new(cfg),
+            service: service.into(),
+        }
+    }
+}
+
+impl Probe for GrpcHealthProbe {
+    async fn probe(&self, _seq: u64) -> Result<Reply, ProbeError> {
+        let mut client = HealthClient::new(self.conn.channel().await?);
+        let req = self.conn.request(HealthCheckRequest {
+            service: self.service.clone(),
+        });
+        let sent = Instant::now();
+        let res = client.check(req).await;
+        let received = Instant::now();
+        match res {
+            Ok(resp) => {
+                let status = resp.into_inner().status();
+                if status == ServingStatus::Serving {
+                    Ok(Reply {
+                        sent,
+                        received,
+                        server_dwell: None,
+                        bytes: 0,
+                    })
+                } else {
+                    Err(ProbeError::new(format!(
+                        "health status {}",
+                        status.as_str_name()
+                    )))
+                }
+            }
+            Err(status) => Err(self.conn.status_error(&status).await),
+        }
+    }
+
+    async fn prepare(&self) -> Result<(), ProbeError> {
+        self.conn.channel().await.map(drop)
+    }
+
+    fn anomalies(&self) -> Anomalies {
+        Anomalies {
+            reconnects: self.conn.reconnects.load(Ordering::Relaxed),
+            ..Anomalies::default()
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! The Echo responder and the standard health service.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tokio_stream::{Stream, StreamExt as _};
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::pb::echo_server::{Echo, EchoServer};
+use crate::pb::{PingReply, PingRequest};
+use crate::tls::ServerTls;
+use crate::{MAX_REPLY, unix_now_ns};
+
+/// Replies waiting to be sent on one stream before the server stops reading
+/// requests from it.
+const STREAM_BUFFER: usize = 128;
+
+/// Responder settings.
+#[derive(Debug, Clone, Default)]
+pub struct ServerConfig {
+    /// TLS, and client certificate checking, if any.
+    pub tls: Option<ServerTls>,
+    /// Hold every request this long before replying (tests and experiments).
+    pub delay: Duration,
+}
+
+#[derive(Debug)]
+struct EchoService {
+    delay: Duration,
+}
+
+fn reply(req: PingRequest, recv_ns: u64) -> PingReply {
+    let size = match req.reply_size {
+        0 => req.payload.len(),
+        n => n as usize,
+    }
+    .min(MAX_REPLY);
+    let payload = if size == req.payload.len() {
+        req.payload
+    } else {
+        vec![0u8; size]
+    };
+    PingReply {
+        seq: req.seq,
+        payload,
+        server_recv_unix_ns: recv_ns,
+        server_send_unix_ns: unix_now_ns(),
+    }
+}
+
+type ReplyStream = Pin<Box<dyn Stream<Item = Result<PingReply, Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl Echo for EchoService {
+    async fn ping(&self, request: Request<PingRequest>) -> Result<Response<PingReply>, Status> {
+        let recv = unix_now_ns();
+        if !self.delay.is_zero() {
+            tokio::time::sleep(self.delay).await;
+        }
+        Ok(Response::new(reply(request.into_inner(), recv)))
+    }
+
+    type StreamStream = ReplyStream;
+
+    async fn stream(
+        &self,
+        request: Request<Streaming<PingRequest>>,
+    ) -> Result<Response<Self::StreamStream>, Status> {
+        let mut requests = request.into_inner();
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        let delay = self.delay;
+        // Owned by the response stream: when the client goes away the
+        // receiver is dropped, `send` fails and the task ends.
+        tokio::spawn(async move {
+            while let Some(item) = requests.next().await {
+                let recv = unix_now_ns();
+                let out = match item {
+                    Ok(req) => {
+                        if !delay.is_zero() {
+                            tokio::time::sleep(delay).await;
+                        }
+                        Ok(reply(req, recv))
+                    }
+                    Err(status) => Err(status),
+                };
+                if tx.send(out).await.is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+/// Serves Echo and `grpc.health.v1.Health` (reporting SERVING for "" and
+/// "prober.v1.Echo") on `listener` until `stop` is cancelled.
+///
+/// # Errors
+/// If the TLS configuration is rejected or the server fails.
+pub async fn serve_grpc(
+    listener: TcpListener,
+    cfg: ServerConfig,
+    stop: CancellationToken,
+) -> Result<(), tonic::transport::Error> {
+    let (reporter, health) = tonic_health::server::health_reporter();
+    reporter.set_serving::<EchoServer<EchoService>>().await;
+    let mut builder = tonic::transport::Server::builder().tcp_nodelay(true);
+    if let Some(tls) = cfg.tls {
+        builder = builder.tls_config(tls.into_config())?;
+    }
+    let incoming = TcpListenerStream::new(listener);
+    let serve = builder
+        .add_service(health)
+        .add_service(EchoServer::new(EchoService { delay: cfg.delay }))
+        .serve_with_incoming_shutdown(incoming, stop.clone().cancelled_owned());
+    // Graceful shutdown waits for open calls, and a stream stays open as long
+    // as its client wants: give them a grace period, then return anyway.
+    tokio::select! {
+        res = serve => res,
+        () = async {
+            stop.cancelled().await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        } => {
+            tracing::info!("grpc calls still open after the grace period; closing");
+            Ok(())
+        }
+    }
+}
+
+/// How long a stopping responder waits for open calls before returning.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+
+/// Binds `addr` for [`serve_grpc`].
+///
+/// # Errors
+/// If the address cannot be bound.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await
+}
