@@ -1,36 +1,28 @@
 //! `prober run`: probe targets on a schedule and report statistics.
 
 use std::io::Write as _;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context as _, anyhow, bail};
+use anyhow::{Context as _, anyhow};
 use prober_core::runner::{Clock, EVENT_CHANNEL, phase};
 use prober_core::sink::{
     CsvSink, DEFAULT_CSV_FIELDS, DEFAULT_TABLE_FIELDS, HumanSink, JsonSink, parse_fields,
 };
-use prober_core::{Event, RunConfig, RunMeta, Sink, Summary, TargetInfo, collect, run_target};
-use prober_grpc::{
-    ClientConfig, ClientTls, GrpcHealthProbe, GrpcProbe, GrpcStreamProbe, ServerConfig, serve_grpc,
-};
-use prober_icmp::{IcmpClient, IcmpProbe};
-use prober_tcp::{
-    ResponderConfig, TcpConnectProbe, TcpCrrProbe, TcpProbe, UdpProbe, check_size, serve_tcp,
-    serve_udp,
-};
+use prober_core::{RunConfig, RunMeta, Sink, Summary, TargetInfo, collect};
+use prober_grpc::{ServerConfig, serve_grpc};
+use prober_icmp::IcmpClient;
+use prober_tcp::{ResponderConfig, serve_tcp, serve_udp};
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{Output, RunArgs};
+use crate::probes::{BuildCtx, Built, DEFAULT_SIZE, check_target_size, target_size};
 use crate::signal::cancel_on_signals;
 use crate::target::{Family, Scheme, Target, parse_target, resolve};
-
-/// Request size of TCP and UDP probes when `--size` is not given.
-const DEFAULT_SIZE: usize = 64;
 
 /// Count and interval of the loopback self-test when none is given.
 const SELF_TEST_COUNT: u64 = 200;
@@ -117,119 +109,6 @@ async fn start_self_test(
     Ok(targets)
 }
 
-/// The request size of target `t`: `--size`, or 56 payload bytes for ICMP
-/// (as ping) and 64-byte frames for the others.
-fn target_size(t: &Target, size: Option<usize>) -> usize {
-    match (size, t.scheme) {
-        (Some(s), _) => s,
-        (None, Scheme::Icmp) => prober_icmp::packet::DEFAULT_PAYLOAD,
-        (None, _) => DEFAULT_SIZE,
-    }
-}
-
-fn check_target_size(t: &Target, size: usize) -> anyhow::Result<()> {
-    let res = match t.scheme {
-        Scheme::Tcp => check_size("tcp", size, false),
-        Scheme::TcpCrr => check_size("tcp-crr", size, false),
-        Scheme::Udp => check_size("udp", size, true),
-        Scheme::TcpConnect => Ok(()),
-        Scheme::Icmp => {
-            return prober_icmp::check_size(size).with_context(|| format!("target {t}"));
-        }
-        Scheme::Grpc | Scheme::Grpcs | Scheme::GrpcStream | Scheme::GrpcsStream => {
-            if size > prober_grpc::MAX_REQUEST {
-                bail!(
-                    "target {t}: size {size} is out of range for grpc: must be 0..={} bytes",
-                    prober_grpc::MAX_REQUEST
-                );
-            }
-            Ok(())
-        }
-        Scheme::GrpcHealth | Scheme::GrpcsHealth => Ok(()),
-    };
-    res.with_context(|| format!("target {t}"))
-}
-
-/// A probe ready to run, one variant per protocol.
-enum Built {
-    Tcp(TcpProbe),
-    TcpConnect(TcpConnectProbe),
-    TcpCrr(TcpCrrProbe),
-    Udp(UdpProbe),
-    Icmp(IcmpProbe),
-    Grpc(GrpcProbe),
-    GrpcStream(GrpcStreamProbe),
-    GrpcHealth(GrpcHealthProbe),
-}
-
-/// What building probes needs besides the target.
-struct BuildCtx {
-    icmp: Arc<IcmpClient>,
-    tls: Option<ClientTls>,
-    timeout: Duration,
-}
-
-impl Built {
-    async fn new(
-        t: &Target,
-        addr: SocketAddr,
-        size: usize,
-        ctx: &BuildCtx,
-    ) -> anyhow::Result<Self> {
-        let grpc = || ClientConfig {
-            addr,
-            host: t.host.clone(),
-            tls: t.scheme.tls().then(|| ctx.tls.clone().unwrap_or_default()),
-            timeout: ctx.timeout,
-            connect_timeout: ctx.timeout,
-            size,
-        };
-        Ok(match t.scheme {
-            Scheme::Tcp => Self::Tcp(TcpProbe::new(addr, size)),
-            Scheme::TcpConnect => Self::TcpConnect(TcpConnectProbe::new(addr)),
-            Scheme::TcpCrr => Self::TcpCrr(TcpCrrProbe::new(addr, size)),
-            Scheme::Udp => Self::Udp(
-                UdpProbe::connect(addr, size)
-                    .await
-                    .with_context(|| format!("opening a udp socket to {addr}"))?,
-            ),
-            Scheme::Icmp => Self::Icmp(IcmpProbe::new(&ctx.icmp, addr.ip(), size)?),
-            Scheme::Grpc | Scheme::Grpcs => Self::Grpc(GrpcProbe::new(grpc())),
-            Scheme::GrpcStream | Scheme::GrpcsStream => {
-                Self::GrpcStream(GrpcStreamProbe::new(grpc()))
-            }
-            Scheme::GrpcHealth | Scheme::GrpcsHealth => {
-                Self::GrpcHealth(GrpcHealthProbe::new(grpc(), t.path.clone()))
-            }
-        })
-    }
-
-    /// Runs the generic runner for this probe type in `set`.
-    fn spawn(self, set: &mut JoinSet<()>, id: usize, ctx: &SpawnCtx) {
-        let cfg = ctx.cfg.clone();
-        let phase = phase(id, ctx.targets, cfg.interval);
-        let (events, stop) = (ctx.events.clone(), ctx.stop.clone());
-        match self {
-            Self::Tcp(p) => set.spawn(run_target(Arc::new(p), id, cfg, phase, events, stop)),
-            Self::TcpConnect(p) => set.spawn(run_target(Arc::new(p), id, cfg, phase, events, stop)),
-            Self::TcpCrr(p) => set.spawn(run_target(Arc::new(p), id, cfg, phase, events, stop)),
-            Self::Udp(p) => set.spawn(run_target(Arc::new(p), id, cfg, phase, events, stop)),
-            Self::Icmp(p) => set.spawn(run_target(Arc::new(p), id, cfg, phase, events, stop)),
-            Self::Grpc(p) => set.spawn(run_target(Arc::new(p), id, cfg, phase, events, stop)),
-            Self::GrpcStream(p) => set.spawn(run_target(Arc::new(p), id, cfg, phase, events, stop)),
-            Self::GrpcHealth(p) => set.spawn(run_target(Arc::new(p), id, cfg, phase, events, stop)),
-        };
-    }
-}
-
-/// What every target task of one run shares.
-struct SpawnCtx {
-    cfg: RunConfig,
-    targets: usize,
-    events: mpsc::Sender<Event>,
-    stop: CancellationToken,
-}
-
 /// Runs `prober run`.
 pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let self_test = args.targets.is_empty();
@@ -283,12 +162,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let stop = CancellationToken::new();
     let _signals = cancel_on_signals(stop.clone());
     let (events, rx) = mpsc::channel(EVENT_CHANNEL);
-    let ctx = SpawnCtx {
-        cfg: cfg.clone(),
-        targets: targets.len(),
-        events,
-        stop,
-    };
+    let n_targets = targets.len();
     let mut infos = Vec::with_capacity(targets.len());
     let mut runs = JoinSet::new();
     for (id, (t, addr)) in targets.iter().zip(&addrs).enumerate() {
@@ -302,11 +176,17 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             info.timestamps = "kernel".to_owned();
         }
         infos.push(info);
-        Built::new(t, *addr, size, &build)
-            .await?
-            .spawn(&mut runs, id, &ctx);
+        let phase = phase(id, n_targets, cfg.interval);
+        let _anomalies = Built::new(t, *addr, size, &build).await?.spawn(
+            &mut runs,
+            id,
+            cfg.clone(),
+            phase,
+            &events,
+            &stop,
+        );
     }
-    drop(ctx);
+    drop(events);
 
     let quiet = args.quiet || (self_test && args.output == Output::Human);
     let stdout = || Box::new(std::io::stdout()) as Box<dyn std::io::Write + Send>;
