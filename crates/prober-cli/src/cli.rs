@@ -229,6 +229,16 @@ impl RunArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
+    /// Also run the probe jobs of this TOML file (daemon mode; see
+    /// docs/config.md). SIGHUP reloads it, SIGTERM drains and exits.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
+
+    /// Serve Prometheus metrics of the jobs on http://ADDR/metrics
+    /// (overrides [metrics] listen in the config).
+    #[arg(long, value_name = "ADDR", requires = "config")]
+    pub(crate) metrics: Option<SocketAddr>,
+
     /// Serve TCP on this address. [default: 0.0.0.0:8707, when none of --tcp, --udp, --grpc is given]
     #[arg(long, value_name = "ADDR")]
     pub(crate) tcp: Option<SocketAddr>,

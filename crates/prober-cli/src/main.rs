@@ -5,6 +5,7 @@
 
 mod cli;
 mod cmd;
+mod daemon;
 mod probes;
 mod signal;
 mod target;

@@ -18,12 +18,37 @@ use crate::signal::cancel_on_signals;
 /// printed on stdout (`listening tcp 0.0.0.0:8707`), so scripts can bind
 /// port 0 and read the port back.
 pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    if let Some(path) = args.config.clone() {
+        return crate::daemon::run(&path, &args).await;
+    }
     let default = SocketAddr::from((Ipv4Addr::UNSPECIFIED, DEFAULT_PORT));
     let default_grpc = SocketAddr::from((Ipv4Addr::UNSPECIFIED, prober_grpc::DEFAULT_PORT));
     let (tcp, udp, grpc) = match (args.tcp, args.udp, args.grpc) {
         (None, None, None) => (Some(default), Some(default), Some(default_grpc)),
         given => given,
     };
+    let stop = CancellationToken::new();
+    let mut set = start_listeners(&args, tcp, udp, grpc, &stop).await?;
+    let _signals = cancel_on_signals(stop.clone());
+    while let Some(res) = set.join_next().await {
+        if let Err(e) = res.context("responder task failed").and_then(|r| Ok(r?)) {
+            stop.cancel();
+            return Err(e);
+        }
+    }
+    tracing::info!("responder stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Binds and starts the responders asked for, printing each bound address
+/// on stdout. They stop when `stop` is cancelled.
+pub(crate) async fn start_listeners(
+    args: &ServeArgs,
+    tcp: Option<SocketAddr>,
+    udp: Option<SocketAddr>,
+    grpc: Option<SocketAddr>,
+    stop: &CancellationToken,
+) -> anyhow::Result<JoinSet<std::io::Result<()>>> {
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(ServerTls::from_files(
             cert,
@@ -42,7 +67,6 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         delay_every: args.delay_every,
         delay: args.delay,
     };
-    let stop = CancellationToken::new();
     let mut set = JoinSet::new();
     let mut out = std::io::stdout();
     if let Some(addr) = tcp {
@@ -77,13 +101,5 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         });
     }
     out.flush()?;
-    let _signals = cancel_on_signals(stop.clone());
-    while let Some(res) = set.join_next().await {
-        if let Err(e) = res.context("responder task failed").and_then(|r| Ok(r?)) {
-            stop.cancel();
-            return Err(e);
-        }
-    }
-    tracing::info!("responder stopped");
-    Ok(ExitCode::SUCCESS)
+    Ok(set)
 }

@@ -1,5 +1,6 @@
 //! End-to-end tests of the built `prober` binary on loopback.
 
+mod daemon;
 mod errors;
 mod grpc;
 mod icmp;

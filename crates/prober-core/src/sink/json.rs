@@ -48,10 +48,14 @@ struct MetaLine<'a> {
     targets: &'a [TargetInfo],
 }
 
-#[derive(Serialize)]
-struct ProbeLine<'a> {
+/// One probe as a JSON object (the `"type":"probe"` line). The daemon adds
+/// the job name.
+#[derive(Debug, Serialize)]
+pub struct ProbeLine<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    job: Option<&'a str>,
     target: &'a str,
     protocol: &'a str,
     addr: &'a str,
@@ -80,6 +84,66 @@ fn ns(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
+impl<'a> ProbeLine<'a> {
+    /// The line for sample `s` of target `t`, wall-clock times from `clock`.
+    pub fn new(job: Option<&'a str>, t: &'a TargetInfo, s: &'a Sample, clock: &Clock) -> Self {
+        let (dwell, error) = match &s.outcome {
+            Outcome::Ok(r) => (r.server_dwell.map(ns), None),
+            Outcome::Error(e) => (None, Some(e.as_str())),
+            _ => (None, None),
+        };
+        Self {
+            kind: "probe",
+            job,
+            target: &t.target,
+            protocol: &t.protocol,
+            addr: &t.addr,
+            seq: s.seq,
+            outcome: s.outcome.name(),
+            scheduled_unix_ns: clock.unix_ns(s.scheduled),
+            sent_unix_ns: clock.unix_ns(s.sent),
+            send_lag_ns: ns(s.send_lag()),
+            rtt_ns: s.rtt().map(ns),
+            latency_ns: s.latency().map(ns),
+            server_dwell_ns: dwell,
+            bytes: s.bytes,
+            error,
+        }
+    }
+
+    /// The fields in CSV order, matching [`ProbeLine::CSV_HEADER`].
+    pub fn csv_row(&self) -> String {
+        let opt = |v: Option<u64>| v.map_or_else(String::new, |v| v.to_string());
+        let quote = |s: &str| {
+            if s.contains([',', '"', '\n', '\r']) {
+                format!("\"{}\"", s.replace('"', "\"\""))
+            } else {
+                s.to_owned()
+            }
+        };
+        format!(
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            quote(self.job.unwrap_or("")),
+            quote(self.target),
+            self.protocol,
+            self.addr,
+            self.seq,
+            self.outcome,
+            self.scheduled_unix_ns,
+            self.sent_unix_ns,
+            self.send_lag_ns,
+            opt(self.rtt_ns),
+            opt(self.latency_ns),
+            opt(self.server_dwell_ns),
+            self.bytes,
+            quote(self.error.unwrap_or("")),
+        )
+    }
+
+    /// Header of [`ProbeLine::csv_row`].
+    pub const CSV_HEADER: &'static str = "job,target,protocol,addr,seq,outcome,scheduled_unix_ns,sent_unix_ns,send_lag_ns,rtt_ns,latency_ns,server_dwell_ns,bytes,error";
+}
+
 impl Sink for JsonSink {
     fn start(&mut self, meta: &RunMeta, targets: &[TargetInfo], clock: Clock) -> io::Result<()> {
         self.clock = Some(clock);
@@ -94,28 +158,7 @@ impl Sink for JsonSink {
 
     fn record(&mut self, t: &TargetInfo, s: &Sample) -> io::Result<()> {
         let clock = *self.clock.get_or_insert_with(Clock::now);
-        let (dwell, error) = match &s.outcome {
-            Outcome::Ok(r) => (r.server_dwell.map(ns), None),
-            Outcome::Error(e) => (None, Some(e.as_str())),
-            _ => (None, None),
-        };
-        let line = ProbeLine {
-            kind: "probe",
-            target: &t.target,
-            protocol: &t.protocol,
-            addr: &t.addr,
-            seq: s.seq,
-            outcome: s.outcome.name(),
-            scheduled_unix_ns: clock.unix_ns(s.scheduled),
-            sent_unix_ns: clock.unix_ns(s.sent),
-            send_lag_ns: ns(s.send_lag()),
-            rtt_ns: s.rtt().map(ns),
-            latency_ns: s.latency().map(ns),
-            server_dwell_ns: dwell,
-            bytes: s.bytes,
-            error,
-        };
-        self.line(&line)?;
+        self.line(&ProbeLine::new(None, t, s, &clock))?;
         self.out.maybe_flush()
     }
 

@@ -17,7 +17,7 @@ pub use self::fields::{
     DEFAULT_CSV_FIELDS, DEFAULT_TABLE_FIELDS, FieldValue, field_value, parse_fields,
 };
 pub use self::human::HumanSink;
-pub use self::json::JsonSink;
+pub use self::json::{JsonSink, ProbeLine};
 
 use crate::meta::RunMeta;
 use crate::runner::{Clock, TargetInfo};

@@ -1,0 +1,482 @@
+//! The daemon's TOML configuration: parsing, defaults and validation.
+//!
+//! Every error names the file, the key and the reason, so a bad config fails
+//! at start (exit 2) or, on reload, is logged and rejected.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context as _, anyhow, bail};
+use prober_core::{Pacing, RunConfig};
+use serde::Deserialize;
+
+use crate::probes::{DEFAULT_SIZE, check_target_size, target_size};
+use crate::target::{Family, Target, parse_target, resolve};
+
+/// Label names reserved for the fixed label set.
+const RESERVED_LABELS: [&str; 3] = ["job", "target", "protocol"];
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    #[serde(default)]
+    defaults: JobSettings,
+    #[serde(default)]
+    serve: ServeSection,
+    metrics: Option<MetricsSection>,
+    #[serde(default, rename = "job")]
+    jobs: Vec<JobSection>,
+}
+
+/// Responder listeners to run beside the jobs.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ServeSection {
+    pub(crate) tcp: Option<SocketAddr>,
+    pub(crate) udp: Option<SocketAddr>,
+    pub(crate) grpc: Option<SocketAddr>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MetricsSection {
+    listen: SocketAddr,
+}
+
+/// Settings a job may set and `[defaults]` may give to every job.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JobSettings {
+    interval: Option<String>,
+    timeout: Option<String>,
+    pacing: Option<String>,
+    size: Option<usize>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    sinks: Option<SinksSection>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JobSection {
+    name: String,
+    #[serde(default)]
+    targets: Vec<String>,
+    targets_file: Option<PathBuf>,
+    #[serde(flatten)]
+    settings: JobSettings,
+}
+
+#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SinksSection {
+    jsonl: Option<JsonlSection>,
+    csv: Option<PathSection>,
+    hlog: Option<HlogSection>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonlSection {
+    path: PathBuf,
+    rotate_bytes: Option<u64>,
+    rotate_age: Option<String>,
+    keep: Option<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PathSection {
+    path: PathBuf,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HlogSection {
+    path: PathBuf,
+    interval: Option<String>,
+}
+
+/// A JSON lines file, appended, rotated by size and/or age.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct JsonlSink {
+    pub(crate) path: PathBuf,
+    pub(crate) rotate_bytes: Option<u64>,
+    pub(crate) rotate_age: Option<Duration>,
+    /// Rotated files kept (`path.1` is the newest).
+    pub(crate) keep: usize,
+}
+
+/// Where one job's samples go.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Sinks {
+    pub(crate) jsonl: Option<JsonlSink>,
+    pub(crate) csv: Option<PathBuf>,
+    /// HdrHistogram interval log and its interval.
+    pub(crate) hlog: Option<(PathBuf, Duration)>,
+}
+
+/// One target of a job, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct JobTarget {
+    pub(crate) target: Target,
+    pub(crate) addr: SocketAddr,
+    pub(crate) size: usize,
+}
+
+/// A validated job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Job {
+    pub(crate) name: String,
+    pub(crate) targets: Vec<JobTarget>,
+    pub(crate) run: RunConfig,
+    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) sinks: Sinks,
+}
+
+impl Job {
+    /// Whether `other` runs its targets the same way (targets aside), so
+    /// targets present in both can keep their schedules across a reload.
+    pub(crate) fn same_settings(&self, other: &Self) -> bool {
+        self.run == other.run && self.labels == other.labels
+    }
+}
+
+/// A validated configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Config {
+    pub(crate) serve: ServeSection,
+    pub(crate) metrics: Option<SocketAddr>,
+    pub(crate) jobs: Vec<Job>,
+}
+
+fn duration(value: Option<&String>, key: &str, default: Duration) -> anyhow::Result<Duration> {
+    match value {
+        None => Ok(default),
+        Some(text) => {
+            prober_core::duration::parse_duration(text).map_err(|e| anyhow!("{key}: {e}"))
+        }
+    }
+}
+
+fn pacing(value: Option<&String>, key: &str) -> anyhow::Result<Pacing> {
+    match value.map(String::as_str) {
+        None | Some("timer") => Ok(Pacing::Timer),
+        Some("spin") => Ok(Pacing::Spin),
+        Some("hybrid") => Ok(Pacing::Hybrid),
+        Some(other) => bail!("{key}: unknown pacing {other:?} (timer, spin or hybrid)"),
+    }
+}
+
+fn valid_label_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !name.starts_with("__")
+}
+
+fn sinks(s: Option<&SinksSection>, key: &str, base: &Path) -> anyhow::Result<Sinks> {
+    let Some(s) = s else {
+        return Ok(Sinks::default());
+    };
+    let rel = |p: &Path| {
+        if p.is_absolute() {
+            p.to_owned()
+        } else {
+            base.join(p)
+        }
+    };
+    let jsonl = match &s.jsonl {
+        None => None,
+        Some(j) => {
+            let rotate_age = j
+                .rotate_age
+                .as_ref()
+                .map(|a| duration(Some(a), &format!("{key}.jsonl.rotate_age"), Duration::ZERO))
+                .transpose()?;
+            if rotate_age.is_some_and(|a| a.is_zero()) || j.rotate_bytes == Some(0) {
+                bail!("{key}.jsonl: rotate_bytes and rotate_age must be greater than zero");
+            }
+            Some(JsonlSink {
+                path: rel(&j.path),
+                rotate_bytes: j.rotate_bytes,
+                rotate_age,
+                keep: j.keep.unwrap_or(5),
+            })
+        }
+    };
+    let hlog = match &s.hlog {
+        None => None,
+        Some(h) => {
+            let every = duration(
+                h.interval.as_ref(),
+                &format!("{key}.hlog.interval"),
+                Duration::from_secs(10),
+            )?;
+            if every < Duration::from_millis(100) {
+                bail!("{key}.hlog.interval: must be at least 100ms");
+            }
+            Some((rel(&h.path), every))
+        }
+    };
+    Ok(Sinks {
+        jsonl,
+        csv: s.csv.as_ref().map(|c| rel(&c.path)),
+        hlog,
+    })
+}
+
+async fn job(j: &JobSection, i: usize, defaults: &JobSettings, base: &Path) -> anyhow::Result<Job> {
+    let key = format!("job[{i}] ({:?})", j.name);
+    if j.name.is_empty() {
+        bail!("job[{i}].name: must not be empty");
+    }
+    let pick = |a: &Option<String>, b: &Option<String>| a.clone().or_else(|| b.clone());
+    let interval = duration(
+        pick(&j.settings.interval, &defaults.interval).as_ref(),
+        &format!("{key}.interval"),
+        Duration::from_secs(1),
+    )?;
+    if interval.is_zero() {
+        bail!("{key}.interval: the daemon needs an interval above zero");
+    }
+    let timeout = duration(
+        pick(&j.settings.timeout, &defaults.timeout).as_ref(),
+        &format!("{key}.timeout"),
+        Duration::from_secs(1),
+    )?;
+    let pacing = pacing(
+        pick(&j.settings.pacing, &defaults.pacing).as_ref(),
+        &format!("{key}.pacing"),
+    )?;
+    let run = RunConfig {
+        interval,
+        count: None,
+        duration: None,
+        burst: 1,
+        pacing,
+        size: j.settings.size.or(defaults.size).unwrap_or(DEFAULT_SIZE),
+        timeout,
+        warmup: 0,
+        max_in_flight: 4096,
+        // One timerfd per target would not scale to thousands of targets;
+        // at daemon intervals the runtime's timer is precise enough.
+        precise_timer: false,
+    };
+    run.validate().map_err(|e| anyhow!("{key}: {e}"))?;
+    let mut labels = defaults.labels.clone();
+    labels.extend(j.settings.labels.clone());
+    for name in labels.keys() {
+        if !valid_label_name(name) || RESERVED_LABELS.contains(&name.as_str()) {
+            bail!(
+                "{key}.labels.{name}: not a usable Prometheus label name (job, target and protocol are reserved)"
+            );
+        }
+    }
+    let sinks = sinks(
+        j.settings.sinks.as_ref().or(defaults.sinks.as_ref()),
+        &format!("{key}.sinks"),
+        base,
+    )?;
+    let mut texts = j.targets.clone();
+    if let Some(file) = &j.targets_file {
+        let file = if file.is_absolute() {
+            file.clone()
+        } else {
+            base.join(file)
+        };
+        let body = std::fs::read_to_string(&file)
+            .with_context(|| format!("{key}.targets_file: reading {}", file.display()))?;
+        texts.extend(
+            body.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .map(str::to_owned),
+        );
+    }
+    if texts.is_empty() {
+        bail!("{key}.targets: no targets");
+    }
+    let mut targets = Vec::with_capacity(texts.len());
+    let mut seen = std::collections::HashSet::new();
+    for text in &texts {
+        let target = parse_target(text).with_context(|| format!("{key}.targets"))?;
+        if !seen.insert(target.to_string()) {
+            bail!("{key}.targets: {target} is listed twice");
+        }
+        let size = target_size(&target, j.settings.size.or(defaults.size));
+        check_target_size(&target, size).with_context(|| format!("{key}.size"))?;
+        let addr = resolve(&target, Family::Any)
+            .await
+            .with_context(|| format!("{key}.targets"))?;
+        targets.push(JobTarget { target, addr, size });
+    }
+    Ok(Job {
+        name: j.name.clone(),
+        targets,
+        run,
+        labels,
+        sinks,
+    })
+}
+
+/// Reads and validates `path`. Relative sink and target-file paths are
+/// relative to the config file's folder.
+///
+/// # Errors
+/// `<file>: <key>: <reason>` for the first problem found.
+pub(crate) async fn load(path: &Path) -> anyhow::Result<Config> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading config {}", path.display()))?;
+    parse(&text, path)
+        .await
+        .with_context(|| format!("config {}", path.display()))
+}
+
+/// Parses and validates config text; `path` places relative paths.
+pub(crate) async fn parse(text: &str, path: &Path) -> anyhow::Result<Config> {
+    let raw: FileConfig =
+        toml::from_str(text).map_err(|e| anyhow!("{}", e.to_string().trim_end()))?;
+    let base = path
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_owned);
+    let mut jobs = Vec::with_capacity(raw.jobs.len());
+    let mut names = std::collections::HashSet::new();
+    for (i, j) in raw.jobs.iter().enumerate() {
+        if !names.insert(j.name.clone()) {
+            bail!("job[{i}].name: job {:?} is defined twice", j.name);
+        }
+        jobs.push(job(j, i, &raw.defaults, &base).await?);
+    }
+    if jobs.is_empty() && raw.serve == ServeSection::default() {
+        bail!("nothing to do: no [[job]] and no [serve] listener");
+    }
+    Ok(Config {
+        serve: raw.serve,
+        metrics: raw.metrics.map(|m| m.listen),
+        jobs,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn p(text: &str) -> anyhow::Result<Config> {
+        parse(text, Path::new("/etc/prober/prober.toml")).await
+    }
+
+    async fn err(text: &str) -> String {
+        format!("{:#}", p(text).await.unwrap_err())
+    }
+
+    #[tokio::test]
+    async fn defaults_apply_and_jobs_override() {
+        let c = p(r#"
+            [defaults]
+            interval = "2s"
+            timeout = "500ms"
+            labels = { team = "net" }
+            [metrics]
+            listen = "127.0.0.1:9707"
+            [[job]]
+            name = "a"
+            targets = ["udp://127.0.0.1:8707", "tcp-connect://127.0.0.1:22"]
+            [[job]]
+            name = "b"
+            interval = "100ms"
+            pacing = "hybrid"
+            targets = ["127.0.0.1"]
+            labels = { site = "lab" }
+            sinks = { jsonl = { path = "b.jsonl", rotate_bytes = 1000 }, hlog = { path = "/tmp/b.hlog" } }
+        "#)
+        .await
+        .unwrap();
+        assert_eq!(c.metrics, Some("127.0.0.1:9707".parse().unwrap()));
+        let (a, b) = (&c.jobs[0], &c.jobs[1]);
+        assert_eq!(
+            (a.run.interval, a.run.timeout),
+            (Duration::from_secs(2), Duration::from_millis(500))
+        );
+        assert_eq!(a.targets.len(), 2);
+        assert_eq!(b.run.interval, Duration::from_millis(100));
+        assert_eq!(b.run.pacing, Pacing::Hybrid);
+        assert_eq!(b.labels.len(), 2);
+        assert_eq!(b.targets[0].size, 56, "icmp payload default");
+        let j = b.sinks.jsonl.as_ref().unwrap();
+        assert_eq!(j.path, Path::new("/etc/prober/b.jsonl"));
+        assert_eq!((j.rotate_bytes, j.keep), (Some(1000), 5));
+        assert_eq!(
+            b.sinks.hlog,
+            Some((PathBuf::from("/tmp/b.hlog"), Duration::from_secs(10)))
+        );
+    }
+
+    #[tokio::test]
+    async fn errors_name_the_key_and_reason() {
+        let cases = [
+            (
+                "[[job]]\nname = \"a\"\ntargets = [\"udp://127.0.0.1:1\"]\nbogus = 1",
+                "unknown field `bogus`",
+            ),
+            (
+                "[[job]]\nname = \"a\"\ninterval = \"fast\"\ntargets = [\"udp://127.0.0.1:1\"]",
+                "job[0] (\"a\").interval",
+            ),
+            (
+                "[[job]]\nname = \"a\"\ntargets = [\"ftp://x:1\"]",
+                "unknown scheme",
+            ),
+            ("[[job]]\nname = \"a\"\ntargets = []", "no targets"),
+            (
+                "[[job]]\nname = \"a\"\ntargets = [\"udp://127.0.0.1:1\"]\n[[job]]\nname = \"a\"\ntargets = [\"udp://127.0.0.1:2\"]",
+                "defined twice",
+            ),
+            (
+                "[[job]]\nname = \"a\"\ntargets = [\"udp://127.0.0.1:1\"]\nlabels = { job = \"x\" }",
+                "labels.job",
+            ),
+            (
+                "[[job]]\nname = \"a\"\ntargets = [\"udp://127.0.0.1:1\", \"udp://127.0.0.1:1\"]",
+                "listed twice",
+            ),
+            (
+                "[[job]]\nname = \"a\"\npacing = \"warp\"\ntargets = [\"udp://127.0.0.1:1\"]",
+                "unknown pacing",
+            ),
+            (
+                "[[job]]\nname = \"a\"\ntimeout = \"0\"\ntargets = [\"udp://127.0.0.1:1\"]",
+                "timeout must be greater than zero",
+            ),
+            (
+                "[[job]]\nname = \"a\"\ntargets = [\"tcp://no..host:1\"]",
+                "cannot resolve host",
+            ),
+            ("", "nothing to do"),
+            ("[serve\n", "TOML parse error"),
+        ];
+        for (text, want) in cases {
+            let e = err(text).await;
+            assert!(e.contains(want), "{text:?}: {e}");
+        }
+    }
+
+    #[tokio::test]
+    async fn same_settings_ignores_targets() {
+        let a = p("[[job]]\nname = \"a\"\ntargets = [\"udp://127.0.0.1:1\"]")
+            .await
+            .unwrap();
+        let b = p("[[job]]\nname = \"a\"\ntargets = [\"udp://127.0.0.1:2\"]")
+            .await
+            .unwrap();
+        let c = p("[[job]]\nname = \"a\"\ninterval = \"2s\"\ntargets = [\"udp://127.0.0.1:1\"]")
+            .await
+            .unwrap();
+        assert!(a.jobs[0].same_settings(&b.jobs[0]));
+        assert!(!a.jobs[0].same_settings(&c.jobs[0]));
+    }
+}

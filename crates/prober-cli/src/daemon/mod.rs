@@ -1,0 +1,311 @@
+//! Daemon mode, `prober serve --config FILE`: probe jobs for many targets,
+//! each on its own open-loop schedule, with file sinks and Prometheus
+//! metrics; SIGHUP reloads the config, SIGTERM drains and exits.
+//!
+//! One task (the loop in [`run`]) owns the state: the running targets, the
+//! job sinks and the metrics. Target tasks only send events to it, so a slow
+//! or dead target never delays another.
+
+mod config;
+mod files;
+mod metrics;
+
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::io::Write as _;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use prober_core::runner::{Clock, EVENT_CHANNEL};
+use prober_core::{Event, TargetInfo};
+use prober_icmp::{IcmpClient, SocketKind};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use self::config::{Config, Job};
+use self::files::JobSinks;
+use self::metrics::{SharedMetrics, lock, serve_metrics};
+use crate::cli::ServeArgs;
+use crate::probes::{BuildCtx, Built};
+use crate::target::Scheme;
+
+/// How often sinks are flushed and due hlog intervals written.
+const TICK: Duration = Duration::from_secs(1);
+
+struct Running {
+    job: String,
+    key: String,
+    info: TargetInfo,
+    stop: CancellationToken,
+}
+
+struct Daemon {
+    cfg: Config,
+    next_id: usize,
+    running: HashMap<usize, Running>,
+    by_key: HashMap<(String, String), usize>,
+    sinks: HashMap<String, JobSinks>,
+    metrics: SharedMetrics,
+    tasks: JoinSet<()>,
+    events: mpsc::Sender<Event>,
+    icmp: Arc<IcmpClient>,
+    clock: Clock,
+    root: CancellationToken,
+}
+
+/// Offset of a target's first slot within its interval, from a hash of its
+/// job and URL: stable across reloads and spread evenly, so thousands of
+/// targets at 1 Hz do not fire in the same millisecond.
+fn spread(job: &str, target: &str, interval: Duration) -> Duration {
+    let mut h = DefaultHasher::new();
+    (job, target).hash(&mut h);
+    let frac = (h.finish() % 1_000_000) as f64 / 1_000_000.0;
+    interval.mul_f64(frac)
+}
+
+impl Daemon {
+    async fn start_target(&mut self, job: &Job, t: &config::JobTarget) -> anyhow::Result<()> {
+        let key = t.target.to_string();
+        let id = self.next_id;
+        self.next_id += 1;
+        let shown = match t.target.scheme {
+            Scheme::Icmp => t.addr.ip().to_string(),
+            _ => t.addr.to_string(),
+        };
+        let mut info = TargetInfo::new(id, &key, t.target.scheme.name(), &shown, t.size);
+        if t.target.scheme == Scheme::Icmp {
+            info.timestamps = "kernel".to_owned();
+        }
+        let build = BuildCtx {
+            icmp: Arc::clone(&self.icmp),
+            tls: None,
+            timeout: job.run.timeout,
+        };
+        let probe = Built::new(&t.target, t.addr, t.size, &build).await?;
+        let stop = self.root.child_token();
+        let phase = spread(&job.name, &key, job.run.interval);
+        let anomalies = probe.spawn(
+            &mut self.tasks,
+            id,
+            job.run.clone(),
+            phase,
+            &self.events,
+            &stop,
+        );
+        lock(&self.metrics).add(
+            id,
+            &job.name,
+            &key,
+            t.target.scheme.name(),
+            &job.labels,
+            anomalies,
+        );
+        self.by_key.insert((job.name.clone(), key.clone()), id);
+        self.running.insert(
+            id,
+            Running {
+                job: job.name.clone(),
+                key,
+                info,
+                stop,
+            },
+        );
+        Ok(())
+    }
+
+    /// Moves to `new`: targets of unchanged jobs keep running (schedules,
+    /// counters and all), removed or changed ones stop, new ones start.
+    async fn apply(&mut self, new: Config) -> anyhow::Result<()> {
+        let keep = |job: &str, key: &str, old: &Config| -> bool {
+            let (Some(o), Some(n)) = (
+                old.jobs.iter().find(|j| j.name == job),
+                new.jobs.iter().find(|j| j.name == job),
+            ) else {
+                return false;
+            };
+            o.same_settings(n) && n.targets.iter().any(|t| t.target.to_string() == key)
+        };
+        let stopping: Vec<usize> = self
+            .by_key
+            .iter()
+            .filter(|((job, key), _)| !keep(job, key, &self.cfg))
+            .map(|(_, id)| *id)
+            .collect();
+        for id in stopping {
+            if let Some(r) = self.running.get(&id) {
+                tracing::info!(job = %r.job, target = %r.key, "stopping target");
+                r.stop.cancel();
+                self.by_key.remove(&(r.job.clone(), r.key.clone()));
+            }
+        }
+        for job in &new.jobs {
+            let old = self.cfg.jobs.iter().find(|j| j.name == job.name);
+            if old.is_none_or(|o| o.sinks != job.sinks) || !self.sinks.contains_key(&job.name) {
+                if let Some(mut s) = self.sinks.remove(&job.name) {
+                    let _ = s.close();
+                }
+                let s = JobSinks::open(&job.name, &job.sinks, self.clock)
+                    .with_context(|| format!("opening the sinks of job {:?}", job.name))?;
+                self.sinks.insert(job.name.clone(), s);
+            }
+        }
+        for job in &new.jobs {
+            for t in &job.targets {
+                if !self
+                    .by_key
+                    .contains_key(&(job.name.clone(), t.target.to_string()))
+                {
+                    self.start_target(job, t).await?;
+                }
+            }
+        }
+        self.cfg = new;
+        Ok(())
+    }
+
+    fn on_event(&mut self, ev: Event) {
+        match ev {
+            Event::Sample(s) => {
+                let Some(r) = self.running.get(&s.target) else {
+                    return;
+                };
+                if let Some(sinks) = self.sinks.get_mut(&r.job)
+                    && let Err(error) = sinks.record(&r.info, &s)
+                {
+                    tracing::error!(job = %r.job, %error, "writing a sample failed");
+                }
+                lock(&self.metrics).record(s.target, &s);
+            }
+            Event::Done { target, .. } => {
+                if let Some(r) = self.running.remove(&target) {
+                    tracing::debug!(job = %r.job, target = %r.key, "target stopped");
+                }
+                lock(&self.metrics).remove(target);
+                // A job gone from the config closes its sinks with its last target.
+                let live: std::collections::HashSet<&str> =
+                    self.running.values().map(|r| r.job.as_str()).collect();
+                let gone: Vec<String> = self
+                    .sinks
+                    .keys()
+                    .filter(|j| {
+                        !live.contains(j.as_str()) && !self.cfg.jobs.iter().any(|c| &c.name == *j)
+                    })
+                    .cloned()
+                    .collect();
+                for j in gone {
+                    if let Some(mut s) = self.sinks.remove(&j) {
+                        let _ = s.close();
+                    }
+                }
+            }
+        }
+    }
+
+    fn tick(&mut self) {
+        for (job, s) in &mut self.sinks {
+            if let Err(error) = s.tick() {
+                tracing::error!(%job, %error, "flushing sinks failed");
+            }
+        }
+    }
+}
+
+/// Runs the daemon until SIGTERM or SIGINT.
+///
+/// # Errors
+/// A bad config, a port that cannot be bound or a sink that cannot be
+/// opened at start (exit 2). After start, errors are logged.
+pub(crate) async fn run(path: &Path, args: &ServeArgs) -> anyhow::Result<ExitCode> {
+    let cfg = config::load(path).await?;
+    let root = CancellationToken::new();
+    let listeners_stop = CancellationToken::new();
+    let mut listeners = crate::cmd::serve::start_listeners(
+        args,
+        args.tcp.or(cfg.serve.tcp),
+        args.udp.or(cfg.serve.udp),
+        args.grpc.or(cfg.serve.grpc),
+        &listeners_stop,
+    )
+    .await?;
+    let metrics: SharedMetrics = Arc::new(Mutex::new(metrics::Metrics::default()));
+    if let Some(addr) = args.metrics.or(cfg.metrics) {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding metrics {addr}"))?;
+        let mut out = std::io::stdout();
+        writeln!(out, "listening metrics {}", listener.local_addr()?)?;
+        out.flush()?;
+        listeners.spawn(serve_metrics(
+            listener,
+            Arc::clone(&metrics),
+            listeners_stop.clone(),
+        ));
+    }
+    let (events, mut rx) = mpsc::channel(EVENT_CHANNEL);
+    let mut hup = signal(SignalKind::hangup()).context("listening for SIGHUP")?;
+    let mut term = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
+    let mut d = Daemon {
+        cfg: Config {
+            serve: cfg.serve.clone(),
+            metrics: cfg.metrics,
+            jobs: Vec::new(),
+        },
+        next_id: 0,
+        running: HashMap::new(),
+        by_key: HashMap::new(),
+        sinks: HashMap::new(),
+        metrics,
+        tasks: JoinSet::new(),
+        events,
+        icmp: IcmpClient::new(SocketKind::Auto, None),
+        clock: Clock::now(),
+        root: root.clone(),
+    };
+    d.apply(cfg).await?;
+    tracing::info!(targets = d.running.len(), "daemon started");
+    let mut tick = tokio::time::interval(TICK);
+    loop {
+        tokio::select! {
+            Some(ev) = rx.recv() => d.on_event(ev),
+            _ = hup.recv() => match config::load(path).await {
+                Ok(new) => {
+                    if new.serve != d.cfg.serve {
+                        tracing::warn!("[serve] listeners change only on restart");
+                    }
+                    match d.apply(new).await {
+                        Ok(()) => tracing::info!(targets = d.by_key.len(), "config reloaded"),
+                        Err(error) => tracing::error!("reload failed part way: {error:#}"),
+                    }
+                }
+                Err(error) => tracing::error!("config rejected, keeping the old one: {error:#}"),
+            },
+            _ = term.recv() => break,
+            _ = tokio::signal::ctrl_c() => break,
+            _ = tick.tick() => d.tick(),
+        }
+    }
+    tracing::info!("stopping: draining probes in flight");
+    root.cancel();
+    drop(d.events.clone());
+    while !d.running.is_empty() {
+        match tokio::time::timeout(Duration::from_secs(60), rx.recv()).await {
+            Ok(Some(ev)) => d.on_event(ev),
+            Ok(None) | Err(_) => break,
+        }
+    }
+    while d.tasks.join_next().await.is_some() {}
+    for (job, s) in &mut d.sinks {
+        if let Err(error) = s.close() {
+            tracing::error!(%job, %error, "closing sinks failed");
+        }
+    }
+    listeners_stop.cancel();
+    while listeners.join_next().await.is_some() {}
+    tracing::info!("daemon stopped");
+    Ok(ExitCode::SUCCESS)
+}

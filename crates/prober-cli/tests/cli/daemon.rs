@@ -1,0 +1,374 @@
+//! Daemon mode end to end: files, metrics, reload and shutdown.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::{prober, sigterm};
+
+/// A daemon child with its config folder; killed on drop.
+pub(crate) struct Daemon {
+    pub(crate) child: Child,
+    pub(crate) dir: PathBuf,
+    pub(crate) metrics: String,
+    pub(crate) udp: String,
+}
+
+pub(crate) fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Daemon {
+    /// Writes `jobs` (TOML `[[job]]` tables) after a header that serves UDP
+    /// and TCP and metrics on fresh loopback ports, and starts the daemon.
+    pub(crate) fn start(tag: &str, jobs: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("prober-daemon-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (p, m) = (free_port(), free_port());
+        let udp = format!("127.0.0.1:{p}");
+        let tcp = udp.clone();
+        let metrics = format!("127.0.0.1:{m}");
+        let header = format!(
+            "[serve]\nudp = \"{udp}\"\ntcp = \"{tcp}\"\n[metrics]\nlisten = \"{metrics}\"\n"
+        );
+        std::fs::write(
+            dir.join("prober.toml"),
+            format!("{header}{}", jobs.replace("RESPONDER", &udp)),
+        )
+        .unwrap();
+        let mut child = prober()
+            .args(["serve", "--quiet", "--config"])
+            .arg(dir.join("prober.toml"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        // tcp, udp, metrics listening lines, then the daemon runs.
+        for _ in 0..3 {
+            let l = lines.next().expect("a listening line").unwrap();
+            assert!(l.starts_with("listening "), "{l}");
+        }
+        Self {
+            child,
+            dir,
+            metrics,
+            udp,
+        }
+    }
+
+    pub(crate) fn rewrite(&self, jobs: &str) {
+        let path = self.dir.join("prober.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let header: String = text.split("[[job]]").next().unwrap().to_owned();
+        std::fs::write(
+            &path,
+            format!("{header}{}", jobs.replace("RESPONDER", &self.udp)),
+        )
+        .unwrap();
+        let ok = Command::new("kill")
+            .args(["-HUP", &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+    }
+
+    pub(crate) fn scrape(&self) -> String {
+        let out = Command::new("curl")
+            .args(["-sf", &format!("http://{}/metrics", self.metrics)])
+            .output();
+        match out {
+            Ok(o) if o.status.success() => String::from_utf8(o.stdout).unwrap(),
+            _ => http_get(&self.metrics, "/metrics"),
+        }
+    }
+
+    pub(crate) fn stop(mut self) -> (Option<i32>, String) {
+        sigterm(self.child.id());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                let mut err = String::new();
+                use std::io::Read as _;
+                let _ = self.child.stderr.take().unwrap().read_to_string(&mut err);
+                return (st.code(), err);
+            }
+            assert!(Instant::now() < deadline, "daemon did not stop");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A minimal HTTP GET without curl.
+pub(crate) fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default()
+}
+
+pub(crate) fn jsonl(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line {l:?}: {e}")))
+        .collect()
+}
+
+/// Per target, the seqs seen, asserting each appears exactly once.
+fn seqs_once(lines: &[Value]) -> BTreeMap<String, BTreeSet<u64>> {
+    let mut out: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
+    for l in lines {
+        let t = l["target"].as_str().unwrap().to_owned();
+        let seq = l["seq"].as_u64().unwrap();
+        assert!(
+            out.entry(t.clone()).or_default().insert(seq),
+            "{t} seq {seq} twice"
+        );
+    }
+    out
+}
+
+fn contiguous(seqs: &BTreeSet<u64>) -> bool {
+    seqs.iter().copied().eq(0..seqs.len() as u64)
+}
+
+const JOBS: &str = r#"
+[[job]]
+name = "loop"
+interval = "20ms"
+timeout = "200ms"
+targets = ["udp://RESPONDER", "tcp-connect://RESPONDER", "tcp://RESPONDER"]
+labels = { site = "lab" }
+sinks = { jsonl = { path = "loop.jsonl" }, csv = { path = "loop.csv" }, hlog = { path = "loop.hlog", interval = "200ms" } }
+"#;
+
+#[test]
+fn sigterm_loses_no_probe_in_any_sink() {
+    for wait_ms in [350, 1130] {
+        let d = Daemon::start(&format!("term{wait_ms}"), JOBS);
+        std::thread::sleep(Duration::from_millis(wait_ms));
+        let dir = d.dir.clone();
+        let (code, err) = d.stop();
+        assert_eq!(code, Some(0), "{err}");
+        let lines = jsonl(&dir.join("loop.jsonl"));
+        let seqs = seqs_once(&lines);
+        assert_eq!(seqs.len(), 3, "{seqs:?}");
+        for (t, s) in &seqs {
+            assert!(contiguous(s), "{t}: {s:?}");
+            assert!(s.len() >= 5, "{t}: {}", s.len());
+        }
+        assert!(
+            lines
+                .iter()
+                .all(|l| l["job"] == "loop" && l["outcome"] == "ok"),
+            "all answered"
+        );
+        // The CSV has the same probes, once each, after one header.
+        let csv = std::fs::read_to_string(dir.join("loop.csv")).unwrap();
+        let mut rows = csv.lines();
+        assert!(rows.next().unwrap().starts_with("job,target,protocol"));
+        let mut csv_seqs: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
+        for r in rows {
+            let f: Vec<&str> = r.split(',').collect();
+            assert!(
+                csv_seqs
+                    .entry(f[1].to_owned())
+                    .or_default()
+                    .insert(f[4].parse().unwrap())
+            );
+        }
+        assert_eq!(csv_seqs, seqs);
+        // The interval log parses and carries a tag per target.
+        let hlog = std::fs::read(dir.join("loop.hlog")).unwrap();
+        let tags: BTreeSet<String> =
+            hdrhistogram::serialization::interval_log::IntervalLogIterator::new(&hlog)
+                .filter_map(|e| match e {
+                    Ok(hdrhistogram::serialization::interval_log::LogEntry::Interval(h)) => {
+                        h.tag().map(|t| t.as_str().to_owned())
+                    }
+                    _ => None,
+                })
+                .collect();
+        assert_eq!(tags.len(), 3, "{tags:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[test]
+fn metrics_agree_with_the_files_and_pass_promtool() {
+    let d = Daemon::start("metrics", JOBS);
+    std::thread::sleep(Duration::from_millis(600));
+    let text = d.scrape();
+    assert!(
+        text.contains("# TYPE prober_probes_sent_total counter"),
+        "{text}"
+    );
+    assert!(
+        text.contains("prober_rtt_seconds_bucket{job=\"loop\",target=\"udp://"),
+        "{text}"
+    );
+    assert!(text.contains("site=\"lab\""));
+    if let Ok(out) = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    {
+        use std::io::Write;
+        let mut child = out;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+        let res = child.wait_with_output().unwrap();
+        assert!(
+            res.status.success(),
+            "promtool: {}{}",
+            String::from_utf8_lossy(&res.stdout),
+            String::from_utf8_lossy(&res.stderr)
+        );
+    } else {
+        eprintln!("SKIPPED promtool check: promtool is not installed (.ci/run installs it)");
+    }
+    let dir = d.dir.clone();
+    let (code, _) = d.stop();
+    assert_eq!(code, Some(0));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn reload_adds_removes_and_changes_targets() {
+    let d = Daemon::start("reload", JOBS);
+    std::thread::sleep(Duration::from_millis(500));
+    let before = d.scrape();
+    assert!(before.contains("target=\"tcp-connect://"));
+    // Remove tcp-connect, add udp to another port of the same responder... a
+    // new job "extra", and change nothing else in "loop": loop's udp target
+    // keeps its counters.
+    let sent = |text: &str, t: &str| -> Option<u64> {
+        text.lines()
+            .find(|l| {
+                l.starts_with("prober_probes_sent_total") && l.contains(&format!("target=\"{t}\""))
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    };
+    let udp_target = format!("udp://{}", d.udp);
+    let udp_before = sent(&before, &udp_target).unwrap();
+    d.rewrite(r#"
+[[job]]
+name = "loop"
+interval = "20ms"
+timeout = "200ms"
+targets = ["udp://RESPONDER", "tcp://RESPONDER"]
+labels = { site = "lab" }
+sinks = { jsonl = { path = "loop.jsonl" }, csv = { path = "loop.csv" }, hlog = { path = "loop.hlog", interval = "200ms" } }
+
+[[job]]
+name = "extra"
+interval = "50ms"
+targets = ["tcp-connect://RESPONDER"]
+"#);
+    std::thread::sleep(Duration::from_millis(500));
+    let after = d.scrape();
+    assert!(
+        sent(&after, &udp_target).unwrap() > udp_before,
+        "udp kept counting"
+    );
+    assert!(
+        !after.contains("job=\"loop\",target=\"tcp-connect://"),
+        "removed target gone: {after}"
+    );
+    assert!(
+        after.contains("job=\"extra\",target=\"tcp-connect://"),
+        "added target present"
+    );
+    // A changed job (new interval) restarts its targets: counters start over.
+    d.rewrite(
+        r#"
+[[job]]
+name = "loop"
+interval = "25ms"
+timeout = "200ms"
+targets = ["udp://RESPONDER"]
+labels = { site = "lab" }
+sinks = { jsonl = { path = "loop.jsonl" } }
+"#,
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let changed = d.scrape();
+    assert!(
+        sent(&changed, &udp_target).unwrap() < sent(&after, &udp_target).unwrap(),
+        "restarted"
+    );
+    assert!(!changed.contains("job=\"extra\""));
+    // An invalid config is rejected and the old one keeps running.
+    d.rewrite("[[job]]\nname = \"loop\"\nbogus = true\ntargets = [\"udp://RESPONDER\"]\n");
+    std::thread::sleep(Duration::from_millis(300));
+    let still = d.scrape();
+    assert!(sent(&still, &udp_target).unwrap() > sent(&changed, &udp_target).unwrap());
+    let dir = d.dir.clone();
+    let (code, err) = d.stop();
+    assert_eq!(code, Some(0));
+    assert!(
+        err.contains("config rejected, keeping the old one")
+            && err.contains("unknown field `bogus`"),
+        "{err}"
+    );
+    // Every sample of every incarnation reached the jsonl file exactly once
+    // per (target, run): seqs restart at 0 when a target restarts.
+    let lines = jsonl(&dir.join("loop.jsonl"));
+    assert!(!lines.is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_config_fails_at_start_with_exit_2() {
+    let dir = std::env::temp_dir().join(format!("prober-daemon-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bad.toml");
+    std::fs::write(
+        &path,
+        "[[job]]\nname = \"x\"\ninterval = \"soon\"\ntargets = [\"udp://127.0.0.1:9\"]\n",
+    )
+    .unwrap();
+    let out = prober()
+        .args(["serve", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("bad.toml") && err.contains("job[0] (\"x\").interval"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
