@@ -234,6 +234,11 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "FILE")]
     pub(crate) config: Option<PathBuf>,
 
+    /// Only check the --config file (parse, validate, resolve targets), print
+    /// a one-line verdict and exit: 0 if valid, 2 if not.
+    #[arg(long, requires = "config")]
+    pub(crate) check_config: bool,
+
     /// Serve Prometheus metrics of the jobs on http://ADDR/metrics
     /// (overrides [metrics] listen in the config).
     #[arg(long, value_name = "ADDR", requires = "config")]

@@ -222,6 +222,15 @@ impl Daemon {
 /// opened at start (exit 2). After start, errors are logged.
 pub(crate) async fn run(path: &Path, args: &ServeArgs) -> anyhow::Result<ExitCode> {
     let cfg = config::load(path).await?;
+    if args.check_config {
+        let targets: usize = cfg.jobs.iter().map(|j| j.targets.len()).sum();
+        println!(
+            "config {} is valid: {} jobs, {targets} targets",
+            path.display(),
+            cfg.jobs.len()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     let root = CancellationToken::new();
     let listeners_stop = CancellationToken::new();
     let mut listeners = crate::cmd::serve::start_listeners(

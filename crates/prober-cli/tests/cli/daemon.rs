@@ -372,3 +372,104 @@ fn bad_config_fails_at_start_with_exit_2() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+fn curl(url: &str) -> Option<String> {
+    let out = Command::new("curl")
+        .args(["-sf", "--max-time", "2", url])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A real Prometheus scrapes the daemon every second; the counters it stores
+/// agree with the daemon's own JSON lines within one scrape interval.
+#[test]
+fn real_prometheus_scrapes_what_the_files_say() {
+    if Command::new("prometheus")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("SKIPPED: prometheus is not installed (.ci/run installs Debian's prometheus)");
+        return;
+    }
+    let d = Daemon::start("prom", JOBS);
+    let prom_dir = d.dir.join("prom");
+    std::fs::create_dir_all(&prom_dir).unwrap();
+    let prom_port = free_port();
+    std::fs::write(
+        prom_dir.join("prometheus.yml"),
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: prober\n    honor_labels: true\n    static_configs:\n      - targets: [\"{}\"]\n",
+            d.metrics
+        ),
+    )
+    .unwrap();
+    let mut prom = Command::new("prometheus")
+        .arg(format!(
+            "--config.file={}",
+            prom_dir.join("prometheus.yml").display()
+        ))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            prom_dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let query = format!("http://127.0.0.1:{prom_port}/api/v1/query?query=prober_probes_sent_total");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let result = loop {
+        assert!(
+            Instant::now() < deadline,
+            "prometheus never saw the daemon's counters"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        let Some(body) = curl(&query) else { continue };
+        let v: Value = serde_json::from_str(&body).unwrap();
+        let r = v["data"]["result"].as_array().cloned().unwrap_or_default();
+        if r.len() == 3
+            && r.iter()
+                .all(|s| s["value"][1].as_str().is_some_and(|n| n != "0"))
+        {
+            break r;
+        }
+    };
+    let _ = prom.kill();
+    let _ = prom.wait();
+    let dir = d.dir.clone();
+    let (code, _) = d.stop();
+    assert_eq!(code, Some(0));
+    let lines = jsonl(&dir.join("loop.jsonl"));
+    for series in result {
+        let target = series["metric"]["target"].as_str().unwrap();
+        assert_eq!(
+            series["metric"]["job"], "loop",
+            "honor_labels keeps the job label"
+        );
+        let at_ns = (series["value"][0].as_f64().unwrap() * 1e9) as u64;
+        let scraped: u64 = series["value"][1].as_str().unwrap().parse().unwrap();
+        // Probes the daemon had finished by the query time, per its own file.
+        let done_by = |t_ns: u64| {
+            lines
+                .iter()
+                .filter(|l| l["target"] == target)
+                .filter(|l| {
+                    l["sent_unix_ns"].as_u64().unwrap()
+                        + l["rtt_ns"].as_u64().unwrap_or(200_000_000)
+                        <= t_ns
+                })
+                .count() as u64
+        };
+        let (low, high) = (done_by(at_ns.saturating_sub(1_100_000_000)), done_by(at_ns));
+        assert!(
+            low <= scraped && scraped <= high,
+            "{target}: prometheus {scraped}, files {low}..={high}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,6 +1,7 @@
 //! End-to-end tests of the built `prober` binary on loopback.
 
 mod daemon;
+mod deploy;
 mod errors;
 mod grpc;
 mod icmp;

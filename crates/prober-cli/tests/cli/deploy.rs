@@ -1,0 +1,140 @@
+//! The deploy/ files and the documented config parse and validate.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use yaml_rust2::YamlLoader;
+
+use crate::support::run;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn check_config(path: &Path) {
+    let out = run(&[
+        "serve",
+        "--config",
+        path.to_str().unwrap(),
+        "--check-config",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("is valid"));
+}
+
+#[test]
+fn prometheus_config_passes_promtool() {
+    let path = repo().join("deploy/prometheus/prometheus.yml");
+    match Command::new("promtool")
+        .args(["check", "config"])
+        .arg(&path)
+        .output()
+    {
+        Ok(out) => assert!(
+            out.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(_) => eprintln!("SKIPPED: promtool is not installed (.ci/run installs it)"),
+    }
+}
+
+#[test]
+fn kubernetes_manifests_parse_and_carry_a_valid_config() {
+    let text = std::fs::read_to_string(repo().join("deploy/kubernetes/prober.yaml")).unwrap();
+    let docs = YamlLoader::load_from_str(&text).unwrap();
+    let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["ConfigMap", "DaemonSet"]);
+    let args: Vec<&str> = docs[1]["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(args[..2], ["serve", "--quiet"]);
+    // The ConfigMap's prober.toml is a valid config (with its targets file).
+    let dir = std::env::temp_dir().join(format!("prober-k8s-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let data = &docs[0]["data"];
+    let toml = data["prober.toml"]
+        .as_str()
+        .unwrap()
+        .replace("/etc/prober/targets.txt", "targets.txt");
+    std::fs::write(dir.join("prober.toml"), toml).unwrap();
+    std::fs::write(
+        dir.join("targets.txt"),
+        data["targets.txt"].as_str().unwrap(),
+    )
+    .unwrap();
+    check_config(&dir.join("prober.toml"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn grafana_dashboard_is_json_over_prober_metrics() {
+    let text =
+        std::fs::read_to_string(repo().join("deploy/grafana/prober-dashboard.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let exprs: Vec<String> = v["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| {
+            p["targets"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["expr"].as_str().unwrap().to_owned())
+        })
+        .collect();
+    assert!(
+        exprs
+            .iter()
+            .any(|e| e.contains("histogram_quantile(0.99")
+                && e.contains("prober_rtt_seconds_bucket"))
+    );
+    assert!(exprs.iter().any(|e| e.contains("prober_probes_ok_total") && e.contains("prober_probes_sent_total")));
+}
+
+#[test]
+fn systemd_unit_runs_the_daemon() {
+    let text = std::fs::read_to_string(repo().join("deploy/systemd/prober.service")).unwrap();
+    for needed in [
+        "[Unit]",
+        "[Service]",
+        "[Install]",
+        "ExecStart=/usr/local/bin/prober serve --quiet --config",
+        "ExecReload=/bin/kill -HUP $MAINPID",
+    ] {
+        assert!(text.contains(needed), "{needed}");
+    }
+}
+
+#[test]
+fn documented_example_config_is_valid() {
+    let doc = std::fs::read_to_string(repo().join("docs/config.md")).unwrap();
+    let example = doc
+        .split("```toml")
+        .nth(1)
+        .unwrap()
+        .split("```")
+        .next()
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!("prober-doc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("prober.toml"), example).unwrap();
+    std::fs::write(
+        dir.join("fleet.txt"),
+        "# more targets\nudp://10.0.0.4:8707\n",
+    )
+    .unwrap();
+    check_config(&dir.join("prober.toml"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
