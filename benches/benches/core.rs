@@ -58,7 +58,7 @@ fn wire_codec(c: &mut Criterion) {
 }
 
 fn json_sink(c: &mut Criterion) {
-    let mut sink = JsonSink::new(Box::new(std::io::sink()));
+    let mut sink = JsonSink::new(Box::new(std::io::sink()), false);
     let target = TargetInfo::new(0, "tcp://127.0.0.1:8707", "tcp", "127.0.0.1:8707", 64);
     sink.start(
         &RunMeta::new("bench", &RunConfig::default()),

@@ -192,7 +192,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let stdout = || Box::new(std::io::stdout()) as Box<dyn std::io::Write + Send>;
     let sink: Box<dyn Sink> = match args.output {
         Output::Human => Box::new(HumanSink::new(stdout(), quiet, fields)),
-        Output::Json => Box::new(JsonSink::new(stdout())),
+        Output::Json => Box::new(JsonSink::new(stdout(), args.quiet)),
         Output::Csv => Box::new(CsvSink::new(stdout(), fields)),
     };
     let mut sinks = vec![sink];

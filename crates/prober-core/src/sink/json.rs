@@ -13,6 +13,7 @@ use crate::stats::Summary;
 /// Writes one JSON object per line; field names are listed in the README.
 pub struct JsonSink {
     out: Output,
+    quiet: bool,
     clock: Option<Clock>,
     meta: Option<RunMeta>,
 }
@@ -24,10 +25,11 @@ impl std::fmt::Debug for JsonSink {
 }
 
 impl JsonSink {
-    /// Writes to `out`.
-    pub fn new(out: Box<dyn Write + Send>) -> Self {
+    /// Writes to `out`; with `quiet`, only the meta and summary lines.
+    pub fn new(out: Box<dyn Write + Send>, quiet: bool) -> Self {
         Self {
             out: Output::new(out),
+            quiet,
             clock: None,
             meta: None,
         }
@@ -157,6 +159,9 @@ impl Sink for JsonSink {
     }
 
     fn record(&mut self, t: &TargetInfo, s: &Sample) -> io::Result<()> {
+        if self.quiet {
+            return Ok(());
+        }
         let clock = *self.clock.get_or_insert_with(Clock::now);
         self.line(&ProbeLine::new(None, t, s, &clock))?;
         self.out.maybe_flush()
