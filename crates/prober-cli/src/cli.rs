@@ -240,7 +240,7 @@ pub(crate) struct ServeArgs {
     pub(crate) check_config: bool,
 
     /// Serve Prometheus metrics of the jobs on http://ADDR/metrics
-    /// (overrides [metrics] listen in the config).
+    /// (overrides `[metrics] listen` in the config).
     #[arg(long, value_name = "ADDR", requires = "config")]
     pub(crate) metrics: Option<SocketAddr>,
 
