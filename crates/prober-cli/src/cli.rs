@@ -173,6 +173,12 @@ pub(crate) struct RunArgs {
     #[arg(short, long)]
     pub(crate) quiet: bool,
 
+    /// Read TCP, UDP and ICMP replies on threads that spin on the sockets
+    /// instead of sleeping in epoll: no wake-up in the RTT, but a core per
+    /// socket. Implied by --pacing spin. gRPC is not affected.
+    #[arg(long)]
+    pub(crate) busy_poll: bool,
+
     /// CA certificate (PEM) that grpcs:// servers must chain to.
     #[arg(long, value_name = "FILE")]
     pub(crate) ca: Option<PathBuf>,
@@ -272,6 +278,11 @@ pub(crate) struct ServeArgs {
     /// Do not log clients or listeners.
     #[arg(short, long)]
     pub(crate) quiet: bool,
+
+    /// Read TCP and UDP requests on threads that spin on the sockets (a core
+    /// per UDP socket and per TCP connection) instead of sleeping in epoll.
+    #[arg(long)]
+    pub(crate) busy_poll: bool,
 
     /// Impairment for tests: do not answer every k-th request.
     #[arg(long, hide = true, value_name = "K")]

@@ -72,6 +72,8 @@ pub(crate) struct BuildCtx {
     pub(crate) icmp: Arc<IcmpClient>,
     pub(crate) tls: Option<ClientTls>,
     pub(crate) timeout: Duration,
+    /// Read TCP and UDP replies on spinning threads (ICMP: see IcmpClient).
+    pub(crate) busy_poll: bool,
 }
 
 impl Built {
@@ -90,11 +92,11 @@ impl Built {
             size,
         };
         Ok(match t.scheme {
-            Scheme::Tcp => Self::Tcp(TcpProbe::new(addr, size)),
+            Scheme::Tcp => Self::Tcp(TcpProbe::with_busy_poll(addr, size, ctx.busy_poll)),
             Scheme::TcpConnect => Self::TcpConnect(TcpConnectProbe::new(addr)),
             Scheme::TcpCrr => Self::TcpCrr(TcpCrrProbe::new(addr, size)),
             Scheme::Udp => Self::Udp(
-                UdpProbe::connect(addr, size)
+                UdpProbe::connect_with(addr, size, ctx.busy_poll)
                     .await
                     .with_context(|| format!("opening a udp socket to {addr}"))?,
             ),

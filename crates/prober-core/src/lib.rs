@@ -19,6 +19,7 @@
 //!
 //! Sockets, address resolution and command-line parsing live in other crates.
 
+pub mod busy;
 pub mod config;
 pub mod duration;
 pub mod matcher;

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
+use prober_core::busy::{SpinThread, Step};
 use prober_core::{Anomalies, Matcher, Probe, ProbeError, Reply};
 use tokio::time::Instant;
 use tokio_util::task::AbortOnDropHandle;
@@ -35,8 +36,15 @@ type Registry = Mutex<HashMap<u64, Arc<Slot>>>;
 struct Family {
     socket: Arc<IcmpSocket>,
     registry: Arc<Registry>,
-    _reader: AbortOnDropHandle<()>,
+    _reader: Reader,
     _errors: Option<AbortOnDropHandle<()>>,
+}
+
+/// Owns the receive loop of a socket; dropping it stops the loop.
+#[derive(Debug)]
+enum Reader {
+    Task(#[allow(dead_code, reason = "held for its Drop")] AbortOnDropHandle<()>),
+    Spin(#[allow(dead_code, reason = "held for its Drop")] SpinThread),
 }
 
 /// Opens and shares the ICMP sockets of a run: at most one per address
@@ -45,6 +53,7 @@ struct Family {
 pub struct IcmpClient {
     kind: SocketKind,
     ttl: Option<u32>,
+    busy_poll: bool,
     v4: Mutex<Option<Arc<Family>>>,
     v6: Mutex<Option<Arc<Family>>>,
 }
@@ -52,9 +61,16 @@ pub struct IcmpClient {
 impl IcmpClient {
     /// A client that will open sockets of `kind` with this TTL (hop limit).
     pub fn new(kind: SocketKind, ttl: Option<u32>) -> Arc<Self> {
+        Self::with_busy_poll(kind, ttl, false)
+    }
+
+    /// As [`IcmpClient::new`]; with `busy_poll` each socket is read by a
+    /// thread spinning on it (a core per address family in use).
+    pub fn with_busy_poll(kind: SocketKind, ttl: Option<u32>, busy_poll: bool) -> Arc<Self> {
         Arc::new(Self {
             kind,
             ttl,
+            busy_poll,
             v4: Mutex::new(None),
             v6: Mutex::new(None),
         })
@@ -74,13 +90,36 @@ impl IcmpClient {
             "opened icmp socket"
         );
         let registry: Arc<Registry> = Arc::default();
-        let reader = tokio::spawn(read_replies(Arc::clone(&socket), Arc::clone(&registry)));
+        let reader = if self.busy_poll {
+            let (sock, reg) = (Arc::clone(&socket), Arc::clone(&registry));
+            let mut buf = vec![0u8; MAX_PAYLOAD + 128];
+            let spin =
+                SpinThread::spawn("prober-icmp-poll", move || match sock.try_recv(&mut buf) {
+                    Ok((n, Some(from), stamp)) => {
+                        dispatch(&sock, &reg, &buf[..n], from, arrival_instant(stamp));
+                        Step::Busy
+                    }
+                    Ok(_) => Step::Busy,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Step::Idle,
+                    Err(_) => Step::Busy,
+                })
+                .map_err(|source| IcmpError::Setup {
+                    what: "busy-poll thread",
+                    source,
+                })?;
+            Reader::Spin(spin)
+        } else {
+            Reader::Task(AbortOnDropHandle::new(tokio::spawn(read_replies(
+                Arc::clone(&socket),
+                Arc::clone(&registry),
+            ))))
+        };
         let errors = (!socket.raw)
             .then(|| tokio::spawn(read_error_queue(Arc::clone(&socket), Arc::clone(&registry))));
         let fam = Arc::new(Family {
             socket,
             registry,
-            _reader: AbortOnDropHandle::new(reader),
+            _reader: reader,
             _errors: errors.map(AbortOnDropHandle::new),
         });
         *guard = Some(Arc::clone(&fam));

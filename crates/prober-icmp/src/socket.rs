@@ -137,36 +137,38 @@ impl IcmpSocket {
         })
     }
 
+    /// Receives one message without blocking: its length, sender and kernel
+    /// receive time, or `WouldBlock`.
+    pub(crate) fn try_recv(
+        &self,
+        buf: &mut [u8],
+    ) -> io::Result<(usize, Option<IpAddr>, Option<SystemTime>)> {
+        let fd = self.sock.as_raw_fd();
+        let mut iov = [IoSliceMut::new(buf)];
+        let mut cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec);
+        let msg = recvmsg::<SockaddrStorage>(fd, &mut iov, Some(&mut cmsg), MsgFlags::MSG_DONTWAIT)
+            .map_err(io::Error::from)?;
+        let mut stamp = None;
+        if let Ok(cmsgs) = msg.cmsgs() {
+            for c in cmsgs {
+                if let ControlMessageOwned::ScmTimestampns(ts) = c {
+                    let (s, ns) = (ts.tv_sec(), ts.tv_nsec());
+                    if let (Ok(s), Ok(ns)) = (u64::try_from(s), u32::try_from(ns)) {
+                        stamp = Some(UNIX_EPOCH + Duration::new(s, ns));
+                    }
+                }
+            }
+        }
+        Ok((msg.bytes, msg.address.as_ref().and_then(ip_of), stamp))
+    }
+
     /// Receives one message: its length, sender and kernel receive time.
     pub(crate) async fn recv(
         &self,
         buf: &mut [u8],
     ) -> io::Result<(usize, Option<IpAddr>, Option<SystemTime>)> {
-        let fd = self.sock.as_raw_fd();
         self.sock
-            .async_io(Interest::READABLE, || {
-                let mut iov = [IoSliceMut::new(&mut *buf)];
-                let mut cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec);
-                let msg = recvmsg::<SockaddrStorage>(
-                    fd,
-                    &mut iov,
-                    Some(&mut cmsg),
-                    MsgFlags::MSG_DONTWAIT,
-                )
-                .map_err(io::Error::from)?;
-                let mut stamp = None;
-                if let Ok(cmsgs) = msg.cmsgs() {
-                    for c in cmsgs {
-                        if let ControlMessageOwned::ScmTimestampns(ts) = c {
-                            let (s, ns) = (ts.tv_sec(), ts.tv_nsec());
-                            if let (Ok(s), Ok(ns)) = (u64::try_from(s), u32::try_from(ns)) {
-                                stamp = Some(UNIX_EPOCH + Duration::new(s, ns));
-                            }
-                        }
-                    }
-                }
-                Ok((msg.bytes, msg.address.as_ref().and_then(ip_of), stamp))
-            })
+            .async_io(Interest::READABLE, || self.try_recv(&mut *buf))
             .await
     }
 

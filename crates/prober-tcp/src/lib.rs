@@ -13,6 +13,7 @@
 //! Schedules, timeouts and statistics come from `prober-core`; this crate
 //! only moves bytes and timestamps them as close to the socket as tokio allows.
 
+mod reader;
 pub mod responder;
 mod tcp;
 mod udp;

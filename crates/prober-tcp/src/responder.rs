@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use prober_core::busy::{SpinThread, Step};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::task::JoinSet;
@@ -37,6 +38,10 @@ pub struct ResponderConfig {
     pub delay_every: Option<u64>,
     /// How long `delay_every` holds a request.
     pub delay: Duration,
+    /// Read requests on threads that spin on non-blocking sockets instead
+    /// of sleeping in epoll (a core per UDP socket and per TCP connection).
+    /// `delay_every` is not applied in this mode.
+    pub busy_poll: bool,
 }
 
 /// What to do with the n-th request.
@@ -75,6 +80,7 @@ pub async fn serve_tcp(
     let cfg = Arc::new(cfg);
     let counter = Arc::new(AtomicU64::new(0));
     let mut conns = JoinSet::new();
+    let mut spinning: Vec<SpinThread> = Vec::new();
     loop {
         let accepted = tokio::select! {
             () = stop.cancelled() => break,
@@ -85,6 +91,17 @@ pub async fn serve_tcp(
             Ok((stream, peer)) => {
                 if cfg.log_clients {
                     tracing::info!(%peer, "tcp client connected");
+                }
+                if cfg.busy_poll {
+                    spinning.retain(|t| !t.is_finished());
+                    match stream
+                        .into_std()
+                        .and_then(|s| spin_conn(s, Arc::clone(&cfg), Arc::clone(&counter)))
+                    {
+                        Ok(t) => spinning.push(t),
+                        Err(error) => tracing::warn!(%peer, %error, "cannot busy-poll tcp client"),
+                    }
+                    continue;
                 }
                 let (cfg, counter, stop) = (Arc::clone(&cfg), Arc::clone(&counter), stop.clone());
                 conns.spawn(async move {
@@ -107,7 +124,65 @@ pub async fn serve_tcp(
         }
     }
     conns.shutdown().await;
+    drop(spinning);
     Ok(())
+}
+
+/// Writes all of `buf` to a non-blocking socket, spinning while it is full.
+fn write_all_spin(w: &mut impl std::io::Write, mut buf: &[u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        match w.write(buf) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => buf = &buf[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// The busy-poll twin of `serve_conn`, on a thread of its own.
+fn spin_conn(
+    mut stream: std::net::TcpStream,
+    cfg: Arc<ResponderConfig>,
+    counter: Arc<AtomicU64>,
+) -> io::Result<SpinThread> {
+    use std::io::Read as _;
+    stream.set_nonblocking(true)?;
+    stream.set_nodelay(true)?;
+    let mut acc: Vec<u8> = Vec::with_capacity(64 * 1024);
+    let mut chunk = vec![0u8; 64 * 1024];
+    SpinThread::spawn("prober-serve-tcp-poll", move || {
+        let n = match stream.read(&mut chunk) {
+            Ok(0) => return Step::Done,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Idle,
+            Err(_) => return Step::Done,
+        };
+        let received = Instant::now();
+        acc.extend_from_slice(&chunk[..n]);
+        while acc.len() >= HEADER_LEN {
+            let h = match Header::decode(&acc, MAX_TCP_FRAME) {
+                Ok(h) if h.kind == Kind::Request => h,
+                _ => return Step::Done,
+            };
+            let len = h.len as usize;
+            if acc.len() < len {
+                break;
+            }
+            let plan = cfg.plan(counter.fetch_add(1, Ordering::Relaxed) + 1);
+            if plan.answer {
+                wire::make_response(&mut acc[..len], elapsed_ns(received));
+                for _ in 0..plan.copies {
+                    if write_all_spin(&mut stream, &acc[..len]).is_err() {
+                        return Step::Done;
+                    }
+                }
+            }
+            acc.drain(..len);
+        }
+        Step::Busy
+    })
 }
 
 async fn serve_conn(
@@ -160,6 +235,13 @@ pub async fn serve_udp(
     cfg: ResponderConfig,
     stop: CancellationToken,
 ) -> io::Result<()> {
+    if cfg.busy_poll {
+        let std_sock: std::net::UdpSocket = socket.into_std()?;
+        let spin = spin_udp(std_sock, cfg)?;
+        stop.cancelled().await;
+        drop(spin);
+        return Ok(());
+    }
     let socket = Arc::new(socket);
     let mut buf = vec![0u8; MAX_UDP_FRAME + 1];
     let mut seen: HashSet<SocketAddr> = HashSet::new();
@@ -221,6 +303,35 @@ pub async fn serve_udp(
     }
     delayed.shutdown().await;
     Ok(())
+}
+
+/// The busy-poll twin of the `serve_udp` loop, on a thread of its own.
+fn spin_udp(socket: std::net::UdpSocket, cfg: ResponderConfig) -> io::Result<SpinThread> {
+    socket.set_nonblocking(true)?;
+    let mut buf = vec![0u8; MAX_UDP_FRAME + 1];
+    let mut n = 0u64;
+    SpinThread::spawn("prober-serve-udp-poll", move || {
+        let (len, peer) = match socket.recv_from(&mut buf) {
+            Ok(r) => r,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Idle,
+            Err(_) => return Step::Busy,
+        };
+        let received = Instant::now();
+        let frame = &mut buf[..len];
+        match Header::decode(frame, MAX_UDP_FRAME) {
+            Ok(h) if h.kind == Kind::Request && h.len as usize == len => {}
+            _ => return Step::Busy,
+        }
+        n += 1;
+        let plan = cfg.plan(n);
+        if plan.answer {
+            wire::make_response(frame, elapsed_ns(received));
+            for _ in 0..plan.copies {
+                let _ = socket.send_to(frame, peer);
+            }
+        }
+        Step::Busy
+    })
 }
 
 #[cfg(test)]

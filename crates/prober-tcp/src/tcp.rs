@@ -16,6 +16,9 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 use tokio_util::task::AbortOnDropHandle;
 
+use crate::reader::Reader;
+use prober_core::busy::{SpinThread, Step};
+
 use crate::wire::{self, HEADER_LEN, Header, Kind, MAX_TCP_FRAME};
 
 /// What the receive loop hands a waiting probe: the arrival instant and the
@@ -34,19 +37,26 @@ pub struct TcpProbe {
     matcher: Arc<Matcher<Arrival>>,
     conn: Mutex<Option<Arc<Conn>>>,
     connected_once: AtomicBool,
+    busy_poll: bool,
 }
 
 #[derive(Debug)]
 struct Conn {
     writer: Mutex<(OwnedWriteHalf, Vec<u8>)>,
     alive: Arc<AtomicBool>,
-    _reader: AbortOnDropHandle<()>,
+    _reader: Reader,
 }
 
 impl TcpProbe {
     /// A probe of `addr` sending frames of `size` bytes. No connection is
     /// made until [`Probe::prepare`] or the first probe.
     pub fn new(addr: SocketAddr, size: usize) -> Self {
+        Self::with_busy_poll(addr, size, false)
+    }
+
+    /// As [`TcpProbe::new`]; with `busy_poll` replies are read by a thread
+    /// spinning on the socket, which uses a core.
+    pub fn with_busy_poll(addr: SocketAddr, size: usize, busy_poll: bool) -> Self {
         Self {
             addr,
             size,
@@ -54,6 +64,7 @@ impl TcpProbe {
             matcher: Matcher::new(),
             conn: Mutex::new(None),
             connected_once: AtomicBool::new(false),
+            busy_poll,
         }
     }
 
@@ -74,19 +85,35 @@ impl TcpProbe {
         if self.connected_once.swap(true, Ordering::Relaxed) {
             self.matcher.count_reconnect();
         }
-        let (reader, writer) = stream.into_split();
         let alive = Arc::new(AtomicBool::new(true));
-        let task = tokio::spawn(read_replies(
-            reader,
+        let spin_clone = match self.busy_poll {
+            true => Some(
+                SockRef::from(&stream)
+                    .try_clone()
+                    .map_err(|e| ProbeError::new(format!("cloning the socket: {e}")))?,
+            ),
+            false => None,
+        };
+        let (reader, writer) = stream.into_split();
+        let (matcher, nonce, size, flag) = (
             Arc::clone(&self.matcher),
             self.nonce,
             self.size,
             Arc::clone(&alive),
-        ));
+        );
+        let reader = match spin_clone {
+            Some(sock) => Reader::Spin(
+                spin_replies(sock.into(), matcher, nonce, size, flag)
+                    .map_err(|e| ProbeError::new(format!("starting the busy-poll thread: {e}")))?,
+            ),
+            None => Reader::Task(AbortOnDropHandle::new(tokio::spawn(read_replies(
+                reader, matcher, nonce, size, flag,
+            )))),
+        };
         let conn = Arc::new(Conn {
             writer: Mutex::new((writer, Vec::with_capacity(self.size))),
             alive,
-            _reader: AbortOnDropHandle::new(task),
+            _reader: reader,
         });
         *slot = Some(Arc::clone(&conn));
         Ok(conn)
@@ -130,6 +157,57 @@ async fn read_replies(
     alive.store(false, Ordering::Release);
     tracing::debug!(reason = %why, "tcp probe connection ended");
     matcher.fail_all(|| Err(ProbeError::new(why.clone())));
+}
+
+/// The busy-poll twin of `read_replies`: a thread reading the socket
+/// without blocking and splitting the byte stream into frames itself.
+fn spin_replies(
+    mut stream: std::net::TcpStream,
+    matcher: Arc<Matcher<Arrival>>,
+    nonce: u64,
+    size: usize,
+    alive: Arc<AtomicBool>,
+) -> io::Result<SpinThread> {
+    use std::io::Read as _;
+    let mut acc: Vec<u8> = Vec::with_capacity(64 * 1024);
+    let mut chunk = vec![0u8; 64 * 1024];
+    let fail = move |why: String, matcher: &Matcher<Arrival>, alive: &AtomicBool| {
+        alive.store(false, Ordering::Release);
+        matcher.fail_all(|| Err(ProbeError::new(why.clone())));
+        Step::Done
+    };
+    SpinThread::spawn("prober-tcp-poll", move || {
+        let n = match stream.read(&mut chunk) {
+            Ok(0) => return fail("connection closed by peer".to_owned(), &matcher, &alive),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Idle,
+            Err(e) => return fail(format!("receive: {e}"), &matcher, &alive),
+        };
+        let received = Instant::now();
+        acc.extend_from_slice(&chunk[..n]);
+        while acc.len() >= HEADER_LEN {
+            let h = match Header::decode(&acc, MAX_TCP_FRAME) {
+                Ok(h) => h,
+                Err(e) => return fail(format!("bad reply: {e}"), &matcher, &alive),
+            };
+            if h.kind != Kind::Response || h.nonce != nonce || h.len as usize != size {
+                return fail(
+                    format!(
+                        "bad reply: {} of {} bytes from another run or peer",
+                        h.kind, h.len
+                    ),
+                    &matcher,
+                    &alive,
+                );
+            }
+            if acc.len() < size {
+                break;
+            }
+            matcher.deliver(h.seq, Ok((received, Duration::from_nanos(h.dwell_ns))));
+            acc.drain(..size);
+        }
+        Step::Busy
+    })
 }
 
 impl Probe for TcpProbe {

@@ -5,9 +5,13 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
+use prober_core::busy::{SpinThread, Step};
 use prober_core::{Anomalies, Matcher, Probe, ProbeError, Reply};
 use tokio::net::UdpSocket;
 use tokio::time::Instant;
+
+use crate::reader::Reader;
+use socket2::SockRef;
 use tokio_util::task::AbortOnDropHandle;
 
 use crate::wire::{self, Header, Kind, MAX_UDP_FRAME};
@@ -24,7 +28,7 @@ pub struct UdpProbe {
     size: usize,
     nonce: u64,
     matcher: Arc<Matcher<Arrival>>,
-    _reader: AbortOnDropHandle<()>,
+    _reader: Reader,
 }
 
 impl UdpProbe {
@@ -34,6 +38,15 @@ impl UdpProbe {
     /// # Errors
     /// If the socket cannot be bound or connected.
     pub async fn connect(addr: SocketAddr, size: usize) -> io::Result<Self> {
+        Self::connect_with(addr, size, false).await
+    }
+
+    /// As [`UdpProbe::connect`]; with `busy_poll` replies are read by a
+    /// thread spinning on the socket, which uses a core.
+    ///
+    /// # Errors
+    /// If the socket cannot be bound or connected, or the thread started.
+    pub async fn connect_with(addr: SocketAddr, size: usize, busy_poll: bool) -> io::Result<Self> {
         let local: SocketAddr = if addr.is_ipv4() {
             (Ipv4Addr::UNSPECIFIED, 0).into()
         } else {
@@ -44,53 +57,83 @@ impl UdpProbe {
         let socket = Arc::new(socket);
         let nonce = fastrand::u64(..);
         let matcher = Matcher::new();
-        let task = tokio::spawn(read_replies(
-            Arc::clone(&socket),
-            Arc::clone(&matcher),
-            nonce,
-        ));
+        // Replies are as long as requests; one more byte shows a longer one.
+        let buf = vec![0u8; size + 1];
+        let reader = if busy_poll {
+            let std_sock: std::net::UdpSocket = SockRef::from(&*socket).try_clone()?.into();
+            let m = Arc::clone(&matcher);
+            let mut buf = buf;
+            Reader::Spin(SpinThread::spawn(
+                "prober-udp-poll",
+                move || match std_sock.recv(&mut buf) {
+                    Ok(n) => {
+                        on_datagram(&buf[..n], Instant::now(), &m, nonce);
+                        Step::Busy
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => Step::Idle,
+                    Err(e) => {
+                        on_error(&e, &m);
+                        Step::Busy
+                    }
+                },
+            )?)
+        } else {
+            let task = tokio::spawn(read_replies(
+                Arc::clone(&socket),
+                Arc::clone(&matcher),
+                nonce,
+                buf,
+            ));
+            Reader::Task(AbortOnDropHandle::new(task))
+        };
         Ok(Self {
             socket,
             size,
             nonce,
             matcher,
-            _reader: AbortOnDropHandle::new(task),
+            _reader: reader,
         })
     }
 }
 
-async fn read_replies(socket: Arc<UdpSocket>, matcher: Arc<Matcher<Arrival>>, nonce: u64) {
-    let mut buf = vec![0u8; MAX_UDP_FRAME + 1];
+fn on_datagram(buf: &[u8], received: Instant, matcher: &Matcher<Arrival>, nonce: u64) {
+    match Header::decode(buf, MAX_UDP_FRAME) {
+        Ok(h) if h.kind == Kind::Response && h.nonce == nonce && h.len as usize == buf.len() => {
+            matcher.deliver(h.seq, Ok((received, Duration::from_nanos(h.dwell_ns))));
+        }
+        Ok(h) => tracing::debug!(
+            seq = h.seq,
+            len = buf.len(),
+            "ignoring a datagram of another run"
+        ),
+        Err(error) => tracing::debug!(%error, "ignoring a datagram that is not a reply"),
+    }
+}
+
+fn on_error(e: &io::Error, matcher: &Matcher<Arrival>) {
+    let msg = if e.kind() == io::ErrorKind::ConnectionRefused {
+        "connection refused (ICMP port unreachable)".to_owned()
+    } else {
+        format!("receive: {e}")
+    };
+    matcher.fail_all(|| Err(ProbeError::new(msg.clone())));
+}
+
+async fn read_replies(
+    socket: Arc<UdpSocket>,
+    matcher: Arc<Matcher<Arrival>>,
+    nonce: u64,
+    mut buf: Vec<u8>,
+) {
     loop {
         match socket.recv(&mut buf).await {
-            Ok(n) => {
-                let received = Instant::now();
-                match Header::decode(&buf[..n], MAX_UDP_FRAME) {
-                    Ok(h)
-                        if h.kind == Kind::Response && h.nonce == nonce && h.len as usize == n =>
-                    {
-                        matcher.deliver(h.seq, Ok((received, Duration::from_nanos(h.dwell_ns))));
-                    }
-                    Ok(h) => {
-                        tracing::debug!(seq = h.seq, len = n, "ignoring a datagram of another run")
-                    }
-                    Err(error) => {
-                        tracing::debug!(%error, "ignoring a datagram that is not a reply")
-                    }
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                matcher.fail_all(|| {
-                    Err(ProbeError::new(
-                        "connection refused (ICMP port unreachable)",
-                    ))
-                });
-            }
+            Ok(n) => on_datagram(&buf[..n], Instant::now(), &matcher, nonce),
             Err(e) => {
-                let msg = format!("receive: {e}");
-                matcher.fail_all(|| Err(ProbeError::new(msg.clone())));
-                // Keep the loop from spinning on a persistent error.
-                tokio::time::sleep(Duration::from_millis(10)).await;
+                on_error(&e, &matcher);
+                if e.kind() != io::ErrorKind::ConnectionRefused {
+                    // Keep the loop from spinning on a persistent error.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
             }
         }
     }

@@ -141,7 +141,8 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
 
     let tls = args.client_tls()?;
-    let icmp = IcmpClient::new(args.icmp_socket.into(), args.ttl);
+    let busy_poll = args.busy_poll || cfg.pacing == prober_core::Pacing::Spin;
+    let icmp = IcmpClient::with_busy_poll(args.icmp_socket.into(), args.ttl, busy_poll);
     let responder_stop = CancellationToken::new();
     let mut services = JoinSet::new();
     let targets = if self_test {
@@ -158,6 +159,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         icmp,
         tls,
         timeout: cfg.timeout,
+        busy_poll,
     };
     let stop = CancellationToken::new();
     let _signals = cancel_on_signals(stop.clone());
@@ -196,7 +198,10 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         Output::Csv => Box::new(CsvSink::new(stdout(), fields)),
     };
     let mut sinks = vec![sink];
-    let meta = RunMeta::new(env!("CARGO_PKG_VERSION"), &cfg);
+    let mut meta = RunMeta::new(env!("CARGO_PKG_VERSION"), &cfg);
+    if busy_poll {
+        meta.receive = "busy-poll".to_owned();
+    }
     let (summaries, written) = collect(rx, &infos, &meta, Clock::now(), &mut sinks).await;
     while runs.join_next().await.is_some() {}
     responder_stop.cancel();

@@ -66,6 +66,7 @@ pub(crate) async fn start_listeners(
         duplicate_every: args.duplicate_every,
         delay_every: args.delay_every,
         delay: args.delay,
+        busy_poll: args.busy_poll,
     };
     let mut set = JoinSet::new();
     let mut out = std::io::stdout();

@@ -85,6 +85,7 @@ impl Daemon {
             icmp: Arc::clone(&self.icmp),
             tls: None,
             timeout: job.run.timeout,
+            busy_poll: false,
         };
         let probe = Built::new(&t.target, t.addr, t.size, &build).await?;
         let stop = self.root.child_token();

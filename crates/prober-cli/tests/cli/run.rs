@@ -281,3 +281,48 @@ fn serve_exits_cleanly_on_sigterm() {
     sigterm(srv.pid());
     assert_eq!(srv.wait().code(), Some(0));
 }
+
+#[test]
+fn busy_poll_on_both_sides_answers_every_probe() {
+    let srv = Server::start(&["--busy-poll"]);
+    let mut targets = vec![format!("tcp://{}", srv.tcp), format!("udp://{}", srv.udp)];
+    if crate::support::is_root() {
+        targets.push("icmp://127.0.0.1".to_owned());
+    }
+    let mut args = vec!["run", "--busy-poll", "-c", "200", "-i", "0", "-o", "json"];
+    args.extend(targets.iter().map(String::as_str));
+    let out = run(&args);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines = json_lines(&out);
+    assert_eq!(of_type(&lines, "meta")[0]["receive"], "busy-poll");
+    for s in of_type(&lines, "summary") {
+        assert_eq!(
+            (s["sent"].as_u64(), s["ok"].as_u64()),
+            (Some(200), Some(200)),
+            "{s}"
+        );
+    }
+    // Spin pacing implies busy-poll receive.
+    let out = run(&[
+        "run",
+        "--pacing",
+        "spin",
+        "-c",
+        "20",
+        "-i",
+        "1ms",
+        "-o",
+        "json",
+        &targets[1],
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        of_type(&json_lines(&out), "meta")[0]["receive"],
+        "busy-poll"
+    );
+}

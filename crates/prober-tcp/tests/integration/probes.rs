@@ -230,3 +230,19 @@ async fn ipv6_loopback_when_available() {
     let (s, _) = run(UdpProbe::connect(r.udp, 64).await.unwrap(), config(10, MS)).await;
     assert_eq!(s.ok, 10);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_poll_probes_and_responder() {
+    let r = responder(ResponderConfig {
+        busy_poll: true,
+        drop_every: Some(10),
+        ..Default::default()
+    })
+    .await;
+    let mut cfg = config(50, MS);
+    cfg.timeout = 100 * MS;
+    let (s, _) = run(TcpProbe::with_busy_poll(r.tcp, 64, true), cfg.clone()).await;
+    assert_eq!((s.ok, s.timeout), (45, 5), "{s:?}");
+    let (s, _) = run(UdpProbe::connect_with(r.udp, 64, true).await.unwrap(), cfg).await;
+    assert_eq!((s.ok, s.timeout), (45, 5), "{s:?}");
+}
