@@ -66,15 +66,17 @@ def timeout_or(rc: int, err: str, out: str = "") -> Fail:
 
 def parse_prober(d: Path, name: str) -> dict:
     out, err, rc = files(d, name)
-    summary = None
+    summary, receive = None, None
     for line in out.splitlines():
-        if '"summary"' in line:
+        if '"summary"' in line or '"meta"' in line:
             try:
                 obj = json.loads(line)
             except ValueError:
                 continue
             if obj.get("type") == "summary":
                 summary = obj
+            elif obj.get("type") == "meta":
+                receive = obj.get("receive")
     if summary is None or not summary.get("rtt"):
         raise timeout_or(rc, err, out)
     rtt, lag = summary["rtt"], summary.get("send_lag") or {}
@@ -87,6 +89,7 @@ def parse_prober(d: Path, name: str) -> dict:
         "n": ok,
         "lag_p50": lag.get("p50", math.nan) / 1e3,
         "lag_p99": lag.get("p99", math.nan) / 1e3,
+        "receive": receive,
     }
     t = read(d / f"{name}.time").split()
     if len(t) >= 3:
@@ -176,8 +179,9 @@ def parse_ghz(d: Path, name: str) -> dict:
         raise Fail(f"failed: {reason[:120]}")
     total = int(obj.get("count", ok))
     count = str(ok) if ok == total else f"{ok} ok of {total}"
-    if obj.get("endReason") == "timeout":
-        count += " (time cap -x hit)"
+    secs = obj.get("total")  # wall time of the run, ns
+    if isinstance(secs, (int, float)) and secs > 0:
+        count += f" in {secs / 1e9:.1f} s"
     return {
         "p50": dist[50],
         "p99": dist[99],
@@ -276,61 +280,166 @@ def main() -> int:
         rows.append([tool, mode, count_cell(res), p50_cell, us(p99), "—"])
         return res
 
-    def pair(mode, a_name, peer, b_name, b_parser, qperf=False):
+    ratios: dict[str, float | None] = {}  # a_name -> median p50 ratio, for the targets
+    spread: list[str] = []  # rows whose p50 varied more than 2x between rounds
+
+    def pair(mode, a_name, peer, b_name, b_parser, qperf=False, peer_mode=None):
+        peer_mode = peer_mode or mode
         tool_row("prober", mode, a_name, parse_prober, extra="mean" if qperf else None)
         if peer in na:
-            rows.append([peer, mode, "—", f"not available: {na[peer]}", "", ""])
+            rows.append([peer, peer_mode, "—", f"not available: {na[peer]}", "", ""])
             return
         b_res, fails = collect(out, rounds, b_name, b_parser)
-        failures.extend(f"{peer} {mode}: {f}" for f in fails)
+        failures.extend(f"{peer} {peer_mode}: {f}" for f in fails)
         if not b_res:
-            rows.append([peer, mode, "—", f"not available: {fail_cell(fails)}", "", ""])
+            rows.append([peer, peer_mode, "—", f"not available: {fail_cell(fails)}", "", ""])
             return
         a_pr = per_round(out, rounds, a_name, parse_prober)
         b_pr = per_round(out, rounds, b_name, b_parser)
         if qperf:
             r_mean = ratio(a_pr, b_pr, "mean", "mean")
             rows.append([
-                peer, mode, count_cell(b_res),
+                peer, peer_mode, count_cell(b_res),
                 f"{us(med(b_res, 'mean'))} (2× mean)²", "—",
                 f"mean {fmt_ratio(r_mean)}" if r_mean else "—",
             ])
             return
         r50, r99 = ratio(a_pr, b_pr, "p50", "p50"), ratio(a_pr, b_pr, "p99", "p99")
+        ratios[a_name] = r50
+        for tool, res_pr in (("prober", a_pr), (peer, b_pr)):
+            p50s = [x["p50"] for x in res_pr if x and x.get("p50")]
+            if len(p50s) >= 2 and max(p50s) > 2 * min(p50s):
+                spread.append(
+                    f"{tool}, {mode if tool == 'prober' else peer_mode}: p50 per round "
+                    + ", ".join(us(v) for v in p50s)
+                )
         cell = " · ".join(
             f"{k} {fmt_ratio(v)}" for k, v in (("p50", r50), ("p99", r99)) if v is not None
         ) or "—"
-        rows.append([peer, mode, count_cell(b_res), us(med(b_res, "p50")), us(med(b_res, "p99")), cell])
+        rows.append([peer, peer_mode, count_cell(b_res), us(med(b_res, "p50")), us(med(b_res, "p99")), cell])
 
     pair("ICMP, 10 ms interval", "prober_icmp10", "ping", "ping_icmp10", parse_ping)
     pair("ICMP, back to back (-i 0)", "prober_icmp0", "ping", "ping_icmp0", parse_ping)
     pair("TCP 64 B, closed loop", "prober_tcp", "sockperf", "sockperf_tcp", parse_sockperf)
     pair("UDP 64 B, closed loop", "prober_udp", "sockperf", "sockperf_udp", parse_sockperf)
-    for proto in ("tcp", "udp"):
-        mode = f"{proto.upper()} 64 B, closed loop, --busy-poll"
+    busy_pairs = [
+        ("tcp", "TCP 64 B, closed loop", "sockperf", "sockperf_tcp_busypoll", parse_sockperf,
+         "client and responder spin"),
+        ("udp", "UDP 64 B, closed loop", "sockperf", "sockperf_udp_busypoll", parse_sockperf,
+         "client and responder spin"),
+        ("icmp0", "ICMP, back to back (-i 0)", "ping", "ping_icmp0_busypoll", parse_ping,
+         "prober's receiver spins"),
+    ]
+    for key, base, peer, b_name, b_parser, spins in busy_pairs:
+        mode = f"{base}, --busy-poll ({spins})⁵"
         if "busy-poll" in na:
-            rows.append(["prober", mode, "—", "not implemented yet", "", ""])
-        else:
-            tool_row("prober", mode, f"prober_{proto}_busypoll", parse_prober)
+            rows.append(["prober", mode, "—", f"not available: {na['busy-poll']}", "", ""])
+            continue
+        pair(mode, f"prober_{key}_busypoll", peer, b_name, b_parser,
+             peer_mode=f"{base}, re-run for the row above (nothing spins)⁵")
+        for r, x in enumerate(per_round(out, rounds, f"prober_{key}_busypoll", parse_prober), 1):
+            if x and x.get("receive") != "busy-poll":
+                failures.append(
+                    f"prober {base}, --busy-poll: round {r}: the meta line says "
+                    f"receive={x.get('receive')!r}, not busy-poll"
+                )
     pair("TCP 64 B, closed loop (qperf pair)", "prober_tcp_q", "qperf", "qperf_tcp", parse_qperf, qperf=True)
     pair("UDP 64 B, closed loop (qperf pair)", "prober_udp_q", "qperf", "qperf_udp", parse_qperf, qperf=True)
     pair("gRPC unary Ping 64 B, 1 in flight", "prober_grpc", "ghz", "ghz_grpc", parse_ghz)
 
     # Pacing table.
     pacing_rows = []
+    pacing: dict[str, dict] = {}  # mode -> lag_p99 (µs), cpu (fraction), for the targets
     for mode in ("timer", "spin", "hybrid"):
         res, fails = collect(out, rounds, f"pacing_{mode}", parse_prober)
         failures.extend(f"pacing {mode}: {f}" for f in fails)
         if not res:
-            pacing_rows.append([mode, "—", f"failed: {fail_cell(fails)}", "", "", ""])
+            pacing_rows.append([mode, "—", "—", f"failed: {fail_cell(fails)}", "", "", ""])
             continue
         cpu = med(res, "cpu")
+        pacing[mode] = {"lag_p99": med(res, "lag_p99"), "cpu": cpu}
+        receive = sorted({str(x.get("receive") or "?") for x in res})
         pacing_rows.append([
-            mode, count_cell(res), us(med(res, "lag_p50")), us(med(res, "lag_p99")),
-            us(med(res, "p50")), f"{cpu * 100:.1f} %" if cpu is not None else "—",
+            mode, " / ".join(receive), count_cell(res), us(med(res, "lag_p50")),
+            us(med(res, "lag_p99")), us(med(res, "p50")),
+            f"{cpu * 100:.1f} %" if cpu is not None else "—",
         ])
 
+    nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+    # --busy-poll against the same probe without it (both prober rows of this run).
+    worse = []
+    for busy, plain, label in (
+        ("prober_tcp_busypoll", "prober_tcp", "TCP"),
+        ("prober_udp_busypoll", "prober_udp", "UDP"),
+        ("prober_icmp0_busypoll", "prober_icmp0", "ICMP -i 0"),
+    ):
+        b50 = med(collect(out, rounds, busy, parse_prober)[0], "p50")
+        n50 = med(collect(out, rounds, plain, parse_prober)[0], "p50")
+        if b50 is not None and n50 is not None and b50 > n50:
+            worse.append(f"{label} {us(b50)} against {us(n50)}")
+
+    # Targets, from this run's ratios and pacing figures.
+    def verdict(ok: bool | None) -> str:
+        return "no result" if ok is None else ("met" if ok else "not met")
+
+    def ratio_target(key: str, limit: float) -> tuple[str, bool | None]:
+        v = ratios.get(key)
+        if v is None:
+            return "—", None
+        return f"{fmt_ratio(v)} ×", v <= limit
+
+    targets = []
+    shown, ok = ratio_target("prober_tcp", 1.0)
+    targets.append(["TCP RR p50, default mode", "≤ 1.0 × sockperf TCP", f"p50 ratio {shown}", verdict(ok)])
+    t_shown, t_ok = ratio_target("prober_tcp_busypoll", 0.25)
+    u_shown, u_ok = ratio_target("prober_udp_busypoll", 0.25)
+    both = None if t_ok is None or u_ok is None else (t_ok and u_ok)
+    targets.append([
+        "TCP and UDP p50, busy-poll", "≤ 0.25 × sockperf",
+        f"TCP {t_shown} ({verdict(t_ok)}); UDP {u_shown} ({verdict(u_ok)})", verdict(both),
+    ])
+    shown, ok = ratio_target("prober_icmp10", 1.0)
+    targets.append(["ICMP p50 at 10 ms", "≤ 1.0 × ping -i 0.01", f"p50 ratio {shown}", verdict(ok)])
+    shown, ok = ratio_target("prober_grpc", 0.5)
+    ghz_p50 = med(collect(out, rounds, "ghz_grpc", parse_ghz)[0], "p50")
+    grpc_verdict = verdict(ok)
+    if ghz_p50 is not None and ghz_p50 > 20_000:
+        grpc_verdict = "not comparable: ghz stalled (see Notes)"
+    targets.append(["gRPC unary p50", "≤ 0.5 × ghz", f"p50 ratio {shown}", grpc_verdict])
+    spin, hyb = pacing.get("spin", {}), pacing.get("hybrid", {})
+    spin_ok = None if spin.get("lag_p99") is None else spin["lag_p99"] <= 5
+    hyb_lag_ok = None if hyb.get("lag_p99") is None else hyb["lag_p99"] <= 20
+    hyb_cpu_ok = None if hyb.get("cpu") is None else hyb["cpu"] <= 0.05
+    parts = [spin_ok, hyb_lag_ok, hyb_cpu_ok]
+    all_ok = None if None in parts else all(parts)
+    hyb_cpu = f"{hyb['cpu'] * 100:.1f} %" if hyb.get("cpu") is not None else "—"
+    targets.append([
+        "pacing send-lag p99", "spin ≤ 5 µs; hybrid ≤ 20 µs with ≤ 5% of a core",
+        f"spin {us(spin.get('lag_p99'))} ({verdict(spin_ok)}); hybrid {us(hyb.get('lag_p99'))} "
+        f"({verdict(hyb_lag_ok)}) at {hyb_cpu} CPU ({verdict(hyb_cpu_ok)})",
+        verdict(all_ok),
+    ])
+
     # Conditional observations.
+    if spread:
+        notes.append(
+            "p50 varied more than twofold between rounds on these rows, so the ratios (and "
+            "target verdicts) that use them rest on which rounds were slow: "
+            + "; ".join(s_.replace("⁵", "") for s_ in spread) + "."
+        )
+    timer_lag, spin_lag = pacing.get("timer", {}).get("lag_p99"), pacing.get("spin", {}).get("lag_p99")
+    spin_cpu = pacing.get("spin", {}).get("cpu")
+    if timer_lag is not None and spin_lag is not None and spin_lag > timer_lag:
+        notes.append(
+            f"`--pacing spin` had a worse send-lag p99 ({us(spin_lag)}) than `timer` "
+            f"({us(timer_lag)}). It implies `--busy-poll`, so a spinning sender and a spinning "
+            f"receiver ran at once (CPU {spin_cpu * 100:.0f} % of one core) on a machine with "
+            f"{nproc} vCPU{'s' if nproc != 1 else ''}: "
+            "with both cores taken, the sending thread can be preempted, the likely cause."
+            if spin_cpu is not None else
+            f"`--pacing spin` had a worse send-lag p99 ({us(spin_lag)}) than `timer` ({us(timer_lag)})."
+        )
     ghz_res, _ = collect(out, rounds, "ghz_grpc", parse_ghz)
     g50 = med(ghz_res, "p50")
     if g50 is not None and g50 > 20_000:
@@ -357,14 +466,17 @@ def main() -> int:
     for line in read(Path("/etc/os-release")).splitlines():
         if line.startswith("PRETTY_NAME="):
             osname = line.split("=", 1)[1].strip('"')
-    nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     load_start = " ".join(read(out / "loadavg.start").split()[:3]) or "?"
     load_end = " ".join(read(out / "loadavg.end").split()[:3]) or "?"
     versions = [ln for ln in read(out / "versions").splitlines() if ln.strip()]
 
     # Commands, in the order round 1 ran them.
     r1 = out / "r1"
-    cmds = sorted(r1.glob("*.cmd"), key=lambda p: p.stat().st_mtime_ns) if r1.is_dir() else []
+    order = [n for n in read(r1 / "order").split() if (r1 / f"{n}.cmd").is_file()]
+    if order:
+        cmds = [r1 / f"{n}.cmd" for n in order]
+    else:  # raw outputs from before the order file: file times
+        cmds = sorted(r1.glob("*.cmd"), key=lambda p: p.stat().st_mtime_ns) if r1.is_dir() else []
     root = str(Path(__file__).resolve().parents[2])
     cmd_lines = [read(p).strip().replace(root + "/", "") for p in cmds]
 
@@ -407,26 +519,63 @@ def main() -> int:
         "it with prober's mean round trip (shown in brackets on prober's row)."
     )
     md.append(
-        "3. sockperf and qperf run for a fixed time (`-t 5`, `-t 3`), not a fixed count, so they "
-        "take more samples than prober; sockperf leaves out its warm-up and the last moments "
-        "(its \"valid duration\")."
+        "3. sockperf, qperf and ghz run for a fixed time (`-t 5`, `-t 3`, `-z 4s`), not a "
+        "fixed count, so their sample counts differ from prober's; sockperf leaves out its "
+        "warm-up and the last moments (its \"valid duration\")."
     )
     md.append(
-        "4. ghz is given `-n 10000` and a time cap, `-x 15s`; the count shows how many calls "
-        "it made, and says when the cap stopped it first."
+        "4. ghz runs for a fixed time because it cannot cap a count run by time: in ghz "
+        "v0.93.0 `-x` (documented as a time cap with `-n` respected) sets `-z`, so `-n` is "
+        "ignored and every run lasts the whole `-x`."
     )
+    md.append(
+        "5. Busy-poll pairs. prober's rows run `prober run --busy-poll -i 0`: a thread spins on "
+        "the socket for the replies instead of a task sleeping in epoll. For TCP and UDP the "
+        "responder is a separate `prober serve --busy-poll` (started for that row only, on its "
+        "own port, and stopped after it), whose thread spins on the socket too; so both ends "
+        "spin. For ICMP only prober's receiving thread spins (the kernel answers). The peer rows "
+        "use the peers' defaults, where nothing spins (sockperf's client and server wait in "
+        "epoll, ping waits in the kernel); they are run again right after prober's row, with "
+        "the spinning responder stopped, and the ratio is against that re-run."
+    )
+    if worse:
+        md.append(
+            "6. **--busy-poll measured worse than the default here** (p50, --busy-poll against "
+            "the same probe without it, this run): " + "; ".join(worse) + f". This machine has "
+            f"{nproc} vCPU{'s' if nproc != 1 else ''}. In the TCP and UDP pairs the spinning "
+            "client thread and the spinning responder thread take a core each, which leaves no "
+            "idle core for everything else (prober's tokio task that sends the next probe, the "
+            "kernel's loopback work), so that runs only when the "
+            "scheduler preempts a spinner. In every pair the spinning thread hands each reply to "
+            "that tokio task, which in a closed loop is waiting for it and has to be woken. "
+            "Busy polling needs a spare core per spinning thread to pay off."
+        )
     md.append("")
 
     md.append("## Pacing accuracy\n")
     md.append(
         "`prober run -i 10ms -c 500 --pacing MODE icmp://127.0.0.1`. Send lag is how late each "
         "probe left after its scheduled time. CPU is (user + sys) ÷ wall time of the prober "
-        "process, from `/usr/bin/time` (100 % = one core). Medians over the rounds.\n"
+        "process, from `/usr/bin/time` (100 % = one core). Medians over the rounds. Receive is "
+        "the `receive` field of prober's JSON meta line (`--pacing spin` implies `--busy-poll`).\n"
     )
-    md.append("| pacing | count | send-lag p50 | send-lag p99 | RTT p50 | CPU |")
-    md.append("| --- | --- | --- | --- | --- | --- |")
+    md.append("| pacing | receive | count | send-lag p50 | send-lag p99 | RTT p50 | CPU |")
+    md.append("| --- | --- | --- | --- | --- | --- | --- |")
     for row in pacing_rows:
         md.append("| " + " | ".join(row) + " |")
+    md.append("")
+
+    md.append("## Targets\n")
+    md.append(
+        "The project's targets, checked against this run: the ratios are the p50 ratios of the "
+        "latency table (median over the rounds of prober ÷ peer), the pacing figures the "
+        "medians of the pacing table. One run on one machine: a verdict can flip on a re-run "
+        "when the figure is near its target.\n"
+    )
+    md.append("| measure | target | this run | result |")
+    md.append("| --- | --- | --- | --- |")
+    for row in targets:
+        md.append("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")
     md.append("")
 
     if notes or failures:
@@ -441,7 +590,8 @@ def main() -> int:
     md.append(
         "Round 1, exactly as run (later rounds are the same). The ports are the ones the "
         "servers got on this run; `prober serve --quiet --tcp 127.0.0.1:0 --udp 127.0.0.1:0 "
-        "--grpc 127.0.0.1:0` picks free ones, `sockperf server [--tcp] -i 127.0.0.1 -p PORT` "
+        "--grpc 127.0.0.1:0` picks free ones (so does each `prober serve --busy-poll`, started "
+        "for one row and stopped after it), `sockperf server [--tcp] -i 127.0.0.1 -p PORT` "
         "and `qperf -lp PORT` get free ones from the script. Every command runs under "
         "`timeout`, and the prober ones also have `-d 30s` beside their count.\n"
     )

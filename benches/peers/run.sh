@@ -113,6 +113,7 @@ run() {
   local d="$OUT/r$round" rc=0
   mkdir -p "$d"
   quote "$@" > "$d/$name.cmd"
+  echo "$name" >> "$d/order" # the report lists the commands in this order
   log "round $round: $(cat "$d/$name.cmd")"
   if ((${#TIMECMD[@]})); then
     "${TIMECMD[@]}" -o "$d/$name.time" timeout -k 5 "$limit" "$@" > "$d/$name.out" 2> "$d/$name.err" || rc=$?
@@ -129,8 +130,10 @@ free_port() {
 
 # ---------------------------------------------------------------- servers
 PIDS=()
+BUSY_PID=''
 cleanup() {
   local p
+  if [[ -n $BUSY_PID ]]; then stop_busy; fi
   for p in "${PIDS[@]}"; do kill "$p" 2> /dev/null || true; done
   for p in "${PIDS[@]}"; do wait "$p" 2> /dev/null || true; done
 }
@@ -182,8 +185,44 @@ if [[ ! -e $OUT/na/qperf ]] && ! kill -0 "$QP_PID" 2> /dev/null; then
 fi
 
 BUSY_POLL=()
-if "$PROBER" run --help 2> /dev/null | grep -q -- '--busy-poll'; then BUSY_POLL=(--busy-poll); fi
+if "$PROBER" run --help 2> /dev/null | grep -q -- '--busy-poll' &&
+  "$PROBER" serve --help 2> /dev/null | grep -q -- '--busy-poll'; then
+  BUSY_POLL=(--busy-poll)
+fi
 [[ ${#BUSY_POLL[@]} -gt 0 ]] || echo "prober has no --busy-poll option" > "$OUT/na/busy-poll"
+
+# A `prober serve --busy-poll` responder spins a core per UDP socket from the
+# moment it starts (and one per TCP connection), so it must not run beside the
+# other measurements: start_busy ROUND PROTO starts one for PROTO alone on an
+# ephemeral port (separate from the normal responder's) and sets BUSY_PORT;
+# stop_busy stops it. Its command goes in the round's command list.
+start_busy() {
+  local round=$1 proto=$2 d="$OUT/r$1" name="serve_busy_$2"
+  local cmd=("$PROBER" serve "${BUSY_POLL[@]}" --quiet "--$proto" 127.0.0.1:0)
+  mkdir -p "$d"
+  echo "$(quote "${cmd[@]}") &  # stopped after the next command" > "$d/$name.cmd"
+  echo "$name" >> "$d/order"
+  log "round $round: $(cat "$d/$name.cmd")"
+  BUSY_PORT=''
+  timeout 120 "${cmd[@]}" > "$d/$name.out" 2> "$d/$name.err" &
+  BUSY_PID=$!
+  for _ in $(seq 100); do
+    BUSY_PORT=$(awk -v p="$proto" '$1 == "listening" && $2 == p { n = split($3, a, ":"); print a[n] }' "$d/$name.out")
+    [[ -n $BUSY_PORT ]] && break
+    kill -0 "$BUSY_PID" 2> /dev/null || break
+    sleep 0.1
+  done
+  [[ -n $BUSY_PORT ]] || log "prober serve --busy-poll --$proto did not report its port (see $d/$name.err)"
+  [[ -n $BUSY_PORT ]]
+}
+# Stops the busy-poll responder, if one runs (by its pid only).
+stop_busy() {
+  if [[ -n $BUSY_PID ]]; then
+    kill "$BUSY_PID" 2> /dev/null || true
+    wait "$BUSY_PID" 2> /dev/null || true
+    BUSY_PID=''
+  fi
+}
 
 GHZ_PAYLOAD=$(python3 -c 'import base64; print(base64.b64encode(bytes(64)).decode())')
 P=$PROBER
@@ -209,9 +248,31 @@ for r in $(seq "$ROUNDS"); do
   run "$r" prober_udp 60 "$P" "${PJ[@]}" -d 30s -c 20000 -i 0 "udp://127.0.0.1:$UDP_PORT"
   [[ -e $OUT/na/sockperf ]] ||
     run "$r" sockperf_udp 30 sockperf ping-pong -i 127.0.0.1 -p "$SP_UDP_PORT" -m 64 -t 5 --full-rtt
+
+  # The same with --busy-poll: prober's client and a `prober serve --busy-poll`
+  # responder both spin; sockperf (its defaults, waiting in epoll) runs again
+  # right after, once the spinning responder has stopped.
   if ((${#BUSY_POLL[@]})); then
-    run "$r" prober_tcp_busypoll 60 "$P" "${PJ[@]}" "${BUSY_POLL[@]}" -d 30s -c 20000 -i 0 "tcp://127.0.0.1:$TCP_PORT"
-    run "$r" prober_udp_busypoll 60 "$P" "${PJ[@]}" "${BUSY_POLL[@]}" -d 30s -c 20000 -i 0 "udp://127.0.0.1:$UDP_PORT"
+    for proto in tcp udp; do
+      if start_busy "$r" "$proto"; then
+        run "$r" "prober_${proto}_busypoll" 60 "$P" "${PJ[@]}" "${BUSY_POLL[@]}" -d 30s -c 20000 -i 0 \
+          "$proto://127.0.0.1:$BUSY_PORT"
+      else
+        # No responder, no prober run: the report shows why.
+        : > "$OUT/r$r/prober_${proto}_busypoll.out"
+        echo "prober serve --busy-poll --$proto did not start: $(tail -n 1 "$OUT/r$r/serve_busy_$proto.err")" \
+          > "$OUT/r$r/prober_${proto}_busypoll.err"
+        echo 1 > "$OUT/r$r/prober_${proto}_busypoll.rc"
+      fi
+      stop_busy
+      sp_port=${SP_UDP_PORT:-} sp_tcp=()
+      [[ $proto == tcp ]] && sp_port=${SP_TCP_PORT:-} sp_tcp=(--tcp)
+      [[ -e $OUT/na/sockperf ]] ||
+        run "$r" "sockperf_${proto}_busypoll" 30 sockperf ping-pong "${sp_tcp[@]}" -i 127.0.0.1 -p "$sp_port" -m 64 -t 5 --full-rtt
+    done
+    # ICMP: only prober's receiving thread spins; the kernel answers.
+    run "$r" prober_icmp0_busypoll 60 "$P" "${PJ[@]}" "${BUSY_POLL[@]}" -d 30s -c 2000 -i 0 icmp://127.0.0.1
+    [[ -e $OUT/na/ping ]] || run "$r" ping_icmp0_busypoll 60 ping -i 0 -c 2000 127.0.0.1
   fi
 
   # qperf: one-way latency (half the mean round trip) over 3 s.
@@ -222,10 +283,12 @@ for r in $(seq "$ROUNDS"); do
     run "$r" qperf_udp 30 qperf 127.0.0.1 -lp "$QP_PORT" -m 64 -t 3 -uu -vvs udp_lat
   fi
 
-  # gRPC unary Ping on one channel, one call in flight, 64-byte payload.
+  # gRPC unary Ping on one channel, one call in flight, 64-byte payload. ghz
+  # runs for a fixed time: its -x (meant to cap an -n run) sets -z in ghz
+  # v0.93.0, so -n is ignored either way.
   run "$r" prober_grpc 60 "$P" "${PJ[@]}" -d 30s -c 10000 -i 0 "grpc://127.0.0.1:$GRPC_PORT"
   [[ -e $OUT/na/ghz ]] ||
-    run "$r" ghz_grpc 40 ghz --insecure --proto "$PROTO" --call prober.v1.Echo.Ping -c 1 -n 10000 -x 15s \
+    run "$r" ghz_grpc 30 ghz --insecure --proto "$PROTO" --call prober.v1.Echo.Ping -c 1 -z 4s \
       -d "{\"seq\":1,\"payload\":\"$GHZ_PAYLOAD\"}" --format json "127.0.0.1:$GRPC_PORT"
 
   # Pacing accuracy: send lag and CPU per pacing mode.

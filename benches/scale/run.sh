@@ -6,6 +6,7 @@
 # lines. Loopback only. Run as root (raw ICMP sockets) from the repo root:
 #
 #   bash benches/scale/run.sh            # or: N=2000 D=20 bash benches/scale/run.sh
+#   PROBER_ARGS="--threads 1" bash benches/scale/run.sh   # single-threaded runtime
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 N=${N:-10000}
@@ -32,7 +33,7 @@ targets_file = "targets.txt"
 sinks = { jsonl = { path = "scale.jsonl" } }
 TOML
 
-target/release/prober serve --quiet --config "$work/prober.toml" > "$work/stdout" 2> "$work/stderr" &
+target/release/prober ${PROBER_ARGS:-} serve --quiet --config "$work/prober.toml" > "$work/stdout" 2> "$work/stderr" &
 pid=$!
 clk=$(getconf CLK_TCK)
 ticks() { awk '{print $14 + $15}' "/proc/$pid/stat"; }

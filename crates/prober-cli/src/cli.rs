@@ -19,6 +19,11 @@ Exit status:
 #[derive(Debug, Parser)]
 #[command(name = "prober", version, after_help = EXIT_CODES)]
 pub(crate) struct Cli {
+    /// Runtime worker threads: 0 = one per CPU, 1 = a single-threaded
+    /// runtime (no cross-thread wake-ups; busy-poll threads come on top).
+    #[arg(long, global = true, default_value_t = 0, value_name = "N")]
+    pub(crate) threads: usize,
+
     #[command(subcommand)]
     pub(crate) command: Command,
 }
