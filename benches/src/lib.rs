@@ -15,6 +15,8 @@ pub struct LoopbackResponder {
     pub tcp: SocketAddr,
     /// The UDP address.
     pub udp: SocketAddr,
+    /// The gRPC address.
+    pub grpc: SocketAddr,
     stop: CancellationToken,
 }
 
@@ -25,22 +27,33 @@ impl LoopbackResponder {
     /// If loopback ports cannot be bound.
     pub fn start(rt: &Runtime) -> Self {
         let stop = CancellationToken::new();
-        let (tcp, udp) = rt.block_on(async {
+        let (tcp, udp, grpc) = rt.block_on(async {
             let l = TcpListener::bind("127.0.0.1:0")
                 .await
                 .expect("bind loopback tcp");
             let u = UdpSocket::bind("127.0.0.1:0")
                 .await
                 .expect("bind loopback udp");
+            let g = TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind loopback grpc");
             let addrs = (
                 l.local_addr().expect("tcp addr"),
                 u.local_addr().expect("udp addr"),
+                g.local_addr().expect("grpc addr"),
             );
             tokio::spawn(serve_tcp(l, ResponderConfig::default(), stop.clone()));
             tokio::spawn(serve_udp(u, ResponderConfig::default(), stop.clone()));
+            let grpc_cfg = prober_grpc::ServerConfig::default();
+            tokio::spawn(prober_grpc::serve_grpc(g, grpc_cfg, stop.clone()));
             addrs
         });
-        Self { tcp, udp, stop }
+        Self {
+            tcp,
+            udp,
+            grpc,
+            stop,
+        }
     }
 }
 

@@ -58,7 +58,7 @@ fn kubernetes_manifests_parse_and_carry_a_valid_config() {
         .iter()
         .map(|a| a.as_str().unwrap())
         .collect();
-    assert_eq!(args[..2], ["serve", "--quiet"]);
+    assert_eq!(args[2..4], ["serve", "--quiet"]);
     // The ConfigMap's prober.toml is a valid config (with its targets file).
     let dir = std::env::temp_dir().join(format!("prober-k8s-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -110,7 +110,7 @@ fn systemd_unit_runs_the_daemon() {
         "[Unit]",
         "[Service]",
         "[Install]",
-        "ExecStart=/usr/local/bin/prober serve --quiet --config",
+        "ExecStart=/usr/local/bin/prober --threads 1 serve --quiet --config",
         "ExecReload=/bin/kill -HUP $MAINPID",
     ] {
         assert!(text.contains(needed), "{needed}");
