@@ -180,7 +180,8 @@ pub(crate) struct RunArgs {
 
     /// Read TCP, UDP and ICMP replies on threads that spin on the sockets
     /// instead of sleeping in epoll: no wake-up in the RTT, but a core per
-    /// socket. Implied by --pacing spin. gRPC is not affected.
+    /// socket. Implied by --pacing spin on machines with 4 or more CPUs. gRPC is
+    /// not affected.
     #[arg(long)]
     pub(crate) busy_poll: bool,
 

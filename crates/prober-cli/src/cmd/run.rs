@@ -141,7 +141,11 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
 
     let tls = args.client_tls()?;
-    let busy_poll = args.busy_poll || cfg.pacing == prober_core::Pacing::Spin;
+    // Spin pacing implies a spinning receiver where there are cores to spare:
+    // on two vCPUs a spinning pacer, a spinning receiver and the responder
+    // fight for the CPUs and every percentile gets worse.
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let busy_poll = args.busy_poll || (cfg.pacing == prober_core::Pacing::Spin && cores >= 4);
     let icmp = IcmpClient::with_busy_poll(args.icmp_socket.into(), args.ttl, busy_poll);
     let responder_stop = CancellationToken::new();
     let mut services = JoinSet::new();
