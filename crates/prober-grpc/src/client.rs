@@ -193,6 +193,14 @@ impl Conn {
         }
     }
 
+    /// The reconnect count, the only anomaly a channel-level probe has.
+    fn anomalies(&self) -> Anomalies {
+        Anomalies {
+            reconnects: self.reconnects.load(Ordering::Relaxed),
+            ..Anomalies::default()
+        }
+    }
+
     fn request<T>(&self, msg: T) -> Request<T> {
         let mut req = Request::new(msg);
         req.set_timeout(self.cfg.timeout);
@@ -263,10 +271,7 @@ impl Probe for GrpcProbe {
     }
 
     fn anomalies(&self) -> Anomalies {
-        Anomalies {
-            reconnects: self.conn.reconnects.load(Ordering::Relaxed),
-            ..Anomalies::default()
-        }
+        self.conn.anomalies()
     }
 }
 
@@ -445,9 +450,6 @@ impl Probe for GrpcHealthProbe {
     }
 
     fn anomalies(&self) -> Anomalies {
-        Anomalies {
-            reconnects: self.conn.reconnects.load(Ordering::Relaxed),
-            ..Anomalies::default()
-        }
+        self.conn.anomalies()
     }
 }

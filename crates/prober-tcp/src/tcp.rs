@@ -16,14 +16,10 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 use tokio_util::task::AbortOnDropHandle;
 
-use crate::reader::Reader;
+use crate::reader::{Arrival, Reader, await_reply};
 use prober_core::busy::{SpinThread, Step};
 
 use crate::wire::{self, HEADER_LEN, Header, Kind, MAX_TCP_FRAME};
-
-/// What the receive loop hands a waiting probe: the arrival instant and the
-/// responder's dwell time, or why the connection failed.
-type Arrival = Result<(Instant, Duration), ProbeError>;
 
 /// `tcp://host:port`: request/response over one persistent connection with
 /// TCP_NODELAY, like netperf TCP_RR. Requests are pipelined when the interval
@@ -225,16 +221,7 @@ impl Probe for TcpProbe {
             }
             sent
         };
-        match waiter.recv().await {
-            Some(Ok((received, dwell))) => Ok(Reply {
-                sent,
-                received,
-                server_dwell: Some(dwell),
-                bytes: self.size,
-            }),
-            Some(Err(e)) => Err(e),
-            None => Err(ProbeError::new("reply matcher closed")),
-        }
+        await_reply(&mut waiter, sent, self.size).await
     }
 
     async fn prepare(&self) -> Result<(), ProbeError> {

@@ -10,13 +10,11 @@ use prober_core::{Anomalies, Matcher, Probe, ProbeError, Reply};
 use tokio::net::UdpSocket;
 use tokio::time::Instant;
 
-use crate::reader::Reader;
+use crate::reader::{Arrival, Reader, await_reply};
 use socket2::SockRef;
 use tokio_util::task::AbortOnDropHandle;
 
 use crate::wire::{self, Header, Kind, MAX_UDP_FRAME};
-
-type Arrival = Result<(Instant, Duration), ProbeError>;
 
 /// UDP request/response over one connected socket. Late, duplicate and
 /// reordered replies are counted; datagrams from another run (wrong nonce)
@@ -154,16 +152,7 @@ impl Probe for UdpProbe {
             }
             Err(e) => return Err(ProbeError::new(format!("send: {e}"))),
         }
-        match waiter.recv().await {
-            Some(Ok((received, dwell))) => Ok(Reply {
-                sent,
-                received,
-                server_dwell: Some(dwell),
-                bytes: self.size,
-            }),
-            Some(Err(e)) => Err(e),
-            None => Err(ProbeError::new("reply matcher closed")),
-        }
+        await_reply(&mut waiter, sent, self.size).await
     }
 
     fn anomalies(&self) -> Anomalies {
