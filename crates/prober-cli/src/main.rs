@@ -32,7 +32,7 @@ fn main() -> ExitCode {
     // The daemon does many small I/O events; one thread saves the
     // cross-thread wake-ups (0.27 instead of 0.37 cores for 10,000 targets).
     let daemon = matches!(&cli.command, Command::Serve(args) if args.config.is_some());
-    let threads = cli.threads.unwrap_or(usize::from(daemon));
+    let threads = cli.threads.unwrap_or_else(|| usize::from(daemon));
     let mut builder = match threads {
         1 => tokio::runtime::Builder::new_current_thread(),
         _ => tokio::runtime::Builder::new_multi_thread(),
