@@ -88,7 +88,10 @@ impl Built {
             host: t.host.clone(),
             tls: t.scheme.tls().then(|| ctx.tls.clone().unwrap_or_default()),
             timeout: ctx.timeout,
-            connect_timeout: ctx.timeout,
+            // Shorter than the probe timeout, so a connect to a black hole
+            // fails inside the probe and starts the reconnect backoff,
+            // rather than being cancelled by the runner every slot.
+            connect_timeout: ctx.timeout.mul_f64(0.9),
             size,
         };
         Ok(match t.scheme {

@@ -54,6 +54,14 @@ pub enum ConfigError {
     /// `max_in_flight` was zero.
     #[error("max in flight must be at least 1")]
     ZeroInFlight,
+    /// `burst` exceeds `max_in_flight`.
+    #[error("burst {burst} is above the in-flight cap {cap}")]
+    BurstAboveCap {
+        /// The burst asked for.
+        burst: u32,
+        /// The cap on probes in flight.
+        cap: usize,
+    },
 }
 
 /// Settings for one measurement run; every target of the run shares them.
@@ -121,6 +129,12 @@ impl RunConfig {
         }
         if self.max_in_flight == 0 {
             return Err(ConfigError::ZeroInFlight);
+        }
+        if self.burst as usize > self.max_in_flight {
+            return Err(ConfigError::BurstAboveCap {
+                burst: self.burst,
+                cap: self.max_in_flight,
+            });
         }
         Ok(())
     }

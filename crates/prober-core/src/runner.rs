@@ -173,6 +173,7 @@ async fn open_loop<P: Probe>(
     // goes out the moment its slot is due, without a hand-off to another
     // worker thread (which costs a wake-up of tens of µs on an idle vCPU).
     let mut in_flight = FuturesUnordered::new();
+    let mut finished = std::collections::VecDeque::new();
     let start = Instant::now() + phase;
     let end = cfg.duration.map(|d| start + d);
     let mut pacer = Pacer::new(start, cfg.interval);
@@ -188,10 +189,18 @@ async fn open_loop<P: Probe>(
                 biased;
                 () = stop.cancelled() => break 'schedule,
                 Some(sample) = in_flight.next(), if !in_flight.is_empty() => {
-                    if events.send(Event::Sample(sample)).await.is_err() {
-                        break 'schedule;
-                    }
+                    finished.push_back(sample);
                 }
+                // Hand samples to the collector only as it has room, so a slow
+                // sink never stalls the schedule; they queue here meanwhile.
+                permit = events.reserve(), if !finished.is_empty() => match permit {
+                    Ok(permit) => {
+                        if let Some(sample) = finished.pop_front() {
+                            permit.send(Event::Sample(sample));
+                        }
+                    }
+                    Err(_) => break 'schedule,
+                },
                 () = sleeper.wait_until(deadline) => break,
             }
         }
@@ -211,7 +220,12 @@ async fn open_loop<P: Probe>(
             break;
         }
     }
+    // Probes in flight first (the last ones may not even be sent yet), then
+    // hand everything over.
     while let Some(sample) = in_flight.next().await {
+        finished.push_back(sample);
+    }
+    for sample in finished {
         let _ = events.send(Event::Sample(sample)).await;
     }
     missed

@@ -128,13 +128,24 @@ pub async fn serve_tcp(
     Ok(())
 }
 
-/// Writes all of `buf` to a non-blocking socket, spinning while it is full.
+/// How long a busy-poll responder keeps trying to write to a client that
+/// does not read before it drops the connection (so shutdown cannot hang).
+const SPIN_WRITE_LIMIT: Duration = Duration::from_secs(1);
+
+/// Writes all of `buf` to a non-blocking socket, spinning while it is full,
+/// for at most [`SPIN_WRITE_LIMIT`].
 fn write_all_spin(w: &mut impl std::io::Write, mut buf: &[u8]) -> io::Result<()> {
+    let start = std::time::Instant::now();
     while !buf.is_empty() {
         match w.write(buf) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => buf = &buf[n..],
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if start.elapsed() > SPIN_WRITE_LIMIT {
+                    return Err(io::ErrorKind::TimedOut.into());
+                }
+                std::hint::spin_loop();
+            }
             Err(e) => return Err(e),
         }
     }

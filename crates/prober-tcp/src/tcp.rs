@@ -155,6 +155,18 @@ async fn read_replies(
     matcher.fail_all(|| Err(ProbeError::new(why.clone())));
 }
 
+/// Marks a connection dead when dropped while still set (a cancelled or
+/// failed write).
+struct Unfinished<'a>(&'a AtomicBool, bool);
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        if self.1 {
+            self.0.store(false, Ordering::Release);
+        }
+    }
+}
+
 /// The busy-poll twin of `read_replies`: a thread reading the socket
 /// without blocking and splitting the byte stream into frames itself.
 fn spin_replies(
@@ -214,11 +226,15 @@ impl Probe for TcpProbe {
             let mut guard = conn.writer.lock().await;
             let (writer, buf) = &mut *guard;
             wire::encode_request(buf, self.size, seq, self.nonce);
+            // If the runner's timeout drops this future mid-write, half a
+            // frame is on the wire and the stream is out of step: retire
+            // the connection so the next probe opens a new one.
+            let mut unfinished = Unfinished(&conn.alive, true);
             let sent = Instant::now();
             if let Err(e) = writer.write_all(buf).await {
-                conn.alive.store(false, Ordering::Release);
                 return Err(ProbeError::new(format!("send: {e}")));
             }
+            unfinished.1 = false;
             sent
         };
         await_reply(&mut waiter, sent, self.size).await

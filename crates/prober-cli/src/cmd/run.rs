@@ -150,7 +150,11 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let responder_stop = CancellationToken::new();
     let mut services = JoinSet::new();
     let targets = if self_test {
-        start_self_test(&mut services, responder_stop.clone(), &icmp).await?
+        let targets = start_self_test(&mut services, responder_stop.clone(), &icmp).await?;
+        for t in &targets {
+            check_target_size(t, target_size(t, args.size))?;
+        }
+        targets
     } else {
         targets
     };

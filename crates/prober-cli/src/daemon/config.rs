@@ -352,6 +352,27 @@ pub(crate) async fn parse(text: &str, path: &Path) -> anyhow::Result<Config> {
         }
         jobs.push(job(j, i, &raw.defaults, &base).await?);
     }
+    // Two writers on one file would interleave rows and rotate each
+    // other's files away.
+    let mut paths: std::collections::HashMap<PathBuf, &str> = std::collections::HashMap::new();
+    for job in &jobs {
+        let s = &job.sinks;
+        let files = s
+            .jsonl
+            .iter()
+            .map(|j| j.path.clone())
+            .chain(s.csv.clone())
+            .chain(s.hlog.iter().map(|h| h.0.clone()));
+        for path in files {
+            if let Some(other) = paths.insert(path.clone(), &job.name) {
+                bail!(
+                    "job {:?}.sinks: {} is also a sink of job {other:?} (set sinks per job, not in [defaults], when several jobs write files)",
+                    job.name,
+                    path.display()
+                );
+            }
+        }
+    }
     if jobs.is_empty() && raw.serve == ServeSection::default() {
         bail!("nothing to do: no [[job]] and no [serve] listener");
     }
@@ -457,6 +478,10 @@ mod tests {
                 "cannot resolve host",
             ),
             ("", "nothing to do"),
+            (
+                "[defaults]\nsinks = { csv = { path = \"x.csv\" } }\n[[job]]\nname = \"a\"\ntargets = [\"udp://127.0.0.1:1\"]\n[[job]]\nname = \"b\"\ntargets = [\"udp://127.0.0.1:2\"]",
+                "is also a sink of job",
+            ),
             ("[serve\n", "TOML parse error"),
         ];
         for (text, want) in cases {

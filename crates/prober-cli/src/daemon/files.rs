@@ -227,21 +227,29 @@ impl JobSinks {
         })
     }
 
-    /// Writes one sample to every file.
+    /// Writes one sample to every file. Each file is written on its own, so
+    /// one failing file does not cost the others the sample; the first error
+    /// is returned.
     pub(crate) fn record(&mut self, t: &TargetInfo, s: &Sample) -> io::Result<()> {
         let line = ProbeLine::new(Some(&self.job), t, s, &self.clock);
+        let mut first: io::Result<()> = Ok(());
         if let Some(j) = &mut self.jsonl {
-            let mut bytes = serde_json::to_vec(&line)?;
-            bytes.push(b'\n');
-            j.write(&bytes)?;
+            let res = serde_json::to_vec(&line)
+                .map_err(io::Error::from)
+                .and_then(|mut bytes| {
+                    bytes.push(b'\n');
+                    j.write(&bytes)
+                });
+            first = first.and(res);
         }
         if let Some(c) = &mut self.csv {
-            writeln!(c, "{}", line.csv_row())?;
+            let res = writeln!(c, "{}", line.csv_row());
+            first = first.and(res);
         }
         if let (Some(h), Some(rtt)) = (&mut self.hlog, s.rtt()) {
             h.record(&t.target, u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX));
         }
-        Ok(())
+        first
     }
 
     /// Periodic work: flush buffers, write due hlog intervals.

@@ -50,6 +50,8 @@ struct Daemon {
     running: HashMap<usize, Running>,
     by_key: HashMap<(String, String), usize>,
     sinks: HashMap<String, JobSinks>,
+    /// Jobs whose sinks are failing, so the error is logged once.
+    failing: std::collections::HashSet<String>,
     metrics: SharedMetrics,
     tasks: JoinSet<()>,
     events: mpsc::Sender<Event>,
@@ -69,7 +71,21 @@ fn spread(job: &str, target: &str, interval: Duration) -> Duration {
 }
 
 impl Daemon {
-    async fn start_target(&mut self, job: &Job, t: &config::JobTarget) -> anyhow::Result<()> {
+    /// Builds the probe of one target (may fail: sockets, permissions);
+    /// nothing runs until [`Daemon::start_target`].
+    async fn build_target(&self, job: &Job, t: &config::JobTarget) -> anyhow::Result<Built> {
+        let build = BuildCtx {
+            icmp: Arc::clone(&self.icmp),
+            tls: None,
+            timeout: job.run.timeout,
+            busy_poll: false,
+        };
+        Built::new(&t.target, t.addr, t.size, &build)
+            .await
+            .with_context(|| format!("job {:?}: target {}", job.name, t.target))
+    }
+
+    fn start_target(&mut self, job: &Job, t: &config::JobTarget, probe: Built) {
         let key = t.target.to_string();
         let id = self.next_id;
         self.next_id += 1;
@@ -81,13 +97,6 @@ impl Daemon {
         if t.target.scheme == Scheme::Icmp {
             info.timestamps = "kernel".to_owned();
         }
-        let build = BuildCtx {
-            icmp: Arc::clone(&self.icmp),
-            tls: None,
-            timeout: job.run.timeout,
-            busy_poll: false,
-        };
-        let probe = Built::new(&t.target, t.addr, t.size, &build).await?;
         let stop = self.root.child_token();
         let phase = spread(&job.name, &key, job.run.interval);
         let anomalies = probe.spawn(
@@ -116,11 +125,12 @@ impl Daemon {
                 stop,
             },
         );
-        Ok(())
     }
 
     /// Moves to `new`: targets of unchanged jobs keep running (schedules,
     /// counters and all), removed or changed ones stop, new ones start.
+    /// Everything that can fail (opening sinks, building probes) happens
+    /// first; on failure nothing has changed and the old config runs on.
     async fn apply(&mut self, new: Config) -> anyhow::Result<()> {
         let keep = |job: &str, key: &str, old: &Config| -> bool {
             let (Some(o), Some(n)) = (
@@ -129,7 +139,12 @@ impl Daemon {
             ) else {
                 return false;
             };
-            o.same_settings(n) && n.targets.iter().any(|t| t.target.to_string() == key)
+            // Same URL resolving elsewhere now counts as a change.
+            let same_target = |t: &config::JobTarget| t.target.to_string() == key;
+            o.same_settings(n)
+                && n.targets.iter().find(|t| same_target(t)).map(|t| t.addr)
+                    == o.targets.iter().find(|t| same_target(t)).map(|t| t.addr)
+                && n.targets.iter().any(same_target)
         };
         let stopping: Vec<usize> = self
             .by_key
@@ -137,33 +152,46 @@ impl Daemon {
             .filter(|((job, key), _)| !keep(job, key, &self.cfg))
             .map(|(_, id)| *id)
             .collect();
+        let stopping_keys: std::collections::HashSet<(String, String)> = stopping
+            .iter()
+            .filter_map(|id| self.running.get(id).map(|r| (r.job.clone(), r.key.clone())))
+            .collect();
+        let mut opened = HashMap::new();
+        for job in &new.jobs {
+            let old = self.cfg.jobs.iter().find(|j| j.name == job.name);
+            if old.is_none_or(|o| o.sinks != job.sinks) || !self.sinks.contains_key(&job.name) {
+                let s = JobSinks::open(&job.name, &job.sinks, self.clock)
+                    .with_context(|| format!("opening the sinks of job {:?}", job.name))?;
+                opened.insert(job.name.clone(), s);
+            }
+        }
+        let mut built = Vec::new();
+        for (j, job) in new.jobs.iter().enumerate() {
+            for (t, target) in job.targets.iter().enumerate() {
+                let key = (job.name.clone(), target.target.to_string());
+                if !self.by_key.contains_key(&key) || stopping_keys.contains(&key) {
+                    built.push((j, t, self.build_target(job, target).await?));
+                }
+            }
+        }
+        // Commit: nothing below can fail.
         for id in stopping {
             if let Some(r) = self.running.get(&id) {
                 tracing::info!(job = %r.job, target = %r.key, "stopping target");
                 r.stop.cancel();
                 self.by_key.remove(&(r.job.clone(), r.key.clone()));
+                // Its series go now, so a restarted target never shows twice.
+                lock(&self.metrics).remove(id);
             }
         }
-        for job in &new.jobs {
-            let old = self.cfg.jobs.iter().find(|j| j.name == job.name);
-            if old.is_none_or(|o| o.sinks != job.sinks) || !self.sinks.contains_key(&job.name) {
-                if let Some(mut s) = self.sinks.remove(&job.name) {
-                    let _ = s.close();
-                }
-                let s = JobSinks::open(&job.name, &job.sinks, self.clock)
-                    .with_context(|| format!("opening the sinks of job {:?}", job.name))?;
-                self.sinks.insert(job.name.clone(), s);
+        for (name, s) in opened {
+            if let Some(mut old) = self.sinks.insert(name, s) {
+                let _ = old.close();
             }
         }
-        for job in &new.jobs {
-            for t in &job.targets {
-                if !self
-                    .by_key
-                    .contains_key(&(job.name.clone(), t.target.to_string()))
-                {
-                    self.start_target(job, t).await?;
-                }
-            }
+        for (j, t, probe) in built {
+            let job = &new.jobs[j];
+            self.start_target(job, &job.targets[t], probe);
         }
         self.cfg = new;
         Ok(())
@@ -175,10 +203,17 @@ impl Daemon {
                 let Some(r) = self.running.get(&s.target) else {
                     return;
                 };
-                if let Some(sinks) = self.sinks.get_mut(&r.job)
-                    && let Err(error) = sinks.record(&r.info, &s)
-                {
-                    tracing::error!(job = %r.job, %error, "writing a sample failed");
+                if let Some(sinks) = self.sinks.get_mut(&r.job) {
+                    match sinks.record(&r.info, &s) {
+                        Ok(()) => self.failing.remove(&r.job),
+                        // Logged once per failure streak, not once per sample.
+                        Err(error) => {
+                            if self.failing.insert(r.job.clone()) {
+                                tracing::error!(job = %r.job, %error, "writing samples failed");
+                            }
+                            true
+                        }
+                    };
                 }
                 lock(&self.metrics).record(s.target, &s);
             }
@@ -269,6 +304,7 @@ pub(crate) async fn run(path: &Path, args: &ServeArgs) -> anyhow::Result<ExitCod
         running: HashMap::new(),
         by_key: HashMap::new(),
         sinks: HashMap::new(),
+        failing: std::collections::HashSet::new(),
         metrics,
         tasks: JoinSet::new(),
         events,
@@ -279,36 +315,60 @@ pub(crate) async fn run(path: &Path, args: &ServeArgs) -> anyhow::Result<ExitCod
     d.apply(cfg).await?;
     tracing::info!(targets = d.running.len(), "daemon started");
     let mut tick = tokio::time::interval(TICK);
+    // The new config is read and resolved in a task of its own, so events
+    // keep flowing (and schedules keep running) while it loads.
+    let mut loading: Option<tokio::task::JoinHandle<anyhow::Result<Config>>> = None;
     loop {
         tokio::select! {
             Some(ev) = rx.recv() => d.on_event(ev),
-            _ = hup.recv() => match config::load(path).await {
-                Ok(new) => {
-                    if new.serve != d.cfg.serve {
-                        tracing::warn!("[serve] listeners change only on restart");
-                    }
-                    match d.apply(new).await {
-                        Ok(()) => tracing::info!(targets = d.by_key.len(), "config reloaded"),
-                        Err(error) => tracing::error!("reload failed part way: {error:#}"),
-                    }
+            _ = hup.recv() => {
+                if loading.is_none() {
+                    let path = path.to_owned();
+                    loading = Some(tokio::spawn(async move { config::load(&path).await }));
                 }
-                Err(error) => tracing::error!("config rejected, keeping the old one: {error:#}"),
-            },
+            }
+            res = async { loading.as_mut().expect("guarded by the branch condition").await }, if loading.is_some() => {
+                loading = None;
+                match res.map_err(anyhow::Error::from).and_then(|r| r) {
+                    Ok(new) => {
+                        if new.serve != d.cfg.serve {
+                            tracing::warn!("[serve] listeners change only on restart");
+                        }
+                        match d.apply(new).await {
+                            Ok(()) => tracing::info!(targets = d.by_key.len(), "config reloaded"),
+                            Err(error) => tracing::error!("config rejected, keeping the old one: {error:#}"),
+                        }
+                    }
+                    Err(error) => tracing::error!("config rejected, keeping the old one: {error:#}"),
+                }
+            }
             _ = term.recv() => break,
             _ = tokio::signal::ctrl_c() => break,
-            _ = tick.tick() => d.tick(),
+            _ = tick.tick() => {
+                d.tick();
+                // Reap the tasks of targets stopped by reloads.
+                while d.tasks.try_join_next().is_some() {}
+            }
         }
     }
     tracing::info!("stopping: draining probes in flight");
     root.cancel();
-    drop(d.events.clone());
-    while !d.running.is_empty() {
-        match tokio::time::timeout(Duration::from_secs(60), rx.recv()).await {
-            Ok(Some(ev)) => d.on_event(ev),
-            Ok(None) | Err(_) => break,
+    // Every target task sends Done before it ends, so once all tasks have
+    // ended every sample is in the channel (a panicked task sends nothing,
+    // but it cannot hold the drain up either).
+    loop {
+        tokio::select! {
+            Some(ev) = rx.recv() => d.on_event(ev),
+            res = d.tasks.join_next() => {
+                if res.is_none() {
+                    break;
+                }
+            }
         }
     }
-    while d.tasks.join_next().await.is_some() {}
+    while let Ok(ev) = rx.try_recv() {
+        d.on_event(ev);
+    }
     for (job, s) in &mut d.sinks {
         if let Err(error) = s.close() {
             tracing::error!(%job, %error, "closing sinks failed");

@@ -294,3 +294,46 @@ async fn collector_summarises_every_target() {
         assert_eq!(seqs, (0..6).collect::<Vec<_>>());
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_stalled_collector_does_not_stall_the_schedule() {
+    let probe = ScriptedProbe::new(|_| Some(Ok(Duration::from_millis(1))));
+    let start = Instant::now();
+    // Room for one event; nobody reads until the run is over.
+    let (tx, mut rx) = mpsc::channel(1);
+    let task = tokio::spawn(run_target(
+        Arc::clone(&probe),
+        0,
+        cfg(10, 20),
+        Duration::ZERO,
+        tx,
+        CancellationToken::new(),
+    ));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for (seq, at) in probe.calls.lock().unwrap().iter() {
+        assert_eq!(
+            *at - start,
+            Duration::from_millis(10 * seq),
+            "seq {seq} waited for the collector"
+        );
+    }
+    assert_eq!(probe.calls.lock().unwrap().len(), 20);
+    let mut samples = 0;
+    while let Some(ev) = rx.recv().await {
+        if matches!(ev, Event::Sample(_)) {
+            samples += 1;
+        }
+    }
+    task.await.unwrap();
+    assert_eq!(samples, 20, "nothing lost");
+}
+
+#[test]
+fn burst_above_the_in_flight_cap_is_rejected() {
+    let c = RunConfig {
+        burst: 10,
+        max_in_flight: 5,
+        ..RunConfig::default()
+    };
+    assert!(c.validate().is_err());
+}
