@@ -260,7 +260,7 @@ async fn read_error_queue(socket: Arc<IcmpSocket>, registry: Arc<Registry>) {
                     "{}{from}",
                     describe_error(socket.v6, err.icmp_type, err.code)
                 );
-                let target = err.offender.unwrap_or(if socket.v6 {
+                let target = err.target.or(err.offender).unwrap_or(if socket.v6 {
                     IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
                 } else {
                     IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)

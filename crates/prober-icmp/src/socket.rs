@@ -43,6 +43,8 @@ pub(crate) struct QueuedError {
     pub(crate) icmp_type: u8,
     pub(crate) code: u8,
     pub(crate) offender: Option<IpAddr>,
+    /// Where the failed request was going (the error queue's msg_name).
+    pub(crate) target: Option<IpAddr>,
 }
 
 fn new_socket(v6: bool, ty: Type) -> io::Result<Socket> {
@@ -214,6 +216,7 @@ impl IcmpSocket {
                                     icmp_type: err.ee_type,
                                     code: err.ee_code,
                                     offender,
+                                    target: msg.address.as_ref().and_then(ip_of),
                                 });
                             }
                         }

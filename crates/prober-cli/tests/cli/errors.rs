@@ -108,3 +108,21 @@ fn help_documents_exit_codes() {
         "{text}"
     );
 }
+
+#[test]
+fn self_test_checks_the_size_too() {
+    fails(&["run", "--size", "10"], "size 10 is out of range");
+    fails(
+        &[
+            "run",
+            "-c",
+            "1",
+            "--burst",
+            "9",
+            "--max-in-flight",
+            "4",
+            "tcp://127.0.0.1:1",
+        ],
+        "burst 9 is above the in-flight cap 4",
+    );
+}
