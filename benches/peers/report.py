@@ -433,7 +433,7 @@ def main() -> int:
     if timer_lag is not None and spin_lag is not None and spin_lag > timer_lag:
         notes.append(
             f"`--pacing spin` had a worse send-lag p99 ({us(spin_lag)}) than `timer` "
-            f"({us(timer_lag)}). It implies `--busy-poll`, so a spinning sender and a spinning "
+            f"({us(timer_lag)}). On 4 or more CPUs it implies `--busy-poll`, so a spinning sender and a spinning "
             f"receiver ran at once (CPU {spin_cpu * 100:.0f} % of one core) on a machine with "
             f"{nproc} vCPU{'s' if nproc != 1 else ''}: "
             "with both cores taken, the sending thread can be preempted, the likely cause."
@@ -557,7 +557,7 @@ def main() -> int:
         "`prober run -i 10ms -c 500 --pacing MODE icmp://127.0.0.1`. Send lag is how late each "
         "probe left after its scheduled time. CPU is (user + sys) ÷ wall time of the prober "
         "process, from `/usr/bin/time` (100 % = one core). Medians over the rounds. Receive is "
-        "the `receive` field of prober's JSON meta line (`--pacing spin` implies `--busy-poll`).\n"
+        "the `receive` field of prober's JSON meta line (`--pacing spin` implies `--busy-poll` only on machines with 4 or more CPUs).\n"
     )
     md.append("| pacing | receive | count | send-lag p50 | send-lag p99 | RTT p50 | CPU |")
     md.append("| --- | --- | --- | --- | --- | --- | --- |")
