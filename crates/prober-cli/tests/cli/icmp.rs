@@ -3,6 +3,18 @@
 
 use crate::support::{Netns, is_root, json_lines, of_type, run};
 
+/// True if `nft` can run here; otherwise the test says it is skipped.
+fn have_nft(test: &str) -> bool {
+    let ok = std::process::Command::new("nft")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("SKIPPED: {test} needs nft (nftables; .ci/run installs it)");
+    }
+    ok
+}
+
 fn summary(out: &std::process::Output) -> serde_json::Value {
     assert!(
         out.status.code() != Some(2),
@@ -169,6 +181,9 @@ fn no_permission_at_all_is_a_clear_error() {
 
 #[test]
 fn loss_matches_what_the_filter_dropped() {
+    if !have_nft("loss_matches_what_the_filter_dropped") {
+        return;
+    }
     for (kind, range) in [("raw", "1 0"), ("dgram", "0 2147483647")] {
         let Some(ns) = Netns::new(&format!("loss-{kind}")) else {
             return;
@@ -214,6 +229,9 @@ fn loss_matches_what_the_filter_dropped() {
 
 #[test]
 fn icmp_unreachable_is_an_error_outcome() {
+    if !have_nft("icmp_unreachable_is_an_error_outcome") {
+        return;
+    }
     for (kind, range) in [("raw", "1 0"), ("dgram", "0 2147483647")] {
         let Some(ns) = Netns::new(&format!("unreach-{kind}")) else {
             return;
