@@ -398,16 +398,21 @@ mod tests {
         r
     }
 
-    #[tokio::test]
-    async fn matches_by_nonce_and_full_seq_across_wraps() {
-        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
-        let (reg, slot) = registry_with(lo, 42);
-        let socket = IcmpSocket {
+    /// A datagram-socket stand-in for `dispatch`, which never reads from it.
+    async fn fake_socket() -> IcmpSocket {
+        IcmpSocket {
             sock: tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap(),
             raw: false,
             v6: false,
             ident: 1,
-        };
+        }
+    }
+
+    #[tokio::test]
+    async fn matches_by_nonce_and_full_seq_across_wraps() {
+        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let (reg, slot) = registry_with(lo, 42);
+        let socket = fake_socket().await;
         // seq 5 and seq 65541 share the low 16 bits.
         let mut old = slot.matcher.register(5);
         let mut new = slot.matcher.register(65_541);
@@ -428,12 +433,7 @@ mod tests {
     async fn wrong_nonce_is_ignored_and_bad_payload_is_corrupt() {
         let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
         let (reg, slot) = registry_with(lo, 42);
-        let socket = IcmpSocket {
-            sock: tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap(),
-            raw: false,
-            v6: false,
-            ident: 1,
-        };
+        let socket = fake_socket().await;
         let w = slot.matcher.register(3);
         dispatch(
             &socket,
