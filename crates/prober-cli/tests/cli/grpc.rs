@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 
-use crate::support::{Server, json_lines, of_type, run};
+use crate::support::{Server, json_lines, of_type, run, run_json_ok};
 
 #[test]
 fn unary_stream_and_health() {
@@ -19,14 +19,7 @@ fn unary_stream_and_health() {
     ];
     let mut args = vec!["run", "-c", "20", "-i", "2ms", "-o", "json"];
     args.extend(targets.iter().map(String::as_str));
-    let out = run(&args);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines = json_lines(&out);
+    let lines = run_json_ok(&args);
     let sums = of_type(&lines, "summary");
     for s in &sums {
         assert_eq!(

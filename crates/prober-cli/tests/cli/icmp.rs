@@ -1,7 +1,7 @@
 //! ICMP: both socket kinds, permissions, exact loss and ICMP errors, inside
 //! network namespaces the tests create.
 
-use crate::support::{Netns, is_root, json_lines, of_type, run};
+use crate::support::{Netns, is_root, json_lines, of_type, run, run_json_ok};
 
 /// True if `nft` can run here; otherwise the test says it is skipped.
 fn have_nft(test: &str) -> bool {
@@ -56,14 +56,7 @@ fn raw_socket_on_loopback_v4_and_v6() {
     if has_v6 {
         args.push("icmp://[::1]");
     }
-    let out = run(&args);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines = json_lines(&out);
+    let lines = run_json_ok(&args);
     let sums = of_type(&lines, "summary");
     assert_eq!(sums.len(), 1 + usize::from(has_v6));
     for s in sums {

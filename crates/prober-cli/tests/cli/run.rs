@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::{Server, closed_port, json_lines, of_type, prober, run, sigterm};
+use crate::support::{Server, closed_port, json_lines, of_type, prober, run, run_json_ok, sigterm};
 
 const N: u64 = 25;
 
@@ -29,14 +29,7 @@ fn json_has_every_seq_once_per_protocol() {
         "json",
     ];
     args.extend(targets.iter().map(String::as_str));
-    let out = run(&args);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines = json_lines(&out);
+    let lines = run_json_ok(&args);
     let meta = of_type(&lines, "meta");
     assert_eq!(meta.len(), 1);
     assert_eq!(meta[0]["interval_ns"], 2_000_000);
@@ -186,14 +179,7 @@ fn csv_has_a_header_and_a_row_per_target() {
 
 #[test]
 fn self_test_measures_every_protocol() {
-    let out = run(&["run", "-c", "10", "-o", "json"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines = json_lines(&out);
+    let lines = run_json_ok(&["run", "-c", "10", "-o", "json"]);
     let protos: Vec<&str> = of_type(&lines, "summary")
         .iter()
         .map(|s| s["protocol"].as_str().unwrap())

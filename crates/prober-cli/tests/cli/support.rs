@@ -86,6 +86,19 @@ impl Drop for Server {
     }
 }
 
+/// Runs prober, asserts it exited 0 (showing its stderr if not) and returns
+/// its JSON lines.
+pub(crate) fn run_json_ok(args: &[&str]) -> Vec<Value> {
+    let out = run(args);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "prober {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    json_lines(&out)
+}
+
 pub(crate) fn json_lines(out: &Output) -> Vec<Value> {
     String::from_utf8_lossy(&out.stdout)
         .lines()
