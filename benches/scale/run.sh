@@ -37,10 +37,11 @@ target/release/prober ${PROBER_ARGS:-} serve --quiet --config "$work/prober.toml
 pid=$!
 clk=$(getconf CLK_TCK)
 ticks() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
+split() { awk '{print "user", $14, "sys", $15}' "/proc/$pid/stat"; }
 sleep 2   # start-up: config, sockets, first slots
-t0=$(ticks); s0=$(date +%s.%N)
+t0=$(ticks); s0=$(date +%s.%N); split0=$(split)
 sleep "$D"
-t1=$(ticks); s1=$(date +%s.%N)
+t1=$(ticks); s1=$(date +%s.%N); echo "cpu ticks at start: $split0; at end: $(split) (clock ticks, $clk/s)"
 hwm=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
 kill -TERM "$pid"
 wait "$pid" || true

@@ -218,25 +218,20 @@ impl Daemon {
                 lock(&self.metrics).record(s.target, &s);
             }
             Event::Done { target, .. } => {
-                if let Some(r) = self.running.remove(&target) {
+                let finished_job = self.running.remove(&target).map(|r| {
                     tracing::debug!(job = %r.job, target = %r.key, "target stopped");
-                }
+                    r.job
+                });
                 lock(&self.metrics).remove(target);
-                // A job gone from the config closes its sinks with its last target.
-                let live: std::collections::HashSet<&str> =
-                    self.running.values().map(|r| r.job.as_str()).collect();
-                let gone: Vec<String> = self
-                    .sinks
-                    .keys()
-                    .filter(|j| {
-                        !live.contains(j.as_str()) && !self.cfg.jobs.iter().any(|c| &c.name == *j)
-                    })
-                    .cloned()
-                    .collect();
-                for j in gone {
-                    if let Some(mut s) = self.sinks.remove(&j) {
-                        let _ = s.close();
-                    }
+                // A job gone from the config closes its sinks with its last
+                // target. Only then is `running` scanned, so stopping
+                // thousands of targets stays linear.
+                if let Some(job) = finished_job
+                    && !self.cfg.jobs.iter().any(|c| c.name == job)
+                    && !self.running.values().any(|r| r.job == job)
+                    && let Some(mut s) = self.sinks.remove(&job)
+                {
+                    let _ = s.close();
                 }
             }
         }
