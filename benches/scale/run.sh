@@ -6,7 +6,10 @@
 # lines. Loopback only. Run as root (raw ICMP sockets) from the repo root:
 #
 #   bash benches/scale/run.sh            # or: N=2000 D=20 bash benches/scale/run.sh
-#   PROBER_ARGS="--threads 1" bash benches/scale/run.sh   # single-threaded runtime
+#   PROBER_ARGS="--threads 4" bash benches/scale/run.sh   # more runtime threads
+#   SINK=none bash benches/scale/run.sh   # Prometheus only: CPU and RSS as usually
+#                                         # deployed (no per-probe file to read
+#                                         # send lag and missed slots from)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 N=${N:-10000}
@@ -30,8 +33,10 @@ name = "scale"
 interval = "1s"
 timeout = "1s"
 targets_file = "targets.txt"
-sinks = { jsonl = { path = "scale.jsonl" } }
 TOML
+if [ "${SINK:-jsonl}" = jsonl ]; then
+  echo 'sinks = { jsonl = { path = "scale.jsonl" } }' >> "$work/prober.toml"
+fi
 
 target/release/prober ${PROBER_ARGS:-} serve --quiet --config "$work/prober.toml" > "$work/stdout" 2> "$work/stderr" &
 pid=$!
@@ -46,6 +51,13 @@ hwm=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
 kill -TERM "$pid"
 wait "$pid" || true
 
+if [ "${SINK:-jsonl}" != jsonl ]; then
+  awk -v t0="$t0" -v t1="$t1" -v s0="$s0" -v s1="$s1" -v clk="$clk" -v hwm="$hwm" -v n="$N" 'BEGIN {
+    printf "targets            %d (no file sink: Prometheus only)\n", n
+    printf "cpu                %.3f cores\n", (t1 - t0) / clk / (s1 - s0)
+    printf "peak RSS           %.1f MiB\n", hwm / 1024 }'
+  exit 0
+fi
 python3 - "$work/scale.jsonl" "$N" "$t0" "$t1" "$s0" "$s1" "$clk" "$hwm" "$D" <<'PY'
 import json, sys
 path, n, t0, t1, s0, s1, clk, hwm, d = sys.argv[1:]
