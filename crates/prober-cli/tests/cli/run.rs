@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::{Server, closed_port, json_lines, of_type, prober, run, run_json_ok, sigterm};
+use crate::support::{
+    Server, closed_port, json_lines, of_type, ok_json, prober, run, run_json_ok, sigterm,
+};
 
 const N: u64 = 25;
 
@@ -241,13 +243,7 @@ fn sigterm_stops_and_still_reports() {
     std::thread::sleep(Duration::from_millis(400));
     sigterm(child.id());
     let out = child.wait_with_output().unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines = json_lines(&out);
+    let lines = ok_json(&out);
     let probes = of_type(&lines, "probe");
     let s = of_type(&lines, "summary");
     assert_eq!(s.len(), 1);
@@ -278,13 +274,7 @@ fn busy_poll_on_both_sides_answers_every_probe() {
     let mut args = vec!["run", "--busy-poll", "-c", "200", "-i", "0", "-o", "json"];
     args.extend(targets.iter().map(String::as_str));
     let out = run(&args);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines = json_lines(&out);
+    let lines = ok_json(&out);
     assert_eq!(of_type(&lines, "meta")[0]["receive"], "busy-poll");
     for s in of_type(&lines, "summary") {
         assert_eq!(

@@ -89,14 +89,19 @@ impl Drop for Server {
 /// Runs prober, asserts it exited 0 (showing its stderr if not) and returns
 /// its JSON lines.
 pub(crate) fn run_json_ok(args: &[&str]) -> Vec<Value> {
-    let out = run(args);
+    ok_json(&run(args))
+}
+
+/// Asserts a prober run exited 0 (showing its stderr if not) and returns its
+/// JSON lines.
+pub(crate) fn ok_json(out: &Output) -> Vec<Value> {
     assert_eq!(
         out.status.code(),
         Some(0),
-        "prober {args:?}: {}",
+        "prober failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    json_lines(&out)
+    json_lines(out)
 }
 
 pub(crate) fn json_lines(out: &Output) -> Vec<Value> {
