@@ -180,7 +180,13 @@ impl Conn {
             Code::Unavailable | Code::Unknown | Code::Internal | Code::Cancelled => {
                 let mut msg = format!("{:?}: {}", status.code(), error_chain(status));
                 if self.cfg.tls.as_ref().is_some_and(|t| !t.has_identity())
-                    && (msg.contains("connection closed") || msg.contains("broken pipe"))
+                    && [
+                        "connection closed",
+                        "broken pipe",
+                        "connection was not ready",
+                    ]
+                    .iter()
+                    .any(|s| msg.contains(s))
                 {
                     // Under TLS 1.3 a server that rejects the client's (missing)
                     // certificate may just close the connection after the handshake.
