@@ -14,7 +14,8 @@ pub enum Pacing {
     Timer,
     /// Busy-wait to the deadline, as netperf built with `--enable-spin`.
     Spin,
-    /// Sleep until [`crate::wait::HYBRID_SPIN`] before the deadline, then spin.
+    /// Sleep until shortly before the deadline, then spin: the margin adapts
+    /// to how late sleeps wake, within a CPU budget ([`crate::wait::Margin`]).
     Hybrid,
 }
 

@@ -20,9 +20,107 @@ use crate::Pacing;
 /// The tokio timer can fire up to about a millisecond after its deadline.
 pub const COARSE_MARGIN: Duration = Duration::from_micros(1500);
 
-/// How long before the deadline hybrid pacing stops sleeping and spins:
-/// about one wake-up of an idle vCPU.
+/// How long before the deadline hybrid pacing stops sleeping and spins, at
+/// first and at least: about one wake-up of an idle vCPU. The margin then
+/// adapts to how late this machine's sleeps actually wake (see [`Margin`]).
 pub const HYBRID_SPIN: Duration = Duration::from_micros(80);
+
+/// The share of each interval hybrid pacing may spend spinning on average,
+/// in percent. Spinning starts when the sleep wakes, so the margin may exceed
+/// this share of the interval by the sleeps' usual lateness.
+pub const HYBRID_BUDGET_PCT: u32 = 2;
+
+/// The spin margin's ceiling whatever the interval.
+pub const HYBRID_MAX_SPIN: Duration = Duration::from_millis(2);
+
+/// Slack added to the observed wake-up lateness.
+const HYBRID_SLACK: Duration = Duration::from_micros(20);
+
+/// How many recent wake-ups the hybrid margin is estimated from.
+const WAKE_HISTORY: usize = 64;
+
+/// The adaptive spin margin of hybrid pacing.
+///
+/// A sleep on a VM wakes late by however long the host takes to run the idle
+/// vCPU again: 100-300 µs is usual here, with a tail past 1 ms, so a fixed
+/// margin is either too short (the deadline passes before the wake-up) or
+/// wastes a core. The margin is the second-largest lateness of the last
+/// [`WAKE_HISTORY`] wake-ups (about their 97th percentile) plus a little
+/// slack, at least [`HYBRID_SPIN`]. Since a late wake-up spins less, the
+/// spin per interval averages the margin minus the mean lateness; the margin
+/// is capped so that this stays within [`HYBRID_BUDGET_PCT`] % of the
+/// interval (and the margin within [`HYBRID_MAX_SPIN`]), which bounds the
+/// CPU it costs.
+#[derive(Debug, Clone)]
+pub struct Margin {
+    wakes: [Duration; WAKE_HISTORY],
+    next: usize,
+    filled: usize,
+    last_deadline: Option<Instant>,
+    interval: Duration,
+}
+
+impl Default for Margin {
+    fn default() -> Self {
+        Self {
+            wakes: [Duration::ZERO; WAKE_HISTORY],
+            next: 0,
+            filled: 0,
+            last_deadline: None,
+            interval: Duration::ZERO,
+        }
+    }
+}
+
+impl Margin {
+    /// The margin to use before `deadline`. Also notes the deadline, from
+    /// which the interval (and so the CPU budget) is known; asking again for
+    /// the same deadline (a wait restarted by the caller) keeps it.
+    pub fn before(&mut self, deadline: Instant) -> Duration {
+        if self.last_deadline != Some(deadline) {
+            self.interval = self
+                .last_deadline
+                .and_then(|last| deadline.checked_duration_since(last))
+                .unwrap_or_default();
+            self.last_deadline = Some(deadline);
+        }
+        let cap = (self.mean() + self.interval * HYBRID_BUDGET_PCT / 100)
+            .min(HYBRID_MAX_SPIN)
+            .max(HYBRID_SPIN);
+        self.estimate().clamp(HYBRID_SPIN, cap)
+    }
+
+    /// Records how late a sleep woke against the time it was asked for.
+    pub fn record(&mut self, late: Duration) {
+        self.wakes[self.next] = late;
+        self.next = (self.next + 1) % WAKE_HISTORY;
+        self.filled = (self.filled + 1).min(WAKE_HISTORY);
+    }
+
+    fn mean(&self) -> Duration {
+        let seen = &self.wakes[..self.filled];
+        match seen.len() {
+            0 => Duration::ZERO,
+            n => seen.iter().sum::<Duration>() / n as u32,
+        }
+    }
+
+    fn estimate(&self) -> Duration {
+        let seen = &self.wakes[..self.filled];
+        let (mut first, mut second) = (Duration::ZERO, Duration::ZERO);
+        for &w in seen {
+            if w > first {
+                second = first;
+                first = w;
+            } else if w > second {
+                second = w;
+            }
+        }
+        // With few samples the largest is the best guess there is.
+        let top = if seen.len() < 8 { first } else { second };
+        top + HYBRID_SLACK
+    }
+}
 
 struct Tfd(TimerFd);
 
@@ -37,6 +135,7 @@ impl AsRawFd for Tfd {
 pub struct Sleeper {
     pacing: Pacing,
     timer: Option<AsyncFd<Tfd>>,
+    margin: Margin,
 }
 
 impl std::fmt::Debug for Sleeper {
@@ -44,6 +143,7 @@ impl std::fmt::Debug for Sleeper {
         f.debug_struct("Sleeper")
             .field("pacing", &self.pacing)
             .field("precise", &self.timer.is_some())
+            .field("margin", &self.margin)
             .finish()
     }
 }
@@ -66,7 +166,11 @@ impl Sleeper {
                 fd.ok()
             })
             .flatten();
-        Self { pacing, timer }
+        Self {
+            pacing,
+            timer,
+            margin: Margin::default(),
+        }
     }
 
     /// Waits until `deadline`. Returns at once if it has passed.
@@ -75,8 +179,13 @@ impl Sleeper {
             Pacing::Timer => self.sleep_until(deadline).await,
             Pacing::Spin => spin_until(deadline).await,
             Pacing::Hybrid => {
-                if let Some(early) = deadline.checked_sub(HYBRID_SPIN) {
+                let margin = self.margin.before(deadline);
+                if let Some(early) = deadline.checked_sub(margin)
+                    && early > Instant::now()
+                {
                     self.sleep_until(early).await;
+                    self.margin
+                        .record(Instant::now().saturating_duration_since(early));
                 }
                 spin_until(deadline).await;
             }
@@ -163,6 +272,47 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn hybrid_margin_follows_the_wake_ups_within_its_budget() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let us = Duration::from_micros;
+        let mut m = Margin::default();
+        // Nothing known yet: the floor.
+        assert_eq!(m.before(t0), HYBRID_SPIN);
+        // Wake-ups 200 µs late at 10 ms: 200 + 20 µs, within the cap of
+        // 200 µs (mean lateness) + 2 % of 10 ms.
+        for _ in 0..WAKE_HISTORY {
+            m.record(us(200));
+        }
+        assert_eq!(m.before(t0 + ms(10)), us(220));
+        // The same deadline again (a restarted wait) keeps the interval.
+        assert_eq!(m.before(t0 + ms(10)), us(220));
+        // One outlier is ignored (second largest), two are not.
+        m.record(us(264));
+        assert_eq!(m.before(t0 + ms(20)), us(220));
+        m.record(us(300));
+        assert_eq!(m.before(t0 + ms(30)), us(284));
+        // The budget caps it: the mean lateness of the 64 wake-ups (60 at
+        // 200 µs, 264 µs, 300 µs, two at 3 ms) plus 2 % of 10 ms.
+        m.record(ms(3));
+        m.record(ms(3));
+        let mean = (us(200) * 60 + us(264) + us(300) + ms(3) * 2) / 64;
+        assert_eq!(m.before(t0 + ms(40)), mean + us(200));
+        // At 1 s the cap is HYBRID_MAX_SPIN, not 20 ms.
+        for _ in 0..WAKE_HISTORY {
+            m.record(ms(30));
+        }
+        assert_eq!(m.before(t0 + ms(1040)), HYBRID_MAX_SPIN);
+        // A short interval never gets less than the floor.
+        for _ in 0..WAKE_HISTORY {
+            m.record(Duration::ZERO);
+        }
+        assert_eq!(m.before(t0 + ms(1041)), HYBRID_SPIN);
+        // Old outliers age out of the history.
+        assert_eq!(m.before(t0 + ms(1051)), HYBRID_SPIN);
     }
 
     #[tokio::test(start_paused = true)]
