@@ -191,6 +191,65 @@ def parse_ghz(d: Path, name: str) -> dict:
     }
 
 
+def parse_floor(d: Path, name: str) -> dict:
+    """benches/src/bin/floor.rs: one JSON object, times in ns."""
+    out, err, rc = files(d, name)
+    try:
+        obj = json.loads(out)
+    except ValueError:
+        raise timeout_or(rc, err, out) from None
+    spin = obj["spin"]
+    res = {
+        "gaps_per_s": spin["gaps_per_s"],
+        "lost_pct": spin["lost_fraction"] * 100,
+        "gap_p50": spin["gap_p50"] / 1e3,
+        "gap_p99": spin["gap_p99"] / 1e3,
+        "sleep_p50": obj["sleep"]["wake_late_p50"] / 1e3,
+        "sleep_p99": obj["sleep"]["wake_late_p99"] / 1e3,
+    }
+    for key in ("sleep_spin_80us", "sleep_spin_500us"):
+        res[f"{key}_p50"] = obj[key]["late_p50"] / 1e3
+        res[f"{key}_p99"] = obj[key]["late_p99"] / 1e3
+    return res
+
+
+def parse_ghz_tp(d: Path, name: str) -> dict:
+    """ghz with -n: requests per second over the run."""
+    res = parse_ghz(d, name)
+    obj = json.loads(read(d / f"{name}.out"))
+    res["rps"] = float(obj.get("rps") or 0)
+    return res
+
+
+def parse_prober_tp(d: Path, proto: str, clients: int, secs: float) -> dict:
+    """TP_CLIENTS concurrent prober runs: summed replies per second."""
+    ok = sent = 0
+    p50s, fails = [], []
+    for i in range(1, clients + 1):
+        try:
+            x = parse_prober(d, f"tp_{proto}_{i}")
+        except Fail as e:
+            fails.append(f"client {i}: {e}")
+            continue
+        summary = None
+        for line in read(d / f"tp_{proto}_{i}.out").splitlines():
+            if '"summary"' in line:
+                summary = json.loads(line)
+        ok += summary.get("ok", 0)
+        sent += summary.get("sent", 0)
+        p50s.append(x["p50"])
+    if not p50s:
+        raise Fail("; ".join(fails) or "no client ran")
+    return {
+        "rps": ok / secs,
+        "ok": ok,
+        "sent": sent,
+        "clients_ok": len(p50s),
+        "p50": statistics.median(p50s),
+        "fails": fails,
+    }
+
+
 # ------------------------------------------------------------------ runs
 def collect(out: Path, rounds: int, name: str, parser) -> tuple[list[dict], list[str]]:
     """Parsed results of NAME over the rounds, and the failures."""
@@ -367,6 +426,38 @@ def main() -> int:
 
     nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
+    # Platform floor, per round, medians.
+    floor_res, floor_fails = ([], []) if "floor" in na else collect(out, rounds, "floor", parse_floor)
+    failures.extend(f"floor: {f}" for f in floor_fails)
+    floor = {k: med(floor_res, k) for k in floor_res[0]} if floor_res else {}
+
+    # Responder throughput (once, after the rounds).
+    tp_rows = []
+    tp_conf = read(out / "throughput").split()
+    if "ghz" in na:
+        tp_rows.append(["gRPC unary Ping 64 B", "ghz -c 50 -n 100000", "—", f"not available: {na['ghz']}", "", ""])
+    elif (out / "rtp" / "ghz_grpc_c50.rc").is_file():
+        try:
+            g = parse_ghz_tp(out / "rtp", "ghz_grpc_c50")
+            tp_rows.append(["gRPC unary Ping 64 B", "ghz -c 50 -n 100000", g["count"],
+                            f"{g['rps']:,.0f}", us(g["p50"]), us(g["p99"])])
+        except Exception as e:  # noqa: BLE001
+            tp_rows.append(["gRPC unary Ping 64 B", "ghz -c 50 -n 100000", "—", f"failed: {e}", "", ""])
+    if len(tp_conf) == 3:
+        clients, lanes, secs = int(tp_conf[0]), int(tp_conf[1]), float(tp_conf[2])
+        for proto in ("tcp", "udp"):
+            who = f"{clients} × `prober run -i 0 -b {lanes} -d {secs:g}s`"
+            try:
+                t = parse_prober_tp(out / "rtp", proto, clients, secs)
+            except Exception as e:  # noqa: BLE001
+                tp_rows.append([f"{proto.upper()} 64 B", who, "—", f"failed: {e}", "", ""])
+                continue
+            failures.extend(f"throughput {proto}: {f}" for f in t["fails"])
+            count = f"{t['ok']:,} ok of {t['sent']:,}" + (
+                f" ({t['clients_ok']} of {clients} clients)" if t["clients_ok"] < clients else "")
+            tp_rows.append([f"{proto.upper()} 64 B", who, count, f"{t['rps']:,.0f}",
+                            f"{us(t['p50'])} (median of the clients' p50)", "—"])
+
     # --busy-poll against the same probe without it (both prober rows of this run).
     worse = []
     for busy, plain, label in (
@@ -392,6 +483,16 @@ def main() -> int:
     targets = []
     shown, ok = ratio_target("prober_tcp", 1.0)
     targets.append(["TCP RR p50, default mode", "≤ 1.0 × sockperf TCP", f"p50 ratio {shown}", verdict(ok)])
+    # What any pacer gets on this machine (the floor table), beside the pacing target.
+    floor_cell = "—"
+    if floor:
+        floor_cell = (
+            f"bare spin loop: off its CPU {floor['gaps_per_s']:.0f} times/s, gaps p50 "
+            f"{us(floor['gap_p50'])}; perfect sleep + spin to each deadline (no I/O) p99: "
+            f"{us(floor['sleep_spin_500us_p99'])} with a 500 µs margin (5 % of a core), "
+            f"{us(floor['sleep_spin_80us_p99'])} with 80 µs; plain sleep wakes "
+            f"{us(floor['sleep_p50'])} / {us(floor['sleep_p99'])} late (p50 / p99)"
+        )
     t_shown, t_ok = ratio_target("prober_tcp_busypoll", 0.25)
     u_shown, u_ok = ratio_target("prober_udp_busypoll", 0.25)
     both = None if t_ok is None or u_ok is None else (t_ok and u_ok)
@@ -419,7 +520,11 @@ def main() -> int:
         f"spin {us(spin.get('lag_p99'))} ({verdict(spin_ok)}); hybrid {us(hyb.get('lag_p99'))} "
         f"({verdict(hyb_lag_ok)}) at {hyb_cpu} CPU ({verdict(hyb_cpu_ok)})",
         verdict(all_ok),
+        floor_cell,
     ])
+    for row in targets:
+        if len(row) == 4:
+            row.append("—")
 
     # Conditional observations.
     if spread:
@@ -477,6 +582,8 @@ def main() -> int:
         cmds = [r1 / f"{n}.cmd" for n in order]
     else:  # raw outputs from before the order file: file times
         cmds = sorted(r1.glob("*.cmd"), key=lambda p: p.stat().st_mtime_ns) if r1.is_dir() else []
+    rtp = out / "rtp"
+    cmds += [rtp / f"{n}.cmd" for n in read(rtp / "order").split() if (rtp / f"{n}.cmd").is_file()]
     root = str(Path(__file__).resolve().parents[2])
     cmd_lines = [read(p).strip().replace(root + "/", "") for p in cmds]
 
@@ -565,6 +672,46 @@ def main() -> int:
         md.append("| " + " | ".join(row) + " |")
     md.append("")
 
+    md.append("## Platform floor\n")
+    md.append(
+        "What this machine allows any pacer, without prober and without I/O "
+        "(`target/release/floor 2 200`, from `benches/src/bin/floor.rs`, once per round; "
+        "medians over the rounds). A thread spinning on the clock for 2 s records every gap "
+        "longer than 2 µs between two reads (the thread was off its CPU: interrupts, the "
+        "hypervisor). Then 200 deadlines 10 ms apart: a plain sleep to each, and a sleep to a "
+        "margin before each followed by a spin to it; \"late\" is how far past the deadline "
+        "the loop got, i.e. the send lag of a pacer with no work to do.\n"
+    )
+    if floor:
+        md.append("| measure | p50 | p99 | other |")
+        md.append("| --- | --- | --- | --- |")
+        md.append(f"| spin loop: gaps > 2 µs | {us(floor['gap_p50'])} | {us(floor['gap_p99'])} | "
+                  f"{floor['gaps_per_s']:.0f} per s, {floor['lost_pct']:.2f} % of the time |")
+        md.append(f"| plain sleep: wake-up lateness | {us(floor['sleep_p50'])} | {us(floor['sleep_p99'])} | — |")
+        md.append(f"| sleep to 80 µs before, then spin: lateness | {us(floor['sleep_spin_80us_p50'])} | "
+                  f"{us(floor['sleep_spin_80us_p99'])} | — |")
+        md.append(f"| sleep to 500 µs before, then spin: lateness | {us(floor['sleep_spin_500us_p50'])} | "
+                  f"{us(floor['sleep_spin_500us_p99'])} | spins about 5 % of a core |")
+    else:
+        md.append(f"Not measured: {na.get('floor') or fail_cell(floor_fails)}")
+    md.append("")
+
+    md.append("## Responder throughput\n")
+    md.append(
+        "Requests per second answered by `prober serve` (the same responder as above) with many "
+        "requests in flight, measured once after the rounds. The load generators run on the "
+        "same machine and take CPU from the responder, so these are lower bounds for the "
+        "responder on its own; with 2 vCPUs they are mostly a measure of the whole box.\n"
+    )
+    if tp_rows:
+        md.append("| protocol | load | count | requests/s | p50 | p99 |")
+        md.append("| --- | --- | --- | --- | --- | --- |")
+        for row in tp_rows:
+            md.append("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")
+    else:
+        md.append("Not measured in this run.")
+    md.append("")
+
     md.append("## Targets\n")
     md.append(
         "The project's targets, checked against this run: the ratios are the p50 ratios of the "
@@ -572,8 +719,8 @@ def main() -> int:
         "medians of the pacing table. One run on one machine: a verdict can flip on a re-run "
         "when the figure is near its target.\n"
     )
-    md.append("| measure | target | this run | result |")
-    md.append("| --- | --- | --- | --- |")
+    md.append("| measure | target | this run | result | this machine's floor (same run) |")
+    md.append("| --- | --- | --- | --- | --- |")
     for row in targets:
         md.append("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")
     md.append("")
@@ -588,7 +735,7 @@ def main() -> int:
 
     md.append("## Commands\n")
     md.append(
-        "Round 1, exactly as run (later rounds are the same). The ports are the ones the "
+        "Round 1, exactly as run (later rounds are the same), then the throughput runs. The ports are the ones the "
         "servers got on this run; `prober serve --quiet --tcp 127.0.0.1:0 --udp 127.0.0.1:0 "
         "--grpc 127.0.0.1:0` picks free ones (so does each `prober serve --busy-poll`, started "
         "for one row and stopped after it), `sockperf server [--tcp] -i 127.0.0.1 -p PORT` "

@@ -87,6 +87,14 @@ if [[ ! -x $PROBER ]]; then
     exit 1
   fi
 fi
+# The platform floor (benches/src/bin/floor.rs): a bare spin loop's gaps and
+# plain sleeps' lateness, measured beside the pacing rows.
+FLOOR=${FLOOR:-$ROOT/target/release/floor}
+if [[ ! -x $FLOOR ]]; then
+  log "building $FLOOR"
+  have cargo && cargo build --release -p prober-benches --bin floor || true
+fi
+[[ -x $FLOOR ]] || echo "no floor binary at $FLOOR (cargo build --release -p prober-benches --bin floor)" > "$OUT/na/floor"
 
 have ping || na ping "ping not installed"
 have sockperf || na sockperf "sockperf not installed"
@@ -291,11 +299,48 @@ for r in $(seq "$ROUNDS"); do
     run "$r" ghz_grpc 30 ghz --insecure --proto "$PROTO" --call prober.v1.Echo.Ping -c 1 -z 4s \
       -d "{\"seq\":1,\"payload\":\"$GHZ_PAYLOAD\"}" --format json "127.0.0.1:$GRPC_PORT"
 
-  # Pacing accuracy: send lag and CPU per pacing mode.
+  # Pacing accuracy: send lag and CPU per pacing mode, then what the
+  # machine allows any pacer (no network: a spin loop and plain sleeps).
   for pacing in timer spin hybrid; do
     run "$r" "pacing_$pacing" 60 "$P" "${PJ[@]}" -d 30s -c 500 -i 10ms --pacing "$pacing" icmp://127.0.0.1
   done
+  [[ -e $OUT/na/floor ]] || run "$r" floor 60 "$FLOOR" 2 200
 done
+
+# ---------------------------------------------------------------- throughput
+# Responder throughput, once after the rounds: requests per second the
+# responders answer with many requests in flight. gRPC: ghz with 50
+# concurrent calls. TCP and UDP: TP_CLIENTS prober processes at once, each a
+# closed loop keeping TP_LANES probes in flight for TP_SECS. The clients run
+# on the same machine as the responder and share its CPUs.
+TP_CLIENTS=${TP_CLIENTS:-4}
+TP_LANES=${TP_LANES:-8}
+TP_SECS=${TP_SECS:-5}
+if [[ ! -e $OUT/na/ghz ]]; then
+  run tp ghz_grpc_c50 180 ghz --insecure --proto "$PROTO" --call prober.v1.Echo.Ping -c 50 -n 100000 \
+    -d "{\"seq\":1,\"payload\":\"$GHZ_PAYLOAD\"}" --format json "127.0.0.1:$GRPC_PORT"
+fi
+for proto in tcp udp; do
+  port=$UDP_PORT
+  [[ $proto == tcp ]] && port=$TCP_PORT
+  d="$OUT/rtp"
+  mkdir -p "$d"
+  cmd=("$P" "${PJ[@]}" -i 0 -b "$TP_LANES" -d "${TP_SECS}s" "$proto://127.0.0.1:$port")
+  echo "$(quote "${cmd[@]}")  # $TP_CLIENTS of these at once" > "$d/tp_$proto.cmd"
+  echo "tp_$proto" >> "$d/order"
+  log "throughput: $TP_CLIENTS x $(cat "$d/tp_$proto.cmd")"
+  tp_pids=()
+  for i in $(seq "$TP_CLIENTS"); do
+    timeout -k 5 $((TP_SECS + 30)) "${cmd[@]}" > "$d/tp_${proto}_$i.out" 2> "$d/tp_${proto}_$i.err" &
+    tp_pids+=($!)
+  done
+  for i in "${!tp_pids[@]}"; do
+    rc=0
+    wait "${tp_pids[$i]}" || rc=$?
+    echo "$rc" > "$d/tp_${proto}_$((i + 1)).rc"
+  done
+done
+echo "$TP_CLIENTS $TP_LANES $TP_SECS" > "$OUT/throughput"
 
 cat /proc/loadavg > "$OUT/loadavg.end"
 date +%s > "$OUT/finished.s"

@@ -21,7 +21,8 @@ Exit status:
 pub(crate) struct Cli {
     /// Runtime worker threads: 0 = one per CPU, 1 = a single-threaded
     /// runtime (no cross-thread wake-ups; busy-poll threads come on top).
-    /// [default: 1 for `serve --config` (the daemon), else 0]
+    /// [default: 1 for `serve --config` (the daemon) and for `run` with
+    /// --pacing spin or hybrid and targets, else 0]
     #[arg(long, global = true, value_name = "N")]
     pub(crate) threads: Option<usize>,
 
@@ -74,7 +75,8 @@ pub(crate) enum PacingArg {
     Timer,
     /// Busy-wait to each deadline (uses a core).
     Spin,
-    /// Sleep until 1.5 ms before each deadline, then spin.
+    /// Sleep until shortly before each deadline (a margin that adapts to how
+    /// late sleeps wake, about 2 % of a core at most), then spin.
     Hybrid,
 }
 

@@ -43,6 +43,7 @@ pub use runner::{Event, TargetInfo, collect, run_target};
 pub use sample::{Outcome, Reply, Sample};
 pub use sink::Sink;
 pub use stats::{DistSummary, Summary};
+pub use wait::Gate;
 
 /// Sequence numbers at and above this value are warm-up probes: they are sent
 /// and awaited but never recorded, and never count towards reordering.

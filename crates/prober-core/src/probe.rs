@@ -4,6 +4,7 @@ use std::future::Future;
 
 use crate::matcher::Anomalies;
 use crate::sample::Reply;
+use crate::wait::Gate;
 
 /// Why one probe failed. The runner owns the timeout and records it as
 /// [`crate::Outcome::Timeout`]; a probe returns [`ProbeError::timeout`] only
@@ -48,10 +49,21 @@ impl ProbeError {
 /// the timeout; a probe sends one request for `seq` and returns the reply it
 /// measured nearest the socket.
 pub trait Probe: Send + Sync + 'static {
-    /// Sends request `seq` and waits for its reply. The runner drops the
+    /// Sends request `seq` once `gate` opens and waits for its reply. The
+    /// probe prepares the request first, then passes the gate, then takes
+    /// its send timestamp and sends (see [`Gate`]). The runner drops the
     /// future when the timeout passes, so the probe must treat a drop as a
     /// timeout and count a later reply as late.
-    fn probe(&self, seq: u64) -> impl Future<Output = Result<Reply, ProbeError>> + Send;
+    fn probe_at(
+        &self,
+        seq: u64,
+        gate: Gate,
+    ) -> impl Future<Output = Result<Reply, ProbeError>> + Send;
+
+    /// Sends request `seq` at once and waits for its reply.
+    fn probe(&self, seq: u64) -> impl Future<Output = Result<Reply, ProbeError>> + Send {
+        self.probe_at(seq, Gate::open())
+    }
 
     /// Called once before warm-up, e.g. to open a connection, so the first
     /// measured probe does not pay for it. A failure is reported and the run

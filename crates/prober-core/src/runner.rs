@@ -25,8 +25,8 @@ use crate::probe::Probe;
 use crate::sample::{Outcome, Sample};
 use crate::sink::Sink;
 use crate::stats::{Summary, TargetStats};
-use crate::wait::Sleeper;
-use crate::{RunConfig, WARMUP_SEQ_BASE};
+use crate::wait::{GATE_LEAD, Gate, Sleeper};
+use crate::{Pacing, RunConfig, WARMUP_SEQ_BASE};
 
 /// Capacity of the event channel between probes and the collector. When the
 /// sinks fall this far behind, finished probes wait to report; the schedule
@@ -178,6 +178,12 @@ async fn open_loop<P: Probe>(
     let end = cfg.duration.map(|d| start + d);
     let mut pacer = Pacer::new(start, cfg.interval);
     let mut sleeper = Sleeper::new(cfg.pacing, cfg.precise_timer);
+    // Pacing that spins starts each probe a little early, behind a gate that
+    // opens at the deadline (see `Gate`).
+    let lead = match cfg.pacing {
+        Pacing::Timer => Duration::ZERO,
+        Pacing::Spin | Pacing::Hybrid => GATE_LEAD,
+    };
     let (mut seq, mut slots_used, mut missed) = (0u64, 0u64, 0u64);
     'schedule: loop {
         let deadline = pacer.next_deadline();
@@ -201,7 +207,7 @@ async fn open_loop<P: Probe>(
                     }
                     Err(_) => break 'schedule,
                 },
-                () = sleeper.wait_until(deadline) => break,
+                () = sleeper.wait_until(deadline.checked_sub(lead).unwrap_or(deadline)) => break,
             }
         }
         for _ in 0..cfg.burst {
@@ -213,7 +219,19 @@ async fn open_loop<P: Probe>(
                 missed += 1;
                 continue;
             }
-            in_flight.push(one_probe(&**probe, target, seq, deadline, cfg.timeout));
+            let gate = if lead.is_zero() {
+                Gate::open()
+            } else {
+                Gate::at(deadline)
+            };
+            in_flight.push(one_probe(
+                &**probe,
+                target,
+                seq,
+                deadline,
+                gate,
+                cfg.timeout,
+            ));
             seq += 1;
         }
         if cfg.count.is_some_and(|c| slots_used >= c) {
@@ -250,7 +268,8 @@ async fn closed_loop<P: Probe>(
                 if count.is_some_and(|c| seq >= c) {
                     break;
                 }
-                let sample = one_probe(&*probe, target, seq, Instant::now(), timeout).await;
+                let sample =
+                    one_probe(&*probe, target, seq, Instant::now(), Gate::open(), timeout).await;
                 if events.send(Event::Sample(sample)).await.is_err() {
                     break;
                 }
@@ -265,10 +284,14 @@ async fn one_probe<P: Probe>(
     target: usize,
     seq: u64,
     scheduled: Instant,
+    gate: Gate,
     timeout: Duration,
 ) -> Sample {
-    let started = Instant::now();
-    let (sent, outcome, bytes) = match tokio::time::timeout(timeout, probe.probe(seq)).await {
+    // A probe started ahead of its deadline (behind a gate) is timed out
+    // from the deadline, like the others.
+    let started = Instant::now().max(gate.deadline().unwrap_or(scheduled));
+    let probing = probe.probe_at(seq, gate);
+    let (sent, outcome, bytes) = match tokio::time::timeout_at(started + timeout, probing).await {
         Ok(Ok(reply)) => (reply.sent, Outcome::Ok(reply), reply.bytes),
         Ok(Err(error)) if error.is_timeout() => (started, Outcome::Timeout, 0),
         Ok(Err(error)) => (started, Outcome::Error(error.message().to_owned()), 0),

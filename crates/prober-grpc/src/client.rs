@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use prober_core::{Anomalies, Matcher, Probe, ProbeError, Reply};
+use prober_core::{Anomalies, Gate, Matcher, Probe, ProbeError, Reply};
 use tokio::sync::{Mutex, mpsc};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
@@ -240,7 +240,7 @@ impl GrpcProbe {
 }
 
 impl Probe for GrpcProbe {
-    async fn probe(&self, seq: u64) -> Result<Reply, ProbeError> {
+    async fn probe_at(&self, seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
         let mut client = EchoClient::new(self.conn.channel().await?);
         let msg = PingRequest {
             seq,
@@ -249,6 +249,7 @@ impl Probe for GrpcProbe {
             reply_size: 0,
         };
         let req = self.conn.request(msg);
+        gate.pass().await;
         let sent = Instant::now();
         let res = client.ping(req).await;
         let received = Instant::now();
@@ -362,7 +363,7 @@ impl GrpcStreamProbe {
 }
 
 impl Probe for GrpcStreamProbe {
-    async fn probe(&self, seq: u64) -> Result<Reply, ProbeError> {
+    async fn probe_at(&self, seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
         let tx = self.sender().await?;
         let msg = PingRequest {
             seq,
@@ -371,6 +372,7 @@ impl Probe for GrpcStreamProbe {
             reply_size: 0,
         };
         let mut waiter = self.matcher.register(seq);
+        gate.pass().await;
         let sent = Instant::now();
         if tx.send(msg).await.is_err() {
             self.conn.broken("stream closed").await;
@@ -422,11 +424,12 @@ impl GrpcHealthProbe {
 }
 
 impl Probe for GrpcHealthProbe {
-    async fn probe(&self, _seq: u64) -> Result<Reply, ProbeError> {
+    async fn probe_at(&self, _seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
         let mut client = HealthClient::new(self.conn.channel().await?);
         let req = self.conn.request(HealthCheckRequest {
             service: self.service.clone(),
         });
+        gate.pass().await;
         let sent = Instant::now();
         let res = client.check(req).await;
         let received = Instant::now();

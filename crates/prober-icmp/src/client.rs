@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use prober_core::busy::{SpinThread, Step};
-use prober_core::{Anomalies, Matcher, Probe, ProbeError, Reply};
+use prober_core::{Anomalies, Gate, Matcher, Probe, ProbeError, Reply};
 use tokio::time::Instant;
 use tokio_util::task::AbortOnDropHandle;
 
@@ -332,7 +332,7 @@ impl Drop for IcmpProbe {
 }
 
 impl Probe for IcmpProbe {
-    async fn probe(&self, seq: u64) -> Result<Reply, ProbeError> {
+    async fn probe_at(&self, seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
         let mut payload = vec![0u8; self.size];
         encode_payload(&mut payload, self.nonce, seq);
         let socket = &self.family.socket;
@@ -342,6 +342,7 @@ impl Probe for IcmpProbe {
             packet::echo_request_v4(socket.ident, seq as u16, &payload)
         };
         let mut waiter = self.slot.matcher.register(seq);
+        gate.pass().await;
         let sent = Instant::now();
         if let Err(e) = socket
             .sock

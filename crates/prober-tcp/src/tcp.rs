@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use prober_core::{Anomalies, Matcher, Probe, ProbeError, Reply};
+use prober_core::{Anomalies, Gate, Matcher, Probe, ProbeError, Reply};
 use socket2::SockRef;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -219,7 +219,7 @@ fn spin_replies(
 }
 
 impl Probe for TcpProbe {
-    async fn probe(&self, seq: u64) -> Result<Reply, ProbeError> {
+    async fn probe_at(&self, seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
         let conn = self.connection().await?;
         let mut waiter = self.matcher.register(seq);
         let sent = {
@@ -230,6 +230,7 @@ impl Probe for TcpProbe {
             // frame is on the wire and the stream is out of step: retire
             // the connection so the next probe opens a new one.
             let mut unfinished = Unfinished(&conn.alive, true);
+            gate.pass().await;
             let sent = Instant::now();
             if let Err(e) = writer.write_all(buf).await {
                 return Err(ProbeError::new(format!("send: {e}")));
@@ -280,8 +281,9 @@ impl TcpConnectProbe {
 }
 
 impl Probe for TcpConnectProbe {
-    async fn probe(&self, _seq: u64) -> Result<Reply, ProbeError> {
+    async fn probe_at(&self, _seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
         let socket = new_socket(self.addr)?;
+        gate.pass().await;
         let sent = Instant::now();
         let stream = socket
             .connect(self.addr)
@@ -320,11 +322,12 @@ impl TcpCrrProbe {
 }
 
 impl Probe for TcpCrrProbe {
-    async fn probe(&self, seq: u64) -> Result<Reply, ProbeError> {
+    async fn probe_at(&self, seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
         let io_err = |what: &str, e: io::Error| ProbeError::new(format!("{what}: {e}"));
         let socket = new_socket(self.addr)?;
         let mut frame = Vec::with_capacity(self.size);
         wire::encode_request(&mut frame, self.size, seq, self.nonce);
+        gate.pass().await;
         let sent = Instant::now();
         let mut stream = socket
             .connect(self.addr)

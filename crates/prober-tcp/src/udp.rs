@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prober_core::busy::{SpinThread, Step};
-use prober_core::{Anomalies, Matcher, Probe, ProbeError, Reply};
+use prober_core::{Anomalies, Gate, Matcher, Probe, ProbeError, Reply};
 use tokio::net::UdpSocket;
 use tokio::time::Instant;
 
@@ -138,10 +138,11 @@ async fn read_replies(
 }
 
 impl Probe for UdpProbe {
-    async fn probe(&self, seq: u64) -> Result<Reply, ProbeError> {
+    async fn probe_at(&self, seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
         let mut frame = Vec::with_capacity(self.size);
         wire::encode_request(&mut frame, self.size, seq, self.nonce);
         let mut waiter = self.matcher.register(seq);
+        gate.pass().await;
         let sent = Instant::now();
         match self.socket.send(&frame).await {
             Ok(_) => {}

@@ -9,6 +9,8 @@ use crate::sample::Reply;
 struct ScriptedProbe {
     script: Box<dyn Fn(u64) -> Option<Result<Duration, String>> + Send + Sync>,
     calls: Mutex<Vec<(u64, Instant)>>,
+    /// When each probe started, before its gate.
+    starts: Mutex<Vec<(u64, Instant)>>,
 }
 
 impl ScriptedProbe {
@@ -18,6 +20,7 @@ impl ScriptedProbe {
         Arc::new(Self {
             script: Box::new(f),
             calls: Mutex::new(Vec::new()),
+            starts: Mutex::new(Vec::new()),
         })
     }
 }
@@ -29,7 +32,9 @@ impl std::fmt::Debug for ScriptedProbe {
 }
 
 impl Probe for ScriptedProbe {
-    async fn probe(&self, seq: u64) -> Result<Reply, ProbeError> {
+    async fn probe_at(&self, seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
+        self.starts.lock().unwrap().push((seq, Instant::now()));
+        gate.pass().await;
         let sent = Instant::now();
         self.calls.lock().unwrap().push((seq, sent));
         match (self.script)(seq) {
@@ -96,6 +101,36 @@ async fn open_loop_sends_on_schedule() {
         assert_eq!(s.scheduled - start, Duration::from_millis(10 * s.seq));
         assert_eq!(s.send_lag(), Duration::ZERO);
         assert_eq!(s.rtt(), Some(Duration::from_millis(1)));
+    }
+}
+
+/// Real time: spinning cannot run on paused time.
+#[tokio::test]
+async fn spinning_pacing_prepares_probes_early_and_sends_at_the_deadline() {
+    for pacing in [Pacing::Spin, Pacing::Hybrid, Pacing::Timer] {
+        let probe = ScriptedProbe::new(|_| Some(Ok(Duration::ZERO)));
+        let run = RunConfig {
+            pacing,
+            interval: Duration::from_millis(5),
+            ..cfg(5, 20)
+        };
+        let (samples, _, _) = run_one(Arc::clone(&probe), run, CancellationToken::new()).await;
+        assert_eq!(samples.len(), 20);
+        let starts: HashMap<u64, Instant> = probe.starts.lock().unwrap().iter().copied().collect();
+        let mut early = 0;
+        for s in &samples {
+            // Never before the deadline, whatever the pacing.
+            assert!(s.sent >= s.scheduled, "{pacing}: seq {} sent early", s.seq);
+            if starts[&s.seq] < s.scheduled {
+                early += 1;
+            }
+        }
+        match pacing {
+            // Started ahead behind the gate; a preempted runner may start one
+            // late, so most, not all.
+            Pacing::Spin | Pacing::Hybrid => assert!(early >= 10, "{pacing}: {early} of 20 early"),
+            Pacing::Timer => assert_eq!(early, 0, "timer pacing starts probes at the deadline"),
+        }
     }
 }
 
