@@ -37,7 +37,7 @@ pub const HYBRID_MAX_SPIN: Duration = Duration::from_millis(2);
 const HYBRID_SLACK: Duration = Duration::from_micros(20);
 
 /// How many recent wake-ups the hybrid margin is estimated from.
-const WAKE_HISTORY: usize = 64;
+const WAKE_HISTORY: usize = 256;
 
 /// The adaptive spin margin of hybrid pacing.
 ///
@@ -45,7 +45,7 @@ const WAKE_HISTORY: usize = 64;
 /// vCPU again: 100-300 µs is usual here, with a tail past 1 ms, so a fixed
 /// margin is either too short (the deadline passes before the wake-up) or
 /// wastes a core. The margin is the second-largest lateness of the last
-/// 64 wake-ups (about their 97th percentile) plus a little
+/// 256 wake-ups (about their 99th percentile) plus a little
 /// slack, at least [`HYBRID_SPIN`]. Since a late wake-up spins less, the
 /// spin per interval averages the margin minus the mean lateness; the margin
 /// is capped so that this stays within [`HYBRID_BUDGET_PCT`] % of the
@@ -336,11 +336,12 @@ mod tests {
         assert_eq!(m.before(t0 + ms(20)), us(220));
         m.record(us(300));
         assert_eq!(m.before(t0 + ms(30)), us(284));
-        // The budget caps it: the mean lateness of the 64 wake-ups (60 at
-        // 200 µs, 264 µs, 300 µs, two at 3 ms) plus 2 % of 10 ms.
+        // The budget caps it: the mean lateness of the wake-ups (all but
+        // four at 200 µs, 264 µs, 300 µs, two at 3 ms) plus 2 % of 10 ms.
         m.record(ms(3));
         m.record(ms(3));
-        let mean = (us(200) * 60 + us(264) + us(300) + ms(3) * 2) / 64;
+        let n = WAKE_HISTORY as u32;
+        let mean = (us(200) * (n - 4) + us(264) + us(300) + ms(3) * 2) / n;
         assert_eq!(m.before(t0 + ms(40)), mean + us(200));
         // At 1 s the cap is HYBRID_MAX_SPIN, not 20 ms.
         for _ in 0..WAKE_HISTORY {
