@@ -22,7 +22,7 @@ pub(crate) struct Cli {
     /// Runtime worker threads: 0 = one per CPU, 1 = a single-threaded
     /// runtime (no cross-thread wake-ups; busy-poll threads come on top).
     /// [default: 1 for `serve --config` (the daemon) and for `run` with
-    /// --pacing spin or hybrid and targets, else 0]
+    /// targets and --pacing spin, --pacing hybrid or --busy-poll, else 0]
     #[arg(long, global = true, value_name = "N")]
     pub(crate) threads: Option<usize>,
 

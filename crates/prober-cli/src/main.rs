@@ -31,13 +31,16 @@ fn main() -> ExitCode {
         .init();
     // The daemon does many small I/O events; one thread saves the
     // cross-thread wake-ups (0.27 instead of 0.37 cores for 10,000 targets).
-    // Pacing that spins owns its thread: a second worker only contends with
-    // it (on 2 vCPUs, spin send-lag p99 0.1-0.3 µs on one thread against
-    // 0.3-311 µs on two). The self-test keeps the responder on other workers.
+    // Spinning pacing and busy-poll leave no idle core on a small machine:
+    // a second runtime worker only contends with the spinners (on 2 vCPUs,
+    // spin send-lag p99 0.1-0.2 µs on one thread against 0.3-311 µs on two;
+    // UDP --busy-poll p50 12.5-14.3 µs against 20-31 µs). The self-test keeps
+    // its in-process responder on other workers.
     let single = match &cli.command {
         Command::Serve(args) => args.config.is_some(),
         Command::Run(args) => {
-            !args.targets.is_empty() && matches!(args.pacing, PacingArg::Spin | PacingArg::Hybrid)
+            !args.targets.is_empty()
+                && (args.busy_poll || matches!(args.pacing, PacingArg::Spin | PacingArg::Hybrid))
         }
     };
     let threads = cli.threads.unwrap_or_else(|| usize::from(single));
