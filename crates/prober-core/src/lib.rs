@@ -35,7 +35,7 @@ pub mod testutil;
 pub mod wait;
 
 pub use config::{ConfigError, Pacing, RunConfig};
-pub use matcher::{Anomalies, Delivery, Matcher, Waiter};
+pub use matcher::{Anomalies, Delivery, Matcher, MatcherSet, Waiter};
 pub use meta::RunMeta;
 pub use pacer::Pacer;
 pub use probe::{Probe, ProbeError};

@@ -36,6 +36,17 @@ pub struct Anomalies {
     pub reconnects: u64,
 }
 
+impl std::ops::AddAssign for Anomalies {
+    fn add_assign(&mut self, o: Self) {
+        self.late += o.late;
+        self.duplicate += o.duplicate;
+        self.reordered += o.reordered;
+        self.unknown += o.unknown;
+        self.corrupt += o.corrupt;
+        self.reconnects += o.reconnects;
+    }
+}
+
 /// What [`Matcher::deliver`] did with a reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Delivery {
@@ -233,6 +244,72 @@ pub struct Waiter<T> {
     rx: Option<oneshot::Receiver<T>>,
 }
 
+/// The matchers of a probe whose replies come over a series of connections
+/// (or streams), one [`Matcher`] per connection: when a connection dies,
+/// failing its waiters fails only the probes sent on it, never those already
+/// waiting on its replacement. Anomalies are summed over all of them.
+#[derive(Debug)]
+pub struct MatcherSet<T> {
+    inner: Mutex<SetInner<T>>,
+}
+
+#[derive(Debug)]
+struct SetInner<T> {
+    live: Vec<Arc<Matcher<T>>>,
+    retired: Anomalies,
+}
+
+impl<T> Default for MatcherSet<T> {
+    fn default() -> Self {
+        Self {
+            inner: Mutex::new(SetInner {
+                live: Vec::new(),
+                retired: Anomalies::default(),
+            }),
+        }
+    }
+}
+
+impl<T: Send + 'static> MatcherSet<T> {
+    /// An empty set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A fresh matcher for a new connection; with `reconnect`, counts one
+    /// reconnect. Matchers nobody else holds any more (their reader ended,
+    /// no probe waits on them) are folded into the totals here, so a long
+    /// run that reconnects often keeps a short list.
+    pub fn next(&self, reconnect: bool) -> Arc<Matcher<T>> {
+        let m = Matcher::new();
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let SetInner { live, retired } = &mut *inner;
+        live.retain(|old| {
+            if Arc::strong_count(old) == 1 {
+                *retired += old.anomalies();
+                false
+            } else {
+                true
+            }
+        });
+        if reconnect {
+            retired.reconnects += 1;
+        }
+        live.push(Arc::clone(&m));
+        m
+    }
+
+    /// The anomalies of every connection so far, added up.
+    pub fn anomalies(&self) -> Anomalies {
+        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut total = inner.retired;
+        for m in &inner.live {
+            total += m.anomalies();
+        }
+        total
+    }
+}
+
 impl<T> Waiter<T> {
     /// Waits for the reply. `None` if the matcher dropped the waiter's slot
     /// without a value (it never does on its own).
@@ -343,6 +420,31 @@ mod tests {
         assert_eq!(m.pending(), 0);
         // A reply after the failure is a duplicate, not a late success.
         assert_eq!(m.deliver(0, Ok(())), Delivery::Duplicate);
+    }
+
+    #[tokio::test]
+    async fn a_set_fails_one_connection_and_adds_up_all() {
+        let set = MatcherSet::<Result<(), &'static str>>::new();
+        let old = set.next(false);
+        let mut a = old.register(0);
+        let new = set.next(true);
+        let mut b = new.register(1);
+        // The old connection ends: only its probe fails.
+        old.fail_all(|| Err("closed"));
+        assert_eq!(a.recv().await, Some(Err("closed")));
+        assert_eq!(old.deliver(0, Ok(())), Delivery::Duplicate);
+        assert_eq!(new.deliver(1, Ok(())), Delivery::Matched);
+        assert_eq!(b.recv().await, Some(Ok(())));
+        drop((a, b, old));
+        // The old matcher is folded in once nothing holds it; counts survive.
+        let third = set.next(true);
+        assert_eq!(third.deliver(7, Ok(())), Delivery::Unknown);
+        let total = set.anomalies();
+        assert_eq!(
+            (total.duplicate, total.unknown, total.reconnects),
+            (1, 1, 2)
+        );
+        assert_eq!(set.inner.lock().unwrap().live.len(), 2);
     }
 
     #[test]

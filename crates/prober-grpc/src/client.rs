@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use prober_core::{Anomalies, Gate, Matcher, Probe, ProbeError, Reply};
+use prober_core::{Anomalies, Gate, Matcher, MatcherSet, Probe, ProbeError, Reply};
 use tokio::sync::{Mutex, mpsc};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
@@ -287,6 +287,7 @@ type Arrival = Result<(Instant, Option<Duration>, usize), ProbeError>;
 #[derive(Debug)]
 struct OpenStream {
     tx: mpsc::Sender<PingRequest>,
+    matcher: Arc<Matcher<Arrival>>,
     alive: Arc<AtomicBool>,
     _reader: AbortOnDropHandle<()>,
 }
@@ -298,7 +299,8 @@ struct OpenStream {
 pub struct GrpcStreamProbe {
     conn: Conn,
     payload: Vec<u8>,
-    matcher: Arc<Matcher<Arrival>>,
+    /// One matcher per stream: a stream that ends fails only its own probes.
+    matchers: MatcherSet<Arrival>,
     stream: Mutex<Option<OpenStream>>,
 }
 
@@ -309,17 +311,20 @@ impl GrpcStreamProbe {
         Self {
             conn: Conn::new(cfg),
             payload,
-            matcher: Matcher::new(),
+            matchers: MatcherSet::new(),
             stream: Mutex::new(None),
         }
     }
 
-    async fn sender(&self) -> Result<mpsc::Sender<PingRequest>, ProbeError> {
+    /// The open stream's sender and matcher, opening a stream if needed.
+    async fn sender(
+        &self,
+    ) -> Result<(mpsc::Sender<PingRequest>, Arc<Matcher<Arrival>>), ProbeError> {
         let mut slot = self.stream.lock().await;
         if let Some(s) = slot.as_ref()
             && s.alive.load(Ordering::Acquire)
         {
-            return Ok(s.tx.clone());
+            return Ok((s.tx.clone(), Arc::clone(&s.matcher)));
         }
         *slot = None;
         let mut client = EchoClient::new(self.conn.channel().await?);
@@ -332,7 +337,8 @@ impl GrpcStreamProbe {
             Err(status) => return Err(self.conn.status_error(&status).await),
         };
         let alive = Arc::new(AtomicBool::new(true));
-        let (matcher, flag) = (Arc::clone(&self.matcher), Arc::clone(&alive));
+        let stream_matcher = self.matchers.next(false);
+        let (matcher, flag) = (Arc::clone(&stream_matcher), Arc::clone(&alive));
         let reader = tokio::spawn(async move {
             let why = loop {
                 match replies.message().await {
@@ -355,23 +361,24 @@ impl GrpcStreamProbe {
         });
         *slot = Some(OpenStream {
             tx: tx.clone(),
+            matcher: Arc::clone(&stream_matcher),
             alive,
             _reader: AbortOnDropHandle::new(reader),
         });
-        Ok(tx)
+        Ok((tx, stream_matcher))
     }
 }
 
 impl Probe for GrpcStreamProbe {
     async fn probe_at(&self, seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
-        let tx = self.sender().await?;
+        let (tx, matcher) = self.sender().await?;
         let msg = PingRequest {
             seq,
             payload: self.payload.clone(),
             client_send_unix_ns: unix_now_ns(),
             reply_size: 0,
         };
-        let mut waiter = self.matcher.register(seq);
+        let mut waiter = matcher.register(seq);
         gate.pass().await;
         let sent = Instant::now();
         if tx.send(msg).await.is_err() {
@@ -398,7 +405,7 @@ impl Probe for GrpcStreamProbe {
     }
 
     fn anomalies(&self) -> Anomalies {
-        let mut a = self.matcher.anomalies();
+        let mut a = self.matchers.anomalies();
         a.reconnects = self.conn.reconnects.load(Ordering::Relaxed);
         a
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use prober_core::{Anomalies, Gate, Matcher, Probe, ProbeError, Reply};
+use prober_core::{Anomalies, Gate, Matcher, MatcherSet, Probe, ProbeError, Reply};
 use socket2::SockRef;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -25,12 +25,16 @@ use crate::wire::{self, HEADER_LEN, Header, Kind, MAX_TCP_FRAME};
 /// TCP_NODELAY, like netperf TCP_RR. Requests are pipelined when the interval
 /// is shorter than the RTT; replies are matched by seq. A dead connection is
 /// re-opened by the next probe and counted as a reconnect.
+///
+/// Each connection has its own [`Matcher`]: when a connection dies, only
+/// the probes sent on it fail, never those already waiting on its
+/// replacement. Their anomaly counts are added up in [`Probe::anomalies`].
 #[derive(Debug)]
 pub struct TcpProbe {
     addr: SocketAddr,
     size: usize,
     nonce: u64,
-    matcher: Arc<Matcher<Arrival>>,
+    matchers: MatcherSet<Arrival>,
     conn: Mutex<Option<Arc<Conn>>>,
     connected_once: AtomicBool,
     busy_poll: bool,
@@ -40,6 +44,7 @@ pub struct TcpProbe {
 struct Conn {
     writer: Mutex<(OwnedWriteHalf, Vec<u8>)>,
     alive: Arc<AtomicBool>,
+    matcher: Arc<Matcher<Arrival>>,
     _reader: Reader,
 }
 
@@ -57,7 +62,7 @@ impl TcpProbe {
             addr,
             size,
             nonce: fastrand::u64(..),
-            matcher: Matcher::new(),
+            matchers: MatcherSet::new(),
             conn: Mutex::new(None),
             connected_once: AtomicBool::new(false),
             busy_poll,
@@ -78,9 +83,8 @@ impl TcpProbe {
         stream
             .set_nodelay(true)
             .map_err(|e| ProbeError::new(format!("setting TCP_NODELAY: {e}")))?;
-        if self.connected_once.swap(true, Ordering::Relaxed) {
-            self.matcher.count_reconnect();
-        }
+        let reconnect = self.connected_once.swap(true, Ordering::Relaxed);
+        let matcher = self.matchers.next(reconnect);
         let alive = Arc::new(AtomicBool::new(true));
         let spin_clone = match self.busy_poll {
             true => Some(
@@ -91,24 +95,29 @@ impl TcpProbe {
             false => None,
         };
         let (reader, writer) = stream.into_split();
-        let (matcher, nonce, size, flag) = (
-            Arc::clone(&self.matcher),
+        let (reader_matcher, nonce, size, flag) = (
+            Arc::clone(&matcher),
             self.nonce,
             self.size,
             Arc::clone(&alive),
         );
         let reader = match spin_clone {
             Some(sock) => Reader::Spin(
-                spin_replies(sock.into(), matcher, nonce, size, flag)
+                spin_replies(sock.into(), reader_matcher, nonce, size, flag)
                     .map_err(|e| ProbeError::new(format!("starting the busy-poll thread: {e}")))?,
             ),
             None => Reader::Task(AbortOnDropHandle::new(tokio::spawn(read_replies(
-                reader, matcher, nonce, size, flag,
+                reader,
+                reader_matcher,
+                nonce,
+                size,
+                flag,
             )))),
         };
         let conn = Arc::new(Conn {
             writer: Mutex::new((writer, Vec::with_capacity(self.size))),
             alive,
+            matcher,
             _reader: reader,
         });
         *slot = Some(Arc::clone(&conn));
@@ -221,7 +230,7 @@ fn spin_replies(
 impl Probe for TcpProbe {
     async fn probe_at(&self, seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
         let conn = self.connection().await?;
-        let mut waiter = self.matcher.register(seq);
+        let mut waiter = conn.matcher.register(seq);
         let sent = {
             let mut guard = conn.writer.lock().await;
             let (writer, buf) = &mut *guard;
@@ -246,7 +255,7 @@ impl Probe for TcpProbe {
     }
 
     fn anomalies(&self) -> Anomalies {
-        self.matcher.anomalies()
+        self.matchers.anomalies()
     }
 }
 

@@ -192,11 +192,19 @@ async fn udp_port_unreachable_is_an_error_or_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tcp_reconnects_after_the_responder_restarts() {
-    let r = responder(ResponderConfig::default()).await;
+    // The first responder answers twice: the duplicate is counted on the
+    // first connection's matcher and must still be counted after it is gone.
+    let r = responder(ResponderConfig {
+        duplicate_every: Some(1),
+        ..ResponderConfig::default()
+    })
+    .await;
     let addr = r.tcp;
     let probe = std::sync::Arc::new(TcpProbe::new(addr, 64));
     use prober_core::Probe;
     assert!(probe.probe(0).await.is_ok());
+    tokio::time::sleep(20 * MS).await;
+    assert_eq!(probe.anomalies().duplicate, 1);
     drop(r);
     tokio::time::sleep(20 * MS).await;
     assert!(probe.probe(1).await.is_err());
@@ -214,7 +222,11 @@ async fn tcp_reconnects_after_the_responder_restarts() {
         stop.clone(),
     ));
     assert!(probe.probe(2).await.is_ok());
-    assert_eq!(probe.anomalies().reconnects, 1);
+    // Probes on the new connection are not failed by the old one's end, and
+    // the counts of both connections add up.
+    assert!(probe.probe(3).await.is_ok());
+    let a = probe.anomalies();
+    assert_eq!((a.reconnects, a.duplicate), (1, 1));
     stop.cancel();
 }
 
