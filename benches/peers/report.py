@@ -250,6 +250,22 @@ def parse_prober_tp(d: Path, proto: str, clients: int, secs: float) -> dict:
     }
 
 
+def parse_h2ping(d: Path, name: str) -> dict:
+    """crates/prober-grpc/examples/h2ping.rs: one JSON line, ns."""
+    out, err, rc = files(d, name)
+    try:
+        obj = json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise timeout_or(rc, err, out) from None
+    return {
+        "p50": obj["p50_ns"] / 1e3,
+        "p99": obj["p99_ns"] / 1e3,
+        "mean": obj["mean_ns"] / 1e3,
+        "count": str(obj["count"]),
+        "n": obj["count"],
+    }
+
+
 # ------------------------------------------------------------------ runs
 def collect(out: Path, rounds: int, name: str, parser) -> tuple[list[dict], list[str]]:
     """Parsed results of NAME over the rounds, and the failures."""
@@ -405,6 +421,17 @@ def main() -> int:
     pair("TCP 64 B, closed loop (qperf pair)", "prober_tcp_q", "qperf", "qperf_tcp", parse_qperf, qperf=True)
     pair("UDP 64 B, closed loop (qperf pair)", "prober_udp_q", "qperf", "qperf_udp", parse_qperf, qperf=True)
     pair("gRPC unary Ping 64 B, 1 in flight", "prober_grpc", "ghz", "ghz_grpc", parse_ghz)
+    # Reference, not a peer: the least a client can do (raw h2 frames).
+    h2_res, h2_fails = ([], []) if "h2ping" in na else collect(out, rounds, "h2_grpc", parse_h2ping)
+    failures.extend(f"h2ping: {f}" for f in h2_fails)
+    h2_vs_ghz = ratio(per_round(out, rounds, "h2_grpc", parse_h2ping),
+                      per_round(out, rounds, "ghz_grpc", parse_ghz), "p50", "p50")
+    if h2_res:
+        rows.append([
+            "h2ping†", "gRPC unary Ping 64 B, 1 in flight: minimal raw-HTTP/2 client (reference)",
+            count_cell(h2_res), us(med(h2_res, "p50")), us(med(h2_res, "p99")),
+            f"h2ping ÷ ghz p50 {fmt_ratio(h2_vs_ghz)}" if h2_vs_ghz else "—",
+        ])
 
     # Pacing table.
     pacing_rows = []
@@ -507,7 +534,10 @@ def main() -> int:
     grpc_verdict = verdict(ok)
     if ghz_p50 is not None and ghz_p50 > 20_000:
         grpc_verdict = "not comparable: ghz stalled (see Notes)"
-    targets.append(["gRPC unary p50", "≤ 0.5 × ghz", f"p50 ratio {shown}", grpc_verdict])
+    targets.append(["gRPC unary p50", "≤ 0.5 × ghz", f"p50 ratio {shown}", grpc_verdict,
+                    f"a minimal raw-HTTP/2 client (h2ping) measured {fmt_ratio(h2_vs_ghz)} × ghz: "
+                    "the server, kernel and wake-ups left when the client library costs nothing"
+                    if h2_vs_ghz else "—"])
     spin, hyb = pacing.get("spin", {}), pacing.get("hybrid", {})
     spin_ok = None if spin.get("lag_p99") is None else spin["lag_p99"] <= 5
     hyb_lag_ok = None if hyb.get("lag_p99") is None else hyb["lag_p99"] <= 20
@@ -656,6 +686,15 @@ def main() -> int:
             "scheduler preempts a spinner. In every pair the spinning thread hands each reply to "
             "that tokio task, which in a closed loop is waiting for it and has to be woken. "
             "Busy polling needs a spare core per spinning thread to pay off."
+        )
+    if h2_res:
+        md.append("")
+        md.append(
+            "† h2ping (`crates/prober-grpc/examples/h2ping.rs`) is not a peer but a reference: "
+            "unary `Ping` written as raw HTTP/2 frames with the `h2` crate (what tonic and hyper "
+            "use underneath), no tonic or tower, one closed loop on one thread, HEADERS and DATA "
+            "in one write. Against the same responder it shows what is left of a gRPC round trip "
+            "when the client library costs next to nothing."
         )
     md.append("")
 

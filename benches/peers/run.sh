@@ -95,6 +95,14 @@ if [[ ! -x $FLOOR ]]; then
   have cargo && cargo build --release -p prober-benches --bin floor || true
 fi
 [[ -x $FLOOR ]] || echo "no floor binary at $FLOOR (cargo build --release -p prober-benches --bin floor)" > "$OUT/na/floor"
+# The minimal raw-HTTP/2 gRPC client (crates/prober-grpc/examples/h2ping.rs),
+# the reference for how much of a gRPC round trip is the client library.
+H2PING=${H2PING:-$ROOT/target/release/examples/h2ping}
+if [[ ! -x $H2PING ]]; then
+  log "building $H2PING"
+  have cargo && cargo build --release -p prober-grpc --example h2ping || true
+fi
+[[ -x $H2PING ]] || echo "no h2ping binary at $H2PING (cargo build --release -p prober-grpc --example h2ping)" > "$OUT/na/h2ping"
 
 have ping || na ping "ping not installed"
 have sockperf || na sockperf "sockperf not installed"
@@ -298,6 +306,7 @@ for r in $(seq "$ROUNDS"); do
   [[ -e $OUT/na/ghz ]] ||
     run "$r" ghz_grpc 30 ghz --insecure --proto "$PROTO" --call prober.v1.Echo.Ping -c 1 -z 4s \
       -d "{\"seq\":1,\"payload\":\"$GHZ_PAYLOAD\"}" --format json "127.0.0.1:$GRPC_PORT"
+  [[ -e $OUT/na/h2ping ]] || run "$r" h2_grpc 60 "$H2PING" "127.0.0.1:$GRPC_PORT" 10000
 
   # Pacing accuracy: send lag and CPU per pacing mode, then what the
   # machine allows any pacer (no network: a spin loop and plain sleeps).
