@@ -25,6 +25,16 @@ fn open_append(path: &Path) -> io::Result<File> {
     OpenOptions::new().create(true).append(true).open(path)
 }
 
+/// Whether `path` no longer names the file `open` writes to: renamed or
+/// removed (by logrotate, say), or replaced by another file.
+fn moved(open: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    match (open.metadata(), std::fs::metadata(path)) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) != (b.dev(), b.ino()),
+        _ => true,
+    }
+}
+
 /// A JSON lines file that rotates to `path.1`, `path.2`, ... (newest first).
 struct Jsonl {
     cfg: JsonlSink,
@@ -92,6 +102,7 @@ impl Jsonl {
 /// One job's HdrHistogram interval log: one tag per target, one interval
 /// histogram of RTT (ns) per target every `every`.
 struct Hlog {
+    path: PathBuf,
     out: BufWriter<File>,
     serializer: V2Serializer,
     every: Duration,
@@ -117,6 +128,7 @@ impl Hlog {
         )?;
         out.flush()?;
         Ok(Self {
+            path: path.to_owned(),
             out,
             serializer,
             every,
@@ -180,10 +192,21 @@ impl Hlog {
     }
 }
 
+/// Opens a CSV file for appending, with the header if it is new or empty.
+fn open_csv(path: &Path) -> io::Result<BufWriter<File>> {
+    let file = open_append(path)?;
+    let empty = file.metadata()?.len() == 0;
+    let mut w = BufWriter::new(file);
+    if empty {
+        writeln!(w, "{}", ProbeLine::CSV_HEADER)?;
+    }
+    Ok(w)
+}
+
 /// Everything one job writes to files.
 pub(crate) struct JobSinks {
     jsonl: Option<Jsonl>,
-    csv: Option<BufWriter<File>>,
+    csv: Option<(PathBuf, BufWriter<File>)>,
     hlog: Option<Hlog>,
     job: String,
     clock: Clock,
@@ -201,18 +224,11 @@ impl JobSinks {
     /// Opens (appending to) every file of `sinks`.
     pub(crate) fn open(job: &str, sinks: &Sinks, clock: Clock) -> io::Result<Self> {
         let jsonl = sinks.jsonl.clone().map(Jsonl::open).transpose()?;
-        let csv = match &sinks.csv {
-            None => None,
-            Some(path) => {
-                let file = open_append(path)?;
-                let empty = file.metadata()?.len() == 0;
-                let mut w = BufWriter::new(file);
-                if empty {
-                    writeln!(w, "{}", ProbeLine::CSV_HEADER)?;
-                }
-                Some(w)
-            }
-        };
+        let csv = sinks
+            .csv
+            .as_ref()
+            .map(|path| Ok::<_, io::Error>((path.clone(), open_csv(path)?)))
+            .transpose()?;
         let hlog = sinks
             .hlog
             .as_ref()
@@ -242,7 +258,7 @@ impl JobSinks {
                 });
             first = first.and(res);
         }
-        if let Some(c) = &mut self.csv {
+        if let Some((_, c)) = &mut self.csv {
             let res = writeln!(c, "{}", line.csv_row());
             first = first.and(res);
         }
@@ -257,13 +273,44 @@ impl JobSinks {
         if let Some(j) = &mut self.jsonl {
             j.out.flush()?;
         }
-        if let Some(c) = &mut self.csv {
+        if let Some((_, c)) = &mut self.csv {
             c.flush()?;
         }
         if let Some(h) = &mut self.hlog {
             h.tick(false)?;
         }
         Ok(())
+    }
+
+    /// Reopens every file whose path now names another file or none (moved
+    /// away by logrotate, say): what was buffered goes to the old file, which
+    /// is complete (the hlog gets its last interval), and writing goes on in
+    /// a new file at the configured path. Files still in place are kept.
+    /// Returns the paths reopened.
+    pub(crate) fn reopen_moved(&mut self) -> io::Result<Vec<PathBuf>> {
+        let mut reopened = Vec::new();
+        if let Some(j) = &mut self.jsonl
+            && moved(j.out.get_ref(), &j.cfg.path)
+        {
+            j.out.flush()?;
+            *j = Jsonl::open(j.cfg.clone())?;
+            reopened.push(j.cfg.path.clone());
+        }
+        if let Some((path, c)) = &mut self.csv
+            && moved(c.get_ref(), path)
+        {
+            c.flush()?;
+            *c = open_csv(path)?;
+            reopened.push(path.clone());
+        }
+        if let Some(h) = &mut self.hlog
+            && moved(h.out.get_ref(), &h.path)
+        {
+            h.tick(true)?;
+            *h = Hlog::open(&h.path.clone(), h.every)?;
+            reopened.push(h.path.clone());
+        }
+        Ok(reopened)
     }
 
     /// Writes the last hlog interval and flushes everything.

@@ -197,6 +197,19 @@ impl Daemon {
         Ok(())
     }
 
+    fn reopen_moved_files(&mut self) {
+        for (job, s) in &mut self.sinks {
+            match s.reopen_moved() {
+                Ok(paths) => {
+                    for path in paths {
+                        tracing::info!(%job, path = %path.display(), "reopened a moved sink file");
+                    }
+                }
+                Err(error) => tracing::error!(%job, %error, "reopening sink files failed"),
+            }
+        }
+    }
+
     fn on_event(&mut self, ev: Event) {
         match ev {
             Event::Sample(s) => {
@@ -317,6 +330,9 @@ pub(crate) async fn run(path: &Path, args: &ServeArgs) -> anyhow::Result<ExitCod
         tokio::select! {
             Some(ev) = rx.recv() => d.on_event(ev),
             _ = hup.recv() => {
+                // As logrotate expects: files moved away are reopened at
+                // once, whether or not the new config turns out valid.
+                d.reopen_moved_files();
                 if loading.is_none() {
                     let path = path.to_owned();
                     loading = Some(tokio::spawn(async move { config::load(&path).await }));

@@ -219,6 +219,60 @@ fn sigterm_loses_no_probe_in_any_sink() {
     }
 }
 
+fn hlog_tags(path: &Path) -> BTreeSet<String> {
+    let hlog = std::fs::read(path).unwrap();
+    hdrhistogram::serialization::interval_log::IntervalLogIterator::new(&hlog)
+        .map(|e| e.unwrap_or_else(|e| panic!("{}: {e:?}", path.display())))
+        .filter_map(|e| match e {
+            hdrhistogram::serialization::interval_log::LogEntry::Interval(h) => {
+                h.tag().map(|t| t.as_str().to_owned())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// logrotate's default: move the files away, send SIGHUP, expect new files.
+#[test]
+fn sighup_reopens_sink_files_moved_away() {
+    let d = Daemon::start("rotate", JOBS);
+    std::thread::sleep(Duration::from_millis(400));
+    let dir = d.dir.clone();
+    for f in ["loop.jsonl", "loop.csv", "loop.hlog"] {
+        std::fs::rename(dir.join(f), dir.join(format!("{f}.1"))).unwrap();
+    }
+    let ok = Command::new("kill")
+        .args(["-HUP", &d.child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    std::thread::sleep(Duration::from_millis(500));
+    let (code, err) = d.stop();
+    assert_eq!(code, Some(0), "{err}");
+    // Every probe once, in the old file or the new one, none lost.
+    let (old, new) = (
+        jsonl(&dir.join("loop.jsonl.1")),
+        jsonl(&dir.join("loop.jsonl")),
+    );
+    assert!(
+        !old.is_empty() && !new.is_empty(),
+        "{} / {}",
+        old.len(),
+        new.len()
+    );
+    let all: Vec<Value> = old.into_iter().chain(new).collect();
+    for (t, s) in &seqs_once(&all) {
+        assert!(contiguous(s), "{t}: {s:?}");
+    }
+    // The new CSV starts with its header; both interval logs parse.
+    let csv = std::fs::read_to_string(dir.join("loop.csv")).unwrap();
+    assert!(csv.starts_with("job,target,protocol"), "{csv:.80}");
+    assert_eq!(hlog_tags(&dir.join("loop.hlog.1")).len(), 3);
+    assert_eq!(hlog_tags(&dir.join("loop.hlog")).len(), 3);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn metrics_agree_with_the_files_and_pass_promtool() {
     let d = Daemon::start("metrics", JOBS);
