@@ -32,6 +32,15 @@ pub(crate) fn target_size(t: &Target, size: Option<usize>) -> usize {
     }
 }
 
+/// Whether a request size means anything for `t`: a TCP handshake and a
+/// gRPC health check send no payload.
+pub(crate) fn uses_size(t: &Target) -> bool {
+    !matches!(
+        t.scheme,
+        Scheme::TcpConnect | Scheme::GrpcHealth | Scheme::GrpcsHealth
+    )
+}
+
 pub(crate) fn check_target_size(t: &Target, size: usize) -> anyhow::Result<()> {
     let res = match t.scheme {
         Scheme::Tcp => check_size("tcp", size, false),

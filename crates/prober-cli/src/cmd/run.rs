@@ -138,6 +138,9 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     for t in &targets {
         check_target_size(t, target_size(t, args.size))?;
+        if args.size.is_some() && !crate::probes::uses_size(t) {
+            eprintln!("prober: warning: --size has no effect on {t}: it sends no payload");
+        }
     }
 
     let tls = args.client_tls()?;

@@ -301,3 +301,25 @@ fn busy_poll_on_both_sides_answers_every_probe() {
     let want = if cores >= 4 { "busy-poll" } else { "async" };
     assert_eq!(of_type(&json_lines(&out), "meta")[0]["receive"], want);
 }
+
+#[test]
+fn size_on_a_target_without_payload_is_a_warning_not_an_error() {
+    let srv = Server::start(&[]);
+    let tcp = format!("tcp-connect://{}", srv.tcp);
+    let udp = format!("udp://{}", srv.udp);
+    let out = run(&[
+        "run", "-q", "-o", "json", "-c", "2", "-i", "10ms", "--size", "100", &tcp, &udp,
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("--size has no effect on {tcp}")),
+        "{err}"
+    );
+    assert!(!err.contains(&format!("no effect on {udp}")), "{err}");
+    let lines = ok_json(&out);
+    let sizes: Vec<_> = of_type(&lines, "summary")
+        .iter()
+        .map(|s| s["settings"]["size"].as_u64())
+        .collect();
+    assert_eq!(sizes, [Some(100), Some(100)]);
+}
