@@ -18,6 +18,18 @@ pub enum Step {
     Done,
 }
 
+/// Whether `fd` has data to read (or an error or hang-up to report) right
+/// now, without blocking. A spin loop on a TCP socket should ask this before
+/// each `recv`: `poll` reads the socket's state without taking its lock,
+/// while every `recv` takes it and so contends with the kernel delivering
+/// the very segment being waited for (and with a writer on another thread).
+pub fn readable_now(fd: std::os::fd::BorrowedFd<'_>) -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+    // An error from poll itself is left for the read to report.
+    !matches!(poll(&mut fds, PollTimeout::ZERO), Ok(0))
+}
+
 /// A thread running a spin loop; stopped and joined when dropped.
 #[derive(Debug)]
 pub struct SpinThread {
@@ -74,6 +86,19 @@ mod tests {
     use std::sync::atomic::AtomicU64;
 
     use super::*;
+
+    #[test]
+    fn readable_now_sees_data_and_hang_ups_without_blocking() {
+        use std::io::Write as _;
+        use std::os::fd::AsFd as _;
+        let (mut a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        assert!(!readable_now(b.as_fd()));
+        a.write_all(b"x").unwrap();
+        assert!(readable_now(b.as_fd()));
+        let (c, d) = std::os::unix::net::UnixStream::pair().unwrap();
+        drop(c);
+        assert!(readable_now(d.as_fd()), "a hang-up is for the read to report");
+    }
 
     #[test]
     fn runs_until_done_or_dropped() {

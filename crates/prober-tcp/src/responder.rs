@@ -164,6 +164,9 @@ fn spin_conn(
     let mut acc: Vec<u8> = Vec::with_capacity(64 * 1024);
     let mut chunk = vec![0u8; 64 * 1024];
     SpinThread::spawn("prober-serve-tcp-poll", move || {
+        if !prober_core::busy::readable_now(std::os::fd::AsFd::as_fd(&stream)) {
+            return Step::Idle;
+        }
         let n = match stream.read(&mut chunk) {
             Ok(0) => return Step::Done,
             Ok(n) => n,

@@ -194,6 +194,9 @@ fn spin_replies(
         Step::Done
     };
     SpinThread::spawn("prober-tcp-poll", move || {
+        if !prober_core::busy::readable_now(std::os::fd::AsFd::as_fd(&stream)) {
+            return Step::Idle;
+        }
         let n = match stream.read(&mut chunk) {
             Ok(0) => return fail("connection closed by peer".to_owned(), &matcher, &alive),
             Ok(n) => n,
