@@ -76,7 +76,7 @@ pub(crate) enum PacingArg {
     /// Busy-wait to each deadline (uses a core).
     Spin,
     /// Sleep until shortly before each deadline (a margin that adapts to how
-    /// late sleeps wake, about 2 % of a core at most), then spin.
+    /// late sleeps wake, about 1.5 % of a core at most), then spin.
     Hybrid,
 }
 

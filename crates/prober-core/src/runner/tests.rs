@@ -109,7 +109,7 @@ async fn open_loop_sends_on_schedule() {
 async fn spinning_pacing_prepares_probes_early_and_sends_at_the_deadline() {
     for pacing in [Pacing::Spin, Pacing::Hybrid, Pacing::Timer] {
         let probe = ScriptedProbe::new(|_| Some(Ok(Duration::ZERO)));
-        // 20 ms: hybrid's spin budget (2 % of the interval beyond the mean
+        // 20 ms: hybrid's spin budget (1.5 % of the interval beyond the mean
         // wake-up lateness) then covers a loaded machine's late wake-ups.
         let run = RunConfig {
             pacing,
