@@ -97,7 +97,10 @@ mod tests {
         assert!(readable_now(b.as_fd()));
         let (c, d) = std::os::unix::net::UnixStream::pair().unwrap();
         drop(c);
-        assert!(readable_now(d.as_fd()), "a hang-up is for the read to report");
+        assert!(
+            readable_now(d.as_fd()),
+            "a hang-up is for the read to report"
+        );
     }
 
     #[test]
