@@ -288,7 +288,7 @@ def med(results: list[dict], key: str) -> float | None:
 def us(v: float | None) -> str:
     if v is None:
         return "—"
-    if v >= 1000:
+    if round(v) >= 1000:
         return f"{v:,.0f} µs"
     if v >= 100:
         return f"{v:.0f} µs"
