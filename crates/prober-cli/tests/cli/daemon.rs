@@ -75,6 +75,10 @@ impl Daemon {
             format!("{header}{}", jobs.replace("RESPONDER", &self.udp)),
         )
         .unwrap();
+        self.hup();
+    }
+
+    pub(crate) fn hup(&self) {
         let ok = Command::new("kill")
             .args(["-HUP", &self.child.id().to_string()])
             .status()
@@ -241,12 +245,7 @@ fn sighup_reopens_sink_files_moved_away() {
     for f in ["loop.jsonl", "loop.csv", "loop.hlog"] {
         std::fs::rename(dir.join(f), dir.join(format!("{f}.1"))).unwrap();
     }
-    let ok = Command::new("kill")
-        .args(["-HUP", &d.child.id().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
+    d.hup();
     std::thread::sleep(Duration::from_millis(500));
     let (code, err) = d.stop();
     assert_eq!(code, Some(0), "{err}");
