@@ -71,6 +71,7 @@ fn json_sink(c: &mut Criterion) {
         sent: now,
         received: now + Duration::from_micros(50),
         server_dwell: Some(Duration::from_micros(3)),
+        rx_wake: None,
         bytes: 64,
     };
     let sample = Sample {

@@ -14,6 +14,12 @@ pub struct Reply {
     /// Time the responder held the request (its send minus its receive), when
     /// the protocol reports it.
     pub server_dwell: Option<Duration>,
+    /// How long after the kernel received the reply the probe read it: the
+    /// receiving side's wake-up and dispatch (the user-space receive time
+    /// minus the kernel's receive timestamp), where the socket gives kernel
+    /// timestamps (UDP, ICMP). A UDP round trip includes it; an ICMP round
+    /// trip, timed by the kernel as ping does, does not.
+    pub rx_wake: Option<Duration>,
     /// Bytes in the reply.
     pub bytes: usize,
 }

@@ -179,6 +179,8 @@ pub struct TargetStats {
     pub send_lag: Dist,
     /// Responder dwell time, when the protocol reports it.
     pub server_dwell: Dist,
+    /// Receive wake-up (see [`crate::Reply::rx_wake`]), where measured.
+    pub rx_wake: Dist,
 }
 
 impl TargetStats {
@@ -195,6 +197,9 @@ impl TargetStats {
                 }
                 if let Some(dwell) = reply.server_dwell {
                     self.server_dwell.record(dwell);
+                }
+                if let Some(wake) = reply.rx_wake {
+                    self.rx_wake.record(wake);
                 }
             }
             Outcome::Timeout => self.timeout += 1,
@@ -230,6 +235,7 @@ impl TargetStats {
             latency: self.latency.summary(),
             send_lag: self.send_lag.summary(),
             server_dwell: (self.server_dwell.count() > 0).then(|| self.server_dwell.summary()),
+            rx_wake: (self.rx_wake.count() > 0).then(|| self.rx_wake.summary()),
         }
     }
 }
@@ -260,6 +266,8 @@ pub struct Summary {
     pub latency: DistSummary,
     pub send_lag: DistSummary,
     pub server_dwell: Option<DistSummary>,
+    /// Kernel receive timestamp to the probe reading the reply (UDP, ICMP).
+    pub rx_wake: Option<DistSummary>,
 }
 
 impl Summary {

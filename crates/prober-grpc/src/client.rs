@@ -266,6 +266,7 @@ impl Probe for GrpcProbe {
                     sent,
                     received,
                     server_dwell: dwell(&r),
+                    rx_wake: None,
                     bytes: r.payload.len(),
                 })
             }
@@ -390,6 +391,7 @@ impl Probe for GrpcStreamProbe {
                 sent,
                 received,
                 server_dwell: dwell,
+                rx_wake: None,
                 bytes,
             }),
             Some(Err(e)) => {
@@ -448,6 +450,7 @@ impl Probe for GrpcHealthProbe {
                         sent,
                         received,
                         server_dwell: None,
+                        rx_wake: None,
                         bytes: 0,
                     })
                 } else {

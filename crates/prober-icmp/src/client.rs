@@ -19,7 +19,9 @@ use crate::packet::{
 use crate::socket::{IcmpSocket, SocketKind};
 
 /// What the receive loop hands a waiting probe: arrival instant and reply size.
-type Arrival = Result<(Instant, usize), ProbeError>;
+/// Kernel receive time, reply length, and the receive wake-up (how long
+/// after the kernel's timestamp the reader read the reply), if known.
+type Arrival = Result<(Instant, usize, Option<Duration>), ProbeError>;
 
 /// One target's state as the receive loop sees it.
 #[derive(Debug)]
@@ -96,7 +98,7 @@ impl IcmpClient {
             let spin =
                 SpinThread::spawn("prober-icmp-poll", move || match sock.try_recv(&mut buf) {
                     Ok((n, Some(from), stamp)) => {
-                        dispatch(&sock, &reg, &buf[..n], from, arrival_instant(stamp));
+                        dispatch(&sock, &reg, &buf[..n], from, arrival(stamp));
                         Step::Busy
                     }
                     Ok(_) => Step::Busy,
@@ -139,14 +141,17 @@ fn lock(r: &Registry) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Slot>>> {
     r.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Converts a kernel receive timestamp into the monotonic timeline: now
-/// minus how long ago the kernel saw the packet.
-fn arrival_instant(kernel: Option<SystemTime>) -> Instant {
+/// Converts a kernel receive timestamp into the monotonic timeline (now
+/// minus how long ago the kernel saw the packet), with that age: the receive
+/// wake-up. Without a usable timestamp, now and no wake-up.
+fn arrival(kernel: Option<SystemTime>) -> (Instant, Option<Duration>) {
     let now = Instant::now();
     match kernel.and_then(|k| SystemTime::now().duration_since(k).ok()) {
         // A packet older than a second means the wall clock moved; ignore it.
-        Some(age) if age < Duration::from_secs(1) => now.checked_sub(age).unwrap_or(now),
-        _ => now,
+        Some(age) if age < Duration::from_secs(1) => {
+            (now.checked_sub(age).unwrap_or(now), Some(age))
+        }
+        _ => (now, None),
     }
 }
 
@@ -162,13 +167,18 @@ async fn read_replies(socket: Arc<IcmpSocket>, registry: Arc<Registry>) {
                 continue;
             }
         };
-        let received = arrival_instant(stamp);
         let Some(from) = from else { continue };
-        dispatch(&socket, &registry, &buf[..n], from, received);
+        dispatch(&socket, &registry, &buf[..n], from, arrival(stamp));
     }
 }
 
-fn dispatch(socket: &IcmpSocket, registry: &Registry, buf: &[u8], from: IpAddr, received: Instant) {
+fn dispatch(
+    socket: &IcmpSocket,
+    registry: &Registry,
+    buf: &[u8],
+    from: IpAddr,
+    (received, wake): (Instant, Option<Duration>),
+) {
     let msg = match from {
         IpAddr::V4(a) => packet::parse_v4(buf, socket.raw, a),
         IpAddr::V6(a) => packet::parse_v6(buf, a),
@@ -196,7 +206,7 @@ fn dispatch(socket: &IcmpSocket, registry: &Registry, buf: &[u8], from: IpAddr, 
                 slot.corrupt.fetch_add(1, Ordering::Relaxed);
                 return;
             }
-            slot.matcher.deliver(seq, Ok((received, len)));
+            slot.matcher.deliver(seq, Ok((received, len, wake)));
         }
         Received::Error {
             target,
@@ -352,7 +362,7 @@ impl Probe for IcmpProbe {
             return Err(ProbeError::new(format!("send: {e}")));
         }
         match waiter.recv().await {
-            Some(Ok((received, len))) => {
+            Some(Ok((received, len, wake))) => {
                 // A kernel timestamp can precede our pre-send reading by a
                 // hair on a fast loopback; never report a negative RTT.
                 let received = received.max(sent);
@@ -360,6 +370,7 @@ impl Probe for IcmpProbe {
                     sent,
                     received,
                     server_dwell: None,
+                    rx_wake: wake,
                     bytes: len,
                 })
             }
@@ -418,14 +429,20 @@ mod tests {
         let mut old = slot.matcher.register(5);
         let mut new = slot.matcher.register(65_541);
         let now = Instant::now();
-        dispatch(&socket, &reg, &fake_socket_reply(42, 65_541, 5), lo, now);
+        dispatch(
+            &socket,
+            &reg,
+            &fake_socket_reply(42, 65_541, 5),
+            lo,
+            (now, None),
+        );
         assert_eq!(new.recv().await.unwrap().unwrap().1, 64);
-        dispatch(&socket, &reg, &fake_socket_reply(42, 5, 5), lo, now);
+        dispatch(&socket, &reg, &fake_socket_reply(42, 5, 5), lo, (now, None));
         assert!(old.recv().await.unwrap().is_ok());
         // A second copy is a duplicate; a reply to a dropped waiter is late.
-        dispatch(&socket, &reg, &fake_socket_reply(42, 5, 5), lo, now);
+        dispatch(&socket, &reg, &fake_socket_reply(42, 5, 5), lo, (now, None));
         drop(slot.matcher.register(7));
-        dispatch(&socket, &reg, &fake_socket_reply(42, 7, 7), lo, now);
+        dispatch(&socket, &reg, &fake_socket_reply(42, 7, 7), lo, (now, None));
         let a = slot.matcher.anomalies();
         assert_eq!((a.duplicate, a.late), (1, 1));
     }
@@ -441,7 +458,7 @@ mod tests {
             &reg,
             &fake_socket_reply(41, 3, 3),
             lo,
-            Instant::now(),
+            (Instant::now(), None),
         );
         assert_eq!(
             slot.matcher.pending(),
@@ -451,14 +468,14 @@ mod tests {
         let mut bad = fake_socket_reply(42, 3, 3);
         let last = bad.len() - 1;
         bad[last] ^= 0xff;
-        dispatch(&socket, &reg, &bad, lo, Instant::now());
+        dispatch(&socket, &reg, &bad, lo, (Instant::now(), None));
         // The header seq disagrees with the payload seq: corrupt too.
         dispatch(
             &socket,
             &reg,
             &fake_socket_reply(42, 3, 4),
             lo,
-            Instant::now(),
+            (Instant::now(), None),
         );
         // From another address: corrupt.
         dispatch(
@@ -466,12 +483,12 @@ mod tests {
             &reg,
             &fake_socket_reply(42, 3, 3),
             IpAddr::V4(Ipv4Addr::new(127, 0, 0, 9)),
-            Instant::now(),
+            (Instant::now(), None),
         );
         assert_eq!(slot.corrupt.load(Ordering::Relaxed), 3);
         assert_eq!(slot.matcher.pending(), 1);
         assert_eq!(
-            slot.matcher.deliver(3, Ok((Instant::now(), 0))),
+            slot.matcher.deliver(3, Ok((Instant::now(), 0, None))),
             Delivery::Matched
         );
         drop(w);
@@ -480,9 +497,14 @@ mod tests {
     #[test]
     fn kernel_timestamps_map_into_the_past() {
         let before = Instant::now();
-        let t = arrival_instant(Some(SystemTime::now() - Duration::from_millis(5)));
+        let (t, wake) = arrival(Some(SystemTime::now() - Duration::from_millis(5)));
         assert!(t <= before.max(t));
         assert!(Instant::now() - t >= Duration::from_millis(5));
-        assert!(arrival_instant(None) >= before);
+        assert!(
+            wake.is_some_and(|w| w >= Duration::from_millis(5)),
+            "{wake:?}"
+        );
+        assert_eq!(arrival(None).1, None);
+        assert!(arrival(None).0 >= before);
     }
 }

@@ -8,9 +8,10 @@ use prober_core::{ProbeError, Reply, Waiter};
 use tokio::time::Instant;
 use tokio_util::task::AbortOnDropHandle;
 
-/// What a receive loop hands a waiting probe: the arrival instant and the
-/// responder's dwell time, or why the connection failed.
-pub(crate) type Arrival = Result<(Instant, Duration), ProbeError>;
+/// What a receive loop hands a waiting probe: the arrival instant, the
+/// responder's dwell time and, where the socket gives kernel receive
+/// timestamps (UDP), the receive wake-up; or why the connection failed.
+pub(crate) type Arrival = Result<(Instant, Duration, Option<Duration>), ProbeError>;
 
 /// Waits for the reply to a request of `bytes` bytes sent at `sent`.
 pub(crate) async fn await_reply(
@@ -19,10 +20,11 @@ pub(crate) async fn await_reply(
     bytes: usize,
 ) -> Result<Reply, ProbeError> {
     match waiter.recv().await {
-        Some(Ok((received, dwell))) => Ok(Reply {
+        Some(Ok((received, dwell, wake))) => Ok(Reply {
             sent,
             received,
             server_dwell: Some(dwell),
+            rx_wake: wake,
             bytes,
         }),
         Some(Err(e)) => Err(e),

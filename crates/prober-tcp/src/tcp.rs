@@ -157,7 +157,10 @@ async fn read_replies(
         if let Err(e) = reader.read_exact(&mut rest).await {
             break format!("receive: {e}");
         }
-        matcher.deliver(h.seq, Ok((received, Duration::from_nanos(h.dwell_ns))));
+        matcher.deliver(
+            h.seq,
+            Ok((received, Duration::from_nanos(h.dwell_ns), None)),
+        );
     };
     alive.store(false, Ordering::Release);
     tracing::debug!(reason = %why, "tcp probe connection ended");
@@ -223,7 +226,10 @@ fn spin_replies(
             if acc.len() < size {
                 break;
             }
-            matcher.deliver(h.seq, Ok((received, Duration::from_nanos(h.dwell_ns))));
+            matcher.deliver(
+                h.seq,
+                Ok((received, Duration::from_nanos(h.dwell_ns), None)),
+            );
             acc.drain(..size);
         }
         Step::Busy
@@ -307,6 +313,7 @@ impl Probe for TcpConnectProbe {
             sent,
             received,
             server_dwell: None,
+            rx_wake: None,
             bytes: 0,
         })
     }
@@ -370,6 +377,7 @@ impl Probe for TcpCrrProbe {
             sent,
             received,
             server_dwell: dwell,
+            rx_wake: None,
             bytes: self.size,
         })
     }

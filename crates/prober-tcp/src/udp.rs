@@ -1,9 +1,13 @@
 //! `udp://host:port`: datagram request/response matched by seq and nonce.
 
-use std::io;
+use std::io::{self, IoSliceMut};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg, setsockopt, sockopt};
+use tokio::io::Interest;
 
 use prober_core::busy::{SpinThread, Step};
 use prober_core::{Anomalies, Gate, Matcher, Probe, ProbeError, Reply};
@@ -52,6 +56,8 @@ impl UdpProbe {
         };
         let socket = UdpSocket::bind(local).await?;
         socket.connect(addr).await?;
+        // Kernel receive timestamps, for the receive wake-up (`rx_wake`).
+        setsockopt(&socket, sockopt::ReceiveTimestampns, &true).map_err(io::Error::from)?;
         let socket = Arc::new(socket);
         let nonce = fastrand::u64(..);
         let matcher = Matcher::new();
@@ -63,9 +69,9 @@ impl UdpProbe {
             let mut buf = buf;
             Reader::Spin(SpinThread::spawn(
                 "prober-udp-poll",
-                move || match std_sock.recv(&mut buf) {
-                    Ok(n) => {
-                        on_datagram(&buf[..n], Instant::now(), &m, nonce);
+                move || match recv_stamped(std_sock.as_fd(), &mut buf) {
+                    Ok((n, wake)) => {
+                        on_datagram(&buf[..n], Instant::now(), wake, &m, nonce);
                         Step::Busy
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => Step::Idle,
@@ -94,10 +100,49 @@ impl UdpProbe {
     }
 }
 
-fn on_datagram(buf: &[u8], received: Instant, matcher: &Matcher<Arrival>, nonce: u64) {
+/// Receives one datagram without blocking: its length and how long ago the
+/// kernel received it (the receive wake-up), if it stamped it.
+fn recv_stamped(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, Option<Duration>)> {
+    let mut iov = [IoSliceMut::new(buf)];
+    let mut cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec);
+    let msg = recvmsg::<()>(
+        fd.as_raw_fd(),
+        &mut iov,
+        Some(&mut cmsg),
+        MsgFlags::MSG_DONTWAIT,
+    )
+    .map_err(io::Error::from)?;
+    let mut wake = None;
+    if let Ok(cmsgs) = msg.cmsgs() {
+        for c in cmsgs {
+            if let ControlMessageOwned::ScmTimestampns(ts) = c
+                && let (Ok(s), Ok(ns)) = (u64::try_from(ts.tv_sec()), u32::try_from(ts.tv_nsec()))
+            {
+                let kernel = UNIX_EPOCH + Duration::new(s, ns);
+                // A stamp more than a second old means the wall clock moved.
+                wake = SystemTime::now()
+                    .duration_since(kernel)
+                    .ok()
+                    .filter(|w| *w < Duration::from_secs(1));
+            }
+        }
+    }
+    Ok((msg.bytes, wake))
+}
+
+fn on_datagram(
+    buf: &[u8],
+    received: Instant,
+    wake: Option<Duration>,
+    matcher: &Matcher<Arrival>,
+    nonce: u64,
+) {
     match Header::decode(buf, MAX_UDP_FRAME) {
         Ok(h) if h.kind == Kind::Response && h.nonce == nonce && h.len as usize == buf.len() => {
-            matcher.deliver(h.seq, Ok((received, Duration::from_nanos(h.dwell_ns))));
+            matcher.deliver(
+                h.seq,
+                Ok((received, Duration::from_nanos(h.dwell_ns), wake)),
+            );
         }
         Ok(h) => tracing::debug!(
             seq = h.seq,
@@ -124,8 +169,15 @@ async fn read_replies(
     mut buf: Vec<u8>,
 ) {
     loop {
-        match socket.recv(&mut buf).await {
-            Ok(n) => on_datagram(&buf[..n], Instant::now(), &matcher, nonce),
+        // ERROR too: an ICMP port unreachable makes the socket report
+        // POLLERR alone, which READABLE by itself does not wake on here.
+        let read = socket
+            .async_io(Interest::READABLE | Interest::ERROR, || {
+                recv_stamped(socket.as_fd(), &mut buf)
+            })
+            .await;
+        match read {
+            Ok((n, wake)) => on_datagram(&buf[..n], Instant::now(), wake, &matcher, nonce),
             Err(e) => {
                 on_error(&e, &matcher);
                 if e.kind() != io::ErrorKind::ConnectionRefused {

@@ -271,6 +271,7 @@ mod tests {
                 sent: now,
                 received: now + Duration::from_micros(us),
                 server_dwell: None,
+                rx_wake: None,
                 bytes: 64,
             };
             m.record(7, &sample(Outcome::Ok(r)));

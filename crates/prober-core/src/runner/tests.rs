@@ -46,6 +46,7 @@ impl Probe for ScriptedProbe {
                     sent,
                     received: Instant::now(),
                     server_dwell: None,
+                    rx_wake: None,
                     bytes: 64,
                 })
             }

@@ -67,7 +67,8 @@ pub enum FieldValue {
 /// The value of field `name` for `s`, or `None` if no field has that name.
 ///
 /// Time statistics without a prefix are RTT; `lat.` is latency from the
-/// scheduled send, `lag.` send lag, `dwell.` responder dwell time. Each takes
+/// scheduled send, `lag.` send lag, `dwell.` responder dwell time, `wake.`
+/// receive wake-up (kernel receive timestamp to the probe's read). Each takes
 /// `mean std min p1 p5 p10 p25 p50 p75 p90 p95 p99 p99.9 max` (`25%` is
 /// accepted for `p25`).
 pub fn field_value(name: &str, s: &Summary, meta: &RunMeta) -> Option<FieldValue> {
@@ -101,6 +102,7 @@ pub fn field_value(name: &str, s: &Summary, meta: &RunMeta) -> Option<FieldValue
                 Some(("lag", stat)) => (&s.send_lag, stat),
                 Some(("rtt", stat)) => (&s.rtt, stat),
                 Some(("dwell", stat)) => (s.server_dwell.as_ref().unwrap_or(&empty), stat),
+                Some(("wake", stat)) => (s.rx_wake.as_ref().unwrap_or(&empty), stat),
                 _ => (&s.rtt, name),
             };
             let stat = match stat.strip_suffix('%') {
@@ -141,6 +143,7 @@ pub fn parse_fields(spec: &str) -> Result<Vec<String>, String> {
         latency: DistSummary::default(),
         send_lag: DistSummary::default(),
         server_dwell: None,
+        rx_wake: None,
     };
     let meta = RunMeta::new("", &crate::RunConfig::default());
     let fields: Vec<String> = spec
@@ -155,7 +158,7 @@ pub fn parse_fields(spec: &str) -> Result<Vec<String>, String> {
     for f in &fields {
         if field_value(f, &probe_summary, &meta).is_none() {
             return Err(format!(
-                "unknown field {f:?} (known: {}, and lat./lag./dwell. prefixes)",
+                "unknown field {f:?} (known: {}, and lat./lag./dwell./wake. prefixes)",
                 DEFAULT_CSV_FIELDS.join(",")
             ));
         }

@@ -129,6 +129,9 @@ impl Sink for HumanSink {
                 if let Some(d) = r.server_dwell {
                     write!(self.out, " dwell={}", format_ns(d.as_nanos() as f64))?;
                 }
+                if let Some(d) = r.rx_wake {
+                    write!(self.out, " wake={}", format_ns(d.as_nanos() as f64))?;
+                }
                 writeln!(self.out)?;
             }
             Outcome::Timeout => writeln!(self.out, "{who}seq={} timeout", s.seq)?,
@@ -168,6 +171,9 @@ impl Sink for HumanSink {
             writeln!(self.out, "{}", dist_line("send lag", &s.send_lag))?;
             if let Some(d) = &s.server_dwell {
                 writeln!(self.out, "{}", dist_line("dwell", d))?;
+            }
+            if let Some(d) = &s.rx_wake {
+                writeln!(self.out, "{}", dist_line("rx wake", d))?;
             }
         }
         writeln!(self.out, "\n{} (times in µs)", settings_line(&meta))?;

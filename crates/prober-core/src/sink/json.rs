@@ -71,6 +71,7 @@ pub struct ProbeLine<'a> {
     server_dwell_ns: Option<u64>,
     bytes: usize,
     error: Option<&'a str>,
+    rx_wake_ns: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -89,10 +90,10 @@ fn ns(d: std::time::Duration) -> u64 {
 impl<'a> ProbeLine<'a> {
     /// The line for sample `s` of target `t`, wall-clock times from `clock`.
     pub fn new(job: Option<&'a str>, t: &'a TargetInfo, s: &'a Sample, clock: &Clock) -> Self {
-        let (dwell, error) = match &s.outcome {
-            Outcome::Ok(r) => (r.server_dwell.map(ns), None),
-            Outcome::Error(e) => (None, Some(e.as_str())),
-            _ => (None, None),
+        let (dwell, wake, error) = match &s.outcome {
+            Outcome::Ok(r) => (r.server_dwell.map(ns), r.rx_wake.map(ns), None),
+            Outcome::Error(e) => (None, None, Some(e.as_str())),
+            _ => (None, None, None),
         };
         Self {
             kind: "probe",
@@ -110,6 +111,7 @@ impl<'a> ProbeLine<'a> {
             server_dwell_ns: dwell,
             bytes: s.bytes,
             error,
+            rx_wake_ns: wake,
         }
     }
 
@@ -124,7 +126,7 @@ impl<'a> ProbeLine<'a> {
             }
         };
         format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             quote(self.job.unwrap_or("")),
             quote(self.target),
             self.protocol,
@@ -139,11 +141,12 @@ impl<'a> ProbeLine<'a> {
             opt(self.server_dwell_ns),
             self.bytes,
             quote(self.error.unwrap_or("")),
+            opt(self.rx_wake_ns),
         )
     }
 
     /// Header of [`ProbeLine::csv_row`].
-    pub const CSV_HEADER: &'static str = "job,target,protocol,addr,seq,outcome,scheduled_unix_ns,sent_unix_ns,send_lag_ns,rtt_ns,latency_ns,server_dwell_ns,bytes,error";
+    pub const CSV_HEADER: &'static str = "job,target,protocol,addr,seq,outcome,scheduled_unix_ns,sent_unix_ns,send_lag_ns,rtt_ns,latency_ns,server_dwell_ns,bytes,error,rx_wake_ns";
 }
 
 impl Sink for JsonSink {

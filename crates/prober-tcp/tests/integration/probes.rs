@@ -19,6 +19,8 @@ async fn tcp_rr_answers_every_probe() {
     assert_eq!((s.late, s.duplicate, s.reconnects), (0, 0, 0));
     assert!(s.server_dwell.is_some());
     assert!(samples.iter().all(|x| x.bytes == 100));
+    // TCP is timed in user space only: no receive wake-up.
+    assert!(s.rx_wake.is_none());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -78,6 +80,20 @@ async fn udp_answers_every_probe() {
     let (s, samples) = run(probe, config(100, MS)).await;
     assert_eq!((s.sent, s.ok), (100, 100));
     assert_eq!(seqs(&samples), (0..100).collect::<Vec<_>>());
+    // The kernel stamps every reply: the wake-up is part of each RTT.
+    for x in &samples {
+        let Outcome::Ok(r) = &x.outcome else {
+            panic!("seq {} not ok", x.seq)
+        };
+        let wake = r.rx_wake.expect("a kernel receive timestamp");
+        assert!(
+            wake <= r.rtt(),
+            "seq {}: wake {wake:?} > rtt {:?}",
+            x.seq,
+            r.rtt()
+        );
+    }
+    assert_eq!(s.rx_wake.map(|w| w.count), Some(100));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
