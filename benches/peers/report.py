@@ -80,6 +80,7 @@ def parse_prober(d: Path, name: str) -> dict:
     if summary is None or not summary.get("rtt"):
         raise timeout_or(rc, err, out)
     rtt, lag = summary["rtt"], summary.get("send_lag") or {}
+    wake = summary.get("rx_wake") or {}
     ok, sent = summary.get("ok", 0), summary.get("sent", 0)
     res = {
         "p50": rtt["p50"] / 1e3,
@@ -89,6 +90,7 @@ def parse_prober(d: Path, name: str) -> dict:
         "n": ok,
         "lag_p50": lag.get("p50", math.nan) / 1e3,
         "lag_p99": lag.get("p99", math.nan) / 1e3,
+        "wake_p50": wake["p50"] / 1e3 if "p50" in wake else None,
         "receive": receive,
     }
     t = read(d / f"{name}.time").split()
@@ -350,6 +352,9 @@ def main() -> int:
             return None
         p50, p99 = med(res, "p50"), med(res, "p99")
         p50_cell = us(p50)
+        wake = med(res, "wake_p50")
+        if wake is not None:
+            p50_cell += f" (rx wake‡ {us(wake)})"
         if extra == "mean":
             p50_cell += f" (mean {us(med(res, 'mean'))})"
         rows.append([tool, mode, count_cell(res), p50_cell, us(p99), "—"])
@@ -686,6 +691,15 @@ def main() -> int:
             "scheduler preempts a spinner. In every pair the spinning thread hands each reply to "
             "that tokio task, which in a closed loop is waiting for it and has to be woken. "
             "Busy polling needs a spare core per spinning thread to pay off."
+        )
+    if any("rx wake" in r[3] for r in rows):
+        md.append("")
+        md.append(
+            "‡ rx wake: the median over the rounds of the p50 of prober's receive wake-up, "
+            "from the kernel's receive timestamp of a reply to prober reading it (`rx_wake` "
+            "in the summary). A UDP round trip includes it; an ICMP one, timed by the kernel "
+            "as ping's is, does not. It is the part of a round trip that is the receiving "
+            "side's wake-up rather than the network and the responder."
         )
     if h2_res:
         md.append("")

@@ -17,8 +17,8 @@ pub struct Reply {
     /// How long after the kernel received the reply the probe read it: the
     /// receiving side's wake-up and dispatch (the user-space receive time
     /// minus the kernel's receive timestamp), where the socket gives kernel
-    /// timestamps (UDP, ICMP). A UDP round trip includes it; an ICMP round
-    /// trip, timed by the kernel as ping does, does not.
+    /// timestamps (`tcp://`, UDP, ICMP). A TCP or UDP round trip includes it;
+    /// an ICMP round trip, timed by the kernel as ping does, does not.
     pub rx_wake: Option<Duration>,
     /// Bytes in the reply.
     pub bytes: usize,

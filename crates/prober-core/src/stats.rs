@@ -266,7 +266,8 @@ pub struct Summary {
     pub latency: DistSummary,
     pub send_lag: DistSummary,
     pub server_dwell: Option<DistSummary>,
-    /// Kernel receive timestamp to the probe reading the reply (UDP, ICMP).
+    /// Kernel receive timestamp to the probe reading the reply (`tcp://`,
+    /// UDP, ICMP).
     pub rx_wake: Option<DistSummary>,
 }
 

@@ -3,20 +3,21 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use prober_core::{Anomalies, Gate, Matcher, MatcherSet, Probe, ProbeError, Reply};
 use socket2::SockRef;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 use tokio_util::task::AbortOnDropHandle;
 
-use crate::reader::{Arrival, Reader, await_reply};
+use crate::reader::{Arrival, Reader, await_reply, enable_rx_timestamps, recv_stamped};
 use prober_core::busy::{SpinThread, Step};
 
 use crate::wire::{self, HEADER_LEN, Header, Kind, MAX_TCP_FRAME};
@@ -83,6 +84,8 @@ impl TcpProbe {
         stream
             .set_nodelay(true)
             .map_err(|e| ProbeError::new(format!("setting TCP_NODELAY: {e}")))?;
+        enable_rx_timestamps(stream.as_fd())
+            .map_err(|e| ProbeError::new(format!("setting SO_TIMESTAMPNS: {e}")))?;
         let reconnect = self.connected_once.swap(true, Ordering::Relaxed);
         let matcher = self.matchers.next(reconnect);
         let alive = Arc::new(AtomicBool::new(true));
@@ -125,6 +128,39 @@ impl TcpProbe {
     }
 }
 
+/// Splits the replies at the front of `acc` off and hands them to their
+/// probes, all with the arrival `received` and receive wake-up `wake` of the
+/// read that completed them. Keeps a partial frame. Fails on a frame that
+/// is not one of ours.
+fn take_replies(
+    acc: &mut Vec<u8>,
+    nonce: u64,
+    size: usize,
+    (received, wake): (Instant, Option<Duration>),
+    matcher: &Matcher<Arrival>,
+) -> Result<(), String> {
+    let mut at = 0;
+    while acc.len() - at >= HEADER_LEN {
+        let h = Header::decode(&acc[at..], MAX_TCP_FRAME).map_err(|e| format!("bad reply: {e}"))?;
+        if h.kind != Kind::Response || h.nonce != nonce || h.len as usize != size {
+            return Err(format!(
+                "bad reply: {} of {} bytes from another run or peer",
+                h.kind, h.len
+            ));
+        }
+        if acc.len() - at < size {
+            break;
+        }
+        matcher.deliver(
+            h.seq,
+            Ok((received, Duration::from_nanos(h.dwell_ns), wake)),
+        );
+        at += size;
+    }
+    acc.drain(..at);
+    Ok(())
+}
+
 async fn read_replies(
     reader: OwnedReadHalf,
     matcher: Arc<Matcher<Arrival>>,
@@ -132,35 +168,24 @@ async fn read_replies(
     size: usize,
     alive: Arc<AtomicBool>,
 ) {
-    let mut reader = BufReader::with_capacity(64 * 1024, reader);
-    let mut header = [0u8; HEADER_LEN];
-    let mut rest = vec![0u8; size - HEADER_LEN];
+    let stream: &TcpStream = reader.as_ref();
+    let mut acc: Vec<u8> = Vec::with_capacity(64 * 1024);
+    let mut chunk = vec![0u8; 64 * 1024];
     let why = loop {
-        if let Err(e) = reader.read_exact(&mut header).await {
-            break if e.kind() == io::ErrorKind::UnexpectedEof {
-                "connection closed by peer".to_owned()
-            } else {
-                format!("receive: {e}")
-            };
-        }
-        let received = Instant::now();
-        let h = match Header::decode(&header, MAX_TCP_FRAME) {
-            Ok(h) => h,
-            Err(e) => break format!("bad reply: {e}"),
+        let read = stream
+            .async_io(Interest::READABLE, || {
+                recv_stamped(stream.as_fd(), &mut chunk)
+            })
+            .await;
+        let (n, wake) = match read {
+            Ok((0, _)) => break "connection closed by peer".to_owned(),
+            Ok(r) => r,
+            Err(e) => break format!("receive: {e}"),
         };
-        if h.kind != Kind::Response || h.nonce != nonce || h.len as usize != size {
-            break format!(
-                "bad reply: {} of {} bytes from another run or peer",
-                h.kind, h.len
-            );
+        acc.extend_from_slice(&chunk[..n]);
+        if let Err(why) = take_replies(&mut acc, nonce, size, (Instant::now(), wake), &matcher) {
+            break why;
         }
-        if let Err(e) = reader.read_exact(&mut rest).await {
-            break format!("receive: {e}");
-        }
-        matcher.deliver(
-            h.seq,
-            Ok((received, Duration::from_nanos(h.dwell_ns), None)),
-        );
     };
     alive.store(false, Ordering::Release);
     tracing::debug!(reason = %why, "tcp probe connection ended");
@@ -182,13 +207,12 @@ impl Drop for Unfinished<'_> {
 /// The busy-poll twin of `read_replies`: a thread reading the socket
 /// without blocking and splitting the byte stream into frames itself.
 fn spin_replies(
-    mut stream: std::net::TcpStream,
+    stream: std::net::TcpStream,
     matcher: Arc<Matcher<Arrival>>,
     nonce: u64,
     size: usize,
     alive: Arc<AtomicBool>,
 ) -> io::Result<SpinThread> {
-    use std::io::Read as _;
     let mut acc: Vec<u8> = Vec::with_capacity(64 * 1024);
     let mut chunk = vec![0u8; 64 * 1024];
     let fail = move |why: String, matcher: &Matcher<Arrival>, alive: &AtomicBool| {
@@ -197,42 +221,20 @@ fn spin_replies(
         Step::Done
     };
     SpinThread::spawn("prober-tcp-poll", move || {
-        if !prober_core::busy::readable_now(std::os::fd::AsFd::as_fd(&stream)) {
+        if !prober_core::busy::readable_now(stream.as_fd()) {
             return Step::Idle;
         }
-        let n = match stream.read(&mut chunk) {
-            Ok(0) => return fail("connection closed by peer".to_owned(), &matcher, &alive),
-            Ok(n) => n,
+        let (n, wake) = match recv_stamped(stream.as_fd(), &mut chunk) {
+            Ok((0, _)) => return fail("connection closed by peer".to_owned(), &matcher, &alive),
+            Ok(r) => r,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Idle,
             Err(e) => return fail(format!("receive: {e}"), &matcher, &alive),
         };
-        let received = Instant::now();
         acc.extend_from_slice(&chunk[..n]);
-        while acc.len() >= HEADER_LEN {
-            let h = match Header::decode(&acc, MAX_TCP_FRAME) {
-                Ok(h) => h,
-                Err(e) => return fail(format!("bad reply: {e}"), &matcher, &alive),
-            };
-            if h.kind != Kind::Response || h.nonce != nonce || h.len as usize != size {
-                return fail(
-                    format!(
-                        "bad reply: {} of {} bytes from another run or peer",
-                        h.kind, h.len
-                    ),
-                    &matcher,
-                    &alive,
-                );
-            }
-            if acc.len() < size {
-                break;
-            }
-            matcher.deliver(
-                h.seq,
-                Ok((received, Duration::from_nanos(h.dwell_ns), None)),
-            );
-            acc.drain(..size);
+        match take_replies(&mut acc, nonce, size, (Instant::now(), wake), &matcher) {
+            Ok(()) => Step::Busy,
+            Err(why) => fail(why, &matcher, &alive),
         }
-        Step::Busy
     })
 }
 

@@ -1,12 +1,11 @@
 //! `udp://host:port`: datagram request/response matched by seq and nonce.
 
-use std::io::{self, IoSliceMut};
+use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::AsFd;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg, setsockopt, sockopt};
 use tokio::io::Interest;
 
 use prober_core::busy::{SpinThread, Step};
@@ -14,7 +13,7 @@ use prober_core::{Anomalies, Gate, Matcher, Probe, ProbeError, Reply};
 use tokio::net::UdpSocket;
 use tokio::time::Instant;
 
-use crate::reader::{Arrival, Reader, await_reply};
+use crate::reader::{Arrival, Reader, await_reply, enable_rx_timestamps, recv_stamped};
 use socket2::SockRef;
 use tokio_util::task::AbortOnDropHandle;
 
@@ -57,7 +56,7 @@ impl UdpProbe {
         let socket = UdpSocket::bind(local).await?;
         socket.connect(addr).await?;
         // Kernel receive timestamps, for the receive wake-up (`rx_wake`).
-        setsockopt(&socket, sockopt::ReceiveTimestampns, &true).map_err(io::Error::from)?;
+        enable_rx_timestamps(socket.as_fd())?;
         let socket = Arc::new(socket);
         let nonce = fastrand::u64(..);
         let matcher = Matcher::new();
@@ -98,36 +97,6 @@ impl UdpProbe {
             _reader: reader,
         })
     }
-}
-
-/// Receives one datagram without blocking: its length and how long ago the
-/// kernel received it (the receive wake-up), if it stamped it.
-fn recv_stamped(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, Option<Duration>)> {
-    let mut iov = [IoSliceMut::new(buf)];
-    let mut cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec);
-    let msg = recvmsg::<()>(
-        fd.as_raw_fd(),
-        &mut iov,
-        Some(&mut cmsg),
-        MsgFlags::MSG_DONTWAIT,
-    )
-    .map_err(io::Error::from)?;
-    let mut wake = None;
-    if let Ok(cmsgs) = msg.cmsgs() {
-        for c in cmsgs {
-            if let ControlMessageOwned::ScmTimestampns(ts) = c
-                && let (Ok(s), Ok(ns)) = (u64::try_from(ts.tv_sec()), u32::try_from(ts.tv_nsec()))
-            {
-                let kernel = UNIX_EPOCH + Duration::new(s, ns);
-                // A stamp more than a second old means the wall clock moved.
-                wake = SystemTime::now()
-                    .duration_since(kernel)
-                    .ok()
-                    .filter(|w| *w < Duration::from_secs(1));
-            }
-        }
-    }
-    Ok((msg.bytes, wake))
 }
 
 fn on_datagram(

@@ -41,10 +41,10 @@ fn json_has_every_seq_once_per_protocol() {
     for p in of_type(&lines, "probe") {
         assert_eq!(p["outcome"], "ok", "{p}");
         assert!(p["rtt_ns"].as_u64().is_some() && p["sent_unix_ns"].as_u64().is_some());
-        // Only UDP (of these) has kernel receive timestamps: the wake-up.
-        let udp = p["protocol"] == "udp";
-        assert_eq!(p["rx_wake_ns"].as_u64().is_some(), udp, "{p}");
-        if udp {
+        // tcp:// and udp:// (of these) read with kernel receive timestamps.
+        let stamped = p["protocol"] == "udp" || p["protocol"] == "tcp";
+        assert_eq!(p["rx_wake_ns"].as_u64().is_some(), stamped, "{p}");
+        if stamped {
             assert!(p["rx_wake_ns"].as_u64() <= p["rtt_ns"].as_u64(), "{p}");
         }
         seqs.entry(p["target"].as_str().unwrap().to_owned())

@@ -19,8 +19,14 @@ async fn tcp_rr_answers_every_probe() {
     assert_eq!((s.late, s.duplicate, s.reconnects), (0, 0, 0));
     assert!(s.server_dwell.is_some());
     assert!(samples.iter().all(|x| x.bytes == 100));
-    // TCP is timed in user space only: no receive wake-up.
-    assert!(s.rx_wake.is_none());
+    // Each read is stamped by the kernel: a receive wake-up per reply.
+    assert_eq!(s.rx_wake.map(|w| w.count), Some(50));
+    for x in &samples {
+        let Outcome::Ok(r) = &x.outcome else {
+            panic!("seq {} not ok", x.seq)
+        };
+        assert!(r.rx_wake.is_some_and(|w| w <= r.rtt()), "seq {}", x.seq);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
