@@ -697,7 +697,7 @@ def main() -> int:
         md.append(
             "‡ rx wake: the median over the rounds of the p50 of prober's receive wake-up, "
             "from the kernel's receive timestamp of a reply to prober reading it (`rx_wake` "
-            "in the summary). A UDP round trip includes it; an ICMP one, timed by the kernel "
+            "in the summary). A TCP or UDP round trip includes it; an ICMP one, timed by the kernel "
             "as ping's is, does not. It is the part of a round trip that is the receiving "
             "side's wake-up rather than the network and the responder."
         )
