@@ -9,8 +9,8 @@ use crate::sample::Reply;
 struct ScriptedProbe {
     script: Box<dyn Fn(u64) -> Option<Result<Duration, String>> + Send + Sync>,
     calls: Mutex<Vec<(u64, Instant)>>,
-    /// When each probe started, before its gate.
-    starts: Mutex<Vec<(u64, Instant)>>,
+    /// The gate each probe was given.
+    gates: Mutex<Vec<(u64, Gate)>>,
 }
 
 impl ScriptedProbe {
@@ -20,7 +20,7 @@ impl ScriptedProbe {
         Arc::new(Self {
             script: Box::new(f),
             calls: Mutex::new(Vec::new()),
-            starts: Mutex::new(Vec::new()),
+            gates: Mutex::new(Vec::new()),
         })
     }
 }
@@ -33,7 +33,7 @@ impl std::fmt::Debug for ScriptedProbe {
 
 impl Probe for ScriptedProbe {
     async fn probe_at(&self, seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
-        self.starts.lock().unwrap().push((seq, Instant::now()));
+        self.gates.lock().unwrap().push((seq, gate));
         gate.pass().await;
         let sent = Instant::now();
         self.calls.lock().unwrap().push((seq, sent));
@@ -105,34 +105,30 @@ async fn open_loop_sends_on_schedule() {
     }
 }
 
-/// Real time: spinning cannot run on paused time.
+/// Real time: spinning cannot run on paused time. Timing itself is not
+/// asserted (a loaded machine preempts the spinner); the gates are.
 #[tokio::test]
-async fn spinning_pacing_prepares_probes_early_and_sends_at_the_deadline() {
+async fn spinning_pacing_gates_each_probe_at_its_deadline() {
     for pacing in [Pacing::Spin, Pacing::Hybrid, Pacing::Timer] {
         let probe = ScriptedProbe::new(|_| Some(Ok(Duration::ZERO)));
-        // 20 ms: hybrid's spin budget (1.5 % of the interval beyond the mean
-        // wake-up lateness) then covers a loaded machine's late wake-ups.
         let run = RunConfig {
             pacing,
             precise_timer: true,
-            ..cfg(20, 20)
+            ..cfg(5, 10)
         };
         let (samples, _, _) = run_one(Arc::clone(&probe), run, CancellationToken::new()).await;
-        assert_eq!(samples.len(), 20);
-        let starts: HashMap<u64, Instant> = probe.starts.lock().unwrap().iter().copied().collect();
-        let mut early = 0;
+        assert_eq!(samples.len(), 10);
+        let gates: HashMap<u64, Gate> = probe.gates.lock().unwrap().iter().copied().collect();
         for s in &samples {
             // Never before the deadline, whatever the pacing.
             assert!(s.sent >= s.scheduled, "{pacing}: seq {} sent early", s.seq);
-            if starts[&s.seq] < s.scheduled {
-                early += 1;
-            }
-        }
-        match pacing {
-            // Started ahead behind the gate; a preempted runner may start one
-            // late, so most, not all.
-            Pacing::Spin | Pacing::Hybrid => assert!(early >= 10, "{pacing}: {early} of 20 early"),
-            Pacing::Timer => assert_eq!(early, 0, "timer pacing starts probes at the deadline"),
+            let want = match pacing {
+                // Started ahead, behind a gate that opens at the deadline.
+                Pacing::Spin | Pacing::Hybrid => Some(s.scheduled),
+                // Started at the deadline, nothing to wait for.
+                Pacing::Timer => None,
+            };
+            assert_eq!(gates[&s.seq].deadline(), want, "{pacing}: seq {}", s.seq);
         }
     }
 }
