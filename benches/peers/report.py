@@ -64,6 +64,16 @@ def timeout_or(rc: int, err: str, out: str = "") -> Fail:
     return Fail(f"failed (exit {rc}): {last_line(err) or last_line(out)}")
 
 
+def json_output(d: Path, name: str) -> tuple[dict, str]:
+    """The one JSON object a tool printed (ghz, floor, h2ping), and its
+    stderr; a run that printed none failed."""
+    out, err, rc = files(d, name)
+    try:
+        return json.loads(out), err
+    except ValueError:
+        raise timeout_or(rc, err, out) from None
+
+
 def parse_prober(d: Path, name: str) -> dict:
     out, err, rc = files(d, name)
     summary, receive = None, None
@@ -88,6 +98,7 @@ def parse_prober(d: Path, name: str) -> dict:
         "mean": rtt["mean"] / 1e3,
         "count": str(sent) if ok == sent else f"{ok} ok of {sent}",
         "n": ok,
+        "sent": sent,
         "lag_p50": lag.get("p50", math.nan) / 1e3,
         "lag_p99": lag.get("p99", math.nan) / 1e3,
         "wake_p50": wake["p50"] / 1e3 if "p50" in wake else None,
@@ -163,11 +174,7 @@ def parse_qperf(d: Path, name: str) -> dict:
 
 
 def parse_ghz(d: Path, name: str) -> dict:
-    out, err, rc = files(d, name)
-    try:
-        obj = json.loads(out)
-    except ValueError:
-        raise timeout_or(rc, err, out) from None
+    obj, err = json_output(d, name)
     dist = {
         int(x["percentage"]): x["latency"] / 1e3
         for x in obj.get("latencyDistribution") or []
@@ -190,16 +197,13 @@ def parse_ghz(d: Path, name: str) -> dict:
         "mean": obj.get("average", 0) / 1e3,
         "count": count,
         "n": ok,
+        "rps": float(obj.get("rps") or 0),  # over the run; meaningful with -n
     }
 
 
 def parse_floor(d: Path, name: str) -> dict:
     """benches/src/bin/floor.rs: one JSON object, times in ns."""
-    out, err, rc = files(d, name)
-    try:
-        obj = json.loads(out)
-    except ValueError:
-        raise timeout_or(rc, err, out) from None
+    obj, _ = json_output(d, name)
     spin = obj["spin"]
     res = {
         "gaps_per_s": spin["gaps_per_s"],
@@ -215,14 +219,6 @@ def parse_floor(d: Path, name: str) -> dict:
     return res
 
 
-def parse_ghz_tp(d: Path, name: str) -> dict:
-    """ghz with -n: requests per second over the run."""
-    res = parse_ghz(d, name)
-    obj = json.loads(read(d / f"{name}.out"))
-    res["rps"] = float(obj.get("rps") or 0)
-    return res
-
-
 def parse_prober_tp(d: Path, proto: str, clients: int, secs: float) -> dict:
     """TP_CLIENTS concurrent prober runs: summed replies per second."""
     ok = sent = 0
@@ -233,12 +229,8 @@ def parse_prober_tp(d: Path, proto: str, clients: int, secs: float) -> dict:
         except Fail as e:
             fails.append(f"client {i}: {e}")
             continue
-        summary = None
-        for line in read(d / f"tp_{proto}_{i}.out").splitlines():
-            if '"summary"' in line:
-                summary = json.loads(line)
-        ok += summary.get("ok", 0)
-        sent += summary.get("sent", 0)
+        ok += x["n"]
+        sent += x["sent"]
         p50s.append(x["p50"])
     if not p50s:
         raise Fail("; ".join(fails) or "no client ran")
@@ -254,11 +246,7 @@ def parse_prober_tp(d: Path, proto: str, clients: int, secs: float) -> dict:
 
 def parse_h2ping(d: Path, name: str) -> dict:
     """crates/prober-grpc/examples/h2ping.rs: one JSON line, ns."""
-    out, err, rc = files(d, name)
-    try:
-        obj = json.loads(out.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        raise timeout_or(rc, err, out) from None
+    obj, _ = json_output(d, name)
     return {
         "p50": obj["p50_ns"] / 1e3,
         "p99": obj["p99_ns"] / 1e3,
@@ -470,7 +458,7 @@ def main() -> int:
         tp_rows.append(["gRPC unary Ping 64 B", "ghz -c 50 -n 100000", "—", f"not available: {na['ghz']}", "", ""])
     elif (out / "rtp" / "ghz_grpc_c50.rc").is_file():
         try:
-            g = parse_ghz_tp(out / "rtp", "ghz_grpc_c50")
+            g = parse_ghz(out / "rtp", "ghz_grpc_c50")
             tp_rows.append(["gRPC unary Ping 64 B", "ghz -c 50 -n 100000", g["count"],
                             f"{g['rps']:,.0f}", us(g["p50"]), us(g["p99"])])
         except Exception as e:  # noqa: BLE001
