@@ -237,13 +237,14 @@ fn deliver_error(
     quoted: PayloadCheck,
     why: String,
 ) {
-    let slots: Vec<Arc<Slot>> = lock(registry).values().cloned().collect();
     if let PayloadCheck::Ours { nonce, seq, .. } = quoted {
         if let Some(slot) = lock(registry).get(&nonce) {
             slot.matcher.deliver(seq, Err(ProbeError::new(why)));
         }
         return;
     }
+    // Cloned out so that no matcher is called under the registry lock.
+    let slots: Vec<Arc<Slot>> = lock(registry).values().cloned().collect();
     for slot in slots.iter().filter(|s| s.addr == target) {
         if let Some(seq) = slot.matcher.newest_pending(|s| s as u16 == seq16) {
             slot.matcher.deliver(seq, Err(ProbeError::new(why)));
