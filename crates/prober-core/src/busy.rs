@@ -30,6 +30,15 @@ pub fn readable_now(fd: std::os::fd::BorrowedFd<'_>) -> bool {
     !matches!(poll(&mut fds, PollTimeout::ZERO), Ok(0))
 }
 
+/// Owns a receive loop, whichever kind; dropping it stops the loop.
+#[derive(Debug)]
+pub enum Reader {
+    /// A tokio task that sleeps in epoll between replies.
+    Task(#[allow(dead_code, reason = "held for its Drop")] tokio_util::task::AbortOnDropHandle<()>),
+    /// A thread spinning on non-blocking reads (`--busy-poll`).
+    Spin(#[allow(dead_code, reason = "held for its Drop")] SpinThread),
+}
+
 /// A thread running a spin loop; stopped and joined when dropped.
 #[derive(Debug)]
 pub struct SpinThread {

@@ -27,6 +27,7 @@ pub mod meta;
 pub mod pacer;
 pub mod probe;
 pub mod runner;
+pub mod rx;
 pub mod sample;
 pub mod sink;
 pub mod stats;

@@ -321,6 +321,16 @@ impl<T> Waiter<T> {
     }
 }
 
+impl<T> Waiter<Result<T, crate::ProbeError>> {
+    /// Waits for the reply or the error the receive side delivered; a slot
+    /// dropped without a value is an error too.
+    pub async fn reply(&mut self) -> Result<T, crate::ProbeError> {
+        self.recv()
+            .await
+            .unwrap_or_else(|| Err(crate::ProbeError::new("reply matcher closed")))
+    }
+}
+
 impl<T> Drop for Waiter<T> {
     fn drop(&mut self) {
         let Some(mut rx) = self.rx.take() else { return };

@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
-use prober_core::busy::{SpinThread, Step};
+use prober_core::busy::{Reader, SpinThread, Step};
+use prober_core::rx::wake_since;
 use prober_core::{Anomalies, Gate, Matcher, Probe, ProbeError, Reply};
 use tokio::time::Instant;
 use tokio_util::task::AbortOnDropHandle;
@@ -18,9 +19,9 @@ use crate::packet::{
 };
 use crate::socket::{IcmpSocket, SocketKind};
 
-/// What the receive loop hands a waiting probe: arrival instant and reply size.
-/// Kernel receive time, reply length, and the receive wake-up (how long
-/// after the kernel's timestamp the reader read the reply), if known.
+/// What the receive loop hands a waiting probe: the kernel's receive time,
+/// the reply's length, and the receive wake-up (how long after the kernel's
+/// timestamp the reader read the reply), if known.
 type Arrival = Result<(Instant, usize, Option<Duration>), ProbeError>;
 
 /// One target's state as the receive loop sees it.
@@ -40,13 +41,6 @@ struct Family {
     registry: Arc<Registry>,
     _reader: Reader,
     _errors: Option<AbortOnDropHandle<()>>,
-}
-
-/// Owns the receive loop of a socket; dropping it stops the loop.
-#[derive(Debug)]
-enum Reader {
-    Task(#[allow(dead_code, reason = "held for its Drop")] AbortOnDropHandle<()>),
-    Spin(#[allow(dead_code, reason = "held for its Drop")] SpinThread),
 }
 
 /// Opens and shares the ICMP sockets of a run: at most one per address
@@ -146,12 +140,9 @@ fn lock(r: &Registry) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Slot>>> {
 /// wake-up. Without a usable timestamp, now and no wake-up.
 fn arrival(kernel: Option<SystemTime>) -> (Instant, Option<Duration>) {
     let now = Instant::now();
-    match kernel.and_then(|k| SystemTime::now().duration_since(k).ok()) {
-        // A packet older than a second means the wall clock moved; ignore it.
-        Some(age) if age < Duration::from_secs(1) => {
-            (now.checked_sub(age).unwrap_or(now), Some(age))
-        }
-        _ => (now, None),
+    match kernel.and_then(wake_since) {
+        Some(age) => (now.checked_sub(age).unwrap_or(now), Some(age)),
+        None => (now, None),
     }
 }
 
@@ -296,7 +287,6 @@ pub struct IcmpProbe {
     family: Arc<Family>,
     slot: Arc<Slot>,
     nonce: u64,
-    addr: IpAddr,
     size: usize,
 }
 
@@ -325,7 +315,6 @@ impl IcmpProbe {
             family,
             slot,
             nonce,
-            addr,
             size,
         })
     }
@@ -357,27 +346,21 @@ impl Probe for IcmpProbe {
         let sent = Instant::now();
         if let Err(e) = socket
             .sock
-            .send_to(&pkt, SocketAddr::new(self.addr, 0))
+            .send_to(&pkt, SocketAddr::new(self.slot.addr, 0))
             .await
         {
             return Err(ProbeError::new(format!("send: {e}")));
         }
-        match waiter.recv().await {
-            Some(Ok((received, len, wake))) => {
-                // A kernel timestamp can precede our pre-send reading by a
-                // hair on a fast loopback; never report a negative RTT.
-                let received = received.max(sent);
-                Ok(Reply {
-                    sent,
-                    received,
-                    server_dwell: None,
-                    rx_wake: wake,
-                    bytes: len,
-                })
-            }
-            Some(Err(e)) => Err(e),
-            None => Err(ProbeError::new("reply matcher closed")),
-        }
+        let (received, len, wake) = waiter.reply().await?;
+        // A kernel timestamp can precede our pre-send reading by a hair on a
+        // fast loopback; never report a negative RTT.
+        Ok(Reply {
+            sent,
+            received: received.max(sent),
+            server_dwell: None,
+            rx_wake: wake,
+            bytes: len,
+        })
     }
 
     fn anomalies(&self) -> Anomalies {

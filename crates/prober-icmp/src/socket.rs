@@ -3,12 +3,13 @@
 
 use std::io::{self, IoSliceMut};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::os::fd::AsRawFd;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::os::fd::{AsFd, AsRawFd};
+use std::time::SystemTime;
 
 use nix::sys::socket::{
-    ControlMessageOwned, MsgFlags, SockaddrLike, SockaddrStorage, recvmsg, setsockopt, sockopt,
+    ControlMessageOwned, MsgFlags, SockaddrStorage, recvmsg, setsockopt, sockopt,
 };
+use prober_core::rx;
 use socket2::{Domain, Protocol, SockFilter, Socket, Type};
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
@@ -101,8 +102,7 @@ impl IcmpSocket {
                 sock.set_ttl_v4(ttl).map_err(setup("TTL"))?;
             }
         }
-        setsockopt(&sock, sockopt::ReceiveTimestampns, &true)
-            .map_err(|e| setup("SO_TIMESTAMPNS")(e.into()))?;
+        rx::enable_timestamps(sock.as_fd()).map_err(setup("SO_TIMESTAMPNS"))?;
         let mut ident = fastrand::u16(..);
         if !raw {
             if v6 {
@@ -151,23 +151,8 @@ impl IcmpSocket {
         &self,
         buf: &mut [u8],
     ) -> io::Result<(usize, Option<IpAddr>, Option<SystemTime>)> {
-        let fd = self.sock.as_raw_fd();
-        let mut iov = [IoSliceMut::new(buf)];
-        let mut cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec);
-        let msg = recvmsg::<SockaddrStorage>(fd, &mut iov, Some(&mut cmsg), MsgFlags::MSG_DONTWAIT)
-            .map_err(io::Error::from)?;
-        let mut stamp = None;
-        if let Ok(cmsgs) = msg.cmsgs() {
-            for c in cmsgs {
-                if let ControlMessageOwned::ScmTimestampns(ts) = c {
-                    let (s, ns) = (ts.tv_sec(), ts.tv_nsec());
-                    if let (Ok(s), Ok(ns)) = (u64::try_from(s), u32::try_from(ns)) {
-                        stamp = Some(UNIX_EPOCH + Duration::new(s, ns));
-                    }
-                }
-            }
-        }
-        Ok((msg.bytes, msg.address.as_ref().and_then(ip_of), stamp))
+        let (n, from, stamp) = rx::recv_stamped::<SockaddrStorage>(self.sock.as_fd(), buf)?;
+        Ok((n, from.as_ref().and_then(ip_of), stamp))
     }
 
     /// Receives one message: its length, sender and kernel receive time.
@@ -316,6 +301,5 @@ fn ip_of(a: &SockaddrStorage) -> Option<IpAddr> {
     if let Some(v6) = a.as_sockaddr_in6() {
         return Some(IpAddr::V6(v6.ip()));
     }
-    let _ = a.family();
     None
 }

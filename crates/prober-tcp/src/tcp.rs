@@ -17,8 +17,8 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 use tokio_util::task::AbortOnDropHandle;
 
-use crate::reader::{Arrival, Reader, await_reply, enable_rx_timestamps, recv_stamped};
-use prober_core::busy::{SpinThread, Step};
+use crate::reader::{Arrival, await_reply, recv_stamped};
+use prober_core::busy::{Reader, SpinThread, Step};
 
 use crate::wire::{self, HEADER_LEN, Header, Kind, MAX_TCP_FRAME};
 
@@ -84,7 +84,7 @@ impl TcpProbe {
         stream
             .set_nodelay(true)
             .map_err(|e| ProbeError::new(format!("setting TCP_NODELAY: {e}")))?;
-        enable_rx_timestamps(stream.as_fd())
+        prober_core::rx::enable_timestamps(stream.as_fd())
             .map_err(|e| ProbeError::new(format!("setting SO_TIMESTAMPNS: {e}")))?;
         let reconnect = self.connected_once.swap(true, Ordering::Relaxed);
         let matcher = self.matchers.next(reconnect);
@@ -187,9 +187,15 @@ async fn read_replies(
             break why;
         }
     };
+    end_connection(&why, &matcher, &alive);
+}
+
+/// A connection's reader stopped: retire the connection and fail the probes
+/// waiting on it (only those: each connection has its own matcher).
+fn end_connection(why: &str, matcher: &Matcher<Arrival>, alive: &AtomicBool) {
     alive.store(false, Ordering::Release);
     tracing::debug!(reason = %why, "tcp probe connection ended");
-    matcher.fail_all(|| Err(ProbeError::new(why.clone())));
+    matcher.fail_all(|| Err(ProbeError::new(why)));
 }
 
 /// Marks a connection dead when dropped while still set (a cancelled or
@@ -215,9 +221,8 @@ fn spin_replies(
 ) -> io::Result<SpinThread> {
     let mut acc: Vec<u8> = Vec::with_capacity(64 * 1024);
     let mut chunk = vec![0u8; 64 * 1024];
-    let fail = move |why: String, matcher: &Matcher<Arrival>, alive: &AtomicBool| {
-        alive.store(false, Ordering::Release);
-        matcher.fail_all(|| Err(ProbeError::new(why.clone())));
+    let fail = |why: String, matcher: &Matcher<Arrival>, alive: &AtomicBool| {
+        end_connection(&why, matcher, alive);
         Step::Done
     };
     SpinThread::spawn("prober-tcp-poll", move || {

@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use tokio::io::Interest;
 
-use prober_core::busy::{SpinThread, Step};
+use prober_core::busy::{Reader, SpinThread, Step};
 use prober_core::{Anomalies, Gate, Matcher, Probe, ProbeError, Reply};
 use tokio::net::UdpSocket;
 use tokio::time::Instant;
 
-use crate::reader::{Arrival, Reader, await_reply, enable_rx_timestamps, recv_stamped};
+use crate::reader::{Arrival, await_reply, recv_stamped};
 use socket2::SockRef;
 use tokio_util::task::AbortOnDropHandle;
 
@@ -56,7 +56,7 @@ impl UdpProbe {
         let socket = UdpSocket::bind(local).await?;
         socket.connect(addr).await?;
         // Kernel receive timestamps, for the receive wake-up (`rx_wake`).
-        enable_rx_timestamps(socket.as_fd())?;
+        prober_core::rx::enable_timestamps(socket.as_fd())?;
         let socket = Arc::new(socket);
         let nonce = fastrand::u64(..);
         let matcher = Matcher::new();

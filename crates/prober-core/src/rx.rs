@@ -1,0 +1,90 @@
+//! Kernel receive timestamps (SO_TIMESTAMPNS): reading a socket with the
+//! time the kernel received each message, and the receive wake-up they give
+//! (how long after that the reader got to it).
+
+use std::io::{self, IoSliceMut};
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use nix::sys::socket::{ControlMessageOwned, MsgFlags, SockaddrLike, recvmsg, setsockopt, sockopt};
+
+/// Turns on kernel receive timestamps for `fd`, for [`recv_stamped`].
+///
+/// # Errors
+/// If the socket refuses the option.
+pub fn enable_timestamps(fd: BorrowedFd<'_>) -> io::Result<()> {
+    setsockopt(&fd, sockopt::ReceiveTimestampns, &true).map_err(io::Error::from)
+}
+
+/// Receives one message without blocking: its length, its sender (for an
+/// address type `S`; `()` for a connected socket) and the kernel's receive
+/// time, if it stamped it (for TCP, that of the last segment read). Reports
+/// `WouldBlock` when there is nothing to read.
+///
+/// # Errors
+/// Whatever `recvmsg` reports, `WouldBlock` included.
+pub fn recv_stamped<S: SockaddrLike>(
+    fd: BorrowedFd<'_>,
+    buf: &mut [u8],
+) -> io::Result<(usize, Option<S>, Option<SystemTime>)> {
+    let mut iov = [IoSliceMut::new(buf)];
+    let mut cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec);
+    let msg = recvmsg::<S>(
+        fd.as_raw_fd(),
+        &mut iov,
+        Some(&mut cmsg),
+        MsgFlags::MSG_DONTWAIT,
+    )
+    .map_err(io::Error::from)?;
+    let mut stamp = None;
+    if let Ok(cmsgs) = msg.cmsgs() {
+        for c in cmsgs {
+            if let ControlMessageOwned::ScmTimestampns(ts) = c
+                && let (Ok(s), Ok(ns)) = (u64::try_from(ts.tv_sec()), u32::try_from(ts.tv_nsec()))
+            {
+                stamp = Some(UNIX_EPOCH + Duration::new(s, ns));
+            }
+        }
+    }
+    Ok((msg.bytes, msg.address, stamp))
+}
+
+/// How long ago the kernel stamped a message: the receive wake-up when
+/// taken right after the read. `None` for a stamp in the future or more than
+/// a second old, which means the wall clock moved.
+pub fn wake_since(kernel: SystemTime) -> Option<Duration> {
+    SystemTime::now()
+        .duration_since(kernel)
+        .ok()
+        .filter(|w| *w < Duration::from_secs(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+    use std::os::fd::AsFd as _;
+
+    use super::*;
+
+    #[test]
+    fn wake_since_rejects_clock_jumps() {
+        let now = SystemTime::now();
+        let w = wake_since(now - Duration::from_millis(5)).expect("5 ms ago");
+        assert!(w >= Duration::from_millis(5) && w < Duration::from_secs(1));
+        assert_eq!(wake_since(now - Duration::from_secs(2)), None);
+        assert_eq!(wake_since(now + Duration::from_secs(2)), None);
+    }
+
+    #[test]
+    fn reads_with_or_without_a_stamp() {
+        let (mut a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        b.set_nonblocking(true).unwrap();
+        let mut buf = [0u8; 8];
+        let e = recv_stamped::<()>(b.as_fd(), &mut buf).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        a.write_all(b"hi").unwrap();
+        // A Unix stream socket gives no stamp and no address worth naming.
+        let (n, _, stamp) = recv_stamped::<()>(b.as_fd(), &mut buf).unwrap();
+        assert_eq!((n, stamp, &buf[..2]), (2, None, &b"hi"[..]));
+    }
+}
