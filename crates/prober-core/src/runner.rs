@@ -177,7 +177,7 @@ async fn open_loop<P: Probe>(
     let start = Instant::now() + phase;
     let end = cfg.duration.map(|d| start + d);
     let mut pacer = Pacer::new(start, cfg.interval);
-    let mut sleeper = Sleeper::new(cfg.pacing, cfg.precise_timer);
+    let mut sleeper = Sleeper::new(cfg.pacing, cfg.precise_timer, cfg.interval);
     // Pacing that spins starts each probe a little early, behind a gate that
     // opens at the deadline (see `Gate`).
     let lead = match cfg.pacing {
@@ -190,6 +190,10 @@ async fn open_loop<P: Probe>(
         if end.is_some_and(|end| deadline >= end) {
             break;
         }
+        // One wait per slot, kept across the other branches' wake-ups (a
+        // restarted wait would re-arm its timer on every reply).
+        let wait = sleeper.wait_until(deadline.checked_sub(lead).unwrap_or(deadline));
+        tokio::pin!(wait);
         loop {
             tokio::select! {
                 biased;
@@ -207,9 +211,14 @@ async fn open_loop<P: Probe>(
                     }
                     Err(_) => break 'schedule,
                 },
-                () = sleeper.wait_until(deadline.checked_sub(lead).unwrap_or(deadline)) => break,
+                () = &mut wait => break,
             }
         }
+        let gate = if lead.is_zero() {
+            Gate::open()
+        } else {
+            Gate::at(deadline)
+        };
         for _ in 0..cfg.burst {
             if cfg.count.is_some_and(|c| slots_used >= c) {
                 break 'schedule;
@@ -219,11 +228,6 @@ async fn open_loop<P: Probe>(
                 missed += 1;
                 continue;
             }
-            let gate = if lead.is_zero() {
-                Gate::open()
-            } else {
-                Gate::at(deadline)
-            };
             in_flight.push(one_probe(
                 &**probe,
                 target,
@@ -289,7 +293,7 @@ async fn one_probe<P: Probe>(
 ) -> Sample {
     // A probe started ahead of its deadline (behind a gate) is timed out
     // from the deadline, like the others.
-    let started = Instant::now().max(gate.deadline().unwrap_or(scheduled));
+    let started = Instant::now().max(scheduled);
     let probing = probe.probe_at(seq, gate);
     let (sent, outcome, bytes) = match tokio::time::timeout_at(started + timeout, probing).await {
         Ok(Ok(reply)) => (reply.sent, Outcome::Ok(reply), reply.bytes),

@@ -58,34 +58,23 @@ pub struct Margin {
     wakes: [Duration; WAKE_HISTORY],
     next: usize,
     filled: usize,
-    last_deadline: Option<Instant>,
     interval: Duration,
 }
 
-impl Default for Margin {
-    fn default() -> Self {
+impl Margin {
+    /// A margin for deadlines `interval` apart (the CPU budget is a share of
+    /// it), with no wake-ups seen yet.
+    pub fn new(interval: Duration) -> Self {
         Self {
             wakes: [Duration::ZERO; WAKE_HISTORY],
             next: 0,
             filled: 0,
-            last_deadline: None,
-            interval: Duration::ZERO,
+            interval,
         }
     }
-}
 
-impl Margin {
-    /// The margin to use before `deadline`. Also notes the deadline, from
-    /// which the interval (and so the CPU budget) is known; asking again for
-    /// the same deadline (a wait restarted by the caller) keeps it.
-    pub fn before(&mut self, deadline: Instant) -> Duration {
-        if self.last_deadline != Some(deadline) {
-            self.interval = self
-                .last_deadline
-                .and_then(|last| deadline.checked_duration_since(last))
-                .unwrap_or_default();
-            self.last_deadline = Some(deadline);
-        }
+    /// The margin to use before the next deadline.
+    pub fn get(&self) -> Duration {
         let cap = (self.mean() + self.interval * HYBRID_BUDGET_PERMILLE / 1000)
             .min(HYBRID_MAX_SPIN)
             .max(HYBRID_SPIN);
@@ -151,10 +140,11 @@ impl std::fmt::Debug for Sleeper {
 }
 
 impl Sleeper {
-    /// A sleeper for `pacing`. With `precise`, waits end on a timerfd; without
-    /// (or if no timerfd can be made) only the tokio timer is used, which
-    /// also makes paused-time tests work.
-    pub fn new(pacing: Pacing, precise: bool) -> Self {
+    /// A sleeper for `pacing`, for deadlines `interval` apart. With
+    /// `precise`, waits end on a timerfd; without (or if no timerfd can be
+    /// made) only the tokio timer is used, which also makes paused-time tests
+    /// work.
+    pub fn new(pacing: Pacing, precise: bool, interval: Duration) -> Self {
         let timer = (precise && pacing != Pacing::Spin)
             .then(|| {
                 let flags = TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC;
@@ -171,7 +161,7 @@ impl Sleeper {
         Self {
             pacing,
             timer,
-            margin: Margin::default(),
+            margin: Margin::new(interval),
         }
     }
 
@@ -181,7 +171,7 @@ impl Sleeper {
             Pacing::Timer => self.sleep_until(deadline).await,
             Pacing::Spin => spin_until(deadline).await,
             Pacing::Hybrid => {
-                let margin = self.margin.before(deadline);
+                let margin = self.margin.get();
                 if let Some(early) = deadline.checked_sub(margin)
                     && early > Instant::now()
                 {
@@ -271,12 +261,6 @@ impl Gate {
     }
 }
 
-/// Waits until `deadline` using `pacing` with the tokio timer only (no
-/// timerfd). See [`Sleeper`] for precise waits.
-pub async fn wait_until(deadline: Instant, pacing: Pacing) {
-    Sleeper::new(pacing, false).wait_until(deadline).await;
-}
-
 /// The last stretch of a spin that does not yield to the runtime. A yield
 /// costs a trip through the scheduler (an `epoll_wait` call), which alone
 /// can overshoot the deadline by several µs.
@@ -307,7 +291,7 @@ mod tests {
     async fn every_mode_returns_at_or_after_the_deadline() {
         for precise in [false, true] {
             for pacing in [Pacing::Timer, Pacing::Spin, Pacing::Hybrid] {
-                let mut s = Sleeper::new(pacing, precise);
+                let mut s = Sleeper::new(pacing, precise, Duration::from_millis(1));
                 for ms in [0, 1, 3] {
                     let deadline = Instant::now() + Duration::from_millis(ms);
                     s.wait_until(deadline).await;
@@ -319,57 +303,62 @@ mod tests {
 
     #[test]
     fn hybrid_margin_follows_the_wake_ups_within_its_budget() {
-        let t0 = Instant::now();
         let ms = Duration::from_millis;
         let us = Duration::from_micros;
-        let mut m = Margin::default();
+        let mut m = Margin::new(ms(10));
         // Nothing known yet: the floor.
-        assert_eq!(m.before(t0), HYBRID_SPIN);
+        assert_eq!(m.get(), HYBRID_SPIN);
         // Wake-ups 200 µs late at 10 ms: 200 + 20 µs, within the cap of
         // 200 µs (mean lateness) + 1.5 % of 10 ms.
         for _ in 0..WAKE_HISTORY {
             m.record(us(200));
         }
-        assert_eq!(m.before(t0 + ms(10)), us(220));
-        // The same deadline again (a restarted wait) keeps the interval.
-        assert_eq!(m.before(t0 + ms(10)), us(220));
+        assert_eq!(m.get(), us(220));
         // One outlier is ignored (second largest), two are not.
         m.record(us(264));
-        assert_eq!(m.before(t0 + ms(20)), us(220));
+        assert_eq!(m.get(), us(220));
         m.record(us(300));
-        assert_eq!(m.before(t0 + ms(30)), us(284));
+        assert_eq!(m.get(), us(284));
         // The budget caps it: the mean lateness of the wake-ups (all but
         // four at 200 µs, 264 µs, 300 µs, two at 3 ms) plus 1.5 % of 10 ms.
         m.record(ms(3));
         m.record(ms(3));
         let n = WAKE_HISTORY as u32;
         let mean = (us(200) * (n - 4) + us(264) + us(300) + ms(3) * 2) / n;
-        assert_eq!(m.before(t0 + ms(40)), mean + us(150));
+        assert_eq!(m.get(), mean + us(150));
         // At 1 s the cap is HYBRID_MAX_SPIN, not 15 ms.
+        let mut slow = Margin::new(ms(1000));
         for _ in 0..WAKE_HISTORY {
-            m.record(ms(30));
+            slow.record(ms(30));
         }
-        assert_eq!(m.before(t0 + ms(1040)), HYBRID_MAX_SPIN);
-        // A short interval never gets less than the floor.
-        for _ in 0..WAKE_HISTORY {
-            m.record(Duration::ZERO);
-        }
-        assert_eq!(m.before(t0 + ms(1041)), HYBRID_SPIN);
+        assert_eq!(slow.get(), HYBRID_MAX_SPIN);
         // Old outliers age out of the history.
-        assert_eq!(m.before(t0 + ms(1051)), HYBRID_SPIN);
+        for _ in 0..WAKE_HISTORY {
+            slow.record(Duration::ZERO);
+        }
+        assert_eq!(slow.get(), HYBRID_SPIN);
+        // A short interval never gets less than the floor.
+        let mut fast = Margin::new(ms(1));
+        for _ in 0..WAKE_HISTORY {
+            fast.record(Duration::ZERO);
+        }
+        assert_eq!(fast.get(), HYBRID_SPIN);
     }
 
     #[tokio::test(start_paused = true)]
     async fn timer_wakes_at_the_deadline_in_paused_time() {
         let start = Instant::now();
-        wait_until(start + Duration::from_millis(10), Pacing::Timer).await;
+        Sleeper::new(Pacing::Timer, false, Duration::from_millis(10))
+            .wait_until(start + Duration::from_millis(10))
+            .await;
         assert_eq!(Instant::now() - start, Duration::from_millis(10));
     }
 
     #[tokio::test]
     async fn precise_sleeper_has_a_timerfd() {
-        assert!(Sleeper::new(Pacing::Timer, true).timer.is_some());
-        assert!(Sleeper::new(Pacing::Spin, true).timer.is_none());
-        assert!(Sleeper::new(Pacing::Timer, false).timer.is_none());
+        let ms = Duration::from_millis(1);
+        assert!(Sleeper::new(Pacing::Timer, true, ms).timer.is_some());
+        assert!(Sleeper::new(Pacing::Spin, true, ms).timer.is_none());
+        assert!(Sleeper::new(Pacing::Timer, false, ms).timer.is_none());
     }
 }
