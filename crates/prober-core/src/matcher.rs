@@ -293,7 +293,7 @@ impl<T: Send + 'static> MatcherSet<T> {
             }
         });
         if reconnect {
-            retired.reconnects += 1;
+            m.count_reconnect();
         }
         live.push(Arc::clone(&m));
         m

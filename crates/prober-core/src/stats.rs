@@ -242,7 +242,7 @@ impl TargetStats {
 
 /// The result for one target. Counts satisfy sent = ok + timeout + error;
 /// late replies are a subset of the timeouts.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[allow(missing_docs)]
 pub struct Summary {
     pub target: String,

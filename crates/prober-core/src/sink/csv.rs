@@ -35,7 +35,9 @@ impl CsvSink {
     }
 }
 
-fn quote(cell: &str) -> String {
+/// A CSV cell: quoted (with quotes doubled) when it holds a comma, quote or
+/// line break.
+pub(super) fn quote(cell: &str) -> String {
     if cell.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", cell.replace('"', "\"\""))
     } else {

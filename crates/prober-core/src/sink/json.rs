@@ -4,6 +4,7 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
+use super::csv::quote;
 use super::{Output, Sink};
 use crate::meta::RunMeta;
 use crate::runner::{Clock, TargetInfo};
@@ -118,13 +119,6 @@ impl<'a> ProbeLine<'a> {
     /// The fields in CSV order, matching [`ProbeLine::CSV_HEADER`].
     pub fn csv_row(&self) -> String {
         let opt = |v: Option<u64>| v.map_or_else(String::new, |v| v.to_string());
-        let quote = |s: &str| {
-            if s.contains([',', '"', '\n', '\r']) {
-                format!("\"{}\"", s.replace('"', "\"\""))
-            } else {
-                s.to_owned()
-            }
-        };
         format!(
             "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             quote(self.job.unwrap_or("")),
