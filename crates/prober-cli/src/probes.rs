@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use prober_core::{Anomalies, Event, Probe, RunConfig, run_target};
+use prober_core::{Anomalies, Event, Probe, RunConfig, TargetInfo, run_target};
 use prober_grpc::{ClientConfig, ClientTls, GrpcHealthProbe, GrpcProbe, GrpcStreamProbe};
 use prober_icmp::{IcmpClient, IcmpProbe};
 use prober_tcp::{TcpConnectProbe, TcpCrrProbe, TcpProbe, UdpProbe, check_size};
@@ -39,6 +39,20 @@ pub(crate) fn uses_size(t: &Target) -> bool {
         t.scheme,
         Scheme::TcpConnect | Scheme::GrpcHealth | Scheme::GrpcsHealth
     )
+}
+
+/// How target `id` appears in results: the address as probed (the IP for
+/// ICMP) and where reply timestamps come from (the kernel for ICMP).
+pub(crate) fn target_info(id: usize, t: &Target, addr: SocketAddr, size: usize) -> TargetInfo {
+    let shown = match t.scheme {
+        Scheme::Icmp => addr.ip().to_string(),
+        _ => addr.to_string(),
+    };
+    let mut info = TargetInfo::new(id, &t.to_string(), t.scheme.name(), &shown, size);
+    if t.scheme == Scheme::Icmp {
+        info.timestamps = "kernel".to_owned();
+    }
+    info
 }
 
 pub(crate) fn check_target_size(t: &Target, size: usize) -> anyhow::Result<()> {

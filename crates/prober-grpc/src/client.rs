@@ -20,7 +20,9 @@ use tonic_health::pb::health_client::HealthClient;
 use crate::pb::echo_client::EchoClient;
 use crate::pb::{PingReply, PingRequest};
 use crate::tls::ClientTls;
-use crate::{error_chain, unix_now_ns};
+use prober_core::meta::unix_now_ns;
+
+use crate::error_chain;
 
 /// First wait before reconnecting after a failed connect; doubles up to
 /// [`MAX_BACKOFF`], with ±25% jitter so many probers do not reconnect in step.

@@ -43,11 +43,6 @@ pub const MAX_REPLY: usize = 1 << 20;
 /// message limit, less framing).
 pub const MAX_REQUEST: usize = (4 << 20) - 1024;
 
-/// Wall-clock now in ns since the Unix epoch.
-fn unix_now_ns() -> u64 {
-    prober_core::meta::unix_now_ns()
-}
-
 /// Formats an error with its whole `source()` chain on one line, since
 /// tonic's transport errors keep the useful part (refused, unknown CA, ...)
 /// several sources deep.

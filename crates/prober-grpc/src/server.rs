@@ -1,6 +1,5 @@
 //! The Echo responder and the standard health service.
 
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -14,7 +13,9 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::pb::echo_server::{Echo, EchoServer};
 use crate::pb::{PingReply, PingRequest};
 use crate::tls::ServerTls;
-use crate::{MAX_REPLY, unix_now_ns};
+use prober_core::meta::unix_now_ns;
+
+use crate::MAX_REPLY;
 
 /// Replies waiting to be sent on one stream before the server stops reading
 /// requests from it.
@@ -141,11 +142,3 @@ pub async fn serve_grpc(
 
 /// How long a stopping responder waits for open calls before returning.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
-
-/// Binds `addr` for [`serve_grpc`].
-///
-/// # Errors
-/// If the address cannot be bound.
-pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    TcpListener::bind(addr).await
-}

@@ -10,7 +10,7 @@ use prober_core::runner::{Clock, EVENT_CHANNEL, phase};
 use prober_core::sink::{
     CsvSink, DEFAULT_CSV_FIELDS, DEFAULT_TABLE_FIELDS, HumanSink, JsonSink, parse_fields,
 };
-use prober_core::{RunConfig, RunMeta, Sink, Summary, TargetInfo, collect};
+use prober_core::{RunConfig, RunMeta, Sink, Summary, collect};
 use prober_grpc::{ServerConfig, serve_grpc};
 use prober_icmp::IcmpClient;
 use prober_tcp::{ResponderConfig, serve_tcp, serve_udp};
@@ -20,7 +20,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{Output, RunArgs};
-use crate::probes::{BuildCtx, Built, DEFAULT_SIZE, check_target_size, target_size};
+use crate::probes::{BuildCtx, Built, DEFAULT_SIZE, check_target_size, target_info, target_size};
 use crate::signal::cancel_on_signals;
 use crate::target::{Family, Scheme, Target, parse_target, resolve};
 
@@ -180,15 +180,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut runs = JoinSet::new();
     for (id, (t, addr)) in targets.iter().zip(&addrs).enumerate() {
         let size = target_size(t, args.size);
-        let shown = match t.scheme {
-            Scheme::Icmp => addr.ip().to_string(),
-            _ => addr.to_string(),
-        };
-        let mut info = TargetInfo::new(id, &t.to_string(), t.scheme.name(), &shown, size);
-        if t.scheme == Scheme::Icmp {
-            info.timestamps = "kernel".to_owned();
-        }
-        infos.push(info);
+        infos.push(target_info(id, t, *addr, size));
         let phase = phase(id, n_targets, cfg.interval);
         let _anomalies = Built::new(t, *addr, size, &build).await?.spawn(
             &mut runs,

@@ -183,13 +183,8 @@ fn sinks(s: Option<&SinksSection>, key: &str, base: &Path) -> anyhow::Result<Sin
     let Some(s) = s else {
         return Ok(Sinks::default());
     };
-    let rel = |p: &Path| {
-        if p.is_absolute() {
-            p.to_owned()
-        } else {
-            base.join(p)
-        }
-    };
+    // Relative paths are relative to the config file's folder; `join` keeps
+    // an absolute one as it is.
     let jsonl = match &s.jsonl {
         None => None,
         Some(j) => {
@@ -202,7 +197,7 @@ fn sinks(s: Option<&SinksSection>, key: &str, base: &Path) -> anyhow::Result<Sin
                 bail!("{key}.jsonl: rotate_bytes and rotate_age must be greater than zero");
             }
             Some(JsonlSink {
-                path: rel(&j.path),
+                path: base.join(&j.path),
                 rotate_bytes: j.rotate_bytes,
                 rotate_age,
                 keep: j.keep.unwrap_or(5),
@@ -220,12 +215,12 @@ fn sinks(s: Option<&SinksSection>, key: &str, base: &Path) -> anyhow::Result<Sin
             if every < Duration::from_millis(100) {
                 bail!("{key}.hlog.interval: must be at least 100ms");
             }
-            Some((rel(&h.path), every))
+            Some((base.join(&h.path), every))
         }
     };
     Ok(Sinks {
         jsonl,
-        csv: s.csv.as_ref().map(|c| rel(&c.path)),
+        csv: s.csv.as_ref().map(|c| base.join(&c.path)),
         hlog,
     })
 }
@@ -284,11 +279,7 @@ async fn job(j: &JobSection, i: usize, defaults: &JobSettings, base: &Path) -> a
     )?;
     let mut texts = j.targets.clone();
     if let Some(file) = &j.targets_file {
-        let file = if file.is_absolute() {
-            file.clone()
-        } else {
-            base.join(file)
-        };
+        let file = base.join(file); // an absolute path stays as it is
         let body = std::fs::read_to_string(&file)
             .with_context(|| format!("{key}.targets_file: reading {}", file.display()))?;
         texts.extend(

@@ -140,11 +140,15 @@ impl Hlog {
     }
 
     fn record(&mut self, target: &str, rtt_ns: u64) {
-        let h = self.hists.entry(target.to_owned()).or_insert_with(|| {
-            Histogram::new_with_bounds(1, prober_core::stats::MAX_TRACKABLE_NS, 3)
-                .expect("static histogram bounds are valid")
-        });
-        h.saturating_record(rtt_ns.max(1));
+        // Look up first: the tag is allocated only for a target's first sample.
+        if !self.hists.contains_key(target) {
+            let h = Histogram::new_with_bounds(1, prober_core::stats::MAX_TRACKABLE_NS, 3)
+                .expect("static histogram bounds are valid");
+            self.hists.insert(target.to_owned(), h);
+        }
+        if let Some(h) = self.hists.get_mut(target) {
+            h.saturating_record(rtt_ns.max(1));
+        }
     }
 
     /// Writes the finished interval if `every` has passed (or `force`).

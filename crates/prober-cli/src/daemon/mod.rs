@@ -31,8 +31,7 @@ use self::config::{Config, Job};
 use self::files::JobSinks;
 use self::metrics::{SharedMetrics, lock, serve_metrics};
 use crate::cli::ServeArgs;
-use crate::probes::{BuildCtx, Built};
-use crate::target::Scheme;
+use crate::probes::{BuildCtx, Built, target_info};
 
 /// How often sinks are flushed and due hlog intervals written.
 const TICK: Duration = Duration::from_secs(1);
@@ -89,14 +88,7 @@ impl Daemon {
         let key = t.target.to_string();
         let id = self.next_id;
         self.next_id += 1;
-        let shown = match t.target.scheme {
-            Scheme::Icmp => t.addr.ip().to_string(),
-            _ => t.addr.to_string(),
-        };
-        let mut info = TargetInfo::new(id, &key, t.target.scheme.name(), &shown, t.size);
-        if t.target.scheme == Scheme::Icmp {
-            info.timestamps = "kernel".to_owned();
-        }
+        let info = target_info(id, &t.target, t.addr, t.size);
         let stop = self.root.child_token();
         let phase = spread(&job.name, &key, job.run.interval);
         let anomalies = probe.spawn(
