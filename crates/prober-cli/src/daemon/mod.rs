@@ -13,6 +13,7 @@ mod metrics;
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io::Write as _;
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
@@ -124,24 +125,36 @@ impl Daemon {
     /// Everything that can fail (opening sinks, building probes) happens
     /// first; on failure nothing has changed and the old config runs on.
     async fn apply(&mut self, new: Config) -> anyhow::Result<()> {
-        let keep = |job: &str, key: &str, old: &Config| -> bool {
+        // Where each (job, target URL) resolves, first listing wins: built
+        // once per reload so that `keep` is a lookup, not a scan per target.
+        fn addrs(cfg: &Config) -> HashMap<(&str, String), SocketAddr> {
+            let mut m = HashMap::new();
+            for j in &cfg.jobs {
+                for t in &j.targets {
+                    m.entry((j.name.as_str(), t.target.to_string()))
+                        .or_insert(t.addr);
+                }
+            }
+            m
+        }
+        let (old_addrs, new_addrs) = (addrs(&self.cfg), addrs(&new));
+        let keep = |job: &str, key: &str| -> bool {
             let (Some(o), Some(n)) = (
-                old.jobs.iter().find(|j| j.name == job),
+                self.cfg.jobs.iter().find(|j| j.name == job),
                 new.jobs.iter().find(|j| j.name == job),
             ) else {
                 return false;
             };
             // Same URL resolving elsewhere now counts as a change.
-            let same_target = |t: &config::JobTarget| t.target.to_string() == key;
+            let k = (job, key.to_owned());
             o.same_settings(n)
-                && n.targets.iter().find(|t| same_target(t)).map(|t| t.addr)
-                    == o.targets.iter().find(|t| same_target(t)).map(|t| t.addr)
-                && n.targets.iter().any(same_target)
+                && new_addrs.contains_key(&k)
+                && new_addrs.get(&k) == old_addrs.get(&k)
         };
         let stopping: Vec<usize> = self
             .by_key
             .iter()
-            .filter(|((job, key), _)| !keep(job, key, &self.cfg))
+            .filter(|((job, key), _)| !keep(job, key))
             .map(|(_, id)| *id)
             .collect();
         let stopping_keys: std::collections::HashSet<(String, String)> = stopping
