@@ -73,6 +73,7 @@ fn json_sink(c: &mut Criterion) {
         server_dwell: Some(Duration::from_micros(3)),
         rx_wake: None,
         bytes: 64,
+        ttl: None,
     };
     let sample = Sample {
         target: 0,

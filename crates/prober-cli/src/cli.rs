@@ -7,17 +7,27 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use prober_core::Pacing;
 
-/// Exit codes, as ping uses them.
-pub(crate) const EXIT_CODES: &str = "\
-Exit status:
-  0  every probe got a reply in time
-  1  some or all probes got no reply (timeout or error)
+/// Exit codes of `prober run`, as ping uses them.
+pub(crate) const RUN_EXIT_CODES: &str = "\
+Exit status (as ping's):
+  0  every target answered at least one probe (and, with --fail-on-loss, lost
+     no more than PCT percent of its slots)
+  1  a target answered no probe at all, or lost more than --fail-on-loss
   2  an error: bad arguments, unresolvable host, no permission, cannot bind";
 
-/// Measure network round-trip latency over TCP and UDP, and serve the echo
-/// responder those probes talk to.
+/// Exit codes of `prober serve`.
+pub(crate) const SERVE_EXIT_CODES: &str = "\
+Exit status:
+  0  stopped by SIGINT or SIGTERM after draining
+  2  an error: bad arguments or config, a port that cannot be bound, a sink
+     that cannot be opened (with --check-config: the config is invalid)";
+
+/// Measure network round-trip latency with measurement-grade accuracy
+/// (ICMP, TCP, UDP, gRPC: open-loop schedules, HdrHistogram statistics,
+/// every probe accounted for), and run the responder and the probing daemon
+/// with Prometheus metrics.
 #[derive(Debug, Parser)]
-#[command(name = "prober", version, after_help = EXIT_CODES)]
+#[command(name = "prober", version)]
 pub(crate) struct Cli {
     /// Runtime worker threads: 0 = one per CPU, 1 = a single-threaded
     /// runtime (no cross-thread wake-ups; busy-poll threads come on top).
@@ -34,30 +44,22 @@ pub(crate) struct Cli {
 pub(crate) enum Command {
     /// Probe targets and print statistics. With no target, start a responder
     /// on loopback and measure every protocol against it.
-    #[command(after_help = RUN_HELP)]
     Run(RunArgs),
-    /// Run the echo responder for tcp://, tcp-crr://, udp:// and grpc:// probes.
-    #[command(after_help = EXIT_CODES)]
+    /// Run the echo responder (TCP, UDP, gRPC); with --config, the probing
+    /// daemon: jobs from a file, file sinks, Prometheus /metrics, reload on
+    /// SIGHUP.
+    #[command(after_help = SERVE_EXIT_CODES)]
     Serve(ServeArgs),
 }
 
-const RUN_HELP: &str = "\
-Targets:
-  tcp://HOST:PORT          request/response on one connection (netperf TCP_RR)
-  tcp-connect://HOST:PORT  TCP handshake time, against any TCP server
-  tcp-crr://HOST:PORT      connect, request, response, close (netperf TCP_CRR)
-  udp://HOST:PORT          datagram request/response
-  grpc://HOST:PORT         unary Ping on one HTTP/2 channel (grpcs:// for TLS)
-  grpc+stream://HOST:PORT  ping-pong on one bidirectional stream (grpcs+stream://)
-  grpc-health://HOST:PORT[/SERVICE]  grpc.health.v1 Check on any gRPC server
-  HOST, icmp://HOST        ICMP echo, like ping
-
-Durations take a unit: 250us, 10ms, 1.5s, 2m.
-
-Exit status:
-  0  every probe got a reply in time
-  1  some or all probes got no reply (timeout or error)
-  2  an error: bad arguments, unresolvable host, no permission, cannot bind";
+/// The text after `prober run --help`: targets (from the protocol list),
+/// durations, exit status.
+pub(crate) fn run_help(registry: &prober_core::Registry) -> String {
+    format!(
+        "Targets:\n{}\nDurations take a unit: 250us, 10ms, 1.5s, 2m, 1m30s.\n\n{RUN_EXIT_CODES}",
+        registry.help()
+    )
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum Output {
@@ -114,6 +116,21 @@ fn duration(s: &str) -> Result<Duration, String> {
     prober_core::duration::parse_duration(s)
 }
 
+fn count(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(0) => Err("count must be at least 1".to_owned()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("count {s:?} is not a whole number")),
+    }
+}
+
+fn percent(s: &str) -> Result<f64, String> {
+    match s.trim_end_matches('%').parse::<f64>() {
+        Ok(p) if (0.0..=100.0).contains(&p) => Ok(p),
+        _ => Err(format!("{s:?} is not a percentage from 0 to 100")),
+    }
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
     /// Targets to probe at the same time (see below). None: self-test on loopback.
@@ -126,7 +143,7 @@ pub(crate) struct RunArgs {
     pub(crate) interval: Option<Duration>,
 
     /// Probes per target. [default: until Ctrl-C, or 200 with no target]
-    #[arg(short, long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(short, long, value_parser = count)]
     pub(crate) count: Option<u64>,
 
     /// Stop after this long.
@@ -146,7 +163,8 @@ pub(crate) struct RunArgs {
     #[arg(short, long)]
     pub(crate) size: Option<usize>,
 
-    /// IP TTL (IPv6 hop limit) of ICMP echo requests.
+    /// IP TTL (IPv6 hop limit) of ICMP echo requests (refused for targets
+    /// that cannot set it).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=255))]
     pub(crate) ttl: Option<u32>,
 
@@ -180,6 +198,20 @@ pub(crate) struct RunArgs {
     /// Only print summaries, not a line per probe.
     #[arg(short, long)]
     pub(crate) quiet: bool,
+
+    /// Start each probe line with the Unix time of the reply, as ping -D.
+    #[arg(short = 'D')]
+    pub(crate) unix_time: bool,
+
+    /// Read targets from FILE, one per line ('#' starts a comment; '-' is
+    /// standard input), like fping -f; added to those on the command line.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) file: Option<PathBuf>,
+
+    /// Also exit 1 when a target lost more than PCT percent of its slots
+    /// (timeouts, errors and missed slots), not only when it got no reply.
+    #[arg(long, value_name = "PCT", value_parser = percent)]
+    pub(crate) fail_on_loss: Option<f64>,
 
     /// Read TCP, UDP and ICMP replies on threads that spin on the sockets
     /// instead of sleeping in epoll: no wake-up in the RTT, but a core per
@@ -217,29 +249,6 @@ pub(crate) struct RunArgs {
     /// Use IPv6 only.
     #[arg(short = '6')]
     pub(crate) ipv6: bool,
-}
-
-impl RunArgs {
-    /// TLS settings for grpcs:// targets, read from the files named.
-    pub(crate) fn client_tls(
-        &self,
-    ) -> Result<Option<prober_grpc::ClientTls>, prober_grpc::TlsError> {
-        let any = self.ca.is_some()
-            || self.cert.is_some()
-            || self.tls_server_name.is_some()
-            || self.insecure;
-        if !any {
-            return Ok(None);
-        }
-        prober_grpc::ClientTls::from_files(
-            self.ca.as_deref(),
-            self.cert.as_deref(),
-            self.key.as_deref(),
-            self.tls_server_name.clone(),
-            self.insecure,
-        )
-        .map(Some)
-    }
 }
 
 #[derive(Debug, Args)]
@@ -284,7 +293,9 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub(crate) tls_client_ca: Option<PathBuf>,
 
-    /// Do not log clients or listeners.
+    /// Log only warnings, errors and the daemon's lifecycle (started,
+    /// config reloaded, stopping); clients are logged only at debug level
+    /// (RUST_LOG=debug).
     #[arg(short, long)]
     pub(crate) quiet: bool,
 

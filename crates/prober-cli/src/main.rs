@@ -1,32 +1,40 @@
-//! `prober`: measure network round trips over TCP and UDP, and answer them.
+//! `prober`: measure network round trips (ICMP, TCP, UDP, gRPC) and answer
+//! them; run the probing daemon.
 //!
 //! `main` only parses arguments, sets up logging and the runtime, dispatches
-//! and maps the outcome to an exit code (see [`cli::EXIT_CODES`]).
+//! and maps the outcome to an exit code (see [`cli::RUN_EXIT_CODES`]).
 
 mod cli;
 mod cmd;
-mod daemon;
-mod probes;
+mod protocols;
 mod signal;
-mod target;
 
+use std::io::IsTerminal as _;
 use std::process::ExitCode;
 
-use clap::Parser as _;
+use clap::{CommandFactory as _, FromArgMatches as _};
 
 use crate::cli::{Cli, Command, PacingArg};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command()
+        .mut_subcommand("run", |c| c.after_help(cli::run_help(&protocols::PROTOCOLS)))
+        .get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let default_level = match &cli.command {
-        Command::Serve(args) if !args.quiet => "info",
-        _ => "warn",
+        // Lifecycle messages (started, config reloaded, stopping) stay with
+        // --quiet; client connections are logged at debug level only.
+        Command::Serve(args) if args.quiet => "warn,prober_daemon=info",
+        Command::Serve(_) => "info",
+        Command::Run(_) => "warn",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colour only for a person at a terminal, not in files or pipes.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
         .init();
     // The daemon does many small I/O events; one thread saves the

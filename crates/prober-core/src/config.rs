@@ -20,6 +20,9 @@ pub enum Pacing {
 }
 
 impl Pacing {
+    /// Every pacing, in the order help texts list them.
+    pub const ALL: [Self; 3] = [Self::Timer, Self::Spin, Self::Hybrid];
+
     /// The lowercase name used on the command line and in results.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -27,6 +30,17 @@ impl Pacing {
             Self::Spin => "spin",
             Self::Hybrid => "hybrid",
         }
+    }
+}
+
+impl std::str::FromStr for Pacing {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL.into_iter().find(|p| p.as_str() == s).ok_or_else(|| {
+            let names: Vec<_> = Self::ALL.iter().map(|p| p.as_str()).collect();
+            format!("unknown pacing {s:?} ({})", names.join(", "))
+        })
     }
 }
 
@@ -79,8 +93,6 @@ pub struct RunConfig {
     pub burst: u32,
     /// How to wait for each slot's deadline.
     pub pacing: Pacing,
-    /// Bytes per request frame (protocols that carry a payload).
-    pub size: usize,
     /// A probe with no reply after this long is a timeout.
     pub timeout: Duration,
     /// Probes sent and awaited before the schedule starts, never recorded.
@@ -101,7 +113,6 @@ impl Default for RunConfig {
             duration: None,
             burst: 1,
             pacing: Pacing::Timer,
-            size: 64,
             timeout: Duration::from_secs(1),
             warmup: 0,
             max_in_flight: 4096,

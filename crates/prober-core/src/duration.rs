@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 /// Parses a duration written as a decimal number followed by a unit:
-/// `ns`, `us` (or `µs`), `ms`, `s`, `m` or `h`. A bare `0` is accepted.
+/// `ns`, `us` (or `µs`), `ms`, `s`, `m` or `h`, or as several such parts
+/// (`1m30s`, read by humantime). A bare `0` is accepted.
 ///
 /// # Errors
 /// Returns a message naming the problem: an empty string, a negative value,
@@ -39,6 +40,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "s" => 1e9,
         "m" | "min" => 60e9,
         "h" => 3600e9,
+        // `1m30s`, `1h 5m`: several numbers with units.
+        other if other.chars().any(|c| c.is_ascii_digit()) => {
+            return humantime::parse_duration(s)
+                .map_err(|e| format!("duration {s:?} is not valid: {e}"));
+        }
         other => return Err(format!("duration {s:?} has an unknown unit {other:?}")),
     };
     let ns = value * scale_ns;
@@ -86,6 +92,9 @@ mod tests {
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
         assert_eq!(parse_duration("0ms"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1h5m"), Ok(Duration::from_secs(3900)));
+        assert_eq!(parse_duration("1s500ms"), Ok(Duration::from_millis(1500)));
     }
 
     #[test]
@@ -99,6 +108,7 @@ mod tests {
             "10 parsecs",
             "1e400s",
             "abc",
+            "1m30x",
         ] {
             assert!(parse_duration(bad).is_err(), "{bad:?} should not parse");
         }

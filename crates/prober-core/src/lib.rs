@@ -1,51 +1,73 @@
-//! Timing core of prober: schedules, pacing, samples, statistics and sinks.
+//! Timing core of prober: schedules, pacing, samples, statistics, the
+//! result pipeline and the protocol descriptor.
 //!
 //! This crate holds everything about a measurement that does not touch a
-//! socket, so it can be tested with paused time and hand-built instants.
+//! socket or a file (its `clippy.toml` disallows both), so it can be tested
+//! with paused time and hand-built instants.
 //!
 //! # Layout
 //! - [`config`]: [`RunConfig`] and [`Pacing`], validated when built.
 //! - [`pacer`]: the open-loop schedule ([`Pacer`]), pure.
 //! - [`wait`]: how the runner waits for a deadline (timer, spin, hybrid).
-//! - [`probe`]: the [`Probe`] trait each protocol implements.
+//! - [`probe`]: the [`Probe`] trait each protocol implements; [`error`]: the
+//!   [`ProbeError`] it fails with, with an [`ErrorKind`].
+//! - [`protocol`]: the [`Protocol`] descriptor each protocol crate exports
+//!   and the [`Registry`] the binary lists them in; [`target`]: parsing
+//!   target URLs against it, and [`TargetInfo`].
 //! - [`matcher`]: matches replies to probes by sequence number and counts
 //!   late, duplicate and reordered replies.
 //! - [`sample`]: [`Sample`], [`Outcome`] and [`Reply`].
+//! - [`runner`]: drives one probe on its schedule ([`run_target`]).
+//! - [`collect`]: the one result pipeline, [`Collector`], used by
+//!   `prober run` and the daemon alike.
 //! - [`stats`]: HdrHistogram-backed [`stats::TargetStats`] and [`Summary`].
-//! - [`runner`]: drives one probe on its schedule and one collector that
-//!   feeds every [`Sink`].
-//! - [`sink`]: the [`Sink`] trait and the human, JSON lines and CSV sinks.
-//! - [`duration`]: parses `10ms`, `250us`, `1.5s`.
+//! - [`sink`]: the [`Sink`] trait (the sinks are in `prober-sinks`).
+//! - [`clock`], [`meta`]: wall-clock time and the settings that travel with
+//!   every result; [`duration`]: parses `10ms`, `1m30s`.
 //!
-//! Sockets, address resolution and command-line parsing live in other crates.
+//! Sockets and files live in `prober-net`, `prober-sinks` and the protocol
+//! crates; command-line parsing in `prober-cli`.
 
-pub mod busy;
+pub mod clock;
+pub mod collect;
 pub mod config;
 pub mod duration;
+pub mod error;
 pub mod matcher;
 pub mod meta;
 pub mod pacer;
 pub mod probe;
+pub mod protocol;
 pub mod runner;
-pub mod rx;
 pub mod sample;
 pub mod sink;
 pub mod stats;
-#[cfg(feature = "test-util")]
+pub mod target;
+#[cfg(any(test, feature = "test-util"))]
 pub mod testutil;
 pub mod wait;
 
+pub use clock::Clock;
+pub use collect::{AnomalyReader, Collector, TargetEntry, collect};
 pub use config::{ConfigError, Pacing, RunConfig};
+pub use error::{ErrorKind, ProbeError};
 pub use matcher::{Anomalies, Delivery, Matcher, MatcherSet, Waiter};
 pub use meta::RunMeta;
 pub use pacer::Pacer;
-pub use probe::{Probe, ProbeError};
-pub use runner::{Event, TargetInfo, collect, run_target};
+pub use probe::Probe;
+pub use protocol::{Protocol, Registry};
+pub use runner::{Event, Launch, Runnable, run_target, runnable};
 pub use sample::{Outcome, Reply, Sample};
-pub use sink::Sink;
+pub use sink::{Context, Fanout, Sink};
 pub use stats::{DistSummary, Summary};
+pub use target::{Target, TargetError, TargetInfo, parse_target};
 pub use wait::Gate;
 
 /// Sequence numbers at and above this value are warm-up probes: they are sent
 /// and awaited but never recorded, and never count towards reordering.
 pub const WARMUP_SEQ_BASE: u64 = 1 << 63;
+
+/// Capacity of the event channel between probes and the collector. When the
+/// sinks fall this far behind, finished probes wait to report; the schedule
+/// itself never waits for them.
+pub const EVENT_CHANNEL: usize = 8192;

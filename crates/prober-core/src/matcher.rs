@@ -327,7 +327,7 @@ impl<T> Waiter<Result<T, crate::ProbeError>> {
     pub async fn reply(&mut self) -> Result<T, crate::ProbeError> {
         self.recv()
             .await
-            .unwrap_or_else(|| Err(crate::ProbeError::new("reply matcher closed")))
+            .unwrap_or_else(|| Err(crate::ProbeError::new(crate::ErrorKind::Other, "reply matcher closed")))
     }
 }
 

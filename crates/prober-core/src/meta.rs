@@ -1,9 +1,8 @@
 //! How a result was measured: settings, tool version, host and kernel.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use serde::Serialize;
 
+use crate::clock::unix_now_ns;
 use crate::config::RunConfig;
 
 /// The settings and environment that travel with every result.
@@ -29,8 +28,9 @@ pub struct RunMeta {
     pub count: Option<u64>,
     /// Run length in ns, if bounded by time.
     pub duration_ns: Option<u64>,
-    /// Request size in bytes.
-    pub size: usize,
+    /// Request size given for every target (`--size`); `None` when each
+    /// target uses its protocol's default (see each target's `size`).
+    pub size: Option<usize>,
     /// Per-probe timeout in ns.
     pub timeout_ns: u64,
     /// Warm-up probes per target, not recorded.
@@ -38,13 +38,14 @@ pub struct RunMeta {
 }
 
 impl RunMeta {
-    /// Describes a run of `cfg` on this machine, starting now.
+    /// Describes a run of `cfg`, starting now, on a host named `unknown`
+    /// (see [`RunMeta::on_host`]).
     pub fn new(version: &str, cfg: &RunConfig) -> Self {
         let ns = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         Self {
             version: version.to_owned(),
-            hostname: read_proc("/proc/sys/kernel/hostname"),
-            kernel: read_proc("/proc/sys/kernel/osrelease"),
+            hostname: "unknown".to_owned(),
+            kernel: "unknown".to_owned(),
             start_unix_ns: unix_now_ns(),
             interval_ns: ns(cfg.interval),
             pacing: cfg.pacing.to_string(),
@@ -52,23 +53,19 @@ impl RunMeta {
             burst: cfg.burst,
             count: cfg.count,
             duration_ns: cfg.duration.map(ns),
-            size: cfg.size,
+            size: None,
             timeout_ns: ns(cfg.timeout),
             warmup: cfg.warmup,
         }
     }
 }
 
-fn read_proc(path: &str) -> String {
-    std::fs::read_to_string(path)
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_else(|_| "unknown".to_owned())
-}
-
-/// Wall-clock now in ns since the Unix epoch (0 if the clock is before 1970).
-pub fn unix_now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
+impl RunMeta {
+    /// The same, on the host named `hostname` running kernel `kernel`.
+    #[must_use]
+    pub fn on_host(mut self, hostname: &str, kernel: &str) -> Self {
+        hostname.clone_into(&mut self.hostname);
+        kernel.clone_into(&mut self.kernel);
+        self
+    }
 }

@@ -2,48 +2,10 @@
 
 use std::future::Future;
 
+use crate::error::ProbeError;
 use crate::matcher::Anomalies;
 use crate::sample::Reply;
 use crate::wait::Gate;
-
-/// Why one probe failed. The runner owns the timeout and records it as
-/// [`crate::Outcome::Timeout`]; a probe returns [`ProbeError::timeout`] only
-/// when the peer itself reports that the deadline passed (gRPC
-/// DEADLINE_EXCEEDED), which is recorded as a timeout too.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct ProbeError {
-    message: String,
-    timeout: bool,
-}
-
-impl ProbeError {
-    /// An error with this message.
-    pub fn new(msg: impl Into<String>) -> Self {
-        Self {
-            message: msg.into(),
-            timeout: false,
-        }
-    }
-
-    /// A deadline that passed, reported by the peer or the protocol stack.
-    pub fn timeout(msg: impl Into<String>) -> Self {
-        Self {
-            message: msg.into(),
-            timeout: true,
-        }
-    }
-
-    /// True for [`ProbeError::timeout`].
-    pub fn is_timeout(&self) -> bool {
-        self.timeout
-    }
-
-    /// The message.
-    pub fn message(&self) -> &str {
-        &self.message
-    }
-}
 
 /// One target's protocol. The runner owns sequence numbers, the schedule and
 /// the timeout; a probe sends one request for `seq` and returns the reply it

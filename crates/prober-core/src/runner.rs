@@ -1,96 +1,29 @@
-//! Drives probes on their schedule and feeds samples to the sinks.
+//! Drives probes on their schedule.
 //!
 //! Each target runs [`run_target`] in its own task; every finished probe is
-//! sent as an [`Event`] over one bounded channel to [`collect`], which owns
-//! the statistics and every [`Sink`]. Sinks are therefore driven by a single
-//! task and never need locks.
+//! sent as an [`Event`] over one bounded channel to the collector
+//! ([`crate::collect`]), which owns the statistics and the sinks.
+//! [`Runnable`] lets a protocol's builder hand back its probe type-erased,
+//! with the generic runner instantiated once per probe type.
 
-use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures_util::StreamExt as _;
 use futures_util::stream::FuturesUnordered;
-use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::collect::AnomalyReader;
 use crate::matcher::Anomalies;
-use crate::meta::{RunMeta, unix_now_ns};
 use crate::pacer::Pacer;
 use crate::probe::Probe;
 use crate::sample::{Outcome, Sample};
-use crate::sink::Sink;
-use crate::stats::{Summary, TargetStats};
 use crate::wait::{GATE_LEAD, Gate, Sleeper};
 use crate::{Pacing, RunConfig, WARMUP_SEQ_BASE};
-
-/// Capacity of the event channel between probes and the collector. When the
-/// sinks fall this far behind, finished probes wait to report; the schedule
-/// itself never waits for them.
-pub const EVENT_CHANNEL: usize = 8192;
-
-/// Identifies one target in results.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct TargetInfo {
-    /// Index of the target in the run.
-    pub id: usize,
-    /// The target as the user wrote it, normalised (`tcp://host:port`).
-    pub target: String,
-    /// Protocol name: `tcp`, `tcp-connect`, `tcp-crr`, `udp`, ...
-    pub protocol: String,
-    /// The resolved address probed.
-    pub addr: String,
-    /// Request size in bytes for this target (ICMP counts the payload only).
-    pub size: usize,
-    /// Where reply times come from: `kernel` (SO_TIMESTAMPNS) or `user`
-    /// (read by the runtime after it woke up).
-    pub timestamps: String,
-}
-
-impl TargetInfo {
-    /// A target with user-space timestamps.
-    pub fn new(id: usize, target: &str, protocol: &str, addr: &str, size: usize) -> Self {
-        Self {
-            id,
-            target: target.to_owned(),
-            protocol: protocol.to_owned(),
-            addr: addr.to_owned(),
-            size,
-            timestamps: "user".to_owned(),
-        }
-    }
-}
-
-/// Maps monotonic instants to wall-clock time, fixed once per run.
-#[derive(Debug, Clone, Copy)]
-pub struct Clock {
-    origin: Instant,
-    origin_unix_ns: u64,
-}
-
-impl Clock {
-    /// A clock anchored at this moment.
-    pub fn now() -> Self {
-        Self {
-            origin: Instant::now(),
-            origin_unix_ns: unix_now_ns(),
-        }
-    }
-
-    /// Wall-clock time of `at`, ns since the Unix epoch.
-    pub fn unix_ns(&self, at: Instant) -> u64 {
-        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        if at >= self.origin {
-            self.origin_unix_ns.saturating_add(ns(at - self.origin))
-        } else {
-            self.origin_unix_ns.saturating_sub(ns(self.origin - at))
-        }
-    }
-}
 
 /// What a target task reports to the collector.
 #[derive(Debug, Clone)]
@@ -108,14 +41,57 @@ pub enum Event {
     },
 }
 
-/// Offset of target `index` of `targets` within one interval, so that targets
-/// sharing a schedule do not all fire in the same instant.
-pub fn phase(index: usize, targets: usize, interval: Duration) -> Duration {
-    if targets <= 1 {
+/// Offset of a target's first slot within one interval: `index` of `of`
+/// equal parts, so that targets sharing a schedule do not all fire in the
+/// same instant. `prober run` passes the target's index among its targets;
+/// the daemon a hash of job and target, stable across reloads.
+pub fn phase(index: u64, of: u64, interval: Duration) -> Duration {
+    if of <= 1 {
         return Duration::ZERO;
     }
-    let ns = interval.as_nanos() * index as u128 / targets as u128;
+    let ns = interval.as_nanos() * u128::from(index % of) / u128::from(of);
     Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+}
+
+/// Where and how a [`Runnable`] runs.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    /// The target's id in events.
+    pub id: usize,
+    /// Its settings.
+    pub cfg: RunConfig,
+    /// Offset of its first slot (see [`phase`]).
+    pub phase: Duration,
+    /// Where samples go.
+    pub events: mpsc::Sender<Event>,
+    /// Stops the target.
+    pub stop: CancellationToken,
+}
+
+/// A built probe, type-erased, ready to run: what a protocol's builder
+/// returns (see [`crate::protocol::BuildFn`]).
+pub trait Runnable: Send {
+    /// Spawns [`run_target`] for this probe in `set` and returns a reader of
+    /// its anomaly counters.
+    fn launch(self: Box<Self>, set: &mut JoinSet<()>, launch: Launch) -> AnomalyReader;
+}
+
+struct Generic<P>(P);
+
+impl<P: Probe> Runnable for Generic<P> {
+    fn launch(self: Box<Self>, set: &mut JoinSet<()>, l: Launch) -> AnomalyReader {
+        let probe = Arc::new(self.0);
+        let reader = Arc::clone(&probe);
+        set.spawn(run_target(probe, l.id, l.cfg, l.phase, l.events, l.stop));
+        Arc::new(move || reader.anomalies())
+    }
+}
+
+/// Type-erases `probe`: the one place the generic runner is instantiated
+/// for a probe type, so runs need no per-protocol `match` and no boxed
+/// future per probe.
+pub fn runnable<P: Probe>(probe: P) -> Box<dyn Runnable> {
+    Box::new(Generic(probe))
 }
 
 /// Runs one target: optional prepare and warm-up, then its schedule until
@@ -137,8 +113,10 @@ pub async fn run_target<P: Probe>(
         () = stop.cancelled() => {}
         res = tokio::time::timeout(cfg.timeout, probe.prepare()) => match res {
             Ok(Ok(())) => {}
-            Ok(Err(error)) => tracing::warn!(%error, target, "probe setup failed"),
-            Err(_) => tracing::warn!(target, "probe setup timed out"),
+            // Each probe reports the same failure as its outcome, so it is
+            // said once there, with the target's URL, not here as well.
+            Ok(Err(error)) => tracing::debug!(%error, target, "probe setup failed"),
+            Err(_) => tracing::debug!(target, "probe setup timed out"),
         }
     }
     for i in 0..cfg.warmup {
@@ -298,7 +276,7 @@ async fn one_probe<P: Probe>(
     let (sent, outcome, bytes) = match tokio::time::timeout_at(started + timeout, probing).await {
         Ok(Ok(reply)) => (reply.sent, Outcome::Ok(reply), reply.bytes),
         Ok(Err(error)) if error.is_timeout() => (started, Outcome::Timeout, 0),
-        Ok(Err(error)) => (started, Outcome::Error(error.message().to_owned()), 0),
+        Ok(Err(error)) => (started, Outcome::Error(error), 0),
         Err(_) => (started, Outcome::Timeout, 0),
     };
     Sample {
@@ -309,84 +287,6 @@ async fn one_probe<P: Probe>(
         outcome,
         bytes,
     }
-}
-
-/// Receives events until every target is done (or every sender is gone),
-/// records statistics, feeds every sink and finishes them with the
-/// summaries, in target order.
-///
-/// A sink that fails is skipped from then on, so the others still get every
-/// result; the first sink error is returned after all sinks finished.
-///
-/// # Errors
-/// The first I/O error a sink returned.
-pub async fn collect(
-    mut events: mpsc::Receiver<Event>,
-    targets: &[TargetInfo],
-    meta: &RunMeta,
-    clock: Clock,
-    sinks: &mut [Box<dyn Sink>],
-) -> (Vec<Summary>, io::Result<()>) {
-    let mut stats = vec![TargetStats::default(); targets.len()];
-    let mut tallies = vec![None; targets.len()];
-    let mut failed = vec![false; sinks.len()];
-    let mut first_error = None;
-    let mut note = |i: usize, res: io::Result<()>, failed: &mut [bool]| {
-        if let Err(e) = res {
-            failed[i] = true;
-            first_error.get_or_insert(e);
-        }
-    };
-    for (i, sink) in sinks.iter_mut().enumerate() {
-        note(i, sink.start(meta, targets, clock), &mut failed);
-    }
-    let mut remaining = targets.len();
-    while remaining > 0 {
-        let Some(event) = events.recv().await else {
-            break;
-        };
-        match event {
-            Event::Sample(sample) => {
-                let Some(st) = stats.get_mut(sample.target) else {
-                    continue;
-                };
-                st.record(&sample);
-                let info = &targets[sample.target];
-                for (i, sink) in sinks.iter_mut().enumerate() {
-                    if !failed[i] {
-                        note(i, sink.record(info, &sample), &mut failed);
-                    }
-                }
-            }
-            Event::Done {
-                target,
-                anomalies,
-                missed,
-            } => {
-                if let Some(slot) = tallies.get_mut(target)
-                    && slot.is_none()
-                {
-                    *slot = Some((anomalies, missed));
-                    remaining -= 1;
-                }
-            }
-        }
-    }
-    let summaries: Vec<Summary> = targets
-        .iter()
-        .zip(&stats)
-        .zip(&tallies)
-        .map(|((info, st), tally)| {
-            let (anomalies, missed) = tally.unwrap_or_default();
-            st.summary(info, anomalies, missed)
-        })
-        .collect();
-    for (i, sink) in sinks.iter_mut().enumerate() {
-        if !failed[i] {
-            note(i, sink.finish(&summaries), &mut failed);
-        }
-    }
-    (summaries, first_error.map_or(Ok(()), Err))
 }
 
 #[cfg(test)]

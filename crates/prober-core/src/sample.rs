@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::error::ProbeError;
+
 /// A reply as the probe measured it, nearest the socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reply {
@@ -22,6 +24,9 @@ pub struct Reply {
     pub rx_wake: Option<Duration>,
     /// Bytes in the reply.
     pub bytes: usize,
+    /// The reply's IP TTL (IPv6 hop limit), where the protocol reads it
+    /// (ICMP), as ping shows it.
+    pub ttl: Option<u8>,
 }
 
 impl Reply {
@@ -41,7 +46,7 @@ pub enum Outcome {
     /// late in the summary but the probe stays a timeout.
     Timeout,
     /// The probe failed: connection refused, reset, unreachable, bad frame.
-    Error(String),
+    Error(ProbeError),
 }
 
 impl Outcome {

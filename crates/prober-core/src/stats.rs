@@ -5,9 +5,10 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+use crate::error::ErrorKind;
 use crate::matcher::Anomalies;
-use crate::runner::TargetInfo;
 use crate::sample::{Outcome, Sample};
+use crate::target::TargetInfo;
 
 /// Highest value the histograms track (100 s in ns); larger values saturate.
 pub const MAX_TRACKABLE_NS: u64 = 100_000_000_000;
@@ -29,6 +30,13 @@ pub const QUANTILES: [(&str, f64); 10] = [
     ("p99.9", 0.999),
 ];
 
+/// A new empty histogram with prober's bounds and precision; every
+/// histogram of RTTs (statistics, interval logs) is made here.
+pub fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, MAX_TRACKABLE_NS, SIGNIFICANT_DIGITS)
+        .expect("static histogram bounds are valid")
+}
+
 /// One distribution: an HdrHistogram for quantiles, exact count, mean,
 /// standard deviation, minimum and maximum.
 #[derive(Debug, Clone)]
@@ -44,8 +52,7 @@ pub struct Dist {
 impl Default for Dist {
     fn default() -> Self {
         Self {
-            hist: Histogram::new_with_bounds(1, MAX_TRACKABLE_NS, SIGNIFICANT_DIGITS)
-                .expect("static histogram bounds are valid"),
+            hist: histogram(),
             count: 0,
             mean: 0.0,
             m2: 0.0,
@@ -82,18 +89,14 @@ impl Dist {
         self.count
     }
 
-    /// The underlying histogram.
-    pub fn histogram(&self) -> &Histogram<u64> {
-        &self.hist
-    }
-
-    /// Count, mean, population standard deviation, min, quantiles and max.
-    pub fn summary(&self) -> DistSummary {
+    /// Count, mean, population standard deviation, min, quantiles and max;
+    /// `None` when nothing was recorded (no statistic is 0 by default).
+    pub fn summary(&self) -> Option<DistSummary> {
         if self.count == 0 {
-            return DistSummary::default();
+            return None;
         }
         let q = |p: f64| self.hist.value_at_quantile(p).clamp(self.min, self.max);
-        DistSummary {
+        Some(DistSummary {
             count: self.count,
             mean: self.mean,
             std: (self.m2 / self.count as f64).sqrt(),
@@ -109,7 +112,7 @@ impl Dist {
             p99: q(0.99),
             p99_9: q(0.999),
             max: self.max,
-        }
+        })
     }
 }
 
@@ -160,9 +163,10 @@ impl DistSummary {
     }
 }
 
-/// Everything recorded for one target.
-#[derive(Debug, Clone, Default)]
-pub struct TargetStats {
+/// How probes of one target ended: the counts every output shows, kept for
+/// every target (the daemon keeps only these; see [`TargetStats::counts_only`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
     /// Probes sent (ok + timeout + error).
     pub sent: u64,
     /// Probes answered in time.
@@ -171,6 +175,39 @@ pub struct TargetStats {
     pub timeout: u64,
     /// Probes that failed.
     pub error: u64,
+    /// Failed probes by reason, indexed like [`ErrorKind::ALL`].
+    pub errors: [u64; ErrorKind::ALL.len()],
+}
+
+impl Tally {
+    /// Counts one finished probe.
+    pub fn record(&mut self, outcome: &Outcome) {
+        self.sent += 1;
+        match outcome {
+            Outcome::Ok(_) => self.ok += 1,
+            Outcome::Timeout => self.timeout += 1,
+            Outcome::Error(e) => {
+                self.error += 1;
+                if let Some(i) = ErrorKind::ALL.iter().position(|k| *k == e.kind()) {
+                    self.errors[i] += 1;
+                }
+            }
+        }
+    }
+
+    /// Failed probes of each reason that occurred.
+    pub fn errors_by_kind(&self) -> impl Iterator<Item = (ErrorKind, u64)> + '_ {
+        ErrorKind::ALL
+            .iter()
+            .zip(self.errors)
+            .filter(|(_, n)| *n > 0)
+            .map(|(k, n)| (*k, n))
+    }
+}
+
+/// The distributions of one target.
+#[derive(Debug, Clone, Default)]
+pub struct Dists {
     /// Reply minus actual send, for ok probes.
     pub rtt: Dist,
     /// Reply minus scheduled send, for ok probes.
@@ -183,46 +220,76 @@ pub struct TargetStats {
     pub rx_wake: Dist,
 }
 
+/// Everything recorded for one target.
+#[derive(Debug, Clone)]
+pub struct TargetStats {
+    /// The counts.
+    pub tally: Tally,
+    /// The distributions, unless counts only are kept.
+    pub dists: Option<Box<Dists>>,
+}
+
+impl Default for TargetStats {
+    fn default() -> Self {
+        Self {
+            tally: Tally::default(),
+            dists: Some(Box::default()),
+        }
+    }
+}
+
 impl TargetStats {
+    /// Counts only, no distributions: five HdrHistograms take about a MiB
+    /// per target, too much for a daemon with 10,000 targets, whose
+    /// distributions go to Prometheus buckets and interval logs instead.
+    pub fn counts_only() -> Self {
+        Self {
+            tally: Tally::default(),
+            dists: None,
+        }
+    }
+
     /// Records one finished probe.
     pub fn record(&mut self, s: &Sample) {
-        self.sent += 1;
-        self.send_lag.record(s.send_lag());
-        match &s.outcome {
-            Outcome::Ok(reply) => {
-                self.ok += 1;
-                self.rtt.record(reply.rtt());
-                if let Some(lat) = s.latency() {
-                    self.latency.record(lat);
-                }
-                if let Some(dwell) = reply.server_dwell {
-                    self.server_dwell.record(dwell);
-                }
-                if let Some(wake) = reply.rx_wake {
-                    self.rx_wake.record(wake);
-                }
+        self.tally.record(&s.outcome);
+        let Some(d) = &mut self.dists else {
+            return;
+        };
+        d.send_lag.record(s.send_lag());
+        if let Outcome::Ok(reply) = &s.outcome {
+            d.rtt.record(reply.rtt());
+            if let Some(lat) = s.latency() {
+                d.latency.record(lat);
             }
-            Outcome::Timeout => self.timeout += 1,
-            Outcome::Error(_) => self.error += 1,
+            if let Some(dwell) = reply.server_dwell {
+                d.server_dwell.record(dwell);
+            }
+            if let Some(wake) = reply.rx_wake {
+                d.rx_wake.record(wake);
+            }
         }
     }
 
     /// The summary of this target, with the probe's anomaly counts and the
     /// number of slots the schedule could not fire.
     pub fn summary(&self, target: &TargetInfo, anomalies: Anomalies, missed: u64) -> Summary {
-        let loss_pct = if self.sent == 0 {
-            0.0
-        } else {
-            (self.sent - self.ok) as f64 * 100.0 / self.sent as f64
-        };
+        let t = &self.tally;
+        let loss_pct =
+            (t.sent > 0).then(|| (t.sent - t.ok) as f64 * 100.0 / t.sent as f64);
+        let dist = |f: fn(&Dists) -> &Dist| self.dists.as_deref().and_then(|d| f(d).summary());
         Summary {
             target: target.target.clone(),
             protocol: target.protocol.clone(),
             addr: target.addr.clone(),
-            sent: self.sent,
-            ok: self.ok,
-            timeout: self.timeout,
-            error: self.error,
+            size: target.size,
+            sent: t.sent,
+            ok: t.ok,
+            timeout: t.timeout,
+            error: t.error,
+            errors: t
+                .errors_by_kind()
+                .map(|(k, n)| (k.as_str().to_owned(), n))
+                .collect(),
             late: anomalies.late,
             duplicate: anomalies.duplicate,
             reordered: anomalies.reordered,
@@ -231,11 +298,11 @@ impl TargetStats {
             reconnects: anomalies.reconnects,
             missed,
             loss_pct,
-            rtt: self.rtt.summary(),
-            latency: self.latency.summary(),
-            send_lag: self.send_lag.summary(),
-            server_dwell: (self.server_dwell.count() > 0).then(|| self.server_dwell.summary()),
-            rx_wake: (self.rx_wake.count() > 0).then(|| self.rx_wake.summary()),
+            rtt: dist(|d| &d.rtt),
+            latency: dist(|d| &d.latency),
+            send_lag: dist(|d| &d.send_lag),
+            server_dwell: dist(|d| &d.server_dwell),
+            rx_wake: dist(|d| &d.rx_wake),
         }
     }
 }
@@ -248,10 +315,14 @@ pub struct Summary {
     pub target: String,
     pub protocol: String,
     pub addr: String,
+    /// Request size, where the protocol sends a payload.
+    pub size: Option<usize>,
     pub sent: u64,
     pub ok: u64,
     pub timeout: u64,
     pub error: u64,
+    /// Failed probes by reason (`refused`, `unreachable`, ...).
+    pub errors: std::collections::BTreeMap<String, u64>,
     pub late: u64,
     pub duplicate: u64,
     pub reordered: u64,
@@ -260,11 +331,12 @@ pub struct Summary {
     pub reconnects: u64,
     /// Slots not sent because the in-flight cap was reached.
     pub missed: u64,
-    /// (sent - ok) / sent, in percent.
-    pub loss_pct: f64,
-    pub rtt: DistSummary,
-    pub latency: DistSummary,
-    pub send_lag: DistSummary,
+    /// (sent - ok) / sent, in percent; `None` when nothing was sent.
+    pub loss_pct: Option<f64>,
+    /// Statistics are `None` where nothing was recorded.
+    pub rtt: Option<DistSummary>,
+    pub latency: Option<DistSummary>,
+    pub send_lag: Option<DistSummary>,
     pub server_dwell: Option<DistSummary>,
     /// Kernel receive timestamp to the probe reading the reply (`tcp://`,
     /// UDP, ICMP).
@@ -275,6 +347,13 @@ impl Summary {
     /// True when every probe sent got a reply in time and none was missed.
     pub fn all_ok(&self) -> bool {
         self.sent > 0 && self.ok == self.sent && self.missed == 0
+    }
+
+    /// Probes that got no reply in time, plus slots never sent (missed), as
+    /// a percentage of the slots scheduled; `None` when none was.
+    pub fn loss_with_missed_pct(&self) -> Option<f64> {
+        let slots = self.sent + self.missed;
+        (slots > 0).then(|| (slots - self.ok) as f64 * 100.0 / slots as f64)
     }
 }
 
@@ -289,7 +368,7 @@ mod tests {
         for us in 1..=10_000u64 {
             d.record_ns(us * 1000);
         }
-        let s = d.summary();
+        let s = d.summary().unwrap();
         assert_eq!(s.count, 10_000);
         assert_eq!(s.min, 1000);
         assert_eq!(s.max, 10_000_000);
@@ -314,7 +393,7 @@ mod tests {
         for _ in 0..100 {
             d.record(Duration::from_micros(50));
         }
-        let s = d.summary();
+        let s = d.summary().unwrap();
         assert_eq!(
             (s.min, s.p50, s.p99_9, s.max),
             (50_000, 50_000, 50_000, 50_000)
@@ -331,7 +410,7 @@ mod tests {
         for _ in 0..100 {
             d.record_ns(1_000_000);
         }
-        let s = d.summary();
+        let s = d.summary().unwrap();
         // Quantiles are the highest value equivalent at 3 significant digits.
         assert!((10_000..=10_010).contains(&s.p50), "{}", s.p50);
         assert!((10_000..=10_010).contains(&s.p90), "{}", s.p90);
@@ -344,13 +423,39 @@ mod tests {
         let mut d = Dist::default();
         d.record(Duration::from_secs(10_000));
         d.record_ns(0);
-        let s = d.summary();
+        let s = d.summary().unwrap();
         assert_eq!(s.count, 2);
         assert_eq!(s.min, 0);
     }
 
     #[test]
-    fn empty_summary_is_zero() {
-        assert_eq!(Dist::default().summary(), DistSummary::default());
+    fn empty_summary_is_none() {
+        assert_eq!(Dist::default().summary(), None);
+    }
+
+    #[test]
+    fn tally_counts_errors_by_kind() {
+        use crate::error::ProbeError;
+        let mut t = Tally::default();
+        t.record(&Outcome::Timeout);
+        t.record(&Outcome::Error(ProbeError::new(ErrorKind::Refused, "x")));
+        t.record(&Outcome::Error(ProbeError::new(ErrorKind::Refused, "y")));
+        t.record(&Outcome::Error(ProbeError::protocol("z")));
+        assert_eq!((t.sent, t.timeout, t.error), (4, 1, 3));
+        let by: Vec<_> = t.errors_by_kind().collect();
+        assert_eq!(by, [(ErrorKind::Refused, 2), (ErrorKind::Protocol, 1)]);
+    }
+
+    #[test]
+    fn a_target_without_replies_has_no_statistics() {
+        let mut st = TargetStats::default();
+        let now = tokio::time::Instant::now();
+        st.record(&Sample { target: 0, seq: 0, scheduled: now, sent: now, outcome: Outcome::Timeout, bytes: 0 });
+        let s = st.summary(&TargetInfo::new(0, "t", "p", "a", None), Anomalies::default(), 0);
+        assert_eq!(s.rtt, None);
+        assert_eq!(s.loss_pct, Some(100.0));
+        assert!(s.send_lag.is_some());
+        let json = serde_json::to_string(&s).unwrap();
+        assert!(json.contains("\"rtt\":null"), "{json}");
     }
 }

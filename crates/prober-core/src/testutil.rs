@@ -1,5 +1,5 @@
 //! Helpers for tests of probe crates (feature `test-util`): run one probe to
-//! completion and keep every sample.
+//! completion and keep every sample; a registry of fake protocols.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -7,23 +7,22 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::runner::{Clock, EVENT_CHANNEL};
-use crate::{Probe, RunConfig, RunMeta, Sample, Sink, Summary, TargetInfo, collect, run_target};
+use crate::protocol::{BuildEnv, BuildFuture, Options, ProbeSpec, Protocol, Registry, Scheme, SizeRule, Timestamps};
+use crate::{
+    Clock, Collector, Context, EVENT_CHANNEL, Probe, RunConfig, RunMeta, Sample, Sink, Summary,
+    TargetEntry, TargetInfo, collect, run_target,
+};
 
 /// A sink that keeps every sample in memory.
 #[derive(Debug, Default, Clone)]
 pub struct VecSink(pub Arc<Mutex<Vec<Sample>>>);
 
 impl Sink for VecSink {
-    fn record(&mut self, _t: &TargetInfo, s: &Sample) -> std::io::Result<()> {
+    fn record(&mut self, _cx: &Context<'_>, _t: &TargetEntry, s: &Sample) -> std::io::Result<()> {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push(s.clone());
-        Ok(())
-    }
-
-    fn finish(&mut self, _s: &[Summary]) -> std::io::Result<()> {
         Ok(())
     }
 }
@@ -48,21 +47,20 @@ pub async fn run_probe<P: Probe>(
     cfg: RunConfig,
     stop: CancellationToken,
 ) -> (Summary, Vec<Sample>) {
-    let targets = [TargetInfo::new(0, "test", "test", "test", cfg.size)];
     let (tx, rx) = mpsc::channel(EVENT_CHANNEL);
-    let task = tokio::spawn(run_target(
-        Arc::new(probe),
-        0,
-        cfg.clone(),
-        Duration::ZERO,
-        tx,
-        stop,
-    ));
+    let probe = Arc::new(probe);
+    let reader = Arc::clone(&probe);
+    let task = tokio::spawn(run_target(probe, 0, cfg.clone(), Duration::ZERO, tx, stop));
     let sink = VecSink::default();
     let kept = Arc::clone(&sink.0);
-    let mut sinks: Vec<Box<dyn Sink>> = vec![Box::new(sink)];
-    let meta = RunMeta::new("test", &cfg);
-    let (mut summaries, res) = collect(rx, &targets, &meta, Clock::now(), &mut sinks).await;
+    let mut collector = Collector::new(RunMeta::new("test", &cfg), Clock::now(), sink, false);
+    collector
+        .add_target(
+            TargetInfo::new(0, "test", "test", "test", None),
+            Arc::new(move || reader.anomalies()),
+        )
+        .expect("the memory sink cannot fail");
+    let (mut summaries, res) = collect(rx, &mut collector, None).await;
     res.expect("the memory sink cannot fail");
     task.await.expect("run_target does not panic");
     let mut samples = kept
@@ -78,3 +76,40 @@ pub async fn run_probe<P: Probe>(
     );
     (summary, samples)
 }
+
+fn no_build<'a>(_spec: ProbeSpec<'a>, _env: &'a BuildEnv) -> BuildFuture<'a> {
+    Box::pin(async { Err("fake protocols build no probes".into()) })
+}
+
+const FAKE: Protocol = Protocol {
+    schemes: &[],
+    port: Some(8707),
+    path: None,
+    size: Some(SizeRule { default: 64, min: 40, max: 1000 }),
+    size_unit: "frame",
+    timestamps: Timestamps::User,
+    options: Options { ttl: false, busy_poll: false, icmp_socket: false },
+    help: "fake",
+    build: no_build,
+};
+
+/// Fake protocols for parsing tests: `icmp` (no port, kernel stamps), `tcp`
+/// and `udp` (port, sizes 40..=1000), `health` (port 0, a path, no size).
+pub static REGISTRY: Registry = Registry::new(&[
+    &Protocol {
+        schemes: &[Scheme::plain("icmp")],
+        port: None,
+        size: Some(SizeRule { default: 56, min: 20, max: 1000 }),
+        timestamps: Timestamps::Kernel,
+        ..FAKE
+    },
+    &Protocol { schemes: &[Scheme::plain("tcp")], ..FAKE },
+    &Protocol { schemes: &[Scheme::plain("udp")], ..FAKE },
+    &Protocol {
+        schemes: &[Scheme::plain("health")],
+        port: Some(0),
+        path: Some("service"),
+        size: None,
+        ..FAKE
+    },
+]);

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use prober_core::{Anomalies, Gate, Matcher, MatcherSet, Probe, ProbeError, Reply};
+use prober_core::{Anomalies, ErrorKind, Gate, Matcher, MatcherSet, Probe, ProbeError, Reply};
 use tokio::sync::{Mutex, mpsc};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
@@ -20,7 +20,7 @@ use tonic_health::pb::health_client::HealthClient;
 use crate::pb::echo_client::EchoClient;
 use crate::pb::{PingReply, PingRequest};
 use crate::tls::ClientTls;
-use prober_core::meta::unix_now_ns;
+use prober_core::clock::unix_now_ns;
 
 use crate::error_chain;
 
@@ -126,10 +126,10 @@ impl Conn {
         {
             let wait = at - Instant::now();
             let last = st.last_error.as_deref().unwrap_or("connection lost");
-            return Err(ProbeError::new(format!(
-                "{last} (next attempt in {}ms)",
-                wait.as_millis()
-            )));
+            return Err(ProbeError::new(
+                error_kind(last),
+                format!("{last} (next attempt in {}ms)", wait.as_millis()),
+            ));
         }
         let connected = match self.endpoint() {
             Ok(ep) => ep.connect().await,
@@ -151,9 +151,19 @@ impl Conn {
             Err(e) => {
                 st.retry_at = Some(Instant::now() + jitter(st.backoff));
                 st.backoff = (st.backoff * 2).min(MAX_BACKOFF);
-                let msg = format!("connect to {}: {}", self.cfg.addr, error_chain(&e));
+                let mut msg = format!("connect to {}: {}", self.cfg.addr, error_chain(&e));
+                if self.cfg.tls.is_some()
+                    && (msg.contains("InvalidContentType") || msg.contains("corrupt message"))
+                {
+                    // rustls read a plaintext HTTP/2 frame where a TLS record belongs.
+                    msg = format!(
+                        "connect to {}: the server does not speak TLS; try grpc:// instead of grpcs:// ({})",
+                        self.cfg.addr,
+                        error_chain(&e)
+                    );
+                }
                 st.last_error = Some(msg.clone());
-                Err(ProbeError::new(msg))
+                Err(ProbeError::new(error_kind(&msg), msg))
             }
         }
     }
@@ -195,9 +205,9 @@ impl Conn {
                     msg.push_str(" (the server closed the TLS connection; it may require a client certificate: --cert and --key)");
                 }
                 self.broken(&msg).await;
-                ProbeError::new(msg)
+                ProbeError::new(error_kind(&msg), msg)
             }
-            code => ProbeError::new(format!("{code:?}: {}", status.message())),
+            code => ProbeError::protocol(format!("{code:?}: {}", status.message())),
         }
     }
 
@@ -259,7 +269,7 @@ impl Probe for GrpcProbe {
             Ok(resp) => {
                 let r = resp.into_inner();
                 if r.seq != seq {
-                    return Err(ProbeError::new(format!(
+                    return Err(ProbeError::protocol(format!(
                         "reply for seq {} to request {seq}",
                         r.seq
                     )));
@@ -270,6 +280,7 @@ impl Probe for GrpcProbe {
                     server_dwell: dwell(&r),
                     rx_wake: None,
                     bytes: r.payload.len(),
+                    ttl: None,
                 })
             }
             Err(status) => Err(self.conn.status_error(&status).await),
@@ -360,7 +371,8 @@ impl GrpcStreamProbe {
                 }
             };
             flag.store(false, Ordering::Release);
-            matcher.fail_all(|| Err(ProbeError::new(why.clone())));
+            let err = ProbeError::new(error_kind(&why), why);
+            matcher.fail_all(|| Err(err.clone()));
         });
         *slot = Some(OpenStream {
             tx: tx.clone(),
@@ -386,7 +398,7 @@ impl Probe for GrpcStreamProbe {
         let sent = Instant::now();
         if tx.send(msg).await.is_err() {
             self.conn.broken("stream closed").await;
-            return Err(ProbeError::new("stream closed"));
+            return Err(ProbeError::new(ErrorKind::Reset, "stream closed"));
         }
         match waiter.recv().await {
             Some(Ok((received, dwell, bytes))) => Ok(Reply {
@@ -395,12 +407,13 @@ impl Probe for GrpcStreamProbe {
                 server_dwell: dwell,
                 rx_wake: None,
                 bytes,
+                ttl: None,
             }),
             Some(Err(e)) => {
                 self.conn.broken(e.message()).await;
                 Err(e)
             }
-            None => Err(ProbeError::new("reply matcher closed")),
+            None => Err(ProbeError::new(ErrorKind::Other, "reply matcher closed")),
         }
     }
 
@@ -454,9 +467,10 @@ impl Probe for GrpcHealthProbe {
                         server_dwell: None,
                         rx_wake: None,
                         bytes: 0,
+                        ttl: None,
                     })
                 } else {
-                    Err(ProbeError::new(format!(
+                    Err(ProbeError::protocol(format!(
                         "health status {}",
                         status.as_str_name()
                     )))
@@ -472,5 +486,32 @@ impl Probe for GrpcHealthProbe {
 
     fn anomalies(&self) -> Anomalies {
         self.conn.anomalies()
+    }
+}
+
+/// The kind of a gRPC transport failure, from its message (tonic and hyper
+/// keep the cause as text several sources deep).
+fn error_kind(msg: &str) -> ErrorKind {
+    let m = msg.to_ascii_lowercase();
+    if m.contains("refused") {
+        ErrorKind::Refused
+    } else if m.contains("certificate")
+        || m.contains("tls")
+        || m.contains("handshake")
+        || m.contains("invalidcontenttype")
+        || m.contains("corrupt message")
+    {
+        ErrorKind::Tls
+    } else if m.contains("unreachable") || m.contains("no route") {
+        ErrorKind::Unreachable
+    } else if m.contains("reset") || m.contains("broken pipe") || m.contains("connection closed")
+    {
+        ErrorKind::Reset
+    } else if m.contains("timed out") {
+        // A connect that timed out: nothing answered (the probe's own
+        // deadline is reported as a timeout outcome, not as an error).
+        ErrorKind::Unreachable
+    } else {
+        ErrorKind::Other
     }
 }

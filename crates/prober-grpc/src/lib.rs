@@ -12,8 +12,10 @@
 //!   dwell time where the protocol carries it, and reconnects with jittered
 //!   backoff after the server goes away, counting the reconnects.
 //! - [`tls`]: loading certificates and keys for both sides.
+//! - [`GRPC`], [`GRPC_STREAM`], [`GRPC_HEALTH`]: the probes' descriptors.
 
 pub mod client;
+mod protocol;
 pub mod server;
 pub mod tls;
 
@@ -30,6 +32,7 @@ pub mod pb {
 }
 
 pub use client::{ClientConfig, GrpcHealthProbe, GrpcProbe, GrpcStreamProbe};
+pub use protocol::{GRPC, GRPC_HEALTH, GRPC_STREAM};
 pub use server::{ServerConfig, serve_grpc};
 pub use tls::{ClientTls, ServerTls, TlsError};
 

@@ -13,7 +13,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::pb::echo_server::{Echo, EchoServer};
 use crate::pb::{PingReply, PingRequest};
 use crate::tls::ServerTls;
-use prober_core::meta::unix_now_ns;
+use prober_core::clock::unix_now_ns;
 
 use crate::MAX_REPLY;
 

@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
-use prober_core::busy::{Reader, SpinThread, Step};
-use prober_core::rx::wake_since;
-use prober_core::{Anomalies, Gate, Matcher, Probe, ProbeError, Reply};
+use prober_net::busy::{Reader, SpinThread, Step};
+use prober_net::rx::wake_since;
+use prober_core::{Anomalies, ErrorKind, Gate, Matcher, Probe, ProbeError, Reply};
 use tokio::time::Instant;
 use tokio_util::task::AbortOnDropHandle;
 
@@ -212,9 +212,19 @@ fn dispatch(
                 return;
             }
             let why = format!("{} from {from}", describe_error(socket.v6, icmp_type, code));
-            deliver_error(registry, target, seq16, check_payload(quoted), why);
+            let err = ProbeError::new(error_kind(socket.v6, icmp_type, code), why);
+            deliver_error(registry, target, seq16, check_payload(quoted), &err);
         }
         Received::Other => tracing::trace!(len = buf.len(), "ignoring an icmp message"),
+    }
+}
+
+/// The kind of an ICMP error: port (or protocol) unreachable is a refusal,
+/// as for TCP; every other error says the destination is not reachable.
+fn error_kind(v6: bool, icmp_type: u8, code: u8) -> ErrorKind {
+    match (v6, icmp_type, code) {
+        (false, 3, 2 | 3) | (true, 1, 4) => ErrorKind::Refused,
+        _ => ErrorKind::Unreachable,
     }
 }
 
@@ -226,11 +236,11 @@ fn deliver_error(
     target: IpAddr,
     seq16: u16,
     quoted: PayloadCheck,
-    why: String,
+    err: &ProbeError,
 ) {
     if let PayloadCheck::Ours { nonce, seq, .. } = quoted {
         if let Some(slot) = lock(registry).get(&nonce) {
-            slot.matcher.deliver(seq, Err(ProbeError::new(why)));
+            slot.matcher.deliver(seq, Err(err.clone()));
         }
         return;
     }
@@ -238,7 +248,7 @@ fn deliver_error(
     let slots: Vec<Arc<Slot>> = lock(registry).values().cloned().collect();
     for slot in slots.iter().filter(|s| s.addr == target) {
         if let Some(seq) = slot.matcher.newest_pending(|s| s as u16 == seq16) {
-            slot.matcher.deliver(seq, Err(ProbeError::new(why)));
+            slot.matcher.deliver(seq, Err(err.clone()));
             return;
         }
     }
@@ -267,7 +277,8 @@ async fn read_error_queue(socket: Arc<IcmpSocket>, registry: Arc<Registry>) {
                 } else {
                     IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)
                 });
-                deliver_error(&registry, target, seq16, quoted, why);
+                let err = ProbeError::new(error_kind(socket.v6, err.icmp_type, err.code), why);
+                deliver_error(&registry, target, seq16, quoted, &err);
             }
             Err(error) => {
                 tracing::debug!(%error, "icmp error queue");
@@ -318,11 +329,6 @@ impl IcmpProbe {
             size,
         })
     }
-
-    /// Whether this probe's socket is raw (else datagram).
-    pub fn is_raw(&self) -> bool {
-        self.family.socket.raw
-    }
 }
 
 impl Drop for IcmpProbe {
@@ -349,7 +355,7 @@ impl Probe for IcmpProbe {
             .send_to(&pkt, SocketAddr::new(self.slot.addr, 0))
             .await
         {
-            return Err(ProbeError::new(format!("send: {e}")));
+            return Err(ProbeError::io("send", &e));
         }
         let (received, len, wake) = waiter.reply().await?;
         // A kernel timestamp can precede our pre-send reading by a hair on a
@@ -360,6 +366,7 @@ impl Probe for IcmpProbe {
             server_dwell: None,
             rx_wake: wake,
             bytes: len,
+            ttl: None,
         })
     }
 

@@ -4,7 +4,7 @@
 //!   it between every target of a run; a receive loop per socket dispatches
 //!   replies to the probes by nonce.
 //! - [`IcmpProbe`] implements [`prober_core::Probe`], so pacing, statistics
-//!   and sinks come from the core.
+//!   and sinks come from the core; [`ICMP`] is its descriptor.
 //! - Sockets: the unprivileged datagram ("ping") socket first, then raw
 //!   ([`SocketKind`]). Replies carry the kernel receive timestamp.
 //! - Late and duplicate replies are counted by the core matcher; replies with
@@ -19,11 +19,13 @@
 
 mod client;
 pub mod packet;
+mod protocol;
 mod socket;
 
 use std::io;
 
 pub use client::{IcmpClient, IcmpProbe};
+pub use protocol::ICMP;
 pub use socket::SocketKind;
 
 /// Why ICMP probing cannot start.
@@ -49,9 +51,6 @@ pub enum IcmpError {
         #[source]
         source: io::Error,
     },
-    /// The payload size is out of range.
-    #[error("size {0} is out of range for icmp: must be {min}..={max} bytes", min = packet::MIN_PAYLOAD, max = packet::MAX_PAYLOAD)]
-    Size(usize),
 }
 
 fn open_message(v6: bool, dgram: Option<&io::Error>, raw: Option<&io::Error>) -> String {
@@ -69,16 +68,4 @@ fn open_message(v6: bool, dgram: Option<&io::Error>, raw: Option<&io::Error>) ->
          or allow raw sockets with `setcap cap_net_raw+ep <path to prober>`",
         tried.join("; ")
     )
-}
-
-/// Checks an ICMP payload size.
-///
-/// # Errors
-/// [`IcmpError::Size`] when out of range.
-pub fn check_size(size: usize) -> Result<(), IcmpError> {
-    if (packet::MIN_PAYLOAD..=packet::MAX_PAYLOAD).contains(&size) {
-        Ok(())
-    } else {
-        Err(IcmpError::Size(size))
-    }
 }

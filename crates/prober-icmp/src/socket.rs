@@ -9,7 +9,7 @@ use std::time::SystemTime;
 use nix::sys::socket::{
     ControlMessageOwned, MsgFlags, SockaddrStorage, recvmsg, setsockopt, sockopt,
 };
-use prober_core::rx;
+use prober_net::rx;
 use socket2::{Domain, Protocol, SockFilter, Socket, Type};
 use tokio::io::Interest;
 use tokio::net::UdpSocket;

@@ -5,7 +5,7 @@ use std::io;
 use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
-use prober_core::rx;
+use prober_net::rx;
 use prober_core::{ProbeError, Reply, Waiter};
 use tokio::time::Instant;
 
@@ -27,12 +27,13 @@ pub(crate) async fn await_reply(
         server_dwell: Some(dwell),
         rx_wake: wake,
         bytes,
+        ttl: None,
     })
 }
 
 /// Receives without blocking: the length read and the receive wake-up (for
 /// TCP, that of the last segment read), if the kernel stamped it. Needs
-/// [`prober_core::rx::enable_timestamps`] on the socket.
+/// [`prober_net::rx::enable_timestamps`] on the socket.
 pub(crate) fn recv_stamped(
     fd: BorrowedFd<'_>,
     buf: &mut [u8],

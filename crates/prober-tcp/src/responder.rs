@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use prober_core::busy::{SpinThread, Step};
+use prober_net::busy::{SpinThread, Step};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::task::JoinSet;
@@ -90,7 +90,7 @@ pub async fn serve_tcp(
         match accepted {
             Ok((stream, peer)) => {
                 if cfg.log_clients {
-                    tracing::info!(%peer, "tcp client connected");
+                    tracing::debug!(%peer, "tcp client connected");
                 }
                 if cfg.busy_poll {
                     spinning.retain(|t| !t.is_finished());
@@ -110,7 +110,7 @@ pub async fn serve_tcp(
                         res = serve_conn(stream, &cfg, &counter) => res,
                     };
                     match res {
-                        Ok(()) if cfg.log_clients => tracing::info!(%peer, "tcp client left"),
+                        Ok(()) if cfg.log_clients => tracing::debug!(%peer, "tcp client left"),
                         Ok(()) => {}
                         Err(error) => tracing::warn!(%peer, %error, "closing tcp client"),
                     }
@@ -164,7 +164,7 @@ fn spin_conn(
     let mut acc: Vec<u8> = Vec::with_capacity(64 * 1024);
     let mut chunk = vec![0u8; 64 * 1024];
     SpinThread::spawn("prober-serve-tcp-poll", move || {
-        if !prober_core::busy::readable_now(std::os::fd::AsFd::as_fd(&stream)) {
+        if !prober_net::busy::readable_now(std::os::fd::AsFd::as_fd(&stream)) {
             return Step::Idle;
         }
         let n = match stream.read(&mut chunk) {
@@ -291,7 +291,7 @@ pub async fn serve_udp(
             Err(_) => continue,
         }
         if cfg.log_clients && seen.len() < MAX_LOGGED_PEERS && seen.insert(peer) {
-            tracing::info!(%peer, "udp client seen");
+            tracing::debug!(%peer, "udp client seen");
         }
         n += 1;
         let plan = cfg.plan(n);

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use prober_core::{Anomalies, Gate, Matcher, MatcherSet, Probe, ProbeError, Reply};
+use prober_core::{Anomalies, ErrorKind, Gate, Matcher, MatcherSet, Probe, ProbeError, Reply};
 use socket2::SockRef;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use tokio_util::task::AbortOnDropHandle;
 
 use crate::reader::{Arrival, await_reply, recv_stamped};
-use prober_core::busy::{Reader, SpinThread, Step};
+use prober_net::busy::{Reader, SpinThread, Step};
 
 use crate::wire::{self, HEADER_LEN, Header, Kind, MAX_TCP_FRAME};
 
@@ -80,12 +80,12 @@ impl TcpProbe {
         *slot = None;
         let stream = TcpStream::connect(self.addr)
             .await
-            .map_err(|e| ProbeError::new(format!("connect to {}: {e}", self.addr)))?;
+            .map_err(|e| ProbeError::io(format_args!("connect to {}", self.addr), &e))?;
         stream
             .set_nodelay(true)
-            .map_err(|e| ProbeError::new(format!("setting TCP_NODELAY: {e}")))?;
-        prober_core::rx::enable_timestamps(stream.as_fd())
-            .map_err(|e| ProbeError::new(format!("setting SO_TIMESTAMPNS: {e}")))?;
+            .map_err(|e| ProbeError::io("setting TCP_NODELAY", &e))?;
+        prober_net::rx::enable_timestamps(stream.as_fd())
+            .map_err(|e| ProbeError::io("setting SO_TIMESTAMPNS", &e))?;
         let reconnect = self.connected_once.swap(true, Ordering::Relaxed);
         let matcher = self.matchers.next(reconnect);
         let alive = Arc::new(AtomicBool::new(true));
@@ -93,7 +93,7 @@ impl TcpProbe {
             true => Some(
                 SockRef::from(&stream)
                     .try_clone()
-                    .map_err(|e| ProbeError::new(format!("cloning the socket: {e}")))?,
+                    .map_err(|e| ProbeError::io("cloning the socket", &e))?,
             ),
             false => None,
         };
@@ -107,7 +107,7 @@ impl TcpProbe {
         let reader = match spin_clone {
             Some(sock) => Reader::Spin(
                 spin_replies(sock.into(), reader_matcher, nonce, size, flag)
-                    .map_err(|e| ProbeError::new(format!("starting the busy-poll thread: {e}")))?,
+                    .map_err(|e| ProbeError::io("starting the busy-poll thread", &e))?,
             ),
             None => Reader::Task(AbortOnDropHandle::new(tokio::spawn(read_replies(
                 reader,
@@ -178,24 +178,24 @@ async fn read_replies(
             })
             .await;
         let (n, wake) = match read {
-            Ok((0, _)) => break "connection closed by peer".to_owned(),
+            Ok((0, _)) => break ProbeError::new(ErrorKind::Reset, "connection closed by peer"),
             Ok(r) => r,
-            Err(e) => break format!("receive: {e}"),
+            Err(e) => break ProbeError::io("receive", &e),
         };
         acc.extend_from_slice(&chunk[..n]);
         if let Err(why) = take_replies(&mut acc, nonce, size, (Instant::now(), wake), &matcher) {
-            break why;
+            break ProbeError::protocol(why);
         }
     };
-    end_connection(&why, &matcher, &alive);
+    end_connection(why, &matcher, &alive);
 }
 
 /// A connection's reader stopped: retire the connection and fail the probes
 /// waiting on it (only those: each connection has its own matcher).
-fn end_connection(why: &str, matcher: &Matcher<Arrival>, alive: &AtomicBool) {
+fn end_connection(why: ProbeError, matcher: &Matcher<Arrival>, alive: &AtomicBool) {
     alive.store(false, Ordering::Release);
     tracing::debug!(reason = %why, "tcp probe connection ended");
-    matcher.fail_all(|| Err(ProbeError::new(why)));
+    matcher.fail_all(|| Err(why.clone()));
 }
 
 /// Marks a connection dead when dropped while still set (a cancelled or
@@ -221,24 +221,27 @@ fn spin_replies(
 ) -> io::Result<SpinThread> {
     let mut acc: Vec<u8> = Vec::with_capacity(64 * 1024);
     let mut chunk = vec![0u8; 64 * 1024];
-    let fail = |why: String, matcher: &Matcher<Arrival>, alive: &AtomicBool| {
-        end_connection(&why, matcher, alive);
+    let fail = |why: ProbeError, matcher: &Matcher<Arrival>, alive: &AtomicBool| {
+        end_connection(why, matcher, alive);
         Step::Done
     };
     SpinThread::spawn("prober-tcp-poll", move || {
-        if !prober_core::busy::readable_now(stream.as_fd()) {
+        if !prober_net::busy::readable_now(stream.as_fd()) {
             return Step::Idle;
         }
         let (n, wake) = match recv_stamped(stream.as_fd(), &mut chunk) {
-            Ok((0, _)) => return fail("connection closed by peer".to_owned(), &matcher, &alive),
+            Ok((0, _)) => {
+                let why = ProbeError::new(ErrorKind::Reset, "connection closed by peer");
+                return fail(why, &matcher, &alive);
+            }
             Ok(r) => r,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Idle,
-            Err(e) => return fail(format!("receive: {e}"), &matcher, &alive),
+            Err(e) => return fail(ProbeError::io("receive", &e), &matcher, &alive),
         };
         acc.extend_from_slice(&chunk[..n]);
         match take_replies(&mut acc, nonce, size, (Instant::now(), wake), &matcher) {
             Ok(()) => Step::Busy,
-            Err(why) => fail(why, &matcher, &alive),
+            Err(why) => fail(ProbeError::protocol(why), &matcher, &alive),
         }
     })
 }
@@ -258,7 +261,7 @@ impl Probe for TcpProbe {
             gate.pass().await;
             let sent = Instant::now();
             if let Err(e) = writer.write_all(buf).await {
-                return Err(ProbeError::new(format!("send: {e}")));
+                return Err(ProbeError::io("send", &e));
             }
             unfinished.1 = false;
             sent
@@ -281,7 +284,7 @@ fn new_socket(addr: SocketAddr) -> Result<TcpSocket, ProbeError> {
     } else {
         TcpSocket::new_v6()
     };
-    socket.map_err(|e| ProbeError::new(format!("creating socket: {e}")))
+    socket.map_err(|e| ProbeError::io("creating socket", &e))
 }
 
 /// Closes with RST (SO_LINGER 0) so that thousands of probes do not leave
@@ -313,7 +316,7 @@ impl Probe for TcpConnectProbe {
         let stream = socket
             .connect(self.addr)
             .await
-            .map_err(|e| ProbeError::new(format!("connect to {}: {e}", self.addr)))?;
+            .map_err(|e| ProbeError::io(format_args!("connect to {}", self.addr), &e))?;
         let received = Instant::now();
         reset(&stream);
         Ok(Reply {
@@ -322,6 +325,7 @@ impl Probe for TcpConnectProbe {
             server_dwell: None,
             rx_wake: None,
             bytes: 0,
+            ttl: None,
         })
     }
 }
@@ -349,7 +353,7 @@ impl TcpCrrProbe {
 
 impl Probe for TcpCrrProbe {
     async fn probe_at(&self, seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
-        let io_err = |what: &str, e: io::Error| ProbeError::new(format!("{what}: {e}"));
+        let io_err = |what: &str, e: io::Error| ProbeError::io(what, &e);
         let socket = new_socket(self.addr)?;
         let mut frame = Vec::with_capacity(self.size);
         wire::encode_request(&mut frame, self.size, seq, self.nonce);
@@ -373,9 +377,9 @@ impl Probe for TcpCrrProbe {
         let received = Instant::now();
         reset(&stream);
         let h = Header::decode(&frame, MAX_TCP_FRAME)
-            .map_err(|e| ProbeError::new(format!("bad reply: {e}")))?;
+            .map_err(|e| ProbeError::protocol(format!("bad reply: {e}")))?;
         if h.kind != Kind::Response || h.nonce != self.nonce || h.seq != seq {
-            return Err(ProbeError::new(
+            return Err(ProbeError::protocol(
                 "bad reply: not the response to this request",
             ));
         }
@@ -386,6 +390,7 @@ impl Probe for TcpCrrProbe {
             server_dwell: dwell,
             rx_wake: None,
             bytes: self.size,
+            ttl: None,
         })
     }
 }

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use tokio::io::Interest;
 
-use prober_core::busy::{Reader, SpinThread, Step};
-use prober_core::{Anomalies, Gate, Matcher, Probe, ProbeError, Reply};
+use prober_net::busy::{Reader, SpinThread, Step};
+use prober_core::{Anomalies, ErrorKind, Gate, Matcher, Probe, ProbeError, Reply};
 use tokio::net::UdpSocket;
 use tokio::time::Instant;
 
@@ -56,7 +56,7 @@ impl UdpProbe {
         let socket = UdpSocket::bind(local).await?;
         socket.connect(addr).await?;
         // Kernel receive timestamps, for the receive wake-up (`rx_wake`).
-        prober_core::rx::enable_timestamps(socket.as_fd())?;
+        prober_net::rx::enable_timestamps(socket.as_fd())?;
         let socket = Arc::new(socket);
         let nonce = fastrand::u64(..);
         let matcher = Matcher::new();
@@ -123,12 +123,12 @@ fn on_datagram(
 }
 
 fn on_error(e: &io::Error, matcher: &Matcher<Arrival>) {
-    let msg = if e.kind() == io::ErrorKind::ConnectionRefused {
-        "connection refused (ICMP port unreachable)".to_owned()
+    let err = if e.kind() == io::ErrorKind::ConnectionRefused {
+        ProbeError::new(ErrorKind::Refused, "connection refused (ICMP port unreachable)")
     } else {
-        format!("receive: {e}")
+        ProbeError::io("receive", e)
     };
-    matcher.fail_all(|| Err(ProbeError::new(msg.clone())));
+    matcher.fail_all(|| Err(err.clone()));
 }
 
 async fn read_replies(
@@ -169,10 +169,11 @@ impl Probe for UdpProbe {
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
                 return Err(ProbeError::new(
+                    ErrorKind::Refused,
                     "connection refused (ICMP port unreachable)",
                 ));
             }
-            Err(e) => return Err(ProbeError::new(format!("send: {e}"))),
+            Err(e) => return Err(ProbeError::io("send", &e)),
         }
         await_reply(&mut waiter, sent, self.size).await
     }

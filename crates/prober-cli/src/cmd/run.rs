@@ -5,24 +5,23 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context as _, anyhow};
-use prober_core::runner::{Clock, EVENT_CHANNEL, phase};
-use prober_core::sink::{
-    CsvSink, DEFAULT_CSV_FIELDS, DEFAULT_TABLE_FIELDS, HumanSink, JsonSink, parse_fields,
+use anyhow::{Context as _, anyhow, bail};
+use prober_core::protocol::{BuildEnv, ProbeSpec, SocketChoice, TlsFiles};
+use prober_core::runner::phase;
+use prober_core::{
+    Clock, Collector, EVENT_CHANNEL, Fanout, Launch, RunConfig, RunMeta, Sink, Summary, Target,
+    collect, parse_target,
 };
-use prober_core::{RunConfig, RunMeta, Sink, Summary, collect};
-use prober_grpc::{ServerConfig, serve_grpc};
-use prober_icmp::IcmpClient;
-use prober_tcp::{ResponderConfig, serve_tcp, serve_udp};
-use tokio::net::{TcpListener, UdpSocket};
+use prober_daemon::ResponderOptions;
+use prober_net::{Family, resolve};
+use prober_sinks::{CsvSink, DEFAULT_CSV_FIELDS, DEFAULT_TABLE_FIELDS, HumanSink, JsonSink, parse_fields};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::{Output, RunArgs};
-use crate::probes::{BuildCtx, Built, DEFAULT_SIZE, check_target_size, target_info, target_size};
-use crate::signal::cancel_on_signals;
-use crate::target::{Family, Scheme, Target, parse_target, resolve};
+use crate::cli::{IcmpSocketArg, Output, RunArgs};
+use crate::protocols::PROTOCOLS;
+use crate::signal::{cancel_on_signals, interim_on_sigquit};
 
 /// Count and interval of the loopback self-test when none is given.
 const SELF_TEST_COUNT: u64 = 200;
@@ -44,7 +43,6 @@ fn run_config(args: &RunArgs, self_test: bool) -> anyhow::Result<RunConfig> {
         duration: args.duration,
         burst: args.burst,
         pacing: args.pacing.into(),
-        size: args.size.unwrap_or(DEFAULT_SIZE),
         timeout: args.timeout,
         warmup: args.warmup,
         max_in_flight: usize::try_from(args.max_in_flight).unwrap_or(usize::MAX),
@@ -54,64 +52,145 @@ fn run_config(args: &RunArgs, self_test: bool) -> anyhow::Result<RunConfig> {
     Ok(cfg)
 }
 
-/// Starts the TCP and UDP responder on loopback ephemeral ports and returns
-/// one target per protocol it can answer.
+/// The targets named on the command line and in `--file`.
+fn target_texts(args: &RunArgs) -> anyhow::Result<Vec<String>> {
+    let mut texts = args.targets.clone();
+    if let Some(path) = &args.file {
+        let body = if path.as_os_str() == "-" {
+            std::io::read_to_string(std::io::stdin()).context("reading targets from stdin")?
+        } else {
+            std::fs::read_to_string(path)
+                .with_context(|| format!("reading targets from {}", path.display()))?
+        };
+        texts.extend(
+            body.lines()
+                .map(|l| l.split('#').next().unwrap_or_default().trim())
+                .filter(|l| !l.is_empty())
+                .map(str::to_owned),
+        );
+        if texts.is_empty() {
+            bail!("{} names no targets", path.display());
+        }
+    }
+    Ok(texts)
+}
+
+/// Starts the responders on loopback ephemeral ports and returns one
+/// target per protocol they answer, plus ICMP to loopback.
 async fn start_self_test(
-    services: &mut JoinSet<std::io::Result<()>>,
-    stop: CancellationToken,
-    icmp: &IcmpClient,
-) -> anyhow::Result<Vec<Target>> {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+    stop: &CancellationToken,
+) -> anyhow::Result<(prober_daemon::Responders, Vec<Target>)> {
+    let lo = |port| Some((Ipv4Addr::LOCALHOST, port).into());
+    let opts = ResponderOptions {
+        tcp: lo(0),
+        udp: lo(0),
+        grpc: lo(0),
+        ..ResponderOptions::default()
+    };
+    let responders = prober_daemon::responder::start(&opts, stop)
         .await
-        .context("binding the loopback tcp responder")?;
-    let socket = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))
-        .await
-        .context("binding the loopback udp responder")?;
-    let (tcp, udp) = (listener.local_addr()?.port(), socket.local_addr()?.port());
-    services.spawn(serve_tcp(
-        listener,
-        ResponderConfig::default(),
-        stop.clone(),
-    ));
-    services.spawn(serve_udp(socket, ResponderConfig::default(), stop.clone()));
-    let grpc_listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .await
-        .context("binding the loopback grpc responder")?;
-    let grpc = grpc_listener.local_addr()?.port();
-    services.spawn(async move {
-        serve_grpc(grpc_listener, ServerConfig::default(), stop)
-            .await
-            .map_err(std::io::Error::other)
-    });
+        .context("starting the loopback responders")?;
+    let port = |what| {
+        responders
+            .bound
+            .iter()
+            .find(|(w, _)| *w == what)
+            .map_or(0, |(_, a)| a.port())
+    };
+    let (tcp, udp, grpc) = (port("tcp"), port("udp"), port("grpc"));
     let host = Ipv4Addr::LOCALHOST.to_string();
-    let target = |scheme, port| Target::new(scheme, &host, port);
+    let target = |scheme, port| Target::new(&PROTOCOLS, scheme, &host, port);
     let mut targets = vec![
-        target(Scheme::Tcp, tcp),
-        target(Scheme::Udp, udp),
-        target(Scheme::TcpConnect, tcp),
-        target(Scheme::TcpCrr, tcp),
-        target(Scheme::Grpc, grpc),
-        target(Scheme::GrpcStream, grpc),
+        target("tcp", tcp),
+        target("udp", udp),
+        target("tcp-connect", tcp),
+        target("tcp-crr", tcp),
+        target("grpc", grpc),
+        target("grpc+stream", grpc),
+        target("icmp", 0),
     ];
-    // ICMP needs a socket the kernel may refuse; the self-test goes on without.
-    match icmp.is_raw(false) {
-        Ok(_) => targets.push(target(Scheme::Icmp, 0)),
-        Err(error) => tracing::warn!("skipping icmp in the self-test: {error}"),
+    if std::net::UdpSocket::bind((Ipv6Addr::LOCALHOST, 0)).is_ok() {
+        targets.push(Target::new(&PROTOCOLS, "icmp", &Ipv6Addr::LOCALHOST.to_string(), 0));
     }
-    let has_v6_loopback = std::net::UdpSocket::bind((Ipv6Addr::LOCALHOST, 0)).is_ok();
-    if has_v6_loopback && icmp.is_raw(true).is_ok() {
-        targets.push(Target::new(
-            Scheme::Icmp,
-            &Ipv6Addr::LOCALHOST.to_string(),
-            0,
-        ));
+    Ok((responders, targets))
+}
+
+/// Refuses options that no target can honour, and warns about targets that
+/// ignore an option others use.
+fn check_options(args: &RunArgs, targets: &[Target]) -> anyhow::Result<()> {
+    let check = |given: bool, flag: &str, applies: &dyn Fn(&Target) -> bool, what: &str| {
+        if !given {
+            return Ok(());
+        }
+        let ignoring: Vec<String> = targets
+            .iter()
+            .filter(|t| !applies(t))
+            .map(ToString::to_string)
+            .collect();
+        if ignoring.len() == targets.len() {
+            bail!("{flag} applies only to {what}; no target here takes it");
+        }
+        if !ignoring.is_empty() {
+            eprintln!(
+                "prober: warning: {flag} has no effect on {}",
+                ignoring.join(", ")
+            );
+        }
+        Ok(())
+    };
+    check(
+        args.ttl.is_some(),
+        "--ttl",
+        &|t| t.protocol.options.ttl,
+        "icmp targets",
+    )?;
+    check(
+        args.size.is_some(),
+        "--size",
+        &|t| t.protocol.size.is_some(),
+        "targets that send a payload (tcp-connect:// and grpc-health:// send none)",
+    )?;
+    let tls_given = args.ca.is_some()
+        || args.cert.is_some()
+        || args.tls_server_name.is_some()
+        || args.insecure;
+    check(
+        tls_given,
+        "--ca, --cert, --tls-server-name and --insecure",
+        &|t| t.scheme.tls,
+        "TLS targets (grpcs://, grpcs+stream://, grpcs-health://)",
+    )?;
+    check(
+        args.icmp_socket != IcmpSocketArg::Auto,
+        "--icmp-socket",
+        &|t| t.protocol.options.icmp_socket,
+        "icmp targets",
+    )?;
+    if args.fields.is_some() && args.output == Output::Json {
+        bail!("--fields chooses the columns of -o human and -o csv; -o json always has every field");
     }
-    Ok(targets)
+    Ok(())
+}
+
+/// The exit status the summaries call for, as ping's: 1 when a target got
+/// no reply at all, or lost more than `fail_on_loss` percent of its slots.
+fn exit_code(summaries: &[Summary], fail_on_loss: Option<f64>) -> ExitCode {
+    let failed = summaries.iter().any(|s| {
+        s.ok == 0
+            || fail_on_loss
+                .is_some_and(|max| s.loss_with_missed_pct().is_some_and(|loss| loss > max))
+    });
+    if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 /// Runs `prober run`.
 pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let self_test = args.targets.is_empty();
+    let texts = target_texts(&args)?;
+    let self_test = texts.is_empty();
     let cfg = run_config(&args, self_test)?;
     let fields = match (&args.fields, args.output) {
         (Some(spec), _) => parse_fields(spec).map_err(|e| anyhow!(e))?,
@@ -128,92 +207,130 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
 
     // Check everything that can be checked before any socket is opened.
-    let targets = if self_test {
-        Vec::new()
-    } else {
-        args.targets
-            .iter()
-            .map(|t| parse_target(t))
-            .collect::<anyhow::Result<Vec<_>>>()?
-    };
+    let targets = texts
+        .iter()
+        .map(|t| parse_target(&PROTOCOLS, t))
+        .collect::<Result<Vec<_>, _>>()?;
     for t in &targets {
-        check_target_size(t, target_size(t, args.size))?;
-        if args.size.is_some() && !crate::probes::uses_size(t) {
-            eprintln!("prober: warning: --size has no effect on {t}: it sends no payload");
+        if let Some(size) = t.size(args.size) {
+            t.check_size(size)?;
         }
     }
+    if !self_test {
+        check_options(&args, &targets)?;
+    }
 
-    let tls = args.client_tls()?;
     // Spin pacing implies a spinning receiver where there are cores to spare:
     // on two vCPUs a spinning pacer, a spinning receiver and the responder
     // fight for the CPUs and every percentile gets worse.
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     let busy_poll = args.busy_poll || (cfg.pacing == prober_core::Pacing::Spin && cores >= 4);
-    let icmp = IcmpClient::with_busy_poll(args.icmp_socket.into(), args.ttl, busy_poll);
+    let env = BuildEnv {
+        busy_poll,
+        ttl: args.ttl,
+        icmp_socket: match args.icmp_socket {
+            IcmpSocketArg::Auto => SocketChoice::Auto,
+            IcmpSocketArg::Dgram => SocketChoice::Dgram,
+            IcmpSocketArg::Raw => SocketChoice::Raw,
+        },
+        tls: TlsFiles {
+            ca: args.ca.clone(),
+            cert: args.cert.clone(),
+            key: args.key.clone(),
+            server_name: args.tls_server_name.clone(),
+            insecure: args.insecure,
+        },
+        ..BuildEnv::default()
+    };
     let responder_stop = CancellationToken::new();
-    let mut services = JoinSet::new();
-    let targets = if self_test {
-        let targets = start_self_test(&mut services, responder_stop.clone(), &icmp).await?;
+    let (responders, targets) = if self_test {
+        let (r, targets) = start_self_test(&responder_stop).await?;
         for t in &targets {
-            check_target_size(t, target_size(t, args.size))?;
+            if let Some(size) = t.size(args.size) {
+                t.check_size(size)?;
+            }
         }
-        targets
+        (Some(r), targets)
     } else {
-        targets
+        (None, targets)
     };
     let mut addrs = Vec::with_capacity(targets.len());
     for t in &targets {
         addrs.push(resolve(t, family).await?);
     }
-
-    let build = BuildCtx {
-        icmp,
-        tls,
-        timeout: cfg.timeout,
-        busy_poll,
-    };
-    let stop = CancellationToken::new();
-    let _signals = cancel_on_signals(stop.clone());
-    let (events, rx) = mpsc::channel(EVENT_CHANNEL);
-    let n_targets = targets.len();
-    let mut infos = Vec::with_capacity(targets.len());
-    let mut runs = JoinSet::new();
-    for (id, (t, addr)) in targets.iter().zip(&addrs).enumerate() {
-        let size = target_size(t, args.size);
-        infos.push(target_info(id, t, *addr, size));
-        let phase = phase(id, n_targets, cfg.interval);
-        let _anomalies = Built::new(t, *addr, size, &build).await?.spawn(
-            &mut runs,
-            id,
-            cfg.clone(),
-            phase,
-            &events,
-            &stop,
-        );
+    // Build every probe before any runs, so a bad target stops the run
+    // before the first probe. The self-test goes on without ICMP where the
+    // kernel refuses an ICMP socket.
+    let mut built = Vec::with_capacity(targets.len());
+    for (t, addr) in targets.iter().zip(&addrs) {
+        let size = t.size(args.size);
+        let spec = ProbeSpec {
+            target: t,
+            addr: *addr,
+            size: size.unwrap_or(0),
+            timeout: cfg.timeout,
+        };
+        match (t.protocol.build)(spec, &env).await {
+            Ok(probe) => built.push((t, *addr, size, probe)),
+            Err(error) if self_test && t.protocol.port.is_none() => {
+                tracing::warn!("skipping {t} in the self-test: {error}");
+            }
+            Err(error) => return Err(anyhow!("target {t}: {error}")),
+        }
     }
-    drop(events);
 
     let quiet = args.quiet || (self_test && args.output == Output::Human);
     let stdout = || Box::new(std::io::stdout()) as Box<dyn std::io::Write + Send>;
     let sink: Box<dyn Sink> = match args.output {
-        Output::Human => Box::new(HumanSink::new(stdout(), quiet, fields)),
+        Output::Human => Box::new(
+            HumanSink::new(stdout(), quiet, fields).with_unix_time(args.unix_time),
+        ),
         Output::Json => Box::new(JsonSink::new(stdout(), args.quiet)),
         Output::Csv => Box::new(CsvSink::new(stdout(), fields)),
     };
-    let mut sinks = vec![sink];
     let mut meta = RunMeta::new(env!("CARGO_PKG_VERSION"), &cfg);
+    let (host, kernel) = prober_net::host();
+    meta = meta.on_host(&host, &kernel);
+    meta.size = args.size;
     if busy_poll {
-        meta.receive = "busy-poll".to_owned();
+        "busy-poll".clone_into(&mut meta.receive);
     }
-    let (summaries, written) = collect(rx, &infos, &meta, Clock::now(), &mut sinks).await;
+    let mut collector = Collector::new(
+        meta,
+        Clock::now(),
+        Fanout::skipping_failed(vec![sink]),
+        false,
+    );
+
+    let stop = CancellationToken::new();
+    let _signals = cancel_on_signals(stop.clone());
+    let interim = interim_on_sigquit();
+    let (events, rx) = mpsc::channel(EVENT_CHANNEL);
+    let n = built.len() as u64;
+    let mut runs = JoinSet::new();
+    for (id, (t, addr, size, probe)) in built.into_iter().enumerate() {
+        let launch = Launch {
+            id,
+            cfg: cfg.clone(),
+            phase: phase(id as u64, n, cfg.interval),
+            events: events.clone(),
+            stop: stop.clone(),
+        };
+        let reader = probe.launch(&mut runs, launch);
+        collector.add_target(t.info(id, addr, size), reader)?;
+    }
+    drop(events);
+
+    let (summaries, written) = collect(rx, &mut collector, interim).await;
     while runs.join_next().await.is_some() {}
     responder_stop.cancel();
-    while services.join_next().await.is_some() {}
+    if let Some(mut r) = responders {
+        while r.tasks.join_next().await.is_some() {}
+    }
     let _ = std::io::stdout().flush();
     written.context("writing results")?;
-    Ok(if summaries.iter().all(Summary::all_ok) {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    if let Some(e) = collector.sink_mut().take_error() {
+        return Err(anyhow!(e).context("writing results"));
+    }
+    Ok(exit_code(&summaries, args.fail_on_loss))
 }

@@ -1,36 +1,99 @@
-//! `prober serve`: the echo responder.
+//! `prober serve`: the echo responder, and with `--config` the daemon.
 
 use std::io::Write as _;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use prober_grpc::{ServerConfig, ServerTls, serve_grpc};
-use prober_tcp::{DEFAULT_PORT, ResponderConfig, serve_tcp, serve_udp};
-use tokio::net::{TcpListener, UdpSocket};
-use tokio::task::JoinSet;
+use prober_daemon::{Control, DaemonOptions, ResponderOptions};
+use prober_tcp::DEFAULT_PORT;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::ServeArgs;
+use crate::protocols::PROTOCOLS;
 use crate::signal::cancel_on_signals;
 
-/// Runs `prober serve` until SIGINT or SIGTERM. The bound addresses are
-/// printed on stdout (`listening tcp 0.0.0.0:8707`), so scripts can bind
-/// port 0 and read the port back.
-pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    if let Some(path) = args.config.clone() {
-        return crate::daemon::run(&path, &args).await;
+fn responder_options(args: &ServeArgs) -> ResponderOptions {
+    ResponderOptions {
+        tcp: args.tcp,
+        udp: args.udp,
+        grpc: args.grpc,
+        tls_cert: args.tls_cert.clone(),
+        tls_key: args.tls_key.clone(),
+        tls_client_ca: args.tls_client_ca.clone(),
+        log_clients: true,
+        busy_poll: args.busy_poll,
+        drop_every: args.drop_every,
+        duplicate_every: args.duplicate_every,
+        delay_every: args.delay_every,
+        delay: args.delay,
+        grpc_delay: args.grpc_delay,
     }
-    let default = SocketAddr::from((Ipv4Addr::UNSPECIFIED, DEFAULT_PORT));
-    let default_grpc = SocketAddr::from((Ipv4Addr::UNSPECIFIED, prober_grpc::DEFAULT_PORT));
-    let (tcp, udp, grpc) = match (args.tcp, args.udp, args.grpc) {
-        (None, None, None) => (Some(default), Some(default), Some(default_grpc)),
-        given => given,
-    };
+}
+
+/// Prints `listening WHAT ADDR` on stdout, so scripts can bind port 0 and
+/// read the port back.
+fn print_listening(what: &str, addr: SocketAddr) {
+    let mut out = std::io::stdout();
+    let _ = writeln!(out, "listening {what} {addr}");
+    let _ = out.flush();
+}
+
+/// Maps SIGHUP to a reload and SIGTERM or SIGINT to a stop.
+fn daemon_signals() -> anyhow::Result<mpsc::Receiver<Control>> {
+    let (tx, rx) = mpsc::channel(4);
+    let mut hup = signal(SignalKind::hangup()).context("listening for SIGHUP")?;
+    let mut term = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
+    tokio::spawn(async move {
+        loop {
+            let ctl = tokio::select! {
+                _ = hup.recv() => Control::Reload,
+                _ = term.recv() => Control::Stop,
+                _ = tokio::signal::ctrl_c() => Control::Stop,
+            };
+            if tx.send(ctl).await.is_err() || ctl == Control::Stop {
+                break;
+            }
+        }
+    });
+    Ok(rx)
+}
+
+/// Runs `prober serve` until SIGINT or SIGTERM.
+pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let mut opts = responder_options(&args);
+    if let Some(path) = args.config.clone() {
+        if args.check_config {
+            println!("{}", prober_daemon::check(&path, &PROTOCOLS).await?);
+            return Ok(ExitCode::SUCCESS);
+        }
+        let control = daemon_signals()?;
+        let daemon = DaemonOptions {
+            config: path,
+            metrics: args.metrics,
+            responders: opts,
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            host: prober_net::host(),
+        };
+        let mut listening = print_listening;
+        prober_daemon::run(daemon, &PROTOCOLS, control, &mut listening).await?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if (args.tcp, args.udp, args.grpc) == (None, None, None) {
+        let any = Ipv4Addr::UNSPECIFIED;
+        opts.tcp = Some(SocketAddr::from((any, DEFAULT_PORT)));
+        opts.udp = Some(SocketAddr::from((any, DEFAULT_PORT)));
+        opts.grpc = Some(SocketAddr::from((any, prober_grpc::DEFAULT_PORT)));
+    }
     let stop = CancellationToken::new();
-    let mut set = start_listeners(&args, tcp, udp, grpc, &stop).await?;
+    let mut responders = prober_daemon::responder::start(&opts, &stop).await?;
+    for (what, addr) in &responders.bound {
+        print_listening(what, *addr);
+    }
     let _signals = cancel_on_signals(stop.clone());
-    while let Some(res) = set.join_next().await {
+    while let Some(res) = responders.tasks.join_next().await {
         if let Err(e) = res.context("responder task failed").and_then(|r| Ok(r?)) {
             stop.cancel();
             return Err(e);
@@ -38,69 +101,4 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     tracing::info!("responder stopped");
     Ok(ExitCode::SUCCESS)
-}
-
-/// Binds and starts the responders asked for, printing each bound address
-/// on stdout. They stop when `stop` is cancelled.
-pub(crate) async fn start_listeners(
-    args: &ServeArgs,
-    tcp: Option<SocketAddr>,
-    udp: Option<SocketAddr>,
-    grpc: Option<SocketAddr>,
-    stop: &CancellationToken,
-) -> anyhow::Result<JoinSet<std::io::Result<()>>> {
-    let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => Some(ServerTls::from_files(
-            cert,
-            key,
-            args.tls_client_ca.as_deref(),
-        )?),
-        _ => None,
-    };
-    if tls.is_some() && grpc.is_none() {
-        anyhow::bail!("--tls-cert applies to gRPC only; add --grpc ADDR");
-    }
-    let cfg = ResponderConfig {
-        log_clients: !args.quiet,
-        drop_every: args.drop_every,
-        duplicate_every: args.duplicate_every,
-        delay_every: args.delay_every,
-        delay: args.delay,
-        busy_poll: args.busy_poll,
-    };
-    let mut set = JoinSet::new();
-    let mut out = std::io::stdout();
-    if let Some(addr) = tcp {
-        let listener = TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("binding tcp {addr}"))?;
-        writeln!(out, "listening tcp {}", listener.local_addr()?)?;
-        set.spawn(serve_tcp(listener, cfg.clone(), stop.clone()));
-    }
-    if let Some(addr) = udp {
-        let socket = UdpSocket::bind(addr)
-            .await
-            .with_context(|| format!("binding udp {addr}"))?;
-        writeln!(out, "listening udp {}", socket.local_addr()?)?;
-        set.spawn(serve_udp(socket, cfg, stop.clone()));
-    }
-    if let Some(addr) = grpc {
-        let listener = TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("binding grpc {addr}"))?;
-        let scheme = if tls.is_some() { "grpcs" } else { "grpc" };
-        writeln!(out, "listening {scheme} {}", listener.local_addr()?)?;
-        let grpc_cfg = ServerConfig {
-            tls,
-            delay: args.grpc_delay,
-        };
-        let stop = stop.clone();
-        set.spawn(async move {
-            serve_grpc(listener, grpc_cfg, stop)
-                .await
-                .map_err(std::io::Error::other)
-        });
-    }
-    out.flush()?;
-    Ok(set)
 }

@@ -138,3 +138,26 @@ fn documented_example_config_is_valid() {
     check_config(&dir.join("prober.toml"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn prometheus_alert_rules_pass_promtool_and_their_unit_tests() {
+    let dir = repo().join("deploy/prometheus");
+    for (verb, file) in [("check", "alerts.yml"), ("test", "alerts_test.yml")] {
+        let path = dir.join(file);
+        let Ok(out) = Command::new("promtool")
+            .args([verb, "rules"])
+            .arg(&path)
+            .output()
+        else {
+            eprintln!("SKIPPED: promtool is not installed (.ci/run installs it)");
+            return;
+        };
+        assert!(
+            out.status.success(),
+            "promtool {verb} rules {}: {}{}",
+            path.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -2,7 +2,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use super::*;
-use crate::probe::ProbeError;
+use crate::error::ProbeError;
 use crate::sample::Reply;
 
 /// Replies after a per-seq delay; `None` never replies; `Err` fails at once.
@@ -39,7 +39,7 @@ impl Probe for ScriptedProbe {
         self.calls.lock().unwrap().push((seq, sent));
         match (self.script)(seq) {
             None => std::future::pending().await,
-            Some(Err(e)) => Err(ProbeError::new(e)),
+            Some(Err(e)) => Err(ProbeError::new(crate::ErrorKind::Other, e)),
             Some(Ok(delay)) => {
                 tokio::time::sleep(delay).await;
                 Ok(Reply {
@@ -48,6 +48,7 @@ impl Probe for ScriptedProbe {
                     server_dwell: None,
                     rx_wake: None,
                     bytes: 64,
+                    ttl: None,
                 })
             }
         }

@@ -4,19 +4,20 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use super::csv::quote;
-use super::{Output, Sink};
-use crate::meta::RunMeta;
-use crate::runner::{Clock, TargetInfo};
-use crate::sample::{Outcome, Sample};
-use crate::stats::Summary;
+use prober_core::{Clock, Context, Outcome, RunMeta, Sample, Sink, Summary, TargetEntry, TargetInfo};
+
+use crate::csv::quote;
+use crate::output::Output;
+
+/// Version of the JSON lines and CSV probe-line layout, in every meta line
+/// (`"schema"`) so readers can detect a change. 2: statistics of a target
+/// without samples are `null`, sizes may be `null`, errors carry a kind.
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Writes one JSON object per line; field names are listed in the README.
 pub struct JsonSink {
     out: Output,
     quiet: bool,
-    clock: Option<Clock>,
-    meta: Option<RunMeta>,
 }
 
 impl std::fmt::Debug for JsonSink {
@@ -31,8 +32,6 @@ impl JsonSink {
         Self {
             out: Output::new(out),
             quiet,
-            clock: None,
-            meta: None,
         }
     }
 
@@ -46,9 +45,10 @@ impl JsonSink {
 struct MetaLine<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
+    schema: u32,
     #[serde(flatten)]
     meta: &'a RunMeta,
-    targets: &'a [TargetInfo],
+    targets: Vec<&'a TargetInfo>,
 }
 
 /// One probe as a JSON object (the `"type":"probe"` line). The daemon adds
@@ -72,7 +72,9 @@ pub struct ProbeLine<'a> {
     server_dwell_ns: Option<u64>,
     bytes: usize,
     error: Option<&'a str>,
+    error_kind: Option<&'static str>,
     rx_wake_ns: Option<u64>,
+    ttl: Option<u8>,
 }
 
 #[derive(Serialize)]
@@ -90,15 +92,15 @@ fn ns(d: std::time::Duration) -> u64 {
 
 impl<'a> ProbeLine<'a> {
     /// The line for sample `s` of target `t`, wall-clock times from `clock`.
-    pub fn new(job: Option<&'a str>, t: &'a TargetInfo, s: &'a Sample, clock: &Clock) -> Self {
-        let (dwell, wake, error) = match &s.outcome {
-            Outcome::Ok(r) => (r.server_dwell.map(ns), r.rx_wake.map(ns), None),
-            Outcome::Error(e) => (None, None, Some(e.as_str())),
-            _ => (None, None, None),
+    pub fn new(t: &'a TargetInfo, s: &'a Sample, clock: &Clock) -> Self {
+        let (dwell, wake, ttl, error) = match &s.outcome {
+            Outcome::Ok(r) => (r.server_dwell.map(ns), r.rx_wake.map(ns), r.ttl, None),
+            Outcome::Error(e) => (None, None, None, Some(e)),
+            _ => (None, None, None, None),
         };
         Self {
             kind: "probe",
-            job,
+            job: t.job.as_deref(),
             target: &t.target,
             protocol: &t.protocol,
             addr: &t.addr,
@@ -111,8 +113,10 @@ impl<'a> ProbeLine<'a> {
             latency_ns: s.latency().map(ns),
             server_dwell_ns: dwell,
             bytes: s.bytes,
-            error,
+            error: error.map(prober_core::ProbeError::message),
+            error_kind: error.map(|e| e.kind().as_str()),
             rx_wake_ns: wake,
+            ttl,
         }
     }
 
@@ -120,7 +124,7 @@ impl<'a> ProbeLine<'a> {
     pub fn csv_row(&self) -> String {
         let opt = |v: Option<u64>| v.map_or_else(String::new, |v| v.to_string());
         format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             quote(self.job.unwrap_or("")),
             quote(self.target),
             self.protocol,
@@ -135,45 +139,56 @@ impl<'a> ProbeLine<'a> {
             opt(self.server_dwell_ns),
             self.bytes,
             quote(self.error.unwrap_or("")),
+            self.error_kind.unwrap_or(""),
             opt(self.rx_wake_ns),
+            opt(self.ttl.map(u64::from)),
         )
     }
 
     /// Header of [`ProbeLine::csv_row`].
-    pub const CSV_HEADER: &'static str = "job,target,protocol,addr,seq,outcome,scheduled_unix_ns,sent_unix_ns,send_lag_ns,rtt_ns,latency_ns,server_dwell_ns,bytes,error,rx_wake_ns";
+    pub const CSV_HEADER: &'static str = "job,target,protocol,addr,seq,outcome,scheduled_unix_ns,sent_unix_ns,send_lag_ns,rtt_ns,latency_ns,server_dwell_ns,bytes,error,error_kind,rx_wake_ns,ttl";
 }
 
 impl Sink for JsonSink {
-    fn start(&mut self, meta: &RunMeta, targets: &[TargetInfo], clock: Clock) -> io::Result<()> {
-        self.clock = Some(clock);
-        self.meta = Some(meta.clone());
+    fn start(&mut self, cx: &Context<'_>) -> io::Result<()> {
         self.line(&MetaLine {
             kind: "meta",
-            meta,
-            targets,
+            schema: SCHEMA_VERSION,
+            meta: cx.meta,
+            targets: cx.targets.values().map(|t| &t.info).collect(),
         })?;
         self.out.flush()
     }
 
-    fn record(&mut self, t: &TargetInfo, s: &Sample) -> io::Result<()> {
+    fn record(&mut self, cx: &Context<'_>, t: &TargetEntry, s: &Sample) -> io::Result<()> {
         if self.quiet {
             return Ok(());
         }
-        let clock = *self.clock.get_or_insert_with(Clock::now);
-        self.line(&ProbeLine::new(None, t, s, &clock))?;
+        self.line(&ProbeLine::new(&t.info, s, &cx.clock))?;
         self.out.maybe_flush()
     }
 
-    fn finish(&mut self, summaries: &[Summary]) -> io::Result<()> {
-        let meta = self
-            .meta
-            .clone()
-            .unwrap_or_else(|| RunMeta::new("", &Default::default()));
+    fn tick(&mut self, _cx: &Context<'_>, _now: tokio::time::Instant) -> io::Result<()> {
+        self.out.tick()
+    }
+
+    fn interim(&mut self, cx: &Context<'_>, summaries: &[Summary]) -> io::Result<()> {
+        for summary in summaries {
+            self.line(&SummaryLine {
+                kind: "interim",
+                summary,
+                settings: cx.meta,
+            })?;
+        }
+        self.out.flush()
+    }
+
+    fn finish(&mut self, cx: &Context<'_>, summaries: &[Summary]) -> io::Result<()> {
         for summary in summaries {
             self.line(&SummaryLine {
                 kind: "summary",
                 summary,
-                settings: &meta,
+                settings: cx.meta,
             })?;
         }
         self.out.flush()

@@ -1,11 +1,44 @@
 //! Summary fields selectable with `--fields`, like netperf's `-o`.
 
-use crate::meta::RunMeta;
-use crate::stats::{DistSummary, Summary};
+use prober_core::{DistSummary, RunMeta, Summary};
 
 /// Fields of the human table when `--fields` is not given.
 pub const DEFAULT_TABLE_FIELDS: &[&str] = &[
-    "target", "count", "loss", "mean", "std", "min", "p25", "p50", "p75", "p90", "p99", "max",
+    "target", "count", "loss", "missed", "mean", "std", "min", "p25", "p50", "p75", "p90", "p99",
+    "max",
+];
+
+/// Every field that is not a statistic, in the order the unknown-field
+/// error lists them.
+const PLAIN_FIELDS: &[&str] = &[
+    "target",
+    "protocol",
+    "addr",
+    "count",
+    "sent",
+    "ok",
+    "timeout",
+    "error",
+    "late",
+    "duplicate",
+    "reordered",
+    "unknown",
+    "corrupt",
+    "reconnects",
+    "missed",
+    "loss",
+    "interval",
+    "pacing",
+    "receive",
+    "burst",
+    "size",
+    "probe_timeout",
+];
+
+/// The statistics each distribution field takes.
+const STATS: &[&str] = &[
+    "count", "mean", "std", "min", "p1", "p5", "p10", "p25", "p50", "p75", "p90", "p95", "p99",
+    "p99.9", "max",
 ];
 
 /// Fields of CSV output when `--fields` is not given.
@@ -62,6 +95,9 @@ pub enum FieldValue {
     Nanos(f64),
     /// A percentage.
     Percent(f64),
+    /// No value: a statistic of a target with no samples, a size of a
+    /// protocol without payload. Shown as `-` in tables, empty in CSV.
+    Missing,
 }
 
 /// The value of field `name` for `s`, or `None` if no field has that name.
@@ -72,7 +108,7 @@ pub enum FieldValue {
 /// `mean std min p1 p5 p10 p25 p50 p75 p90 p95 p99 p99.9 max` (`25%` is
 /// accepted for `p25`).
 pub fn field_value(name: &str, s: &Summary, meta: &RunMeta) -> Option<FieldValue> {
-    use FieldValue::{Int, Nanos, Percent, Text};
+    use FieldValue::{Int, Missing, Nanos, Percent, Text};
     let v = match name {
         "target" => Text(s.target.clone()),
         "protocol" => Text(s.protocol.clone()),
@@ -88,30 +124,34 @@ pub fn field_value(name: &str, s: &Summary, meta: &RunMeta) -> Option<FieldValue
         "corrupt" => Int(s.corrupt),
         "reconnects" => Int(s.reconnects),
         "missed" => Int(s.missed),
-        "loss" => Percent(s.loss_pct),
+        "loss" => s.loss_pct.map_or(Missing, Percent),
         "interval" => Nanos(meta.interval_ns as f64),
         "pacing" => Text(meta.pacing.clone()),
         "receive" => Text(meta.receive.clone()),
         "burst" => Int(u64::from(meta.burst)),
-        "size" => Int(meta.size as u64),
+        "size" => s.size.map_or(Missing, |n| Int(n as u64)),
         "probe_timeout" => Nanos(meta.timeout_ns as f64),
         _ => {
-            let empty = DistSummary::default();
-            let (dist, stat) = match name.split_once('.') {
+            let (dist, stat): (&Option<DistSummary>, _) = match name.split_once('.') {
                 Some(("lat", stat)) => (&s.latency, stat),
                 Some(("lag", stat)) => (&s.send_lag, stat),
                 Some(("rtt", stat)) => (&s.rtt, stat),
-                Some(("dwell", stat)) => (s.server_dwell.as_ref().unwrap_or(&empty), stat),
-                Some(("wake", stat)) => (s.rx_wake.as_ref().unwrap_or(&empty), stat),
+                Some(("dwell", stat)) => (&s.server_dwell, stat),
+                Some(("wake", stat)) => (&s.rx_wake, stat),
                 _ => (&s.rtt, name),
             };
             let stat = match stat.strip_suffix('%') {
                 Some(p) => format!("p{p}"),
                 None => stat.to_owned(),
             };
-            match stat.as_str() {
-                "count" => Int(dist.count),
-                _ => Nanos(dist.get(&stat)?),
+            if !STATS.contains(&stat.as_str()) {
+                return None;
+            }
+            match (dist, stat.as_str()) {
+                (None, "count") => Int(0),
+                (None, _) => Missing,
+                (Some(d), "count") => Int(d.count),
+                (Some(d), stat) => Nanos(d.get(stat)?),
             }
         }
     };
@@ -125,7 +165,7 @@ pub fn field_value(name: &str, s: &Summary, meta: &RunMeta) -> Option<FieldValue
 pub fn parse_fields(spec: &str) -> Result<Vec<String>, String> {
     // field_value looks only at the name: any summary will do.
     let probe_summary = Summary::default();
-    let meta = RunMeta::new("", &crate::RunConfig::default());
+    let meta = RunMeta::new("", &prober_core::RunConfig::default());
     let fields: Vec<String> = spec
         .split(',')
         .map(str::trim)
@@ -138,8 +178,9 @@ pub fn parse_fields(spec: &str) -> Result<Vec<String>, String> {
     for f in &fields {
         if field_value(f, &probe_summary, &meta).is_none() {
             return Err(format!(
-                "unknown field {f:?} (known: {}, and lat./lag./dwell./wake. prefixes)",
-                DEFAULT_CSV_FIELDS.join(",")
+                "unknown field {f:?} (known: {}; statistics {} of rtt, bare or with the prefix rtt., lat., lag., dwell. or wake.)",
+                PLAIN_FIELDS.join(","),
+                STATS.join(",")
             ));
         }
     }
@@ -151,6 +192,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn missing_statistics_are_missing_not_zero() {
+        let s = Summary::default();
+        let meta = RunMeta::new("", &prober_core::RunConfig::default());
+        assert_eq!(field_value("p50", &s, &meta), Some(FieldValue::Missing));
+        assert_eq!(field_value("lat.max", &s, &meta), Some(FieldValue::Missing));
+        assert_eq!(field_value("loss", &s, &meta), Some(FieldValue::Missing));
+        assert_eq!(field_value("size", &s, &meta), Some(FieldValue::Missing));
+        assert_eq!(field_value("count", &s, &meta), Some(FieldValue::Int(0)));
+    }
+
+    #[test]
     fn parses_and_rejects() {
         assert_eq!(
             parse_fields("mean, p99,lat.p50").unwrap(),
@@ -160,6 +212,13 @@ mod tests {
         assert!(parse_fields("mean,bogus").unwrap_err().contains("bogus"));
         assert!(parse_fields("lat.nope").is_err());
         assert!(parse_fields(" , ").is_err());
+        let err = parse_fields("bogus").unwrap_err();
+        for f in ["count", "unknown", "corrupt", "reconnects", "missed", "p99.9", "wake."] {
+            assert!(err.contains(f), "{f} not listed: {err}");
+        }
+        for f in PLAIN_FIELDS {
+            assert!(parse_fields(f).is_ok(), "{f}");
+        }
         for f in DEFAULT_CSV_FIELDS.iter().chain(DEFAULT_TABLE_FIELDS) {
             assert!(parse_fields(f).is_ok(), "{f}");
         }

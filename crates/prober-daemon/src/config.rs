@@ -8,15 +8,25 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context as _, anyhow, bail};
-use prober_core::{Pacing, RunConfig};
+use prober_core::{Pacing, Registry, RunConfig, Target, parse_target};
+use prober_net::{Family, resolve};
+use prober_sinks::prometheus::RESERVED_LABELS;
 use serde::Deserialize;
 
-use crate::probes::{DEFAULT_SIZE, check_target_size, target_size};
-use crate::target::{Family, Target, parse_target, resolve};
+use crate::error::{DaemonError, bail};
 
-/// Label names reserved for the fixed label set.
-const RESERVED_LABELS: [&str; 3] = ["job", "target", "protocol"];
+type Result<T> = std::result::Result<T, DaemonError>;
+
+/// Adds context to an error's message: `context: error`.
+trait Context<T> {
+    fn ctx(self, what: impl FnOnce() -> String) -> Result<T>;
+}
+
+impl<T, E: std::fmt::Display> Context<T> for std::result::Result<T, E> {
+    fn ctx(self, what: impl FnOnce() -> String) -> Result<T> {
+        self.map_err(|e| DaemonError::Config(format!("{}: {e}", what())))
+    }
+}
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -33,10 +43,13 @@ struct FileConfig {
 /// Responder listeners to run beside the jobs.
 #[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct ServeSection {
-    pub(crate) tcp: Option<SocketAddr>,
-    pub(crate) udp: Option<SocketAddr>,
-    pub(crate) grpc: Option<SocketAddr>,
+pub struct ServeSection {
+    /// TCP responder address.
+    pub tcp: Option<SocketAddr>,
+    /// UDP responder address.
+    pub udp: Option<SocketAddr>,
+    /// gRPC responder address.
+    pub grpc: Option<SocketAddr>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -101,72 +114,97 @@ struct HlogSection {
 
 /// A JSON lines file, appended, rotated by size and/or age.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct JsonlSink {
-    pub(crate) path: PathBuf,
-    pub(crate) rotate_bytes: Option<u64>,
-    pub(crate) rotate_age: Option<Duration>,
+pub struct JsonlSink {
+    /// The file.
+    pub path: PathBuf,
+    /// Rotate above this size.
+    pub rotate_bytes: Option<u64>,
+    /// Rotate at this age.
+    pub rotate_age: Option<Duration>,
     /// Rotated files kept (`path.1` is the newest).
-    pub(crate) keep: usize,
+    pub keep: usize,
 }
 
 /// Where one job's samples go.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Sinks {
-    pub(crate) jsonl: Option<JsonlSink>,
-    pub(crate) csv: Option<PathBuf>,
+pub struct Sinks {
+    /// Probe lines as JSON lines.
+    pub jsonl: Option<JsonlSink>,
+    /// Probe lines as CSV.
+    pub csv: Option<PathBuf>,
     /// HdrHistogram interval log and its interval.
-    pub(crate) hlog: Option<(PathBuf, Duration)>,
+    pub hlog: Option<(PathBuf, Duration)>,
+}
+
+impl Sinks {
+    /// Every file the sinks write.
+    pub fn paths(&self) -> impl Iterator<Item = &Path> {
+        self.jsonl
+            .iter()
+            .map(|j| j.path.as_path())
+            .chain(self.csv.as_deref())
+            .chain(self.hlog.iter().map(|h| h.0.as_path()))
+    }
 }
 
 /// One target of a job, resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct JobTarget {
-    pub(crate) target: Target,
-    pub(crate) addr: SocketAddr,
-    pub(crate) size: usize,
+pub struct JobTarget {
+    /// The target.
+    pub target: Target,
+    /// Where it resolved.
+    pub addr: SocketAddr,
+    /// Its request size, where its protocol sends a payload.
+    pub size: Option<usize>,
 }
 
 /// A validated job.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Job {
-    pub(crate) name: String,
-    pub(crate) targets: Vec<JobTarget>,
-    pub(crate) run: RunConfig,
-    pub(crate) labels: BTreeMap<String, String>,
-    pub(crate) sinks: Sinks,
+pub struct Job {
+    /// Its name, unique in the file.
+    pub name: String,
+    /// Its targets, resolved.
+    pub targets: Vec<JobTarget>,
+    /// How its targets are probed.
+    pub run: RunConfig,
+    /// The size given for every target, if any.
+    pub size: Option<usize>,
+    /// Extra labels of its series.
+    pub labels: BTreeMap<String, String>,
+    /// Its files.
+    pub sinks: Sinks,
 }
 
 impl Job {
     /// Whether `other` runs its targets the same way (targets aside), so
     /// targets present in both can keep their schedules across a reload.
-    pub(crate) fn same_settings(&self, other: &Self) -> bool {
-        self.run == other.run && self.labels == other.labels
+    pub fn same_settings(&self, other: &Self) -> bool {
+        self.run == other.run && self.size == other.size && self.labels == other.labels
     }
 }
 
 /// A validated configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Config {
-    pub(crate) serve: ServeSection,
-    pub(crate) metrics: Option<SocketAddr>,
-    pub(crate) jobs: Vec<Job>,
+pub struct Config {
+    /// Responder listeners.
+    pub serve: ServeSection,
+    /// Where `/metrics` listens.
+    pub metrics: Option<SocketAddr>,
+    /// The jobs.
+    pub jobs: Vec<Job>,
 }
 
-fn duration(value: Option<&String>, key: &str, default: Duration) -> anyhow::Result<Duration> {
+fn duration(value: Option<&String>, key: &str, default: Duration) -> Result<Duration> {
     match value {
         None => Ok(default),
-        Some(text) => {
-            prober_core::duration::parse_duration(text).map_err(|e| anyhow!("{key}: {e}"))
-        }
+        Some(text) => prober_core::duration::parse_duration(text).ctx(|| key.to_owned()),
     }
 }
 
-fn pacing(value: Option<&String>, key: &str) -> anyhow::Result<Pacing> {
-    match value.map(String::as_str) {
-        None | Some("timer") => Ok(Pacing::Timer),
-        Some("spin") => Ok(Pacing::Spin),
-        Some("hybrid") => Ok(Pacing::Hybrid),
-        Some(other) => bail!("{key}: unknown pacing {other:?} (timer, spin or hybrid)"),
+fn pacing(value: Option<&String>, key: &str) -> Result<Pacing> {
+    match value {
+        None => Ok(Pacing::Timer),
+        Some(text) => text.parse().ctx(|| key.to_owned()),
     }
 }
 
@@ -179,7 +217,7 @@ fn valid_label_name(name: &str) -> bool {
         && !name.starts_with("__")
 }
 
-fn sinks(s: Option<&SinksSection>, key: &str, base: &Path) -> anyhow::Result<Sinks> {
+fn sinks(s: Option<&SinksSection>, key: &str, base: &Path) -> Result<Sinks> {
     let Some(s) = s else {
         return Ok(Sinks::default());
     };
@@ -225,7 +263,13 @@ fn sinks(s: Option<&SinksSection>, key: &str, base: &Path) -> anyhow::Result<Sin
     })
 }
 
-async fn job(j: &JobSection, i: usize, defaults: &JobSettings, base: &Path) -> anyhow::Result<Job> {
+async fn job(
+    j: &JobSection,
+    i: usize,
+    defaults: &JobSettings,
+    base: &Path,
+    registry: &Registry,
+) -> Result<Job> {
     let key = format!("job[{i}] ({:?})", j.name);
     if j.name.is_empty() {
         bail!("job[{i}].name: must not be empty");
@@ -254,7 +298,6 @@ async fn job(j: &JobSection, i: usize, defaults: &JobSettings, base: &Path) -> a
         duration: None,
         burst: 1,
         pacing,
-        size: j.settings.size.or(defaults.size).unwrap_or(DEFAULT_SIZE),
         timeout,
         warmup: 0,
         max_in_flight: 4096,
@@ -262,13 +305,15 @@ async fn job(j: &JobSection, i: usize, defaults: &JobSettings, base: &Path) -> a
         // at daemon intervals the runtime's timer is precise enough.
         precise_timer: false,
     };
-    run.validate().map_err(|e| anyhow!("{key}: {e}"))?;
+    run.validate().ctx(|| key.clone())?;
+    let size = j.settings.size.or(defaults.size);
     let mut labels = defaults.labels.clone();
     labels.extend(j.settings.labels.clone());
     for name in labels.keys() {
         if !valid_label_name(name) || RESERVED_LABELS.contains(&name.as_str()) {
             bail!(
-                "{key}.labels.{name}: not a usable Prometheus label name (job, target and protocol are reserved)"
+                "{key}.labels.{name}: not a usable Prometheus label name (letters, digits and _, not starting with __; {} are reserved)",
+                RESERVED_LABELS.join(", ")
             );
         }
     }
@@ -281,7 +326,7 @@ async fn job(j: &JobSection, i: usize, defaults: &JobSettings, base: &Path) -> a
     if let Some(file) = &j.targets_file {
         let file = base.join(file); // an absolute path stays as it is
         let body = std::fs::read_to_string(&file)
-            .with_context(|| format!("{key}.targets_file: reading {}", file.display()))?;
+            .ctx(|| format!("{key}.targets_file: reading {}", file.display()))?;
         texts.extend(
             body.lines()
                 .map(str::trim)
@@ -295,21 +340,28 @@ async fn job(j: &JobSection, i: usize, defaults: &JobSettings, base: &Path) -> a
     let mut targets = Vec::with_capacity(texts.len());
     let mut seen = std::collections::HashSet::new();
     for text in &texts {
-        let target = parse_target(text).with_context(|| format!("{key}.targets"))?;
+        let target = parse_target(registry, text).ctx(|| format!("{key}.targets"))?;
         if !seen.insert(target.to_string()) {
             bail!("{key}.targets: {target} is listed twice");
         }
-        let size = target_size(&target, j.settings.size.or(defaults.size));
-        check_target_size(&target, size).with_context(|| format!("{key}.size"))?;
+        let tsize = target.size(size);
+        if let Some(s) = tsize {
+            target.check_size(s).ctx(|| format!("{key}.size"))?;
+        }
         let addr = resolve(&target, Family::Any)
             .await
-            .with_context(|| format!("{key}.targets"))?;
-        targets.push(JobTarget { target, addr, size });
+            .ctx(|| format!("{key}.targets"))?;
+        targets.push(JobTarget {
+            target,
+            addr,
+            size: tsize,
+        });
     }
     Ok(Job {
         name: j.name.clone(),
         targets,
         run,
+        size,
         labels,
         sinks,
     })
@@ -320,18 +372,35 @@ async fn job(j: &JobSection, i: usize, defaults: &JobSettings, base: &Path) -> a
 ///
 /// # Errors
 /// `<file>: <key>: <reason>` for the first problem found.
-pub(crate) async fn load(path: &Path) -> anyhow::Result<Config> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading config {}", path.display()))?;
-    parse(&text, path)
+/// Reads, parses and validates the config at `path`, and checks that every
+/// sink file can be written (its directory exists and is writable; nothing
+/// is created).
+///
+/// # Errors
+/// [`DaemonError::Config`] naming the file, the key and the reason.
+pub async fn load(path: &Path, registry: &Registry) -> Result<Config> {
+    let text =
+        std::fs::read_to_string(path).ctx(|| format!("reading config {}", path.display()))?;
+    let cfg = parse(&text, path, registry)
         .await
-        .with_context(|| format!("config {}", path.display()))
+        .ctx(|| format!("config {}", path.display()))?;
+    for job in &cfg.jobs {
+        for file in job.sinks.paths() {
+            prober_sinks::files::check_writable(file).ctx(|| {
+                format!("config {}: job {:?}.sinks", path.display(), job.name)
+            })?;
+        }
+    }
+    Ok(cfg)
 }
 
 /// Parses and validates config text; `path` places relative paths.
-pub(crate) async fn parse(text: &str, path: &Path) -> anyhow::Result<Config> {
-    let raw: FileConfig =
-        toml::from_str(text).map_err(|e| anyhow!("{}", e.to_string().trim_end()))?;
+///
+/// # Errors
+/// [`DaemonError::Config`] naming the key and the reason.
+pub async fn parse(text: &str, path: &Path, registry: &Registry) -> Result<Config> {
+    let raw: FileConfig = toml::from_str(text)
+        .map_err(|e| DaemonError::Config(e.to_string().trim_end().to_owned()))?;
     let base = path
         .parent()
         .map_or_else(|| PathBuf::from("."), Path::to_owned);
@@ -341,21 +410,14 @@ pub(crate) async fn parse(text: &str, path: &Path) -> anyhow::Result<Config> {
         if !names.insert(j.name.clone()) {
             bail!("job[{i}].name: job {:?} is defined twice", j.name);
         }
-        jobs.push(job(j, i, &raw.defaults, &base).await?);
+        jobs.push(job(j, i, &raw.defaults, &base, registry).await?);
     }
     // Two writers on one file would interleave rows and rotate each
     // other's files away.
-    let mut paths: std::collections::HashMap<PathBuf, &str> = std::collections::HashMap::new();
+    let mut paths: std::collections::HashMap<&Path, &str> = std::collections::HashMap::new();
     for job in &jobs {
-        let s = &job.sinks;
-        let files = s
-            .jsonl
-            .iter()
-            .map(|j| j.path.clone())
-            .chain(s.csv.clone())
-            .chain(s.hlog.iter().map(|h| h.0.clone()));
-        for path in files {
-            if let Some(other) = paths.insert(path.clone(), &job.name) {
+        for path in job.sinks.paths() {
+            if let Some(other) = paths.insert(path, &job.name) {
                 bail!(
                     "job {:?}.sinks: {} is also a sink of job {other:?} (set sinks per job, not in [defaults], when several jobs write files)",
                     job.name,
@@ -378,12 +440,19 @@ pub(crate) async fn parse(text: &str, path: &Path) -> anyhow::Result<Config> {
 mod tests {
     use super::*;
 
-    async fn p(text: &str) -> anyhow::Result<Config> {
-        parse(text, Path::new("/etc/prober/prober.toml")).await
+    static REGISTRY: Registry = Registry::new(&[
+        &prober_icmp::ICMP,
+        &prober_tcp::TCP,
+        &prober_tcp::TCP_CONNECT,
+        &prober_tcp::UDP,
+    ]);
+
+    async fn p(text: &str) -> Result<Config> {
+        parse(text, Path::new("/etc/prober/prober.toml"), &REGISTRY).await
     }
 
     async fn err(text: &str) -> String {
-        format!("{:#}", p(text).await.unwrap_err())
+        p(text).await.unwrap_err().to_string()
     }
 
     #[tokio::test]
@@ -418,7 +487,8 @@ mod tests {
         assert_eq!(b.run.interval, Duration::from_millis(100));
         assert_eq!(b.run.pacing, Pacing::Hybrid);
         assert_eq!(b.labels.len(), 2);
-        assert_eq!(b.targets[0].size, 56, "icmp payload default");
+        assert_eq!(b.targets[0].size, Some(56), "icmp payload default");
+        assert_eq!(a.targets[1].size, None, "tcp-connect sends no payload");
         let j = b.sinks.jsonl.as_ref().unwrap();
         assert_eq!(j.path, Path::new("/etc/prober/b.jsonl"));
         assert_eq!((j.rotate_bytes, j.keep), (Some(1000), 5));
@@ -474,6 +544,22 @@ mod tests {
                 "is also a sink of job",
             ),
             ("[serve\n", "TOML parse error"),
+            (
+                "[[job]]\nname = \"a\"\ntargets = [\"udp://127.0.0.1:1\"]\nlabels = { le = \"x\" }",
+                "labels.le",
+            ),
+            (
+                "[[job]]\nname = \"a\"\ntargets = [\"udp://127.0.0.1:1\"]\nlabels = { quantile = \"x\" }",
+                "labels.quantile",
+            ),
+            (
+                "[[job]]\nname = \"a\"\ntargets = [\"udp://127.0.0.1:1\"]\nlabels = { instance = \"x\" }",
+                "labels.instance",
+            ),
+            (
+                "[[job]]\nname = \"a\"\ntargets = [\"udp://127.0.0.1:1\"]\nlabels = { __x = \"x\" }",
+                "labels.__x",
+            ),
         ];
         for (text, want) in cases {
             let e = err(text).await;

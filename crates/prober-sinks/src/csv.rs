@@ -2,18 +2,15 @@
 
 use std::io::{self, Write};
 
-use super::{FieldValue, Sink, field_value};
-use crate::meta::RunMeta;
-use crate::runner::{Clock, TargetInfo};
-use crate::sample::Sample;
-use crate::stats::Summary;
+use prober_core::{Context, Sample, Sink, Summary, TargetEntry};
+
+use crate::fields::{FieldValue, field_value};
 
 /// Writes the chosen summary fields as CSV (RFC 4180 quoting), times in µs,
 /// percentages as plain numbers. Per-probe data is in the JSON sink.
 pub struct CsvSink {
     out: Box<dyn Write + Send>,
     fields: Vec<String>,
-    meta: Option<RunMeta>,
 }
 
 impl std::fmt::Debug for CsvSink {
@@ -27,17 +24,13 @@ impl std::fmt::Debug for CsvSink {
 impl CsvSink {
     /// Writes to `out` with these columns.
     pub fn new(out: Box<dyn Write + Send>, fields: Vec<String>) -> Self {
-        Self {
-            out,
-            fields,
-            meta: None,
-        }
+        Self { out, fields }
     }
 }
 
 /// A CSV cell: quoted (with quotes doubled) when it holds a comma, quote or
 /// line break.
-pub(super) fn quote(cell: &str) -> String {
+pub(crate) fn quote(cell: &str) -> String {
     if cell.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", cell.replace('"', "\"\""))
     } else {
@@ -46,32 +39,23 @@ pub(super) fn quote(cell: &str) -> String {
 }
 
 impl Sink for CsvSink {
-    fn start(&mut self, meta: &RunMeta, _targets: &[TargetInfo], _clock: Clock) -> io::Result<()> {
-        self.meta = Some(meta.clone());
+    fn record(&mut self, _cx: &Context<'_>, _t: &TargetEntry, _sample: &Sample) -> io::Result<()> {
         Ok(())
     }
 
-    fn record(&mut self, _target: &TargetInfo, _sample: &Sample) -> io::Result<()> {
-        Ok(())
-    }
-
-    fn finish(&mut self, summaries: &[Summary]) -> io::Result<()> {
-        let meta = self
-            .meta
-            .clone()
-            .unwrap_or_else(|| RunMeta::new("", &Default::default()));
+    fn finish(&mut self, cx: &Context<'_>, summaries: &[Summary]) -> io::Result<()> {
         let header: Vec<String> = self.fields.iter().map(|f| quote(f)).collect();
         writeln!(self.out, "{}", header.join(","))?;
         for s in summaries {
             let row: Vec<String> = self
                 .fields
                 .iter()
-                .map(|f| match field_value(f, s, &meta) {
+                .map(|f| match field_value(f, s, cx.meta) {
                     Some(FieldValue::Text(t)) => quote(&t),
                     Some(FieldValue::Int(n)) => n.to_string(),
                     Some(FieldValue::Nanos(ns)) => format!("{:.3}", ns / 1e3),
                     Some(FieldValue::Percent(p)) => format!("{p:.3}"),
-                    None => String::new(),
+                    Some(FieldValue::Missing) | None => String::new(),
                 })
                 .collect();
             writeln!(self.out, "{}", row.join(","))?;

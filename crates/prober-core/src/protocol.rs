@@ -1,0 +1,312 @@
+//! Protocol descriptors: what a protocol crate tells the rest of prober
+//! about itself, so that the binary keeps one list of protocols and no
+//! per-protocol `match`.
+//!
+//! Each protocol crate exports one [`Protocol`] value per probe type. The
+//! binary lists them in a [`Registry`]; target parsing, size checks,
+//! `--help`, the "known schemes" error and building probes all read it.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use crate::runner::Runnable;
+use crate::target::Target;
+
+/// One URL scheme of a protocol (`grpc` and `grpcs` share one protocol).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scheme {
+    /// The scheme as written in target URLs and shown as the protocol in
+    /// results: `tcp`, `grpcs+stream`, ...
+    pub name: &'static str,
+    /// The scheme runs over TLS.
+    pub tls: bool,
+}
+
+impl Scheme {
+    /// A plaintext scheme.
+    pub const fn plain(name: &'static str) -> Self {
+        Self { name, tls: false }
+    }
+
+    /// A scheme over TLS.
+    pub const fn tls(name: &'static str) -> Self {
+        Self { name, tls: true }
+    }
+}
+
+/// Which request sizes a protocol takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SizeRule {
+    /// Size used when none is given.
+    pub default: usize,
+    /// Smallest legal size.
+    pub min: usize,
+    /// Largest legal size.
+    pub max: usize,
+}
+
+/// Where a protocol's reply times come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Timestamps {
+    /// The kernel's receive timestamp (SO_TIMESTAMPNS), as ping uses it.
+    Kernel,
+    /// Read in user space after the runtime woke up.
+    User,
+}
+
+impl Timestamps {
+    /// `kernel` or `user`, as shown in results.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Kernel => "kernel",
+            Self::User => "user",
+        }
+    }
+}
+
+/// Options of `prober run` that only some protocols honour. A protocol that
+/// does not list an option refuses it rather than ignoring it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Options {
+    /// `--ttl`: IP TTL / IPv6 hop limit of requests.
+    pub ttl: bool,
+    /// `--busy-poll`: replies read by a spinning thread.
+    pub busy_poll: bool,
+    /// `--icmp-socket`: datagram or raw ICMP socket.
+    pub icmp_socket: bool,
+}
+
+/// ICMP socket choice (`--icmp-socket`), passed to protocols as plain data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SocketChoice {
+    /// Datagram if allowed, else raw.
+    #[default]
+    Auto,
+    /// Only the unprivileged datagram ("ping") socket.
+    Dgram,
+    /// Only a raw socket.
+    Raw,
+}
+
+/// TLS settings for schemes over TLS, as file names; the protocol reads them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// CA certificate (PEM) the server must chain to; system roots if none.
+    pub ca: Option<PathBuf>,
+    /// Client certificate (PEM) for mutual TLS.
+    pub cert: Option<PathBuf>,
+    /// Client key (PEM) for mutual TLS.
+    pub key: Option<PathBuf>,
+    /// Name to verify and send as SNI instead of the target's host.
+    pub server_name: Option<String>,
+    /// Do not verify the server certificate at all.
+    pub insecure: bool,
+}
+
+impl TlsFiles {
+    /// True when any TLS option was given.
+    pub fn any(&self) -> bool {
+        self.ca.is_some()
+            || self.cert.is_some()
+            || self.key.is_some()
+            || self.server_name.is_some()
+            || self.insecure
+    }
+}
+
+/// State shared by every probe built in one [`BuildEnv`], one value per type
+/// (the ICMP sockets, the loaded TLS configuration): created by the first
+/// probe that needs it.
+#[derive(Default)]
+pub struct Shared {
+    values: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
+}
+
+impl fmt::Debug for Shared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Shared").finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    /// The shared value of type `T`, made by `init` the first time.
+    ///
+    /// # Errors
+    /// What `init` returned; nothing is stored then.
+    pub fn get_or_try_init<T: Any + Send + Sync, E>(
+        &self,
+        init: impl FnOnce() -> Result<Arc<T>, E>,
+    ) -> Result<Arc<T>, E> {
+        let mut values = self.values.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(v) = values.get(&TypeId::of::<T>())
+            && let Ok(v) = Arc::clone(v).downcast::<T>()
+        {
+            return Ok(v);
+        }
+        let v = init()?;
+        values.insert(TypeId::of::<T>(), Arc::clone(&v) as Arc<dyn Any + Send + Sync>);
+        Ok(v)
+    }
+}
+
+/// What building a probe may use besides its target: the run's options and
+/// state shared between probes.
+#[derive(Debug, Default)]
+pub struct BuildEnv {
+    /// `--busy-poll`.
+    pub busy_poll: bool,
+    /// `--ttl`.
+    pub ttl: Option<u32>,
+    /// `--icmp-socket`.
+    pub icmp_socket: SocketChoice,
+    /// `--ca`, `--cert`, `--key`, `--tls-server-name`, `--insecure`.
+    pub tls: TlsFiles,
+    /// Shared state, see [`Shared`].
+    pub shared: Shared,
+}
+
+/// One target to build a probe for.
+#[derive(Debug, Clone, Copy)]
+pub struct ProbeSpec<'a> {
+    /// The parsed target.
+    pub target: &'a Target,
+    /// Where it resolved.
+    pub addr: SocketAddr,
+    /// Request size (checked against the protocol's [`SizeRule`]).
+    pub size: usize,
+    /// The per-probe timeout.
+    pub timeout: Duration,
+}
+
+/// A probe that could not be built (a socket, a permission, a TLS file).
+pub type BuildError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The future a [`BuildFn`] returns.
+pub type BuildFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Box<dyn Runnable>, BuildError>> + Send + 'a>>;
+
+/// Builds the probe of one target. Protocols write it as a plain `fn` that
+/// returns `Box::pin(async move { ... })` and ends in
+/// [`crate::runner::runnable`], which instantiates the generic runner once
+/// for the protocol's probe type.
+pub type BuildFn = for<'a> fn(ProbeSpec<'a>, &'a BuildEnv) -> BuildFuture<'a>;
+
+/// Everything prober needs to know about one probe type.
+#[derive(Clone, Copy)]
+pub struct Protocol {
+    /// URL schemes that select it.
+    pub schemes: &'static [Scheme],
+    /// Whether targets name a port (`None`: ICMP, no port); the value is
+    /// the port `prober serve` answers on, given as a hint when a port is
+    /// missing (`Some(0)`: any server, no default).
+    pub port: Option<u16>,
+    /// What the URL path names (`grpc-health://h:p/service`); `None`: no path.
+    pub path: Option<&'static str>,
+    /// Request sizes; `None`: the protocol sends no payload.
+    pub size: Option<SizeRule>,
+    /// What `--size` measures: `frame`, `payload` or `message`.
+    pub size_unit: &'static str,
+    /// Where reply times come from.
+    pub timestamps: Timestamps,
+    /// Options beyond the common ones that it honours.
+    pub options: Options,
+    /// The `--help` line: what is timed, and the peer.
+    pub help: &'static str,
+    /// Builds a probe.
+    pub build: BuildFn,
+}
+
+impl fmt::Debug for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Protocol")
+            .field("schemes", &self.schemes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Protocol {
+    /// Its first scheme's name.
+    pub fn name(&self) -> &'static str {
+        self.schemes.first().map_or("?", |s| s.name)
+    }
+}
+
+/// The protocols a binary knows, in the order `--help` lists them.
+#[derive(Debug, Clone, Copy)]
+pub struct Registry {
+    protocols: &'static [&'static Protocol],
+}
+
+impl Registry {
+    /// A registry of these protocols.
+    pub const fn new(protocols: &'static [&'static Protocol]) -> Self {
+        Self { protocols }
+    }
+
+    /// Every protocol.
+    pub fn protocols(&self) -> &'static [&'static Protocol] {
+        self.protocols
+    }
+
+    /// The protocol and scheme of a scheme name (case-insensitive).
+    pub fn find(&self, scheme: &str) -> Option<(&'static Protocol, &'static Scheme)> {
+        self.protocols.iter().find_map(|p| {
+            p.schemes
+                .iter()
+                .find(|s| s.name.eq_ignore_ascii_case(scheme))
+                .map(|s| (*p, s))
+        })
+    }
+
+    /// The protocol of bare hosts (no `scheme://`): the first one that
+    /// takes no port.
+    pub fn bare(&self) -> Option<(&'static Protocol, &'static Scheme)> {
+        self.protocols
+            .iter()
+            .find(|p| p.port.is_none())
+            .and_then(|p| p.schemes.first().map(|s| (*p, s)))
+    }
+
+    /// Every scheme name, in order.
+    pub fn scheme_names(&self) -> Vec<&'static str> {
+        self.protocols
+            .iter()
+            .flat_map(|p| p.schemes.iter().map(|s| s.name))
+            .collect()
+    }
+
+    /// The target list of `--help`: one line per protocol.
+    pub fn help(&self) -> String {
+        let mut rows = Vec::new();
+        for p in self.protocols {
+            let (plain, tls): (Vec<&Scheme>, Vec<&Scheme>) = p.schemes.iter().partition(|s| !s.tls);
+            let Some(first) = plain.first().or(tls.first()) else {
+                continue;
+            };
+            let mut form = match p.port {
+                Some(_) => format!("{}://HOST:PORT", first.name),
+                None => format!("HOST, {}://HOST", first.name),
+            };
+            if let Some(path) = p.path {
+                form.push_str(&format!("[/{}]", path.to_ascii_uppercase()));
+            }
+            let mut help = p.help.to_owned();
+            let others: Vec<_> = plain.iter().skip(1).chain(tls.iter()).map(|s| s.name).collect();
+            if !others.is_empty() {
+                help.push_str(&format!(" (also {})", others.join(", ")));
+            }
+            rows.push((form, help));
+        }
+        let width = rows.iter().map(|(f, _)| f.len()).max().unwrap_or(0);
+        rows.iter()
+            .map(|(f, h)| format!("  {f:<width$}  {h}\n"))
+            .collect()
+    }
+}

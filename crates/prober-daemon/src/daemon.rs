@@ -1,0 +1,466 @@
+//! The daemon loop: probe jobs for many targets, each on its own open-loop
+//! schedule, results through the one [`Collector`] (job files and
+//! Prometheus); reload on [`Control::Reload`], drain on [`Control::Stop`].
+//!
+//! One task (the loop in [`run`]) owns the state: the running targets and
+//! the collector with its sinks. Target tasks only send events to it, so a
+//! slow or dead target never delays another.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prober_core::protocol::{BuildEnv, ProbeSpec};
+use prober_core::runner::phase;
+use prober_core::{
+    Clock, Collector, Context, EVENT_CHANNEL, Event, Fanout, Launch, Registry, RunConfig,
+    RunMeta, Runnable, Sample, Sink, Summary, TargetEntry,
+};
+use prober_sinks::PrometheusSink;
+use prober_sinks::files::{ByJob, CsvLinesFile, HlogFile, JsonLinesFile, Rotation};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{self, Config, Job, JobTarget};
+use crate::error::DaemonError;
+use crate::metrics::{ReloadGauges, serve_metrics};
+use crate::responder::{self, ResponderOptions};
+
+/// How often sinks are ticked: buffers flushed, due hlog intervals written.
+const TICK: Duration = Duration::from_millis(100);
+
+/// What the binary tells a running daemon (from its signal handlers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    /// Reopen moved sink files, then reload the config (SIGHUP).
+    Reload,
+    /// Drain probes in flight, flush every sink and return (SIGTERM).
+    Stop,
+}
+
+/// How to run the daemon.
+#[derive(Debug, Clone)]
+pub struct DaemonOptions {
+    /// The config file.
+    pub config: PathBuf,
+    /// `/metrics` address, overriding the config's.
+    pub metrics: Option<SocketAddr>,
+    /// Responders given on the command line; the config's `[serve]` fills in
+    /// the addresses not given.
+    pub responders: ResponderOptions,
+    /// prober's version, for results.
+    pub version: String,
+    /// Host name and kernel, for results.
+    pub host: (String, String),
+}
+
+/// Checks a config file: parses, validates and resolves it, and checks that
+/// its sink files can be written. Returns the verdict line.
+///
+/// # Errors
+/// [`DaemonError::Config`] naming the file, the key and the reason.
+pub async fn check(path: &std::path::Path, registry: &Registry) -> Result<String, DaemonError> {
+    let cfg = config::load(path, registry).await?;
+    let targets: usize = cfg.jobs.iter().map(|j| j.targets.len()).sum();
+    Ok(format!(
+        "config {} is valid: {} jobs, {targets} targets",
+        path.display(),
+        cfg.jobs.len()
+    ))
+}
+
+/// The daemon's sinks: every job's files, and Prometheus.
+#[derive(Debug, Default)]
+struct DaemonSinks {
+    files: ByJob,
+    metrics: PrometheusSink,
+}
+
+impl Sink for DaemonSinks {
+    fn start(&mut self, cx: &Context<'_>) -> std::io::Result<()> {
+        self.metrics.start(cx)?;
+        self.files.start(cx)
+    }
+
+    fn target_added(&mut self, cx: &Context<'_>, t: &TargetEntry) -> std::io::Result<()> {
+        self.metrics.target_added(cx, t)?;
+        self.files.target_added(cx, t)
+    }
+
+    fn target_removed(&mut self, cx: &Context<'_>, t: &TargetEntry) -> std::io::Result<()> {
+        self.metrics.target_removed(cx, t)?;
+        self.files.target_removed(cx, t)
+    }
+
+    fn record(&mut self, cx: &Context<'_>, t: &TargetEntry, s: &Sample) -> std::io::Result<()> {
+        self.metrics.record(cx, t, s)?;
+        self.files.record(cx, t, s)
+    }
+
+    fn tick(&mut self, cx: &Context<'_>, now: tokio::time::Instant) -> std::io::Result<()> {
+        self.files.tick(cx, now)
+    }
+
+    fn reopen(&mut self, cx: &Context<'_>) -> std::io::Result<()> {
+        self.files.reopen(cx)
+    }
+
+    fn finish(&mut self, cx: &Context<'_>, summaries: &[Summary]) -> std::io::Result<()> {
+        self.files.finish(cx, summaries)
+    }
+}
+
+/// Opens (appending to) every file of a job.
+fn open_job_sinks(job: &Job) -> std::io::Result<Fanout> {
+    let s = &job.sinks;
+    let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
+    if let Some(j) = &s.jsonl {
+        let rotation = Rotation {
+            bytes: j.rotate_bytes,
+            age: j.rotate_age,
+            keep: j.keep,
+        };
+        sinks.push(Box::new(JsonLinesFile::open(&j.path, rotation)?));
+    }
+    if let Some(path) = &s.csv {
+        sinks.push(Box::new(CsvLinesFile::open(path, Rotation::default())?));
+    }
+    if let Some((path, every)) = &s.hlog {
+        sinks.push(Box::new(HlogFile::open(path, *every)?));
+    }
+    Ok(Fanout::retrying(sinks))
+}
+
+/// Offset of a target's first slot within its interval, from a hash of its
+/// job and URL: stable across reloads and spread evenly, so thousands of
+/// targets at 1 Hz do not fire in the same millisecond.
+fn spread(job: &str, target: &str, interval: Duration) -> Duration {
+    const PARTS: u64 = 1_000_000;
+    let mut h = DefaultHasher::new();
+    (job, target).hash(&mut h);
+    phase(h.finish() % PARTS, PARTS, interval)
+}
+
+struct Running {
+    job: String,
+    key: String,
+    stop: CancellationToken,
+}
+
+struct Daemon {
+    cfg: Config,
+    registry: &'static Registry,
+    next_id: usize,
+    running: HashMap<usize, Running>,
+    by_key: HashMap<(String, String), usize>,
+    collector: Collector<DaemonSinks>,
+    tasks: JoinSet<()>,
+    events: mpsc::Sender<Event>,
+    env: BuildEnv,
+    root: CancellationToken,
+}
+
+impl Daemon {
+    /// Builds the probe of one target (may fail: sockets, permissions);
+    /// nothing runs until [`Daemon::start_target`].
+    async fn build_target(
+        &self,
+        job: &Job,
+        t: &JobTarget,
+    ) -> Result<Box<dyn Runnable>, DaemonError> {
+        let spec = ProbeSpec {
+            target: &t.target,
+            addr: t.addr,
+            size: t.size.unwrap_or(0),
+            timeout: job.run.timeout,
+        };
+        (t.target.protocol.build)(spec, &self.env)
+            .await
+            .map_err(|source| DaemonError::Build {
+                what: format!("job {:?}: target {}: {source}", job.name, t.target),
+                source,
+            })
+    }
+
+    fn start_target(&mut self, job: &Job, t: &JobTarget, probe: Box<dyn Runnable>) {
+        let key = t.target.to_string();
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut info = t.target.info(id, t.addr, t.size);
+        info.job = Some(job.name.clone());
+        info.labels.clone_from(&job.labels);
+        let stop = self.root.child_token();
+        let launch = Launch {
+            id,
+            cfg: job.run.clone(),
+            phase: spread(&job.name, &key, job.run.interval),
+            events: self.events.clone(),
+            stop: stop.clone(),
+        };
+        let reader = probe.launch(&mut self.tasks, launch);
+        // The Prometheus sink cannot fail to add a series; files ignore it.
+        let _ = self.collector.add_target(info, reader);
+        self.by_key.insert((job.name.clone(), key.clone()), id);
+        self.running.insert(
+            id,
+            Running {
+                job: job.name.clone(),
+                key,
+                stop,
+            },
+        );
+    }
+
+    /// Moves to `new`: targets of unchanged jobs keep running (schedules,
+    /// counters and all), removed or changed ones stop, new ones start.
+    /// Everything that can fail (opening sinks, building probes) happens
+    /// first; on failure nothing has changed and the old config runs on.
+    async fn apply(&mut self, new: Config) -> Result<(), DaemonError> {
+        // Where each (job, target URL) resolves, first listing wins: built
+        // once per reload so that `keep` is a lookup, not a scan per target.
+        fn addrs(cfg: &Config) -> HashMap<(&str, String), SocketAddr> {
+            let mut m = HashMap::new();
+            for j in &cfg.jobs {
+                for t in &j.targets {
+                    m.entry((j.name.as_str(), t.target.to_string()))
+                        .or_insert(t.addr);
+                }
+            }
+            m
+        }
+        let (old_addrs, new_addrs) = (addrs(&self.cfg), addrs(&new));
+        let keep = |job: &str, key: &str| -> bool {
+            let (Some(o), Some(n)) = (
+                self.cfg.jobs.iter().find(|j| j.name == job),
+                new.jobs.iter().find(|j| j.name == job),
+            ) else {
+                return false;
+            };
+            // Same URL resolving elsewhere now counts as a change.
+            let k = (job, key.to_owned());
+            o.same_settings(n)
+                && new_addrs.contains_key(&k)
+                && new_addrs.get(&k) == old_addrs.get(&k)
+        };
+        let stopping: Vec<usize> = self
+            .by_key
+            .iter()
+            .filter(|((job, key), _)| !keep(job, key))
+            .map(|(_, id)| *id)
+            .collect();
+        let stopping_keys: HashSet<(String, String)> = stopping
+            .iter()
+            .filter_map(|id| self.running.get(id).map(|r| (r.job.clone(), r.key.clone())))
+            .collect();
+        let mut opened = Vec::new();
+        for job in &new.jobs {
+            let old = self.cfg.jobs.iter().find(|j| j.name == job.name);
+            if old.is_none_or(|o| o.sinks != job.sinks)
+                || !self.collector.sink_mut().files.contains(&job.name)
+            {
+                let s = open_job_sinks(job).map_err(|e| {
+                    DaemonError::io(format!("opening the sinks of job {:?}", job.name), e)
+                })?;
+                opened.push((job.name.clone(), s));
+            }
+        }
+        let mut built = Vec::new();
+        for (j, job) in new.jobs.iter().enumerate() {
+            for (t, target) in job.targets.iter().enumerate() {
+                let key = (job.name.clone(), target.target.to_string());
+                if !self.by_key.contains_key(&key) || stopping_keys.contains(&key) {
+                    built.push((j, t, self.build_target(job, target).await?));
+                }
+            }
+        }
+        // Commit: nothing below can fail.
+        for id in stopping {
+            if let Some(r) = self.running.get(&id) {
+                tracing::debug!(job = %r.job, target = %r.key, "stopping target");
+                r.stop.cancel();
+                self.by_key.remove(&(r.job.clone(), r.key.clone()));
+                // Its series go now, so a restarted target never shows twice.
+                let _ = self.collector.remove_target(id);
+            }
+        }
+        for (name, s) in opened {
+            self.collector
+                .with_sink(|cx, sinks| sinks.files.insert(cx, &name, s));
+        }
+        for (j, t, probe) in built {
+            let job = &new.jobs[j];
+            self.start_target(job, &job.targets[t], probe);
+        }
+        self.cfg = new;
+        Ok(())
+    }
+
+    fn on_event(&mut self, ev: Event) {
+        let Ok(Some(done)) = self.collector.event(ev) else {
+            return;
+        };
+        let finished_job = self.running.remove(&done).map(|r| {
+            tracing::debug!(job = %r.job, target = %r.key, "target stopped");
+            r.job
+        });
+        let _ = self.collector.remove_target(done);
+        // A job gone from the config closes its sinks with its last target.
+        // Only then is `running` scanned, so stopping thousands of targets
+        // stays linear.
+        if let Some(job) = finished_job
+            && !self.cfg.jobs.iter().any(|c| c.name == job)
+            && !self.running.values().any(|r| r.job == job)
+        {
+            self.collector
+                .with_sink(|cx, sinks| sinks.files.remove(cx, &job));
+        }
+    }
+}
+
+/// Runs the daemon until [`Control::Stop`] (or until `control` closes).
+/// `listening` is told every address bound (responders, metrics).
+///
+/// # Errors
+/// A bad config, a port that cannot be bound or a sink that cannot be
+/// opened at start. After start, errors are logged.
+pub async fn run(
+    opts: DaemonOptions,
+    registry: &'static Registry,
+    mut control: mpsc::Receiver<Control>,
+    listening: &mut (dyn FnMut(&str, SocketAddr) + Send),
+) -> Result<(), DaemonError> {
+    let path = opts.config.clone();
+    let cfg = config::load(&path, registry).await?;
+    let listeners_stop = CancellationToken::new();
+    let mut responders = opts.responders.clone();
+    responders.tcp = responders.tcp.or(cfg.serve.tcp);
+    responders.udp = responders.udp.or(cfg.serve.udp);
+    responders.grpc = responders.grpc.or(cfg.serve.grpc);
+    let mut listeners = responder::start(&responders, &listeners_stop).await?;
+    for (what, addr) in &listeners.bound {
+        listening(what, *addr);
+    }
+    let sinks = DaemonSinks::default();
+    let mut prom = prometheus_client::registry::Registry::default();
+    prom.register_collector(sinks.metrics.collector());
+    let gauges = ReloadGauges::default();
+    gauges.register(&mut prom);
+    gauges.loaded(true);
+    let prom = Arc::new(prom);
+    if let Some(addr) = opts.metrics.or(cfg.metrics) {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| DaemonError::io(format!("binding metrics {addr}"), e))?;
+        let bound = listener
+            .local_addr()
+            .map_err(|e| DaemonError::io("reading the metrics address", e))?;
+        listening("metrics", bound);
+        listeners
+            .tasks
+            .spawn(serve_metrics(listener, prom, listeners_stop.clone()));
+    }
+    let (events, mut rx) = mpsc::channel(EVENT_CHANNEL);
+    let root = CancellationToken::new();
+    let meta = RunMeta::new(&opts.version, &RunConfig::default()).on_host(&opts.host.0, &opts.host.1);
+    let mut collector = Collector::new(meta, Clock::now(), sinks, true);
+    // Nothing to fail: no target and no file yet.
+    let _ = collector.start();
+    let mut d = Daemon {
+        cfg: Config {
+            serve: cfg.serve.clone(),
+            metrics: cfg.metrics,
+            jobs: Vec::new(),
+        },
+        registry,
+        next_id: 0,
+        running: HashMap::new(),
+        by_key: HashMap::new(),
+        collector,
+        tasks: JoinSet::new(),
+        events,
+        env: BuildEnv::default(),
+        root: root.clone(),
+    };
+    d.apply(cfg).await?;
+    tracing::info!(targets = d.running.len(), "daemon started");
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The new config is read and resolved in a task of its own, so events
+    // keep flowing (and schedules keep running) while it loads.
+    let mut loading: Option<tokio::task::JoinHandle<Result<Config, DaemonError>>> = None;
+    loop {
+        tokio::select! {
+            Some(ev) = rx.recv() => d.on_event(ev),
+            ctl = control.recv() => match ctl {
+                Some(Control::Reload) => {
+                    // As logrotate expects: files moved away are reopened at
+                    // once, whether or not the new config turns out valid.
+                    let _ = d.collector.reopen();
+                    if loading.is_none() {
+                        let path = path.clone();
+                        let registry = d.registry;
+                        loading = Some(tokio::spawn(async move { config::load(&path, registry).await }));
+                    }
+                }
+                Some(Control::Stop) | None => break,
+            },
+            res = async { loading.as_mut().expect("guarded by the branch condition").await }, if loading.is_some() => {
+                loading = None;
+                let res = res.map_err(|e| DaemonError::Config(format!("loading the config failed: {e}"))).and_then(|r| r);
+                match res {
+                    Ok(new) => {
+                        if new.serve != d.cfg.serve {
+                            tracing::warn!("[serve] listeners change only on restart");
+                        }
+                        match d.apply(new).await {
+                            Ok(()) => {
+                                gauges.loaded(true);
+                                tracing::info!(targets = d.by_key.len(), "config reloaded");
+                            }
+                            Err(error) => {
+                                gauges.loaded(false);
+                                tracing::error!("config rejected, keeping the old one: {error}");
+                            }
+                        }
+                    }
+                    Err(error) => {
+                        gauges.loaded(false);
+                        tracing::error!("config rejected, keeping the old one: {error}");
+                    }
+                }
+            }
+            now = tick.tick() => {
+                let _ = d.collector.tick(now);
+                // Reap the tasks of targets stopped by reloads.
+                while d.tasks.try_join_next().is_some() {}
+            }
+        }
+    }
+    tracing::info!("stopping: draining probes in flight");
+    root.cancel();
+    // Every target task sends Done before it ends, so once all tasks have
+    // ended every sample is in the channel (a panicked task sends nothing,
+    // but it cannot hold the drain up either).
+    loop {
+        tokio::select! {
+            Some(ev) = rx.recv() => d.on_event(ev),
+            res = d.tasks.join_next() => {
+                if res.is_none() {
+                    break;
+                }
+            }
+        }
+    }
+    while let Ok(ev) = rx.try_recv() {
+        d.on_event(ev);
+    }
+    let _ = d.collector.finish();
+    listeners_stop.cancel();
+    while listeners.tasks.join_next().await.is_some() {}
+    tracing::info!("daemon stopped");
+    Ok(())
+}

@@ -1,0 +1,24 @@
+//! prober's daemon (`prober serve --config FILE`): probe jobs for many
+//! targets from a TOML file, each on its own open-loop schedule, with file
+//! sinks and Prometheus metrics through the same collector `prober run`
+//! uses; reload without losing schedules or counters; and starting the
+//! responders, which `prober serve` alone also does.
+//!
+//! - [`config`]: the file format (docs/config.md): parsing, validation,
+//!   resolution.
+//! - [`run`] and [`Control`]: the daemon loop; the binary maps signals to
+//!   [`Control`] (only the binary installs signal handlers).
+//! - [`responder`]: binding and starting the TCP, UDP and gRPC responders.
+//!
+//! The protocols come from the caller's [`prober_core::Registry`], so this
+//! crate knows no protocol but the responders it starts.
+
+pub mod config;
+mod daemon;
+mod error;
+mod metrics;
+pub mod responder;
+
+pub use daemon::{Control, DaemonOptions, check, run};
+pub use error::DaemonError;
+pub use responder::{ResponderOptions, Responders};

@@ -1,0 +1,84 @@
+//! The `/metrics` endpoint: the registry in the OpenMetrics text format,
+//! and the daemon's own gauges.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// The daemon's own series: whether the last config (re)load worked.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ReloadGauges {
+    ok: Gauge,
+    success_time: Gauge<f64, AtomicU64>,
+}
+
+impl ReloadGauges {
+    pub(crate) fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "prober_config_last_reload_successful",
+            "Whether the last configuration load or reload succeeded (1) or was rejected (0).",
+            self.ok.clone(),
+        );
+        registry.register(
+            "prober_config_last_reload_success_timestamp_seconds",
+            "Unix time of the last successful configuration load.",
+            self.success_time.clone(),
+        );
+    }
+
+    pub(crate) fn loaded(&self, ok: bool) {
+        self.ok.set(i64::from(ok));
+        if ok {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
+            self.success_time.set(now);
+        }
+    }
+}
+
+/// Serves `/metrics` from `registry` on `listener` until `stop` is cancelled.
+pub(crate) async fn serve_metrics(
+    listener: TcpListener,
+    registry: Arc<Registry>,
+    stop: CancellationToken,
+) -> std::io::Result<()> {
+    use axum::http::StatusCode;
+    use axum::http::header::CONTENT_TYPE;
+    let app = axum::Router::new()
+        .route(
+            "/metrics",
+            axum::routing::get(move || {
+                let mut body = String::with_capacity(64 * 1024);
+                let res = prometheus_client::encoding::text::encode(&mut body, &registry);
+                async move {
+                    match res {
+                        Ok(()) => (
+                            StatusCode::OK,
+                            [(
+                                CONTENT_TYPE,
+                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                            )],
+                            body,
+                        ),
+                        Err(_) => (
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            [(CONTENT_TYPE, "text/plain; charset=utf-8")],
+                            "encoding the metrics failed\n".to_owned(),
+                        ),
+                    }
+                }
+            }),
+        )
+        .route(
+            "/",
+            axum::routing::get(|| async { "prober daemon: metrics at /metrics\n" }),
+        );
+    axum::serve(listener, app)
+        .with_graceful_shutdown(stop.cancelled_owned())
+        .await
+}

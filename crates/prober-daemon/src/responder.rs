@@ -1,0 +1,121 @@
+//! Starting the responders (`prober serve`, and the daemon's `[serve]`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use prober_grpc::{ServerConfig, ServerTls, serve_grpc};
+use prober_tcp::{ResponderConfig, serve_tcp, serve_udp};
+use tokio::net::{TcpListener, UdpSocket};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::DaemonError;
+
+/// Which responders to run, and how.
+#[derive(Debug, Clone, Default)]
+pub struct ResponderOptions {
+    /// TCP responder address.
+    pub tcp: Option<SocketAddr>,
+    /// UDP responder address.
+    pub udp: Option<SocketAddr>,
+    /// gRPC responder address.
+    pub grpc: Option<SocketAddr>,
+    /// gRPC TLS certificate chain (PEM).
+    pub tls_cert: Option<PathBuf>,
+    /// gRPC TLS key (PEM).
+    pub tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this CA (PEM).
+    pub tls_client_ca: Option<PathBuf>,
+    /// Log each client connection (at debug level).
+    pub log_clients: bool,
+    /// TCP and UDP requests read by spinning threads.
+    pub busy_poll: bool,
+    /// Impairments for tests (see [`ResponderConfig`]).
+    pub drop_every: Option<u64>,
+    /// Answer every k-th request twice.
+    pub duplicate_every: Option<u64>,
+    /// Hold every k-th request for `delay`.
+    pub delay_every: Option<u64>,
+    /// How long `delay_every` holds a request.
+    pub delay: Duration,
+    /// Hold every gRPC request this long.
+    pub grpc_delay: Duration,
+}
+
+/// Running responders.
+#[derive(Debug)]
+pub struct Responders {
+    /// The responder tasks; each ends when `stop` is cancelled.
+    pub tasks: JoinSet<std::io::Result<()>>,
+    /// What listens where: `("tcp", addr)`, `("grpcs", addr)`, ...
+    pub bound: Vec<(&'static str, SocketAddr)>,
+}
+
+/// Binds and starts the responders asked for. They stop when `stop` is
+/// cancelled.
+///
+/// # Errors
+/// A TLS file that cannot be read, an address that cannot be bound.
+pub async fn start(
+    opts: &ResponderOptions,
+    stop: &CancellationToken,
+) -> Result<Responders, DaemonError> {
+    let tls = match (&opts.tls_cert, &opts.tls_key) {
+        (Some(cert), Some(key)) => Some(
+            ServerTls::from_files(cert, key, opts.tls_client_ca.as_deref())
+                .map_err(|e| DaemonError::Config(e.to_string()))?,
+        ),
+        _ => None,
+    };
+    if tls.is_some() && opts.grpc.is_none() {
+        return Err(DaemonError::Config(
+            "--tls-cert applies to gRPC only; add --grpc ADDR".to_owned(),
+        ));
+    }
+    let cfg = ResponderConfig {
+        log_clients: opts.log_clients,
+        drop_every: opts.drop_every,
+        duplicate_every: opts.duplicate_every,
+        delay_every: opts.delay_every,
+        delay: opts.delay,
+        busy_poll: opts.busy_poll,
+    };
+    let mut tasks = JoinSet::new();
+    let mut bound = Vec::new();
+    let local = |l: std::io::Result<SocketAddr>, what: &str| {
+        l.map_err(|e| DaemonError::io(format!("reading the address of {what}"), e))
+    };
+    if let Some(addr) = opts.tcp {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|e| DaemonError::io(format!("binding tcp {addr}"), e))?;
+        bound.push(("tcp", local(listener.local_addr(), "tcp")?));
+        tasks.spawn(serve_tcp(listener, cfg.clone(), stop.clone()));
+    }
+    if let Some(addr) = opts.udp {
+        let socket = UdpSocket::bind(addr)
+            .await
+            .map_err(|e| DaemonError::io(format!("binding udp {addr}"), e))?;
+        bound.push(("udp", local(socket.local_addr(), "udp")?));
+        tasks.spawn(serve_udp(socket, cfg, stop.clone()));
+    }
+    if let Some(addr) = opts.grpc {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|e| DaemonError::io(format!("binding grpc {addr}"), e))?;
+        let scheme = if tls.is_some() { "grpcs" } else { "grpc" };
+        bound.push((scheme, local(listener.local_addr(), "grpc")?));
+        let grpc_cfg = ServerConfig {
+            tls,
+            delay: opts.grpc_delay,
+        };
+        let stop = stop.clone();
+        tasks.spawn(async move {
+            serve_grpc(listener, grpc_cfg, stop)
+                .await
+                .map_err(std::io::Error::other)
+        });
+    }
+    Ok(Responders { tasks, bound })
+}

@@ -1,0 +1,98 @@
+//! The descriptors of this crate's probes (see [`prober_core::Protocol`]).
+
+use std::sync::Arc;
+
+use prober_core::protocol::{
+    BuildEnv, BuildError, BuildFuture, Options, ProbeSpec, Protocol, Scheme, SizeRule, Timestamps,
+};
+use prober_core::runnable;
+
+use crate::{ClientConfig, ClientTls, DEFAULT_PORT, GrpcHealthProbe, GrpcProbe, GrpcStreamProbe, MAX_REQUEST};
+
+/// The client configuration of one target; the TLS files are read once per
+/// environment, by the first target over TLS.
+fn config(spec: &ProbeSpec<'_>, env: &BuildEnv) -> Result<ClientConfig, BuildError> {
+    let tls = if spec.target.scheme.tls {
+        let tls = env.shared.get_or_try_init(|| {
+            let t = &env.tls;
+            ClientTls::from_files(
+                t.ca.as_deref(),
+                t.cert.as_deref(),
+                t.key.as_deref(),
+                t.server_name.clone(),
+                t.insecure,
+            )
+            .map(Arc::new)
+        })?;
+        Some(ClientTls::clone(&tls))
+    } else {
+        None
+    };
+    Ok(ClientConfig {
+        addr: spec.addr,
+        host: spec.target.host.clone(),
+        tls,
+        timeout: spec.timeout,
+        // Shorter than the probe timeout, so a connect to a black hole
+        // fails inside the probe and starts the reconnect backoff, rather
+        // than being cancelled by the runner every slot.
+        connect_timeout: spec.timeout.mul_f64(0.9),
+        size: spec.size,
+    })
+}
+
+fn build_unary<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
+    Box::pin(async move { Ok(runnable(GrpcProbe::new(config(&spec, env)?))) })
+}
+
+fn build_stream<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
+    Box::pin(async move { Ok(runnable(GrpcStreamProbe::new(config(&spec, env)?))) })
+}
+
+fn build_health<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
+    Box::pin(async move {
+        let cfg = config(&spec, env)?;
+        Ok(runnable(GrpcHealthProbe::new(cfg, spec.target.path.clone())))
+    })
+}
+
+/// `grpc://`, `grpcs://`: unary `prober.v1.Echo/Ping` on one reused channel.
+pub const GRPC: Protocol = Protocol {
+    schemes: &[Scheme::plain("grpc"), Scheme::tls("grpcs")],
+    port: Some(DEFAULT_PORT),
+    path: None,
+    size: Some(SizeRule {
+        default: 64,
+        min: 0,
+        max: MAX_REQUEST,
+    }),
+    size_unit: "message",
+    timestamps: Timestamps::User,
+    options: Options {
+        ttl: false,
+        busy_poll: false,
+        icmp_socket: false,
+    },
+    help: "unary Ping on one HTTP/2 channel",
+    build: build_unary,
+};
+
+/// `grpc+stream://`, `grpcs+stream://`: ping-pong on one bidirectional stream.
+pub const GRPC_STREAM: Protocol = Protocol {
+    schemes: &[Scheme::plain("grpc+stream"), Scheme::tls("grpcs+stream")],
+    help: "ping-pong on one bidirectional stream",
+    build: build_stream,
+    ..GRPC
+};
+
+/// `grpc-health://`, `grpcs-health://`: `grpc.health.v1.Health/Check` on any
+/// gRPC server; no payload.
+pub const GRPC_HEALTH: Protocol = Protocol {
+    schemes: &[Scheme::plain("grpc-health"), Scheme::tls("grpcs-health")],
+    port: Some(0),
+    path: Some("service"),
+    size: None,
+    help: "grpc.health.v1 Check on any gRPC server",
+    build: build_health,
+    ..GRPC
+};

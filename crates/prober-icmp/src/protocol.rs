@@ -1,0 +1,51 @@
+//! The descriptor of ICMP echo probes (see [`prober_core::Protocol`]).
+
+use prober_core::protocol::{
+    BuildEnv, BuildFuture, Options, ProbeSpec, Protocol, Scheme, SizeRule, SocketChoice,
+    Timestamps,
+};
+use prober_core::runnable;
+
+use crate::packet::{DEFAULT_PAYLOAD, MAX_PAYLOAD, MIN_PAYLOAD};
+use crate::{IcmpClient, IcmpProbe, SocketKind};
+
+fn build<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
+    Box::pin(async move {
+        // One client, and so one socket per address family, for every ICMP
+        // target built in this environment.
+        let client = env.shared.get_or_try_init(|| {
+            let kind = match env.icmp_socket {
+                SocketChoice::Auto => SocketKind::Auto,
+                SocketChoice::Dgram => SocketKind::Dgram,
+                SocketChoice::Raw => SocketKind::Raw,
+            };
+            Ok::<_, std::convert::Infallible>(IcmpClient::with_busy_poll(
+                kind,
+                env.ttl,
+                env.busy_poll,
+            ))
+        })?;
+        Ok(runnable(IcmpProbe::new(&client, spec.addr.ip(), spec.size)?))
+    })
+}
+
+/// `icmp://host` and bare hosts: ICMP echo, like ping.
+pub const ICMP: Protocol = Protocol {
+    schemes: &[Scheme::plain("icmp")],
+    port: None,
+    path: None,
+    size: Some(SizeRule {
+        default: DEFAULT_PAYLOAD,
+        min: MIN_PAYLOAD,
+        max: MAX_PAYLOAD,
+    }),
+    size_unit: "payload",
+    timestamps: Timestamps::Kernel,
+    options: Options {
+        ttl: true,
+        busy_poll: true,
+        icmp_socket: true,
+    },
+    help: "ICMP echo, like ping",
+    build,
+};

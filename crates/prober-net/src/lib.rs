@@ -1,0 +1,26 @@
+//! Socket helpers shared by prober's protocol crates, kept out of
+//! `prober-core` the way quinn keeps its syscalls in `quinn-udp`.
+//!
+//! - [`rx`]: SO_TIMESTAMPNS on, a `recvmsg` that returns the kernel receive
+//!   timestamp, and the receive wake-up it gives.
+//! - [`busy`]: busy-poll receive threads and a lock-free readiness check.
+//! - [`resolve`]: resolving a target's host once, by address family.
+//! - [`host`]: this machine's host name and kernel, for results.
+
+pub mod busy;
+pub mod resolve;
+pub mod rx;
+
+pub use resolve::{Family, ResolveError, resolve};
+
+/// This machine's host name and kernel release (`uname -n`, `uname -r`);
+/// `unknown` where they cannot be read.
+pub fn host() -> (String, String) {
+    match nix::sys::utsname::uname() {
+        Ok(u) => (
+            u.nodename().to_string_lossy().into_owned(),
+            u.release().to_string_lossy().into_owned(),
+        ),
+        Err(_) => ("unknown".to_owned(), "unknown".to_owned()),
+    }
+}

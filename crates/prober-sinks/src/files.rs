@@ -1,0 +1,591 @@
+//! File sinks: probe lines as JSON lines or CSV, HdrHistogram interval logs,
+//! the [`RotatingFile`] wrapper any of them can write through, and
+//! [`ByJob`], which routes the daemon's samples to each job's files.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use hdrhistogram::Histogram;
+use hdrhistogram::serialization::V2DeflateSerializer;
+use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
+use prober_core::{Context, Fanout, Sample, Sink, Summary, TargetEntry};
+
+use crate::json::ProbeLine;
+
+/// Checks that a sink file can be created or appended to at `path`: its
+/// directory exists and is writable. Nothing is created.
+///
+/// # Errors
+/// Names the path and what is wrong.
+pub fn check_writable(path: &Path) -> io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let meta = std::fs::metadata(dir).map_err(|e| {
+        io::Error::new(e.kind(), format!("directory {} of {}: {e}", dir.display(), path.display()))
+    })?;
+    if !meta.is_dir() {
+        return Err(io::Error::other(format!("{} is not a directory", dir.display())));
+    }
+    if path.exists() {
+        OpenOptions::new().append(true).open(path).map_err(|e| {
+            io::Error::new(e.kind(), format!("{} is not writable: {e}", path.display()))
+        })?;
+    } else if nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK).is_err() {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("directory {} is not writable", dir.display()),
+        ));
+    }
+    Ok(())
+}
+
+/// Opens `path` for appending, creating the file (not its directory).
+fn open_append(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| io::Error::new(e.kind(), format!("opening {}: {e}", path.display())))
+}
+
+/// Whether `path` no longer names the file `open` writes to: renamed or
+/// removed (by logrotate, say), or replaced by another file.
+fn moved(open: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    match (open.metadata(), std::fs::metadata(path)) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) != (b.dev(), b.ino()),
+        _ => true,
+    }
+}
+
+/// When a [`RotatingFile`] rotates: by size, by age, or both.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rotation {
+    /// Rotate before a write would take the file above this size.
+    pub bytes: Option<u64>,
+    /// Rotate once the file is this old.
+    pub age: Option<Duration>,
+    /// Rotated files kept (`path.1` is the newest); 0 keeps none.
+    pub keep: usize,
+}
+
+/// Writes a file's header; `true` when the file is new or empty.
+pub type Header = Box<dyn Fn(&mut dyn Write, bool) -> io::Result<()> + Send>;
+
+/// A buffered file, appended to, that rotates to `path.1`, `path.2`, ...
+/// and reopens itself when its path was moved away. Every file sink writes
+/// through one.
+pub struct RotatingFile {
+    path: PathBuf,
+    rotation: Rotation,
+    header: Option<Header>,
+    out: BufWriter<File>,
+    size: u64,
+    opened: Instant,
+}
+
+impl std::fmt::Debug for RotatingFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RotatingFile")
+            .field("path", &self.path)
+            .field("rotation", &self.rotation)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RotatingFile {
+    /// Opens (appending to) `path`; the header is written on every open.
+    ///
+    /// # Errors
+    /// If the file cannot be opened or the header not written.
+    pub fn open(path: &Path, rotation: Rotation, header: Option<Header>) -> io::Result<Self> {
+        let (out, size) = Self::start(path, header.as_ref())?;
+        Ok(Self {
+            path: path.to_owned(),
+            rotation,
+            header,
+            out,
+            size,
+            opened: Instant::now(),
+        })
+    }
+
+    fn start(path: &Path, header: Option<&Header>) -> io::Result<(BufWriter<File>, u64)> {
+        let file = open_append(path)?;
+        let size = file.metadata()?.len();
+        let mut out = BufWriter::new(file);
+        if let Some(h) = header {
+            h(&mut out, size == 0)?;
+        }
+        Ok((out, size))
+    }
+
+    /// The path written to.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn rotated(&self, n: usize) -> PathBuf {
+        let mut p = self.path.clone().into_os_string();
+        p.push(format!(".{n}"));
+        PathBuf::from(p)
+    }
+
+    fn rotate(&mut self) -> io::Result<()> {
+        self.out.flush()?;
+        for n in (1..self.rotation.keep).rev() {
+            let from = self.rotated(n);
+            if from.exists() {
+                std::fs::rename(&from, self.rotated(n + 1))?;
+            }
+        }
+        if self.rotation.keep > 0 {
+            std::fs::rename(&self.path, self.rotated(1))?;
+        } else {
+            std::fs::remove_file(&self.path)?;
+        }
+        self.reset()
+    }
+
+    fn reset(&mut self) -> io::Result<()> {
+        let (out, size) = Self::start(&self.path, self.header.as_ref())?;
+        self.out = out;
+        self.size = size;
+        self.opened = Instant::now();
+        Ok(())
+    }
+
+    /// Appends `buf`, rotating first when the rotation says so. A write
+    /// never splits across files.
+    ///
+    /// # Errors
+    /// I/O errors of the file or the rotation.
+    pub fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        let too_big = self
+            .rotation
+            .bytes
+            .is_some_and(|max| self.size > 0 && self.size + buf.len() as u64 > max);
+        let too_old = self
+            .rotation
+            .age
+            .is_some_and(|age| self.opened.elapsed() >= age);
+        if too_big || too_old {
+            self.rotate()?;
+        }
+        self.out.write_all(buf)?;
+        self.size += buf.len() as u64;
+        Ok(())
+    }
+
+    /// Flushes the buffer.
+    ///
+    /// # Errors
+    /// The file's.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+
+    /// True when the path now names another file or none.
+    pub fn is_moved(&self) -> bool {
+        moved(self.out.get_ref(), &self.path)
+    }
+
+    /// If the path was moved away: flushes to the old file, which is then
+    /// complete, and goes on in a new file at the path. Returns whether it
+    /// reopened.
+    ///
+    /// # Errors
+    /// I/O errors of either file.
+    pub fn reopen_if_moved(&mut self) -> io::Result<bool> {
+        if !self.is_moved() {
+            return Ok(false);
+        }
+        self.out.flush()?;
+        self.reset()?;
+        tracing::info!(path = %self.path.display(), "reopened a moved sink file");
+        Ok(true)
+    }
+}
+
+/// Every probe as a JSON line (`prober run -o json`'s probe lines, with
+/// `"job"`), appended to a file.
+#[derive(Debug)]
+pub struct JsonLinesFile {
+    file: RotatingFile,
+}
+
+impl JsonLinesFile {
+    /// Opens `path` with `rotation`.
+    ///
+    /// # Errors
+    /// If the file cannot be opened.
+    pub fn open(path: &Path, rotation: Rotation) -> io::Result<Self> {
+        Ok(Self {
+            file: RotatingFile::open(path, rotation, None)?,
+        })
+    }
+}
+
+/// Every probe as a CSV row ([`ProbeLine::CSV_HEADER`]), appended to a file
+/// that starts with the header.
+#[derive(Debug)]
+pub struct CsvLinesFile {
+    file: RotatingFile,
+}
+
+impl CsvLinesFile {
+    /// Opens `path` with `rotation`; a new or empty file gets the header.
+    ///
+    /// # Errors
+    /// If the file cannot be opened.
+    pub fn open(path: &Path, rotation: Rotation) -> io::Result<Self> {
+        let header: Header = Box::new(|w, empty| {
+            if empty {
+                writeln!(w, "{}", ProbeLine::CSV_HEADER)?;
+            }
+            Ok(())
+        });
+        Ok(Self {
+            file: RotatingFile::open(path, rotation, Some(header))?,
+        })
+    }
+}
+
+macro_rules! file_hooks {
+    () => {
+        fn tick(&mut self, _cx: &Context<'_>, _now: tokio::time::Instant) -> io::Result<()> {
+            self.file.flush()
+        }
+
+        fn reopen(&mut self, _cx: &Context<'_>) -> io::Result<()> {
+            self.file.reopen_if_moved().map(drop)
+        }
+
+        fn finish(&mut self, _cx: &Context<'_>, _summaries: &[Summary]) -> io::Result<()> {
+            self.file.flush()
+        }
+    };
+}
+
+impl Sink for JsonLinesFile {
+    fn record(&mut self, cx: &Context<'_>, t: &TargetEntry, s: &Sample) -> io::Result<()> {
+        let mut line = serde_json::to_vec(&ProbeLine::new(&t.info, s, &cx.clock))?;
+        line.push(b'\n');
+        self.file.write_all(&line)
+    }
+
+    file_hooks!();
+}
+
+impl Sink for CsvLinesFile {
+    fn record(&mut self, cx: &Context<'_>, t: &TargetEntry, s: &Sample) -> io::Result<()> {
+        let mut line = ProbeLine::new(&t.info, s, &cx.clock).csv_row();
+        line.push('\n');
+        self.file.write_all(line.as_bytes())
+    }
+
+    file_hooks!();
+}
+
+/// An HdrHistogram interval log of RTT in ns, one tag per target, readable
+/// by HistogramLogProcessor and other HdrHistogram tools: compressed V2
+/// histograms (cookie `0x1c849314`), as interval logs carry them.
+///
+/// Intervals are exactly `every` long, on boundaries counted from the
+/// file's start: a reply belongs to the interval in which it arrived (by
+/// its own timestamp), and an interval is written once its end has passed.
+/// Only the last interval before the file is closed or reopened is shorter.
+pub struct HlogFile {
+    file: RotatingFile,
+    serializer: V2DeflateSerializer,
+    every: Duration,
+    /// Wall-clock start of the log, ns since the Unix epoch.
+    base_ns: u64,
+    /// Start of the open interval, ns since the Unix epoch.
+    start_ns: u64,
+    hists: HashMap<usize, (String, Histogram<u64>)>,
+}
+
+impl std::fmt::Debug for HlogFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HlogFile")
+            .field("file", &self.file)
+            .field("every", &self.every)
+            .finish_non_exhaustive()
+    }
+}
+
+fn hlog_header(start: SystemTime) -> Header {
+    Box::new(move |w, _empty| {
+        let mut serializer = V2DeflateSerializer::new();
+        let mut buf = Vec::new();
+        IntervalLogWriterBuilder::new()
+            .add_comment("prober RTT interval log, values in ns, one tag per target")
+            .with_start_time(start)
+            .with_base_time(start)
+            .begin_log_with(&mut buf, &mut serializer)?;
+        w.write_all(&buf)?;
+        writeln!(
+            w,
+            "\"StartTimestamp\",\"Interval_Length\",\"Interval_Max\",\"Interval_Compressed_Histogram\""
+        )
+    })
+}
+
+fn ns_of(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+impl HlogFile {
+    /// Opens `path` (appending) with intervals of `every`, starting now.
+    ///
+    /// # Errors
+    /// If the file cannot be opened.
+    pub fn open(path: &Path, every: Duration) -> io::Result<Self> {
+        let now = SystemTime::now();
+        let file = RotatingFile::open(path, Rotation::default(), Some(hlog_header(now)))?;
+        let every = every.max(Duration::from_millis(1));
+        Ok(Self {
+            file,
+            serializer: V2DeflateSerializer::new(),
+            every,
+            base_ns: ns_of(now),
+            start_ns: ns_of(now),
+            hists: HashMap::new(),
+        })
+    }
+
+    fn every_ns(&self) -> u64 {
+        u64::try_from(self.every.as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Writes every interval that ended by `now_ns`.
+    fn close_due(&mut self, now_ns: u64) -> io::Result<()> {
+        while now_ns >= self.start_ns.saturating_add(self.every_ns()) {
+            self.write_interval(self.every)?;
+        }
+        Ok(())
+    }
+
+    fn write_interval(&mut self, length: Duration) -> io::Result<()> {
+        let start = Duration::from_nanos(self.start_ns.saturating_sub(self.base_ns));
+        let mut buf = Vec::new();
+        {
+            let mut w =
+                IntervalLogWriterBuilder::new().begin_log_with(&mut buf, &mut self.serializer)?;
+            let mut ids: Vec<usize> = self.hists.keys().copied().collect();
+            ids.sort_unstable();
+            for id in ids {
+                let (tag, h) = &self.hists[&id];
+                if h.is_empty() {
+                    continue;
+                }
+                w.write_histogram(h, start, length, Tag::new(tag))
+                    .map_err(io::Error::other)?;
+            }
+        }
+        for (_, h) in self.hists.values_mut() {
+            h.reset();
+        }
+        self.start_ns = self.start_ns.saturating_add(self.every_ns());
+        self.file.write_all(&buf)?;
+        self.file.flush()
+    }
+
+    /// Writes the open interval, as long as it has run, ending the file.
+    fn close_partial(&mut self) -> io::Result<()> {
+        let now = ns_of(SystemTime::now());
+        self.close_due(now)?;
+        let length = Duration::from_nanos(now.saturating_sub(self.start_ns));
+        if self.hists.values().any(|(_, h)| !h.is_empty()) {
+            self.write_interval(length)?;
+        }
+        self.file.flush()
+    }
+}
+
+impl Sink for HlogFile {
+    fn record(&mut self, cx: &Context<'_>, t: &TargetEntry, s: &Sample) -> io::Result<()> {
+        let prober_core::Outcome::Ok(reply) = &s.outcome else {
+            return Ok(());
+        };
+        self.close_due(cx.clock.unix_ns(reply.received))?;
+        let (_, h) = self.hists.entry(t.info.id).or_insert_with(|| {
+            // Tags may not contain commas or whitespace.
+            let tag = t
+                .info
+                .target
+                .chars()
+                .map(|c| if c == ',' || c.is_whitespace() { '_' } else { c })
+                .collect();
+            (tag, prober_core::stats::histogram())
+        });
+        let ns = u64::try_from(reply.rtt().as_nanos()).unwrap_or(u64::MAX);
+        h.saturating_record(ns.max(1));
+        Ok(())
+    }
+
+    fn target_removed(&mut self, _cx: &Context<'_>, t: &TargetEntry) -> io::Result<()> {
+        // Keep its samples of the open interval; drop it once written.
+        if self.hists.get(&t.info.id).is_some_and(|(_, h)| h.is_empty()) {
+            self.hists.remove(&t.info.id);
+        }
+        Ok(())
+    }
+
+    fn tick(&mut self, cx: &Context<'_>, now: tokio::time::Instant) -> io::Result<()> {
+        self.close_due(cx.clock.unix_ns(now))
+    }
+
+    fn reopen(&mut self, _cx: &Context<'_>) -> io::Result<()> {
+        if !self.file.is_moved() {
+            return Ok(());
+        }
+        self.close_partial()?;
+        let path = self.file.path().to_owned();
+        *self = Self::open(&path, self.every)?;
+        tracing::info!(path = %path.display(), "reopened a moved sink file");
+        Ok(())
+    }
+
+    fn finish(&mut self, _cx: &Context<'_>, _summaries: &[Summary]) -> io::Result<()> {
+        self.close_partial()
+    }
+}
+
+/// The daemon's file sinks: one [`Fanout`] per job, each sample routed to
+/// its target's job. A job whose files fail is logged once per streak of
+/// failures, and its files are tried again on every sample.
+#[derive(Debug, Default)]
+pub struct ByJob {
+    jobs: HashMap<String, Fanout>,
+    failing: std::collections::HashSet<String>,
+}
+
+impl ByJob {
+    /// Sets (or replaces) the sinks of `job`; the old ones are finished.
+    pub fn insert(&mut self, cx: &Context<'_>, job: &str, sinks: Fanout) {
+        if let Some(mut old) = self.jobs.insert(job.to_owned(), sinks) {
+            let _ = old.finish(cx, &[]);
+        }
+    }
+
+    /// Finishes and removes the sinks of `job`.
+    pub fn remove(&mut self, cx: &Context<'_>, job: &str) {
+        if let Some(mut old) = self.jobs.remove(job) {
+            if let Err(error) = old.finish(cx, &[]) {
+                tracing::error!(%job, %error, "closing sinks failed");
+            }
+        }
+    }
+
+    /// True when `job` has sinks.
+    pub fn contains(&self, job: &str) -> bool {
+        self.jobs.contains_key(job)
+    }
+
+    fn note(&mut self, job: &str, res: io::Result<()>, what: &str) {
+        match res {
+            Ok(()) => {
+                self.failing.remove(job);
+            }
+            Err(error) => {
+                if self.failing.insert(job.to_owned()) {
+                    tracing::error!(%job, %error, "{what} failed");
+                }
+            }
+        }
+    }
+
+    fn each(&mut self, what: &str, mut f: impl FnMut(&mut Fanout) -> io::Result<()>) {
+        let results: Vec<(String, io::Result<()>)> =
+            self.jobs.iter_mut().map(|(job, s)| (job.clone(), f(s))).collect();
+        for (job, res) in results {
+            self.note(&job, res, what);
+        }
+    }
+}
+
+impl Sink for ByJob {
+    fn record(&mut self, cx: &Context<'_>, t: &TargetEntry, s: &Sample) -> io::Result<()> {
+        let Some(job) = t.info.job.as_deref() else {
+            return Ok(());
+        };
+        if let Some(sinks) = self.jobs.get_mut(job) {
+            let res = sinks.record(cx, t, s);
+            if res.is_err() || self.failing.contains(job) {
+                self.note(job, res, "writing samples");
+            }
+        }
+        Ok(())
+    }
+
+    fn target_removed(&mut self, cx: &Context<'_>, t: &TargetEntry) -> io::Result<()> {
+        if let Some(sinks) = t.info.job.as_deref().and_then(|j| self.jobs.get_mut(j)) {
+            sinks.target_removed(cx, t)?;
+        }
+        Ok(())
+    }
+
+    fn tick(&mut self, cx: &Context<'_>, now: tokio::time::Instant) -> io::Result<()> {
+        self.each("flushing sinks", |s| s.tick(cx, now));
+        Ok(())
+    }
+
+    fn reopen(&mut self, cx: &Context<'_>) -> io::Result<()> {
+        self.each("reopening sink files", |s| s.reopen(cx));
+        Ok(())
+    }
+
+    fn finish(&mut self, cx: &Context<'_>, summaries: &[Summary]) -> io::Result<()> {
+        self.each("closing sinks", |s| s.finish(cx, summaries));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rotates_by_size_and_keeps_n() {
+        let dir = std::env::temp_dir().join(format!("prober-rot-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("x.jsonl");
+        let rotation = Rotation {
+            bytes: Some(100),
+            age: None,
+            keep: 2,
+        };
+        let mut j = RotatingFile::open(&path, rotation, None).unwrap();
+        for i in 0..10 {
+            j.write_all(format!("{{\"n\":{i:040}}}\n").as_bytes()).unwrap();
+        }
+        j.flush().unwrap();
+        let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+        assert!(read(&path).lines().count() <= 2);
+        assert!(j.rotated(1).exists() && j.rotated(2).exists() && !j.rotated(3).exists());
+        // Rotation never splits or loses the newest lines.
+        assert!(read(&path).contains(&format!("{:040}", 9)));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn checks_directories_without_creating_them() {
+        let dir = std::env::temp_dir().join(format!("prober-chk-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let err = check_writable(&dir.join("x.jsonl")).unwrap_err().to_string();
+        assert!(err.contains("directory"), "{err}");
+        assert!(!dir.exists());
+        std::fs::create_dir_all(&dir).unwrap();
+        check_writable(&dir.join("x.jsonl")).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,244 @@
+//! The human sink: ping-style lines, per-target summaries and a table.
+
+use std::fmt::Write as _;
+use std::io::{self, Write};
+
+use prober_core::duration::format_ns;
+use prober_core::{Context, DistSummary, Outcome, RunMeta, Sample, Sink, Summary, TargetEntry};
+
+use crate::fields::{FieldValue, field_value};
+use crate::output::Output;
+
+/// Prints a line per probe (unless quiet), then one summary per target and a
+/// side-by-side table of the chosen fields, with times in µs.
+pub struct HumanSink {
+    out: Output,
+    quiet: bool,
+    fields: Vec<String>,
+    unix_time: bool,
+    multi: bool,
+}
+
+impl std::fmt::Debug for HumanSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HumanSink")
+            .field("quiet", &self.quiet)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HumanSink {
+    /// Writes to `out`; `fields` are the table columns.
+    pub fn new(out: Box<dyn Write + Send>, quiet: bool, fields: Vec<String>) -> Self {
+        Self {
+            out: Output::new(out),
+            quiet,
+            fields,
+            unix_time: false,
+            multi: false,
+        }
+    }
+
+    /// Starts each probe line with the Unix time of the reply (of the
+    /// timeout, for timeouts) in brackets, as `ping -D` does.
+    #[must_use]
+    pub fn with_unix_time(mut self, on: bool) -> Self {
+        self.unix_time = on;
+        self
+    }
+
+    fn write_summaries(&mut self, meta: &RunMeta, summaries: &[Summary]) -> io::Result<()> {
+        for s in summaries {
+            writeln!(
+                self.out,
+                "\n--- {} ({}) {} statistics ---",
+                s.target, s.addr, s.protocol
+            )?;
+            let loss = s.loss_pct.map_or_else(|| "-".to_owned(), |l| format!("{l:.1}%"));
+            writeln!(
+                self.out,
+                "{} sent, {} ok, {} timeout, {} error, {loss} loss; late {}, duplicate {}, reordered {}, corrupt {}, missed {}, reconnects {}",
+                s.sent,
+                s.ok,
+                s.timeout,
+                s.error,
+                s.late,
+                s.duplicate,
+                s.reordered,
+                s.corrupt,
+                s.missed,
+                s.reconnects
+            )?;
+            if !s.errors.is_empty() {
+                let by: Vec<String> = s.errors.iter().map(|(k, n)| format!("{k} {n}")).collect();
+                writeln!(self.out, "errors    {}", by.join(", "))?;
+            }
+            writeln!(self.out, "{}", dist_line("rtt", s.rtt.as_ref()))?;
+            writeln!(self.out, "{}", dist_line("latency", s.latency.as_ref()))?;
+            writeln!(self.out, "{}", dist_line("send lag", s.send_lag.as_ref()))?;
+            if let Some(d) = &s.server_dwell {
+                writeln!(self.out, "{}", dist_line("dwell", Some(d)))?;
+            }
+            if let Some(d) = &s.rx_wake {
+                writeln!(self.out, "{}", dist_line("rx wake", Some(d)))?;
+            }
+        }
+        writeln!(self.out, "\n{} (times in µs)", settings_line(meta))?;
+        let mut rows: Vec<Vec<String>> = vec![self.fields.clone()];
+        for s in summaries {
+            let row = self
+                .fields
+                .iter()
+                .map(|f| match field_value(f, s, meta) {
+                    Some(FieldValue::Text(t)) => t,
+                    Some(FieldValue::Int(n)) => n.to_string(),
+                    Some(FieldValue::Nanos(ns)) => format!("{:.1}", ns / 1e3),
+                    Some(FieldValue::Percent(p)) => format!("{p:.1}%"),
+                    Some(FieldValue::Missing) | None => "-".to_owned(),
+                })
+                .collect();
+            rows.push(row);
+        }
+        let widths: Vec<usize> = (0..self.fields.len())
+            .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+            .collect();
+        for row in &rows {
+            let mut line = String::new();
+            for (c, cell) in row.iter().enumerate() {
+                let pad = widths[c] - cell.chars().count();
+                if c == 0 {
+                    let _ = write!(line, "{cell}{}", " ".repeat(pad));
+                } else {
+                    let _ = write!(line, "  {}{cell}", " ".repeat(pad));
+                }
+            }
+            writeln!(self.out, "{}", line.trim_end())?;
+        }
+        self.out.flush()
+    }
+}
+
+fn settings_line(m: &RunMeta) -> String {
+    let interval = if m.interval_ns == 0 {
+        "0 (closed loop)".to_owned()
+    } else {
+        format_ns(m.interval_ns as f64)
+    };
+    let mut s = format!(
+        "interval {interval}, pacing {}, receive {}, burst {}",
+        m.pacing, m.receive, m.burst,
+    );
+    if let Some(size) = m.size {
+        let _ = write!(s, ", size {size} B");
+    }
+    let _ = write!(s, ", timeout {}", format_ns(m.timeout_ns as f64));
+    if let Some(c) = m.count {
+        let _ = write!(s, ", count {c}");
+    }
+    if let Some(d) = m.duration_ns {
+        let _ = write!(s, ", duration {}", format_ns(d as f64));
+    }
+    if m.warmup > 0 {
+        let _ = write!(s, ", warmup {}", m.warmup);
+    }
+    s
+}
+
+fn dist_line(label: &str, d: Option<&DistSummary>) -> String {
+    let Some(d) = d else {
+        return format!("{label:<9} no samples");
+    };
+    let f = |ns: u64| format_ns(ns as f64);
+    format!(
+        "{label:<9} min/p50/p90/p99/max = {}/{}/{}/{}/{}, mean {}, std {}",
+        f(d.min),
+        f(d.p50),
+        f(d.p90),
+        f(d.p99),
+        f(d.max),
+        format_ns(d.mean),
+        format_ns(d.std)
+    )
+}
+
+impl Sink for HumanSink {
+    fn start(&mut self, cx: &Context<'_>) -> io::Result<()> {
+        self.multi = cx.targets.len() > 1;
+        let meta = cx.meta;
+        writeln!(
+            self.out,
+            "prober {} on {} (kernel {}): {}",
+            meta.version,
+            meta.hostname,
+            meta.kernel,
+            settings_line(meta)
+        )?;
+        for t in cx.targets.values().map(|t| &t.info) {
+            let size = t.size.map_or_else(|| "no payload".to_owned(), |s| format!("{s} B"));
+            writeln!(
+                self.out,
+                "{} ({}) via {}, {size}, {} timestamps",
+                t.target, t.addr, t.protocol, t.timestamps
+            )?;
+        }
+        self.out.flush()
+    }
+
+    fn record(&mut self, cx: &Context<'_>, target: &TargetEntry, s: &Sample) -> io::Result<()> {
+        if self.quiet {
+            return Ok(());
+        }
+        if self.unix_time {
+            let at = match &s.outcome {
+                Outcome::Ok(r) => r.received,
+                _ => s.sent,
+            };
+            let ns = cx.clock.unix_ns(at);
+            write!(self.out, "[{}.{:06}] ", ns / 1_000_000_000, ns % 1_000_000_000 / 1000)?;
+        }
+        let who = if self.multi {
+            format!("{} ", target.info.target)
+        } else {
+            String::new()
+        };
+        match &s.outcome {
+            Outcome::Ok(r) => {
+                let lat = s.latency().unwrap_or_default();
+                write!(
+                    self.out,
+                    "{who}seq={} bytes={} rtt={} latency={}",
+                    s.seq,
+                    r.bytes,
+                    format_ns(r.rtt().as_nanos() as f64),
+                    format_ns(lat.as_nanos() as f64)
+                )?;
+                if let Some(ttl) = r.ttl {
+                    write!(self.out, " ttl={ttl}")?;
+                }
+                if let Some(d) = r.server_dwell {
+                    write!(self.out, " dwell={}", format_ns(d.as_nanos() as f64))?;
+                }
+                if let Some(d) = r.rx_wake {
+                    write!(self.out, " wake={}", format_ns(d.as_nanos() as f64))?;
+                }
+                writeln!(self.out)?;
+            }
+            Outcome::Timeout => writeln!(self.out, "{who}seq={} timeout", s.seq)?,
+            Outcome::Error(e) => writeln!(self.out, "{who}seq={} error ({}): {e}", s.seq, e.kind())?,
+            other => writeln!(self.out, "{who}seq={} {}", s.seq, other.name())?,
+        }
+        self.out.maybe_flush()
+    }
+
+    fn tick(&mut self, _cx: &Context<'_>, _now: tokio::time::Instant) -> io::Result<()> {
+        self.out.tick()
+    }
+
+    fn interim(&mut self, cx: &Context<'_>, summaries: &[Summary]) -> io::Result<()> {
+        self.write_summaries(cx.meta, summaries)
+    }
+
+    fn finish(&mut self, cx: &Context<'_>, summaries: &[Summary]) -> io::Result<()> {
+        self.write_summaries(cx.meta, summaries)
+    }
+}

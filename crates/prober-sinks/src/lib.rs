@@ -1,0 +1,34 @@
+//! Where prober's results go: every output implements
+//! [`prober_core::Sink`] and is fed by the one collector
+//! ([`prober_core::Collector`]) that `prober run` and the daemon share.
+//!
+//! - [`HumanSink`]: ping-style lines, per-target summaries, a table.
+//! - [`JsonSink`]: JSON lines (meta, probes, summaries), with a schema
+//!   version; [`CsvSink`]: one row of summary fields per target.
+//! - [`files`]: probe lines as JSON lines or CSV, HdrHistogram interval
+//!   logs, the [`files::RotatingFile`] wrapper they all write through, and
+//!   [`files::ByJob`], which routes the daemon's samples to each job's files.
+//! - [`prometheus`]: the daemon's metrics, through prometheus/client_rust.
+//! - [`fields`]: the summary fields of `--fields`.
+//!
+//! # Why a crate of its own
+//! All sinks live here, not in `prober-core`, because most of them write
+//! files and core has none (its `clippy.toml` forbids them), and because
+//! Prometheus and HdrHistogram serialization are dependencies `prober run`'s
+//! core and the protocol crates do not need. One home means a new output
+//! (OTLP, a status page, a report reader) is one module here and one line
+//! where the binary or the daemon picks its sinks.
+
+pub mod csv;
+pub mod fields;
+pub mod files;
+pub mod human;
+pub mod json;
+mod output;
+pub mod prometheus;
+
+pub use self::csv::CsvSink;
+pub use self::fields::{DEFAULT_CSV_FIELDS, DEFAULT_TABLE_FIELDS, FieldValue, field_value, parse_fields};
+pub use self::human::HumanSink;
+pub use self::json::{JsonSink, ProbeLine, SCHEMA_VERSION};
+pub use self::prometheus::PrometheusSink;

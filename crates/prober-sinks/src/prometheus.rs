@@ -1,0 +1,273 @@
+//! Prometheus metrics of the daemon, through prometheus/client_rust: per
+//! target counters, errors by reason and an RTT histogram.
+//!
+//! Counters are read at scrape time (a [`Collector`]) from the counts the
+//! core collector keeps (copied here on every sample) and from each probe's
+//! anomaly counters, so nothing is counted twice; a target's series go with
+//! it ([`Sink::target_removed`]).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use prober_core::stats::Tally;
+use prober_core::{AnomalyReader, Anomalies, Context, Outcome, Sample, Sink, TargetEntry};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::histogram::Histogram;
+
+/// Upper bounds of the RTT histogram buckets, in seconds: 25 µs to 10 s.
+pub const RTT_BUCKETS: [f64; 18] = [
+    0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1,
+    0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Label names every series has; job labels may not reuse them, nor the
+/// names Prometheus itself gives meaning to.
+pub const RESERVED_LABELS: [&str; 7] = [
+    "job", "target", "protocol", "reason", "le", "quantile", "instance",
+];
+
+type Labels = Vec<(String, String)>;
+
+struct Series {
+    labels: Labels,
+    tally: Tally,
+    anomalies: AnomalyReader,
+    rtt: Histogram,
+}
+
+#[derive(Default)]
+struct State {
+    series: BTreeMap<usize, Series>,
+}
+
+fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Feeds the series; register [`PrometheusSink::collector`] in the registry
+/// that `/metrics` encodes.
+#[derive(Clone, Default)]
+pub struct PrometheusSink {
+    state: Arc<Mutex<State>>,
+}
+
+impl std::fmt::Debug for PrometheusSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PrometheusSink")
+            .field("targets", &lock(&self.state).series.len())
+            .finish()
+    }
+}
+
+impl PrometheusSink {
+    /// A sink with no series.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The scrape-time reader of this sink's series.
+    pub fn collector(&self) -> Box<dyn Collector> {
+        Box::new(TargetsCollector {
+            state: Arc::clone(&self.state),
+        })
+    }
+
+    fn add(&self, t: &TargetEntry) {
+        let info = &t.info;
+        let mut labels = vec![
+            ("job".to_owned(), info.job.clone().unwrap_or_default()),
+            ("target".to_owned(), info.target.clone()),
+            ("protocol".to_owned(), info.protocol.clone()),
+        ];
+        labels.extend(info.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let series = Series {
+            labels,
+            tally: t.stats.tally,
+            anomalies: t.anomaly_reader(),
+            rtt: Histogram::new(RTT_BUCKETS),
+        };
+        lock(&self.state).series.insert(info.id, series);
+    }
+}
+
+impl Sink for PrometheusSink {
+    fn start(&mut self, cx: &Context<'_>) -> std::io::Result<()> {
+        for t in cx.targets.values() {
+            self.add(t);
+        }
+        Ok(())
+    }
+
+    fn target_added(&mut self, _cx: &Context<'_>, t: &TargetEntry) -> std::io::Result<()> {
+        self.add(t);
+        Ok(())
+    }
+
+    fn target_removed(&mut self, _cx: &Context<'_>, t: &TargetEntry) -> std::io::Result<()> {
+        lock(&self.state).series.remove(&t.info.id);
+        Ok(())
+    }
+
+    fn record(&mut self, _cx: &Context<'_>, t: &TargetEntry, s: &Sample) -> std::io::Result<()> {
+        let mut state = lock(&self.state);
+        if let Some(series) = state.series.get_mut(&t.info.id) {
+            series.tally = t.stats.tally;
+            if let Outcome::Ok(r) = &s.outcome {
+                series.rtt.observe(r.rtt().as_secs_f64());
+            }
+        }
+        Ok(())
+    }
+}
+
+struct TargetsCollector {
+    state: Arc<Mutex<State>>,
+}
+
+impl std::fmt::Debug for TargetsCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TargetsCollector")
+    }
+}
+
+/// A counter's name (without `_total`), help text and how to read it.
+type CounterDef<T> = (&'static str, &'static str, fn(&T) -> u64);
+
+impl Collector for TargetsCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let state = lock(&self.state);
+        let counters: [CounterDef<Tally>; 4] = [
+            ("prober_probes_sent", "Probes sent (ok + timeout + error).", |t| t.sent),
+            ("prober_probes_ok", "Probes answered within the timeout.", |t| t.ok),
+            ("prober_probes_timeout", "Probes with no reply within the timeout.", |t| t.timeout),
+            ("prober_probes_error", "Probes that failed (refused, unreachable, bad reply).", |t| t.error),
+        ];
+        for (name, help, get) in counters {
+            let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for s in state.series.values() {
+                ConstCounter::new(get(&s.tally)).encode(m.encode_family(&s.labels)?)?;
+            }
+        }
+        let mut m = encoder.encode_descriptor(
+            "prober_probe_errors",
+            "Failed probes by reason (refused, unreachable, reset, tls, protocol, timeout, local, other).",
+            None,
+            MetricType::Counter,
+        )?;
+        for s in state.series.values() {
+            for (kind, n) in s.tally.errors_by_kind() {
+                let mut labels = s.labels.clone();
+                labels.push(("reason".to_owned(), kind.as_str().to_owned()));
+                ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
+            }
+        }
+        drop(m);
+        let anomalies: Vec<(&Labels, Anomalies)> = state
+            .series
+            .values()
+            .map(|s| (&s.labels, (s.anomalies)()))
+            .collect();
+        let extra: [CounterDef<Anomalies>; 2] = [
+            ("prober_replies_late", "Replies that arrived after their probe timed out.", |a| a.late),
+            ("prober_replies_duplicate", "Second and later replies to one probe.", |a| a.duplicate),
+        ];
+        for (name, help, get) in extra {
+            let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for (labels, a) in &anomalies {
+                ConstCounter::new(get(a)).encode(m.encode_family(*labels)?)?;
+            }
+        }
+        let mut m = encoder.encode_descriptor(
+            "prober_rtt_seconds",
+            "Round-trip time of answered probes.",
+            None,
+            MetricType::Histogram,
+        )?;
+        for s in state.series.values() {
+            s.rtt.encode(m.encode_family(&s.labels)?)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use prober_core::{Clock, Collector as CoreCollector, Event, ProbeError, Reply, RunConfig, RunMeta, TargetInfo};
+    use prometheus_client::registry::Registry;
+    use tokio::time::Instant;
+
+    use super::*;
+
+    fn sample(outcome: Outcome) -> Sample {
+        let now = Instant::now();
+        Sample {
+            target: 7,
+            seq: 0,
+            scheduled: now,
+            sent: now,
+            outcome,
+            bytes: 0,
+        }
+    }
+
+    #[test]
+    fn renders_counters_and_a_cumulative_histogram() {
+        let sink = PrometheusSink::new();
+        let mut registry = Registry::default();
+        registry.register_collector(sink.collector());
+        let meta = RunMeta::new("test", &RunConfig::default());
+        let mut c = CoreCollector::new(meta, Clock::now(), sink, true);
+        let mut info = TargetInfo::new(7, "udp://h:1", "udp", "h:1", Some(64));
+        info.job = Some("j".to_owned());
+        info.labels.insert("site".to_owned(), "lab \"1\"".to_owned());
+        c.add_target(
+            info,
+            Arc::new(|| Anomalies {
+                late: 2,
+                ..Default::default()
+            }),
+        )
+        .unwrap();
+        c.start().unwrap();
+        let now = Instant::now();
+        for us in [30, 300, 3000] {
+            let r = Reply {
+                sent: now,
+                received: now + Duration::from_micros(us),
+                server_dwell: None,
+                rx_wake: None,
+                bytes: 64,
+                ttl: None,
+            };
+            c.event(Event::Sample(sample(Outcome::Ok(r)))).unwrap();
+        }
+        c.event(Event::Sample(sample(Outcome::Timeout))).unwrap();
+        let refused = ProbeError::new(prober_core::ErrorKind::Refused, "refused");
+        c.event(Event::Sample(sample(Outcome::Error(refused)))).unwrap();
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let l = r#"job="j",target="udp://h:1",protocol="udp",site="lab \"1\"""#;
+        for want in [
+            format!("prober_probes_sent_total{{{l}}} 5"),
+            format!("prober_probes_timeout_total{{{l}}} 1"),
+            format!("prober_probes_error_total{{{l}}} 1"),
+            format!("prober_probe_errors_total{{{l},reason=\"refused\"}} 1"),
+            format!("prober_replies_late_total{{{l}}} 2"),
+            format!("prober_rtt_seconds_bucket{{le=\"5e-5\",{l}}} 1"),
+            format!("prober_rtt_seconds_bucket{{le=\"0.0005\",{l}}} 2"),
+            format!("prober_rtt_seconds_bucket{{le=\"+Inf\",{l}}} 3"),
+            format!("prober_rtt_seconds_count{{{l}}} 3"),
+        ] {
+            assert!(text.contains(&want), "{want} missing from\n{text}");
+        }
+        c.remove_target(7).unwrap();
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(!text.contains("udp://h:1"), "{text}");
+    }
+}

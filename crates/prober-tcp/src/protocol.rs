@@ -1,0 +1,99 @@
+//! The descriptors of this crate's probes (see [`prober_core::Protocol`]).
+
+use prober_core::protocol::{
+    BuildEnv, BuildFuture, Options, ProbeSpec, Protocol, Scheme, SizeRule, Timestamps,
+};
+use prober_core::runnable;
+
+use crate::wire::{HEADER_LEN, MAX_TCP_FRAME, MAX_UDP_FRAME};
+use crate::{DEFAULT_PORT, TcpConnectProbe, TcpCrrProbe, TcpProbe, UdpProbe};
+
+const TCP_SIZES: SizeRule = SizeRule {
+    default: 64,
+    min: HEADER_LEN,
+    max: MAX_TCP_FRAME,
+};
+
+fn build_tcp<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
+    Box::pin(async move {
+        Ok(runnable(TcpProbe::with_busy_poll(
+            spec.addr,
+            spec.size,
+            env.busy_poll,
+        )))
+    })
+}
+
+fn build_connect<'a>(spec: ProbeSpec<'a>, _env: &'a BuildEnv) -> BuildFuture<'a> {
+    Box::pin(async move { Ok(runnable(TcpConnectProbe::new(spec.addr))) })
+}
+
+fn build_crr<'a>(spec: ProbeSpec<'a>, _env: &'a BuildEnv) -> BuildFuture<'a> {
+    Box::pin(async move { Ok(runnable(TcpCrrProbe::new(spec.addr, spec.size))) })
+}
+
+fn build_udp<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
+    Box::pin(async move {
+        let probe = UdpProbe::connect_with(spec.addr, spec.size, env.busy_poll)
+            .await
+            .map_err(|e| format!("opening a udp socket to {}: {e}", spec.addr))?;
+        Ok(runnable(probe))
+    })
+}
+
+/// `tcp://`: request/response on one persistent connection.
+pub const TCP: Protocol = Protocol {
+    schemes: &[Scheme::plain("tcp")],
+    port: Some(DEFAULT_PORT),
+    path: None,
+    size: Some(TCP_SIZES),
+    size_unit: "frame",
+    timestamps: Timestamps::User,
+    options: Options {
+        ttl: false,
+        busy_poll: true,
+        icmp_socket: false,
+    },
+    help: "request/response on one connection (netperf TCP_RR)",
+    build: build_tcp,
+};
+
+/// `tcp-connect://`: handshake time against any TCP server; no payload.
+pub const TCP_CONNECT: Protocol = Protocol {
+    schemes: &[Scheme::plain("tcp-connect")],
+    port: Some(0),
+    size: None,
+    options: Options {
+        ttl: false,
+        busy_poll: false,
+        icmp_socket: false,
+    },
+    help: "TCP handshake time, against any TCP server",
+    build: build_connect,
+    ..TCP
+};
+
+/// `tcp-crr://`: connect, request, response, close.
+pub const TCP_CRR: Protocol = Protocol {
+    schemes: &[Scheme::plain("tcp-crr")],
+    options: Options {
+        ttl: false,
+        busy_poll: false,
+        icmp_socket: false,
+    },
+    help: "connect, request, response, close (netperf TCP_CRR)",
+    build: build_crr,
+    ..TCP
+};
+
+/// `udp://`: datagram request/response.
+pub const UDP: Protocol = Protocol {
+    schemes: &[Scheme::plain("udp")],
+    size: Some(SizeRule {
+        max: MAX_UDP_FRAME,
+        ..TCP_SIZES
+    }),
+    help: "datagram request/response",
+    build: build_udp,
+    ..TCP
+};
