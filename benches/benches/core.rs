@@ -5,10 +5,10 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use prober_core::runner::Clock;
-use prober_core::sink::JsonSink;
 use prober_core::stats::Dist;
+use prober_core::{Clock, Collector, Event};
 use prober_core::{Matcher, Outcome, Pacer, Reply, RunConfig, RunMeta, Sample, Sink, TargetInfo};
+use prober_sinks::JsonSink;
 use prober_tcp::wire::{self, Header, MAX_UDP_FRAME};
 use tokio::time::Instant;
 
@@ -58,14 +58,14 @@ fn wire_codec(c: &mut Criterion) {
 }
 
 fn json_sink(c: &mut Criterion) {
-    let mut sink = JsonSink::new(Box::new(std::io::sink()), false);
-    let target = TargetInfo::new(0, "tcp://127.0.0.1:8707", "tcp", "127.0.0.1:8707", 64);
-    sink.start(
-        &RunMeta::new("bench", &RunConfig::default()),
-        std::slice::from_ref(&target),
-        Clock::now(),
-    )
-    .expect("start");
+    let sink = JsonSink::new(Box::new(std::io::sink()), false);
+    let target = TargetInfo::new(0, "tcp://127.0.0.1:8707", "tcp", "127.0.0.1:8707", Some(64));
+    let meta = RunMeta::new("bench", &RunConfig::default());
+    let mut collector = Collector::new(meta, Clock::now(), sink, false);
+    collector
+        .add_target(target, std::sync::Arc::new(prober_core::Anomalies::default))
+        .expect("add");
+    collector.start().expect("start");
     let now = Instant::now();
     let reply = Reply {
         sent: now,
@@ -84,7 +84,20 @@ fn json_sink(c: &mut Criterion) {
         bytes: 64,
     };
     c.bench_function("json_sink_record", |b| {
-        b.iter(|| sink.record(&target, black_box(&sample)).expect("write"))
+        b.iter(|| {
+            collector.with_sink(|cx, sink| {
+                let t = &cx.targets[&0];
+                sink.record(cx, t, black_box(&sample)).expect("write");
+            });
+        })
+    });
+    // The whole pipeline for one sample: statistics, then the sink.
+    c.bench_function("collector_event_json", |b| {
+        b.iter(|| {
+            collector
+                .event(Event::Sample(black_box(sample.clone())))
+                .expect("write")
+        })
     });
 }
 

@@ -9,9 +9,9 @@ use prober_core::Pacing;
 
 /// Exit codes of `prober run`, as ping uses them.
 pub(crate) const RUN_EXIT_CODES: &str = "\
-Exit status (as ping's):
-  0  every target answered at least one probe (and, with --fail-on-loss, lost
-     no more than PCT percent of its slots)
+Exit status:
+  0  every target answered at least one probe, as ping (and, with
+     --fail-on-loss PCT, lost no more than PCT percent of its slots)
   1  a target answered no probe at all, or lost more than --fail-on-loss
   2  an error: bad arguments, unresolvable host, no permission, cannot bind";
 

@@ -18,7 +18,9 @@ use crate::cli::{Cli, Command, PacingArg};
 
 fn main() -> ExitCode {
     let matches = Cli::command()
-        .mut_subcommand("run", |c| c.after_help(cli::run_help(&protocols::PROTOCOLS)))
+        .mut_subcommand("run", |c| {
+            c.after_help(cli::run_help(&protocols::PROTOCOLS))
+        })
         .get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let default_level = match &cli.command {

@@ -286,7 +286,11 @@ pub async fn collect<S: Sink>(
         }
     };
     note(collector.start());
-    let mut remaining = collector.targets().values().filter(|t| !t.is_done()).count();
+    let mut remaining = collector
+        .targets()
+        .values()
+        .filter(|t| !t.is_done())
+        .count();
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while remaining > 0 {

@@ -37,10 +37,13 @@ impl std::str::FromStr for Pacing {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL.into_iter().find(|p| p.as_str() == s).ok_or_else(|| {
-            let names: Vec<_> = Self::ALL.iter().map(|p| p.as_str()).collect();
-            format!("unknown pacing {s:?} ({})", names.join(", "))
-        })
+        Self::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = Self::ALL.iter().map(|p| p.as_str()).collect();
+                format!("unknown pacing {s:?} ({})", names.join(", "))
+            })
     }
 }
 

@@ -145,18 +145,25 @@ mod tests {
     #[test]
     fn io_errors_get_a_kind() {
         let refused = io::Error::from(io::ErrorKind::ConnectionRefused);
-        assert_eq!(ProbeError::io("connect", &refused).kind(), ErrorKind::Refused);
+        assert_eq!(
+            ProbeError::io("connect", &refused).kind(),
+            ErrorKind::Refused
+        );
         let unreach = io::Error::from_raw_os_error(113);
         assert_eq!(ErrorKind::of_io(&unreach), ErrorKind::Unreachable);
         let reset = io::Error::from(io::ErrorKind::ConnectionReset);
         assert_eq!(ErrorKind::of_io(&reset), ErrorKind::Reset);
         assert!(ProbeError::timeout("x").is_timeout());
-        assert_eq!(ProbeError::io("send", &reset).message(), format!("send: {reset}"));
+        assert_eq!(
+            ProbeError::io("send", &reset).message(),
+            format!("send: {reset}")
+        );
     }
 
     #[test]
     fn names_are_distinct() {
-        let names: std::collections::HashSet<_> = ErrorKind::ALL.iter().map(|k| k.as_str()).collect();
+        let names: std::collections::HashSet<_> =
+            ErrorKind::ALL.iter().map(|k| k.as_str()).collect();
         assert_eq!(names.len(), ErrorKind::ALL.len());
     }
 }

@@ -18,7 +18,7 @@
 //!   late, duplicate and reordered replies.
 //! - [`sample`]: [`Sample`], [`Outcome`] and [`Reply`].
 //! - [`runner`]: drives one probe on its schedule ([`run_target`]).
-//! - [`collect`]: the one result pipeline, [`Collector`], used by
+//! - [`mod@collect`]: the one result pipeline, [`Collector`], used by
 //!   `prober run` and the daemon alike.
 //! - [`stats`]: HdrHistogram-backed [`stats::TargetStats`] and [`Summary`].
 //! - [`sink`]: the [`Sink`] trait (the sinks are in `prober-sinks`).

@@ -325,9 +325,12 @@ impl<T> Waiter<Result<T, crate::ProbeError>> {
     /// Waits for the reply or the error the receive side delivered; a slot
     /// dropped without a value is an error too.
     pub async fn reply(&mut self) -> Result<T, crate::ProbeError> {
-        self.recv()
-            .await
-            .unwrap_or_else(|| Err(crate::ProbeError::new(crate::ErrorKind::Other, "reply matcher closed")))
+        self.recv().await.unwrap_or_else(|| {
+            Err(crate::ProbeError::new(
+                crate::ErrorKind::Other,
+                "reply matcher closed",
+            ))
+        })
     }
 }
 

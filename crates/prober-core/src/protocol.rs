@@ -151,7 +151,10 @@ impl Shared {
             return Ok(v);
         }
         let v = init()?;
-        values.insert(TypeId::of::<T>(), Arc::clone(&v) as Arc<dyn Any + Send + Sync>);
+        values.insert(
+            TypeId::of::<T>(),
+            Arc::clone(&v) as Arc<dyn Any + Send + Sync>,
+        );
         Ok(v)
     }
 }
@@ -287,7 +290,7 @@ impl Registry {
         let mut rows = Vec::new();
         for p in self.protocols {
             let (plain, tls): (Vec<&Scheme>, Vec<&Scheme>) = p.schemes.iter().partition(|s| !s.tls);
-            let Some(first) = plain.first().or(tls.first()) else {
+            let Some(first) = plain.first().or_else(|| tls.first()) else {
                 continue;
             };
             let mut form = match p.port {
@@ -298,7 +301,12 @@ impl Registry {
                 form.push_str(&format!("[/{}]", path.to_ascii_uppercase()));
             }
             let mut help = p.help.to_owned();
-            let others: Vec<_> = plain.iter().skip(1).chain(tls.iter()).map(|s| s.name).collect();
+            let others: Vec<_> = plain
+                .iter()
+                .skip(1)
+                .chain(tls.iter())
+                .map(|s| s.name)
+                .collect();
             if !others.is_empty() {
                 help.push_str(&format!(" (also {})", others.join(", ")));
             }

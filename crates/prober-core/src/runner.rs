@@ -2,7 +2,7 @@
 //!
 //! Each target runs [`run_target`] in its own task; every finished probe is
 //! sent as an [`Event`] over one bounded channel to the collector
-//! ([`crate::collect`]), which owns the statistics and the sinks.
+//! ([`mod@crate::collect`]), which owns the statistics and the sinks.
 //! [`Runnable`] lets a protocol's builder hand back its probe type-erased,
 //! with the generic runner instantiated once per probe type.
 

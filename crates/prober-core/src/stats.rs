@@ -274,8 +274,7 @@ impl TargetStats {
     /// number of slots the schedule could not fire.
     pub fn summary(&self, target: &TargetInfo, anomalies: Anomalies, missed: u64) -> Summary {
         let t = &self.tally;
-        let loss_pct =
-            (t.sent > 0).then(|| (t.sent - t.ok) as f64 * 100.0 / t.sent as f64);
+        let loss_pct = (t.sent > 0).then(|| (t.sent - t.ok) as f64 * 100.0 / t.sent as f64);
         let dist = |f: fn(&Dists) -> &Dist| self.dists.as_deref().and_then(|d| f(d).summary());
         Summary {
             target: target.target.clone(),
@@ -450,8 +449,19 @@ mod tests {
     fn a_target_without_replies_has_no_statistics() {
         let mut st = TargetStats::default();
         let now = tokio::time::Instant::now();
-        st.record(&Sample { target: 0, seq: 0, scheduled: now, sent: now, outcome: Outcome::Timeout, bytes: 0 });
-        let s = st.summary(&TargetInfo::new(0, "t", "p", "a", None), Anomalies::default(), 0);
+        st.record(&Sample {
+            target: 0,
+            seq: 0,
+            scheduled: now,
+            sent: now,
+            outcome: Outcome::Timeout,
+            bytes: 0,
+        });
+        let s = st.summary(
+            &TargetInfo::new(0, "t", "p", "a", None),
+            Anomalies::default(),
+            0,
+        );
         assert_eq!(s.rtt, None);
         assert_eq!(s.loss_pct, Some(100.0));
         assert!(s.send_lag.is_some());

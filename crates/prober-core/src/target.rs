@@ -72,7 +72,9 @@ pub enum TargetError {
         why: String,
     },
     /// A size the protocol cannot carry.
-    #[error("target {target}: size {size} is out of range for {scheme}: must be {min}..={max} bytes")]
+    #[error(
+        "target {target}: size {size} is out of range for {scheme}: must be {min}..={max} bytes"
+    )]
     Size {
         /// The target, normalised.
         target: String,
@@ -248,7 +250,11 @@ pub fn parse_target(registry: &Registry, text: &str) -> Result<Target, TargetErr
                     scheme.name
                 )));
             }
-            let example = if hint == 0 { "PORT".to_owned() } else { hint.to_string() };
+            let example = if hint == 0 {
+                "PORT".to_owned()
+            } else {
+                hint.to_string()
+            };
             return Err(syntax(format!(
                 "is missing a port ({}://{host}:{example})",
                 scheme.name
@@ -305,7 +311,9 @@ fn split_host_port(authority: &str) -> Result<(&str, Option<&str>), String> {
 }
 
 fn parse_port(p: &str) -> Result<u16, String> {
-    let n: u32 = p.parse().map_err(|_| format!("port {p:?} is not a number"))?;
+    let n: u32 = p
+        .parse()
+        .map_err(|_| format!("port {p:?} is not a number"))?;
     if n == 0 || n > 65535 {
         return Err(format!("port {n} is out of range 1..=65535"));
     }
@@ -356,8 +364,14 @@ mod tests {
             ("tcp://[::1:80", "unclosed"),
             ("icmp://h:5", "take no port"),
             ("tcp://h:1/path", "has a path"),
-            ("tcp://::1:18707", "IPv6 literals go in brackets: tcp://[::1]:18707"),
-            ("127.0.0.1:18707", "did you mean tcp://127.0.0.1:18707 or udp://127.0.0.1:18707?"),
+            (
+                "tcp://::1:18707",
+                "IPv6 literals go in brackets: tcp://[::1]:18707",
+            ),
+            (
+                "127.0.0.1:18707",
+                "did you mean tcp://127.0.0.1:18707 or udp://127.0.0.1:18707?",
+            ),
         ];
         for (text, want) in cases {
             let err = p(text).unwrap_err().to_string();
@@ -370,7 +384,12 @@ mod tests {
         let tcp = t("tcp", "h", 1);
         assert_eq!(tcp.size(None), Some(64));
         assert_eq!(tcp.size(Some(100)), Some(100));
-        assert!(tcp.check_size(10).unwrap_err().to_string().contains("size 10 is out of range for tcp: must be 40..=1000 bytes"));
+        assert!(
+            tcp.check_size(10)
+                .unwrap_err()
+                .to_string()
+                .contains("size 10 is out of range for tcp: must be 40..=1000 bytes")
+        );
         let health = t("health", "h", 1);
         assert_eq!(health.size(Some(100)), None);
         assert!(health.check_size(1).is_ok());
@@ -380,8 +399,14 @@ mod tests {
     fn info_shows_the_ip_for_portless_protocols() {
         let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
         let i = t("icmp", "127.0.0.1", 0).info(3, addr, Some(56));
-        assert_eq!((i.id, i.addr.as_str(), i.timestamps.as_str()), (3, "127.0.0.1", "kernel"));
+        assert_eq!(
+            (i.id, i.addr.as_str(), i.timestamps.as_str()),
+            (3, "127.0.0.1", "kernel")
+        );
         let i = t("tcp", "127.0.0.1", 9).info(0, "127.0.0.1:9".parse().unwrap(), Some(64));
-        assert_eq!((i.addr.as_str(), i.protocol.as_str()), ("127.0.0.1:9", "tcp"));
+        assert_eq!(
+            (i.addr.as_str(), i.protocol.as_str()),
+            ("127.0.0.1:9", "tcp")
+        );
     }
 }

@@ -7,7 +7,9 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::protocol::{BuildEnv, BuildFuture, Options, ProbeSpec, Protocol, Registry, Scheme, SizeRule, Timestamps};
+use crate::protocol::{
+    BuildEnv, BuildFuture, Options, ProbeSpec, Protocol, Registry, Scheme, SizeRule, Timestamps,
+};
 use crate::{
     Clock, Collector, Context, EVENT_CHANNEL, Probe, RunConfig, RunMeta, Sample, Sink, Summary,
     TargetEntry, TargetInfo, collect, run_target,
@@ -85,10 +87,18 @@ const FAKE: Protocol = Protocol {
     schemes: &[],
     port: Some(8707),
     path: None,
-    size: Some(SizeRule { default: 64, min: 40, max: 1000 }),
+    size: Some(SizeRule {
+        default: 64,
+        min: 40,
+        max: 1000,
+    }),
     size_unit: "frame",
     timestamps: Timestamps::User,
-    options: Options { ttl: false, busy_poll: false, icmp_socket: false },
+    options: Options {
+        ttl: false,
+        busy_poll: false,
+        icmp_socket: false,
+    },
     help: "fake",
     build: no_build,
 };
@@ -99,12 +109,22 @@ pub static REGISTRY: Registry = Registry::new(&[
     &Protocol {
         schemes: &[Scheme::plain("icmp")],
         port: None,
-        size: Some(SizeRule { default: 56, min: 20, max: 1000 }),
+        size: Some(SizeRule {
+            default: 56,
+            min: 20,
+            max: 1000,
+        }),
         timestamps: Timestamps::Kernel,
         ..FAKE
     },
-    &Protocol { schemes: &[Scheme::plain("tcp")], ..FAKE },
-    &Protocol { schemes: &[Scheme::plain("udp")], ..FAKE },
+    &Protocol {
+        schemes: &[Scheme::plain("tcp")],
+        ..FAKE
+    },
+    &Protocol {
+        schemes: &[Scheme::plain("udp")],
+        ..FAKE
+    },
     &Protocol {
         schemes: &[Scheme::plain("health")],
         port: Some(0),

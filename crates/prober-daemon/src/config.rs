@@ -386,9 +386,8 @@ pub async fn load(path: &Path, registry: &Registry) -> Result<Config> {
         .ctx(|| format!("config {}", path.display()))?;
     for job in &cfg.jobs {
         for file in job.sinks.paths() {
-            prober_sinks::files::check_writable(file).ctx(|| {
-                format!("config {}: job {:?}.sinks", path.display(), job.name)
-            })?;
+            prober_sinks::files::check_writable(file)
+                .ctx(|| format!("config {}: job {:?}.sinks", path.display(), job.name))?;
         }
     }
     Ok(cfg)

@@ -16,8 +16,8 @@ use std::time::Duration;
 use prober_core::protocol::{BuildEnv, ProbeSpec};
 use prober_core::runner::phase;
 use prober_core::{
-    Clock, Collector, Context, EVENT_CHANNEL, Event, Fanout, Launch, Registry, RunConfig,
-    RunMeta, Runnable, Sample, Sink, Summary, TargetEntry,
+    Clock, Collector, Context, EVENT_CHANNEL, Event, Fanout, Launch, Registry, RunConfig, RunMeta,
+    Runnable, Sample, Sink, Summary, TargetEntry,
 };
 use prober_sinks::PrometheusSink;
 use prober_sinks::files::{ByJob, CsvLinesFile, HlogFile, JsonLinesFile, Rotation};
@@ -365,7 +365,8 @@ pub async fn run(
     }
     let (events, mut rx) = mpsc::channel(EVENT_CHANNEL);
     let root = CancellationToken::new();
-    let meta = RunMeta::new(&opts.version, &RunConfig::default()).on_host(&opts.host.0, &opts.host.1);
+    let meta =
+        RunMeta::new(&opts.version, &RunConfig::default()).on_host(&opts.host.0, &opts.host.1);
     let mut collector = Collector::new(meta, Clock::now(), sinks, true);
     // Nothing to fail: no target and no file yet.
     let _ = collector.start();

@@ -20,12 +20,12 @@ impl ReloadGauges {
     pub(crate) fn register(&self, registry: &mut Registry) {
         registry.register(
             "prober_config_last_reload_successful",
-            "Whether the last configuration load or reload succeeded (1) or was rejected (0).",
+            "Whether the last configuration load or reload succeeded (1) or was rejected (0)",
             self.ok.clone(),
         );
         registry.register(
             "prober_config_last_reload_success_timestamp_seconds",
-            "Unix time of the last successful configuration load.",
+            "Unix time of the last successful configuration load",
             self.success_time.clone(),
         );
     }
@@ -52,19 +52,27 @@ pub(crate) async fn serve_metrics(
     let app = axum::Router::new()
         .route(
             "/metrics",
-            axum::routing::get(move || {
-                let mut body = String::with_capacity(64 * 1024);
-                let res = prometheus_client::encoding::text::encode(&mut body, &registry);
+            axum::routing::get(move |headers: axum::http::HeaderMap| {
+                // OpenMetrics for clients that ask for it (Prometheus does),
+                // the classic text format for the rest.
+                let open = headers
+                    .get(axum::http::header::ACCEPT)
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|a| a.contains("application/openmetrics-text"));
+                let res = if open {
+                    prober_sinks::prometheus::encode_openmetrics(&registry).map(|b| {
+                        (
+                            b,
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        )
+                    })
+                } else {
+                    prober_sinks::prometheus::encode_text(&registry)
+                        .map(|b| (b, "text/plain; version=0.0.4; charset=utf-8"))
+                };
                 async move {
                     match res {
-                        Ok(()) => (
-                            StatusCode::OK,
-                            [(
-                                CONTENT_TYPE,
-                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                            )],
-                            body,
-                        ),
+                        Ok((body, kind)) => (StatusCode::OK, [(CONTENT_TYPE, kind)], body),
                         Err(_) => (
                             StatusCode::INTERNAL_SERVER_ERROR,
                             [(CONTENT_TYPE, "text/plain; charset=utf-8")],

@@ -504,8 +504,7 @@ fn error_kind(msg: &str) -> ErrorKind {
         ErrorKind::Tls
     } else if m.contains("unreachable") || m.contains("no route") {
         ErrorKind::Unreachable
-    } else if m.contains("reset") || m.contains("broken pipe") || m.contains("connection closed")
-    {
+    } else if m.contains("reset") || m.contains("broken pipe") || m.contains("connection closed") {
         ErrorKind::Reset
     } else if m.contains("timed out") {
         // A connect that timed out: nothing answered (the probe's own

@@ -7,7 +7,9 @@ use prober_core::protocol::{
 };
 use prober_core::runnable;
 
-use crate::{ClientConfig, ClientTls, DEFAULT_PORT, GrpcHealthProbe, GrpcProbe, GrpcStreamProbe, MAX_REQUEST};
+use crate::{
+    ClientConfig, ClientTls, DEFAULT_PORT, GrpcHealthProbe, GrpcProbe, GrpcStreamProbe, MAX_REQUEST,
+};
 
 /// The client configuration of one target; the TLS files are read once per
 /// environment, by the first target over TLS.
@@ -52,7 +54,10 @@ fn build_stream<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
 fn build_health<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
     Box::pin(async move {
         let cfg = config(&spec, env)?;
-        Ok(runnable(GrpcHealthProbe::new(cfg, spec.target.path.clone())))
+        Ok(runnable(GrpcHealthProbe::new(
+            cfg,
+            spec.target.path.clone(),
+        )))
     })
 }
 

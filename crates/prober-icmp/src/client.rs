@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
+use prober_core::{Anomalies, ErrorKind, Gate, Matcher, Probe, ProbeError, Reply};
 use prober_net::busy::{Reader, SpinThread, Step};
 use prober_net::rx::wake_since;
-use prober_core::{Anomalies, ErrorKind, Gate, Matcher, Probe, ProbeError, Reply};
 use tokio::time::Instant;
 use tokio_util::task::AbortOnDropHandle;
 

@@ -1,8 +1,7 @@
 //! The descriptor of ICMP echo probes (see [`prober_core::Protocol`]).
 
 use prober_core::protocol::{
-    BuildEnv, BuildFuture, Options, ProbeSpec, Protocol, Scheme, SizeRule, SocketChoice,
-    Timestamps,
+    BuildEnv, BuildFuture, Options, ProbeSpec, Protocol, Scheme, SizeRule, SocketChoice, Timestamps,
 };
 use prober_core::runnable;
 
@@ -25,7 +24,11 @@ fn build<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
                 env.busy_poll,
             ))
         })?;
-        Ok(runnable(IcmpProbe::new(&client, spec.addr.ip(), spec.size)?))
+        Ok(runnable(IcmpProbe::new(
+            &client,
+            spec.addr.ip(),
+            spec.size,
+        )?))
     })
 }
 

@@ -4,7 +4,7 @@
 //! - [`rx`]: SO_TIMESTAMPNS on, a `recvmsg` that returns the kernel receive
 //!   timestamp, and the receive wake-up it gives.
 //! - [`busy`]: busy-poll receive threads and a lock-free readiness check.
-//! - [`resolve`]: resolving a target's host once, by address family.
+//! - [`mod@resolve`]: resolving a target's host once, by address family.
 //! - [`host`]: this machine's host name and kernel, for results.
 
 pub mod busy;

@@ -98,8 +98,8 @@ fn valid_host_name(host: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use prober_core::protocol::{Protocol, Registry, Scheme, Timestamps, Options};
     use prober_core::parse_target;
+    use prober_core::protocol::{Options, Protocol, Registry, Scheme, Timestamps};
 
     use super::*;
 
@@ -117,7 +117,11 @@ mod tests {
         size: None,
         size_unit: "frame",
         timestamps: Timestamps::User,
-        options: Options { ttl: false, busy_poll: false, icmp_socket: false },
+        options: Options {
+            ttl: false,
+            busy_poll: false,
+            icmp_socket: false,
+        },
         help: "",
         build: no_build,
     }]);

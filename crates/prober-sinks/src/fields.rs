@@ -213,7 +213,15 @@ mod tests {
         assert!(parse_fields("lat.nope").is_err());
         assert!(parse_fields(" , ").is_err());
         let err = parse_fields("bogus").unwrap_err();
-        for f in ["count", "unknown", "corrupt", "reconnects", "missed", "p99.9", "wake."] {
+        for f in [
+            "count",
+            "unknown",
+            "corrupt",
+            "reconnects",
+            "missed",
+            "p99.9",
+            "wake.",
+        ] {
             assert!(err.contains(f), "{f} not listed: {err}");
         }
         for f in PLAIN_FIELDS {

@@ -26,10 +26,16 @@ pub fn check_writable(path: &Path) -> io::Result<()> {
         _ => Path::new("."),
     };
     let meta = std::fs::metadata(dir).map_err(|e| {
-        io::Error::new(e.kind(), format!("directory {} of {}: {e}", dir.display(), path.display()))
+        io::Error::new(
+            e.kind(),
+            format!("directory {} of {}: {e}", dir.display(), path.display()),
+        )
     })?;
     if !meta.is_dir() {
-        return Err(io::Error::other(format!("{} is not a directory", dir.display())));
+        return Err(io::Error::other(format!(
+            "{} is not a directory",
+            dir.display()
+        )));
     }
     if path.exists() {
         OpenOptions::new().append(true).open(path).map_err(|e| {
@@ -422,7 +428,13 @@ impl Sink for HlogFile {
                 .info
                 .target
                 .chars()
-                .map(|c| if c == ',' || c.is_whitespace() { '_' } else { c })
+                .map(|c| {
+                    if c == ',' || c.is_whitespace() {
+                        '_'
+                    } else {
+                        c
+                    }
+                })
                 .collect();
             (tag, prober_core::stats::histogram())
         });
@@ -433,7 +445,11 @@ impl Sink for HlogFile {
 
     fn target_removed(&mut self, _cx: &Context<'_>, t: &TargetEntry) -> io::Result<()> {
         // Keep its samples of the open interval; drop it once written.
-        if self.hists.get(&t.info.id).is_some_and(|(_, h)| h.is_empty()) {
+        if self
+            .hists
+            .get(&t.info.id)
+            .is_some_and(|(_, h)| h.is_empty())
+        {
             self.hists.remove(&t.info.id);
         }
         Ok(())
@@ -478,10 +494,10 @@ impl ByJob {
 
     /// Finishes and removes the sinks of `job`.
     pub fn remove(&mut self, cx: &Context<'_>, job: &str) {
-        if let Some(mut old) = self.jobs.remove(job) {
-            if let Err(error) = old.finish(cx, &[]) {
-                tracing::error!(%job, %error, "closing sinks failed");
-            }
+        if let Some(mut old) = self.jobs.remove(job)
+            && let Err(error) = old.finish(cx, &[])
+        {
+            tracing::error!(%job, %error, "closing sinks failed");
         }
     }
 
@@ -504,8 +520,11 @@ impl ByJob {
     }
 
     fn each(&mut self, what: &str, mut f: impl FnMut(&mut Fanout) -> io::Result<()>) {
-        let results: Vec<(String, io::Result<()>)> =
-            self.jobs.iter_mut().map(|(job, s)| (job.clone(), f(s))).collect();
+        let results: Vec<(String, io::Result<()>)> = self
+            .jobs
+            .iter_mut()
+            .map(|(job, s)| (job.clone(), f(s)))
+            .collect();
         for (job, res) in results {
             self.note(&job, res, what);
         }
@@ -566,7 +585,8 @@ mod tests {
         };
         let mut j = RotatingFile::open(&path, rotation, None).unwrap();
         for i in 0..10 {
-            j.write_all(format!("{{\"n\":{i:040}}}\n").as_bytes()).unwrap();
+            j.write_all(format!("{{\"n\":{i:040}}}\n").as_bytes())
+                .unwrap();
         }
         j.flush().unwrap();
         let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
@@ -581,7 +601,9 @@ mod tests {
     fn checks_directories_without_creating_them() {
         let dir = std::env::temp_dir().join(format!("prober-chk-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let err = check_writable(&dir.join("x.jsonl")).unwrap_err().to_string();
+        let err = check_writable(&dir.join("x.jsonl"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("directory"), "{err}");
         assert!(!dir.exists());
         std::fs::create_dir_all(&dir).unwrap();

@@ -54,7 +54,9 @@ impl HumanSink {
                 "\n--- {} ({}) {} statistics ---",
                 s.target, s.addr, s.protocol
             )?;
-            let loss = s.loss_pct.map_or_else(|| "-".to_owned(), |l| format!("{l:.1}%"));
+            let loss = s
+                .loss_pct
+                .map_or_else(|| "-".to_owned(), |l| format!("{l:.1}%"));
             writeln!(
                 self.out,
                 "{} sent, {} ok, {} timeout, {} error, {loss} loss; late {}, duplicate {}, reordered {}, corrupt {}, missed {}, reconnects {}",
@@ -174,7 +176,9 @@ impl Sink for HumanSink {
             settings_line(meta)
         )?;
         for t in cx.targets.values().map(|t| &t.info) {
-            let size = t.size.map_or_else(|| "no payload".to_owned(), |s| format!("{s} B"));
+            let size = t
+                .size
+                .map_or_else(|| "no payload".to_owned(), |s| format!("{s} B"));
             writeln!(
                 self.out,
                 "{} ({}) via {}, {size}, {} timestamps",
@@ -194,7 +198,12 @@ impl Sink for HumanSink {
                 _ => s.sent,
             };
             let ns = cx.clock.unix_ns(at);
-            write!(self.out, "[{}.{:06}] ", ns / 1_000_000_000, ns % 1_000_000_000 / 1000)?;
+            write!(
+                self.out,
+                "[{}.{:06}] ",
+                ns / 1_000_000_000,
+                ns % 1_000_000_000 / 1000
+            )?;
         }
         let who = if self.multi {
             format!("{} ", target.info.target)
@@ -224,7 +233,9 @@ impl Sink for HumanSink {
                 writeln!(self.out)?;
             }
             Outcome::Timeout => writeln!(self.out, "{who}seq={} timeout", s.seq)?,
-            Outcome::Error(e) => writeln!(self.out, "{who}seq={} error ({}): {e}", s.seq, e.kind())?,
+            Outcome::Error(e) => {
+                writeln!(self.out, "{who}seq={} error ({}): {e}", s.seq, e.kind())?
+            }
             other => writeln!(self.out, "{who}seq={} {}", s.seq, other.name())?,
         }
         self.out.maybe_flush()

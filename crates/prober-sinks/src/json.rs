@@ -4,7 +4,9 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use prober_core::{Clock, Context, Outcome, RunMeta, Sample, Sink, Summary, TargetEntry, TargetInfo};
+use prober_core::{
+    Clock, Context, Outcome, RunMeta, Sample, Sink, Summary, TargetEntry, TargetInfo,
+};
 
 use crate::csv::quote;
 use crate::output::Output;

@@ -28,7 +28,9 @@ mod output;
 pub mod prometheus;
 
 pub use self::csv::CsvSink;
-pub use self::fields::{DEFAULT_CSV_FIELDS, DEFAULT_TABLE_FIELDS, FieldValue, field_value, parse_fields};
+pub use self::fields::{
+    DEFAULT_CSV_FIELDS, DEFAULT_TABLE_FIELDS, FieldValue, field_value, parse_fields,
+};
 pub use self::human::HumanSink;
 pub use self::json::{JsonSink, ProbeLine, SCHEMA_VERSION};
 pub use self::prometheus::PrometheusSink;

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use prober_core::stats::Tally;
-use prober_core::{AnomalyReader, Anomalies, Context, Outcome, Sample, Sink, TargetEntry};
+use prober_core::{Anomalies, AnomalyReader, Context, Outcome, Sample, Sink, TargetEntry};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::MetricType;
@@ -123,6 +123,64 @@ impl Sink for PrometheusSink {
     }
 }
 
+/// The registry in the OpenMetrics text format (what Prometheus asks for
+/// first).
+///
+/// # Errors
+/// A metric that fails to encode.
+pub fn encode_openmetrics(
+    registry: &prometheus_client::registry::Registry,
+) -> Result<String, std::fmt::Error> {
+    let mut out = String::with_capacity(64 * 1024);
+    prometheus_client::encoding::text::encode(&mut out, registry)?;
+    Ok(out)
+}
+
+/// The registry in the Prometheus text format 0.0.4, for clients that do
+/// not ask for OpenMetrics (curl, promtool, older scrapers). prometheus
+/// client_rust writes only OpenMetrics; the two differ, for what we expose,
+/// in that a counter family is named without `_total` in OpenMetrics'
+/// `# HELP`/`# TYPE` lines and that OpenMetrics ends with `# EOF`.
+///
+/// # Errors
+/// A metric that fails to encode.
+pub fn encode_text(
+    registry: &prometheus_client::registry::Registry,
+) -> Result<String, std::fmt::Error> {
+    let open = encode_openmetrics(registry)?;
+    let counters: std::collections::HashSet<&str> = open
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(open.len());
+    for line in open.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = line
+            .strip_prefix("# HELP ")
+            .map(|r| ("# HELP ", r))
+            .or_else(|| line.strip_prefix("# TYPE ").map(|r| ("# TYPE ", r)));
+        match meta {
+            Some((kind, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                let suffix = if counters.contains(name) {
+                    "_total"
+                } else {
+                    ""
+                };
+                out.push_str(&format!("{kind}{name}{suffix} {tail}\n"));
+            }
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    Ok(out)
+}
+
 struct TargetsCollector {
     state: Arc<Mutex<State>>,
 }
@@ -140,10 +198,26 @@ impl Collector for TargetsCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let state = lock(&self.state);
         let counters: [CounterDef<Tally>; 4] = [
-            ("prober_probes_sent", "Probes sent (ok + timeout + error).", |t| t.sent),
-            ("prober_probes_ok", "Probes answered within the timeout.", |t| t.ok),
-            ("prober_probes_timeout", "Probes with no reply within the timeout.", |t| t.timeout),
-            ("prober_probes_error", "Probes that failed (refused, unreachable, bad reply).", |t| t.error),
+            (
+                "prober_probes_sent",
+                "Probes sent (ok + timeout + error)",
+                |t| t.sent,
+            ),
+            (
+                "prober_probes_ok",
+                "Probes answered within the timeout",
+                |t| t.ok,
+            ),
+            (
+                "prober_probes_timeout",
+                "Probes with no reply within the timeout",
+                |t| t.timeout,
+            ),
+            (
+                "prober_probes_error",
+                "Probes that failed (refused, unreachable, bad reply)",
+                |t| t.error,
+            ),
         ];
         for (name, help, get) in counters {
             let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
@@ -153,7 +227,7 @@ impl Collector for TargetsCollector {
         }
         let mut m = encoder.encode_descriptor(
             "prober_probe_errors",
-            "Failed probes by reason (refused, unreachable, reset, tls, protocol, timeout, local, other).",
+            "Failed probes by reason (refused, unreachable, reset, tls, protocol, timeout, local, other)",
             None,
             MetricType::Counter,
         )?;
@@ -164,15 +238,22 @@ impl Collector for TargetsCollector {
                 ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
             }
         }
-        drop(m);
         let anomalies: Vec<(&Labels, Anomalies)> = state
             .series
             .values()
             .map(|s| (&s.labels, (s.anomalies)()))
             .collect();
         let extra: [CounterDef<Anomalies>; 2] = [
-            ("prober_replies_late", "Replies that arrived after their probe timed out.", |a| a.late),
-            ("prober_replies_duplicate", "Second and later replies to one probe.", |a| a.duplicate),
+            (
+                "prober_replies_late",
+                "Replies that arrived after their probe timed out",
+                |a| a.late,
+            ),
+            (
+                "prober_replies_duplicate",
+                "Second and later replies to one probe",
+                |a| a.duplicate,
+            ),
         ];
         for (name, help, get) in extra {
             let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
@@ -182,7 +263,7 @@ impl Collector for TargetsCollector {
         }
         let mut m = encoder.encode_descriptor(
             "prober_rtt_seconds",
-            "Round-trip time of answered probes.",
+            "Round-trip time of answered probes",
             None,
             MetricType::Histogram,
         )?;
@@ -197,7 +278,9 @@ impl Collector for TargetsCollector {
 mod tests {
     use std::time::Duration;
 
-    use prober_core::{Clock, Collector as CoreCollector, Event, ProbeError, Reply, RunConfig, RunMeta, TargetInfo};
+    use prober_core::{
+        Clock, Collector as CoreCollector, Event, ProbeError, Reply, RunConfig, RunMeta, TargetInfo,
+    };
     use prometheus_client::registry::Registry;
     use tokio::time::Instant;
 
@@ -224,7 +307,8 @@ mod tests {
         let mut c = CoreCollector::new(meta, Clock::now(), sink, true);
         let mut info = TargetInfo::new(7, "udp://h:1", "udp", "h:1", Some(64));
         info.job = Some("j".to_owned());
-        info.labels.insert("site".to_owned(), "lab \"1\"".to_owned());
+        info.labels
+            .insert("site".to_owned(), "lab \"1\"".to_owned());
         c.add_target(
             info,
             Arc::new(|| Anomalies {
@@ -248,7 +332,8 @@ mod tests {
         }
         c.event(Event::Sample(sample(Outcome::Timeout))).unwrap();
         let refused = ProbeError::new(prober_core::ErrorKind::Refused, "refused");
-        c.event(Event::Sample(sample(Outcome::Error(refused)))).unwrap();
+        c.event(Event::Sample(sample(Outcome::Error(refused))))
+            .unwrap();
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         let l = r#"job="j",target="udp://h:1",protocol="udp",site="lab \"1\"""#;
@@ -258,13 +343,23 @@ mod tests {
             format!("prober_probes_error_total{{{l}}} 1"),
             format!("prober_probe_errors_total{{{l},reason=\"refused\"}} 1"),
             format!("prober_replies_late_total{{{l}}} 2"),
-            format!("prober_rtt_seconds_bucket{{le=\"5e-5\",{l}}} 1"),
+            format!("prober_rtt_seconds_bucket{{le=\"0.00005\",{l}}} 1"),
             format!("prober_rtt_seconds_bucket{{le=\"0.0005\",{l}}} 2"),
             format!("prober_rtt_seconds_bucket{{le=\"+Inf\",{l}}} 3"),
             format!("prober_rtt_seconds_count{{{l}}} 3"),
         ] {
             assert!(text.contains(&want), "{want} missing from\n{text}");
         }
+        let classic = encode_text(&registry).unwrap();
+        assert!(
+            classic.contains("# TYPE prober_probes_sent_total counter"),
+            "{classic}"
+        );
+        assert!(
+            classic.contains("# HELP prober_rtt_seconds Round-trip"),
+            "{classic}"
+        );
+        assert!(!classic.contains("# EOF"));
         c.remove_target(7).unwrap();
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();

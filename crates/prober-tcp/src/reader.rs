@@ -5,8 +5,8 @@ use std::io;
 use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
-use prober_net::rx;
 use prober_core::{ProbeError, Reply, Waiter};
+use prober_net::rx;
 use tokio::time::Instant;
 
 /// What a receive loop hands a waiting probe: the arrival instant, the

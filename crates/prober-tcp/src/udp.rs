@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use tokio::io::Interest;
 
-use prober_net::busy::{Reader, SpinThread, Step};
 use prober_core::{Anomalies, ErrorKind, Gate, Matcher, Probe, ProbeError, Reply};
+use prober_net::busy::{Reader, SpinThread, Step};
 use tokio::net::UdpSocket;
 use tokio::time::Instant;
 
@@ -124,7 +124,10 @@ fn on_datagram(
 
 fn on_error(e: &io::Error, matcher: &Matcher<Arrival>) {
     let err = if e.kind() == io::ErrorKind::ConnectionRefused {
-        ProbeError::new(ErrorKind::Refused, "connection refused (ICMP port unreachable)")
+        ProbeError::new(
+            ErrorKind::Refused,
+            "connection refused (ICMP port unreachable)",
+        )
     } else {
         ProbeError::io("receive", e)
     };

@@ -14,7 +14,9 @@ use prober_core::{
 };
 use prober_daemon::ResponderOptions;
 use prober_net::{Family, resolve};
-use prober_sinks::{CsvSink, DEFAULT_CSV_FIELDS, DEFAULT_TABLE_FIELDS, HumanSink, JsonSink, parse_fields};
+use prober_sinks::{
+    CsvSink, DEFAULT_CSV_FIELDS, DEFAULT_TABLE_FIELDS, HumanSink, JsonSink, parse_fields,
+};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -110,7 +112,12 @@ async fn start_self_test(
         target("icmp", 0),
     ];
     if std::net::UdpSocket::bind((Ipv6Addr::LOCALHOST, 0)).is_ok() {
-        targets.push(Target::new(&PROTOCOLS, "icmp", &Ipv6Addr::LOCALHOST.to_string(), 0));
+        targets.push(Target::new(
+            &PROTOCOLS,
+            "icmp",
+            &Ipv6Addr::LOCALHOST.to_string(),
+            0,
+        ));
     }
     Ok((responders, targets))
 }
@@ -150,10 +157,8 @@ fn check_options(args: &RunArgs, targets: &[Target]) -> anyhow::Result<()> {
         &|t| t.protocol.size.is_some(),
         "targets that send a payload (tcp-connect:// and grpc-health:// send none)",
     )?;
-    let tls_given = args.ca.is_some()
-        || args.cert.is_some()
-        || args.tls_server_name.is_some()
-        || args.insecure;
+    let tls_given =
+        args.ca.is_some() || args.cert.is_some() || args.tls_server_name.is_some() || args.insecure;
     check(
         tls_given,
         "--ca, --cert, --tls-server-name and --insecure",
@@ -167,7 +172,9 @@ fn check_options(args: &RunArgs, targets: &[Target]) -> anyhow::Result<()> {
         "icmp targets",
     )?;
     if args.fields.is_some() && args.output == Output::Json {
-        bail!("--fields chooses the columns of -o human and -o csv; -o json always has every field");
+        bail!(
+            "--fields chooses the columns of -o human and -o csv; -o json always has every field"
+        );
     }
     Ok(())
 }
@@ -282,9 +289,9 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let quiet = args.quiet || (self_test && args.output == Output::Human);
     let stdout = || Box::new(std::io::stdout()) as Box<dyn std::io::Write + Send>;
     let sink: Box<dyn Sink> = match args.output {
-        Output::Human => Box::new(
-            HumanSink::new(stdout(), quiet, fields).with_unix_time(args.unix_time),
-        ),
+        Output::Human => {
+            Box::new(HumanSink::new(stdout(), quiet, fields).with_unix_time(args.unix_time))
+        }
         Output::Json => Box::new(JsonSink::new(stdout(), args.quiet)),
         Output::Csv => Box::new(CsvSink::new(stdout(), fields)),
     };

@@ -282,7 +282,7 @@ fn metrics_agree_with_the_files_and_pass_promtool() {
         "{text}"
     );
     assert!(
-        text.contains("prober_rtt_seconds_bucket{job=\"loop\",target=\"udp://"),
+        text.contains("prober_rtt_seconds_bucket{le=\"0.00025\",job=\"loop\",target=\"udp://"),
         "{text}"
     );
     assert!(text.contains("site=\"lab\""));

@@ -129,7 +129,33 @@ fn documented_example_config_is_valid() {
         .unwrap();
     let dir = std::env::temp_dir().join(format!("prober-doc-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("prober.toml"), example).unwrap();
+    // The sinks' directory must exist (the systemd unit's StateDirectory
+    // makes /var/lib/prober); here it is the test's own directory.
+    let missing = dir.join("missing");
+    std::fs::write(
+        dir.join("prober.toml"),
+        example.replace("/var/lib/prober/", &format!("{}/", missing.display())),
+    )
+    .unwrap();
+    std::fs::write(dir.join("fleet.txt"), "udp://10.0.0.4:8707\n").unwrap();
+    let out = run(&[
+        "serve",
+        "--config",
+        dir.join("prober.toml").to_str().unwrap(),
+        "--check-config",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("missing") && err.contains("No such file"),
+        "{err}"
+    );
+    assert!(!missing.exists(), "--check-config created a directory");
+    std::fs::write(
+        dir.join("prober.toml"),
+        example.replace("/var/lib/prober/", &format!("{}/", dir.display())),
+    )
+    .unwrap();
     std::fs::write(
         dir.join("fleet.txt"),
         "# more targets\nudp://10.0.0.4:8707\n",

@@ -30,7 +30,7 @@ fn bad_settings() {
         "does not start with a number",
     );
     fails(&["run", "--interval", "10", t], "no unit");
-    fails(&["run", "--count", "0", t], "0 is not in 1..");
+    fails(&["run", "--count", "0", t], "count must be at least 1");
     fails(&["run", "--duration", "soon", t], "invalid value");
     fails(
         &["run", "--timeout", "0", t],

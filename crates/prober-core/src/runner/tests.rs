@@ -1,9 +1,15 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use std::io;
+
 use super::*;
 use crate::error::ProbeError;
 use crate::sample::Reply;
+use crate::{
+    Clock, Collector, Context, EVENT_CHANNEL, RunMeta, Sink, Summary, TargetEntry, TargetInfo,
+    collect,
+};
 
 /// Replies after a per-seq delay; `None` never replies; `Err` fails at once.
 struct ScriptedProbe {
@@ -273,16 +279,21 @@ struct VecSink {
 }
 
 impl Sink for VecSink {
-    fn record(&mut self, target: &TargetInfo, sample: &Sample) -> io::Result<()> {
+    fn record(
+        &mut self,
+        _cx: &Context<'_>,
+        target: &TargetEntry,
+        sample: &Sample,
+    ) -> io::Result<()> {
         self.seen
             .lock()
             .unwrap()
-            .entry(target.id)
+            .entry(target.info.id)
             .or_default()
             .push(sample.seq);
         Ok(())
     }
-    fn finish(&mut self, summaries: &[Summary]) -> io::Result<()> {
+    fn finish(&mut self, _cx: &Context<'_>, summaries: &[Summary]) -> io::Result<()> {
         self.finished.lock().unwrap().extend_from_slice(summaries);
         Ok(())
     }
@@ -290,9 +301,6 @@ impl Sink for VecSink {
 
 #[tokio::test(start_paused = true)]
 async fn collector_summarises_every_target() {
-    let targets: Vec<_> = (0..2)
-        .map(|id| TargetInfo::new(id, &format!("t{id}"), "fake", "x", 64))
-        .collect();
     let (tx, rx) = mpsc::channel(EVENT_CHANNEL);
     let stop = CancellationToken::new();
     let good = ScriptedProbe::new(|_| Some(Ok(Duration::from_millis(1))));
@@ -309,9 +317,15 @@ async fn collector_summarises_every_target() {
     set.spawn(run_target(lossy, 1, cfg(10, 6), Duration::ZERO, tx, stop));
     let sink = VecSink::default();
     let (seen, finished) = (Arc::clone(&sink.seen), Arc::clone(&sink.finished));
-    let mut sinks: Vec<Box<dyn Sink>> = vec![Box::new(sink)];
     let meta = RunMeta::new("test", &cfg(10, 6));
-    let (summaries, res) = collect(rx, &targets, &meta, Clock::now(), &mut sinks).await;
+    let mut collector = Collector::new(meta, Clock::now(), sink, false);
+    for id in 0..2 {
+        let info = TargetInfo::new(id, &format!("t{id}"), "fake", "x", Some(64));
+        collector
+            .add_target(info, Arc::new(Anomalies::default))
+            .unwrap();
+    }
+    let (summaries, res) = collect(rx, &mut collector, None).await;
     res.unwrap();
     while set.join_next().await.is_some() {}
     assert_eq!(summaries.len(), 2);
@@ -320,7 +334,7 @@ async fn collector_summarises_every_target() {
         (summaries[1].sent, summaries[1].ok, summaries[1].timeout),
         (6, 3, 3)
     );
-    assert!((summaries[1].loss_pct - 50.0).abs() < 1e-9);
+    assert!((summaries[1].loss_pct.unwrap() - 50.0).abs() < 1e-9);
     assert!(summaries[0].all_ok() && !summaries[1].all_ok());
     assert_eq!(*finished.lock().unwrap(), summaries);
     for id in 0..2 {

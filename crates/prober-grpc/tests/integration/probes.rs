@@ -28,10 +28,10 @@ async fn unary_answers_every_probe_with_dwell() {
     let dwell = s.server_dwell.expect("echo replies carry dwell");
     assert_eq!(dwell.count, 40);
     assert!(
-        dwell.p50 < s.rtt.p50,
+        dwell.p50 < s.rtt.unwrap().p50,
         "dwell {} < rtt {}",
         dwell.p50,
-        s.rtt.p50
+        s.rtt.unwrap().p50
     );
     assert!(samples.iter().all(|x| x.bytes == 64));
 }
@@ -97,7 +97,7 @@ async fn health_check_serving_and_unknown_service() {
     .await;
     assert_eq!(s.error, 3);
     match &samples[0].outcome {
-        Outcome::Error(e) => assert!(e.contains("NotFound"), "{e}"),
+        Outcome::Error(e) => assert!(e.message().contains("NotFound"), "{e}"),
         other => panic!("{other:?}"),
     }
 }
@@ -140,7 +140,10 @@ async fn refused_connection_is_an_error_not_a_panic() {
     .await;
     assert_eq!(s.error, 3);
     match &samples[0].outcome {
-        Outcome::Error(e) => assert!(e.contains("refused") || e.contains("next attempt"), "{e}"),
+        Outcome::Error(e) => assert!(
+            e.message().contains("refused") || e.message().contains("next attempt"),
+            "{e}"
+        ),
         other => panic!("{other:?}"),
     }
 }

@@ -58,7 +58,7 @@ async fn one(srv: &Server, tls: ClientTls) -> (Summary, Option<String>) {
     )
     .await;
     let err = samples.iter().find_map(|x| match &x.outcome {
-        Outcome::Error(e) => Some(e.clone()),
+        Outcome::Error(e) => Some(e.message().to_owned()),
         _ => None,
     });
     (s, err)

@@ -52,11 +52,15 @@ async fn tcp_rr_pipelines_when_the_interval_is_short() {
     let (s, _) = run(TcpProbe::new(r.tcp, 64), run_cfg).await;
     assert_eq!(s.ok, 20);
     // The sends kept to the schedule although replies took 5 ms or more each.
-    assert!(s.rtt.min >= 5_000_000, "rtt min {}", s.rtt.min);
     assert!(
-        s.send_lag.p50 < 5_000_000,
+        s.rtt.unwrap().min >= 5_000_000,
+        "rtt min {}",
+        s.rtt.unwrap().min
+    );
+    assert!(
+        s.send_lag.unwrap().p50 < 5_000_000,
         "send lag p50 {}",
-        s.send_lag.p50
+        s.send_lag.unwrap().p50
     );
 }
 
@@ -114,7 +118,7 @@ async fn udp_drops_every_kth_exactly() {
     cfg.timeout = 100 * MS;
     let (s, _) = run(probe, cfg).await;
     assert_eq!((s.ok, s.timeout, s.error), (30, 10, 0));
-    assert!((s.loss_pct - 25.0).abs() < 1e-9);
+    assert!((s.loss_pct.unwrap() - 25.0).abs() < 1e-9);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -195,7 +199,10 @@ async fn refused_connections_are_errors() {
     ] {
         assert_eq!((s.sent, s.error), (5, 5), "{name}");
         match &samples[0].outcome {
-            Outcome::Error(e) => assert!(e.contains("refused"), "{name}: {e}"),
+            Outcome::Error(e) => {
+                assert!(e.message().contains("refused"), "{name}: {e}");
+                assert_eq!(e.kind(), prober_core::ErrorKind::Refused, "{name}: {e}");
+            }
             other => panic!("{name}: {other:?}"),
         }
     }
