@@ -4,71 +4,18 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::clock::Clock;
-use crate::matcher::Anomalies;
+use crate::entry::{AnomalyReader, TargetEntry};
 use crate::meta::RunMeta;
 use crate::runner::Event;
 use crate::sink::{Context, Sink};
 use crate::stats::{Summary, TargetStats};
-use crate::target::TargetInfo;
-
-/// Reads a running probe's late, duplicate and reconnect counters.
-pub type AnomalyReader = Arc<dyn Fn() -> Anomalies + Send + Sync>;
-
-/// One target as the collector knows it.
-pub struct TargetEntry {
-    /// How it is named in results.
-    pub info: TargetInfo,
-    /// What was recorded so far.
-    pub stats: TargetStats,
-    live: AnomalyReader,
-    done: Option<(Anomalies, u64)>,
-}
-
-impl std::fmt::Debug for TargetEntry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TargetEntry")
-            .field("info", &self.info)
-            .finish_non_exhaustive()
-    }
-}
-
-impl TargetEntry {
-    /// Late, duplicate, reordered and corrupt replies and reconnects: the
-    /// final count once the target is done, else read from the probe now.
-    pub fn anomalies(&self) -> Anomalies {
-        self.done.map_or_else(|| (self.live)(), |(a, _)| a)
-    }
-
-    /// Reads the probe's counters; a sink may keep it to read them later
-    /// (Prometheus, at scrape time).
-    pub fn anomaly_reader(&self) -> AnomalyReader {
-        Arc::clone(&self.live)
-    }
-
-    /// Slots not sent because the in-flight cap was reached (known once the
-    /// target is done).
-    pub fn missed(&self) -> u64 {
-        self.done.map_or(0, |(_, m)| m)
-    }
-
-    /// True once the target sent [`Event::Done`].
-    pub fn is_done(&self) -> bool {
-        self.done.is_some()
-    }
-
-    /// The summary so far.
-    pub fn summary(&self) -> Summary {
-        self.stats
-            .summary(&self.info, self.anomalies(), self.missed())
-    }
-}
+use crate::info::TargetInfo;
 
 /// Owns the statistics of every target and one sink (a
 /// [`crate::sink::Fanout`] for several), and feeds it every event.
@@ -126,12 +73,7 @@ impl<S: Sink> Collector<S> {
         } else {
             TargetStats::default()
         };
-        let entry = TargetEntry {
-            info,
-            stats,
-            live,
-            done: None,
-        };
+        let entry = TargetEntry::new(info, stats, live);
         self.targets.insert(id, entry);
         if !self.started {
             return Ok(());
@@ -183,10 +125,10 @@ impl<S: Sink> Collector<S> {
                 let Some(t) = self.targets.get_mut(&target) else {
                     return Ok(None);
                 };
-                if t.done.is_some() {
+                if t.is_done() {
                     return Ok(None);
                 }
-                t.done = Some((anomalies, missed));
+                t.set_done(anomalies, missed);
                 Ok(Some(target))
             }
         }

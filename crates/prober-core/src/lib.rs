@@ -13,7 +13,8 @@
 //!   [`ProbeError`] it fails with, with an [`ErrorKind`].
 //! - [`protocol`]: the [`Protocol`] descriptor each protocol crate exports
 //!   and the [`Registry`] the binary lists them in; [`target`]: parsing
-//!   target URLs against it, and [`TargetInfo`].
+//!   target URLs against it; [`info`]: [`TargetInfo`], a target's name in
+//!   results.
 //! - [`matcher`]: matches replies to probes by sequence number and counts
 //!   late, duplicate and reordered replies.
 //! - [`sample`]: [`Sample`], [`Outcome`] and [`Reply`].
@@ -21,7 +22,8 @@
 //! - [`mod@collect`]: the one result pipeline, [`Collector`], used by
 //!   `prober run` and the daemon alike.
 //! - [`stats`]: HdrHistogram-backed [`stats::TargetStats`] and [`Summary`].
-//! - [`sink`]: the [`Sink`] trait (the sinks are in `prober-sinks`).
+//! - [`sink`]: the [`Sink`] trait (the sinks are in `prober-sinks`);
+//!   [`entry`]: [`TargetEntry`], a target with its statistics, as sinks see it.
 //! - [`clock`], [`meta`]: wall-clock time and the settings that travel with
 //!   every result; [`duration`]: parses `10ms`, `1m30s`.
 //!
@@ -32,7 +34,9 @@ pub mod clock;
 pub mod collect;
 pub mod config;
 pub mod duration;
+pub mod entry;
 pub mod error;
+pub mod info;
 pub mod matcher;
 pub mod meta;
 pub mod pacer;
@@ -48,7 +52,8 @@ pub mod testutil;
 pub mod wait;
 
 pub use clock::Clock;
-pub use collect::{AnomalyReader, Collector, TargetEntry, collect};
+pub use collect::{Collector, collect};
+pub use entry::{AnomalyReader, TargetEntry};
 pub use config::{ConfigError, Pacing, RunConfig};
 pub use error::{ErrorKind, ProbeError};
 pub use matcher::{Anomalies, Delivery, Matcher, MatcherSet, Waiter};
@@ -60,7 +65,8 @@ pub use runner::{Event, Launch, Runnable, run_target, runnable};
 pub use sample::{Outcome, Reply, Sample};
 pub use sink::{Context, Fanout, Sink};
 pub use stats::{DistSummary, Summary};
-pub use target::{Target, TargetError, TargetInfo, parse_target};
+pub use info::TargetInfo;
+pub use target::{Target, TargetError, parse_target};
 pub use wait::Gate;
 
 /// Sequence numbers at and above this value are warm-up probes: they are sent

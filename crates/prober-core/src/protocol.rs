@@ -17,7 +17,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::runner::Runnable;
-use crate::target::Target;
 
 /// One URL scheme of a protocol (`grpc` and `grpcs` share one protocol).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,8 +177,12 @@ pub struct BuildEnv {
 /// One target to build a probe for.
 #[derive(Debug, Clone, Copy)]
 pub struct ProbeSpec<'a> {
-    /// The parsed target.
-    pub target: &'a Target,
+    /// The scheme the target was written with (TLS or not).
+    pub scheme: &'static Scheme,
+    /// Host as written: the TLS server name and `:authority`.
+    pub host: &'a str,
+    /// What the URL path names (`grpc-health://h:p/service`), or "".
+    pub path: &'a str,
     /// Where it resolved.
     pub addr: SocketAddr,
     /// Request size (checked against the protocol's [`SizeRule`]).

@@ -17,7 +17,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::collect::AnomalyReader;
+use crate::entry::AnomalyReader;
 use crate::matcher::Anomalies;
 use crate::pacer::Pacer;
 use crate::probe::Probe;

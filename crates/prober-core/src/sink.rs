@@ -15,7 +15,7 @@ use std::io;
 use tokio::time::Instant;
 
 use crate::clock::Clock;
-use crate::collect::TargetEntry;
+use crate::entry::TargetEntry;
 use crate::meta::RunMeta;
 use crate::sample::Sample;
 use crate::stats::Summary;

@@ -1,53 +1,10 @@
-//! Targets: parsing target URLs against a [`Registry`] of protocols, and
-//! [`TargetInfo`], how a target is named in results.
+//! Targets: parsing target URLs against a [`Registry`] of protocols.
 
 use std::fmt;
 use std::net::SocketAddr;
 
-use serde::Serialize;
-
+use crate::info::TargetInfo;
 use crate::protocol::{Protocol, Registry, Scheme};
-
-/// Identifies one target in results.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct TargetInfo {
-    /// Index of the target in the run (unique for the daemon's lifetime).
-    pub id: usize,
-    /// The target as the user wrote it, normalised (`tcp://host:port`).
-    pub target: String,
-    /// Protocol name, the target's scheme: `tcp`, `tcp-connect`, `udp`, ...
-    pub protocol: String,
-    /// The resolved address probed.
-    pub addr: String,
-    /// Request size in bytes for this target (ICMP counts the payload only);
-    /// `None` where the protocol sends no payload.
-    pub size: Option<usize>,
-    /// Where reply times come from: `kernel` (SO_TIMESTAMPNS) or `user`
-    /// (read by the runtime after it woke up).
-    pub timestamps: String,
-    /// The daemon job the target belongs to.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub job: Option<String>,
-    /// Extra labels of its job (Prometheus series carry them).
-    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub labels: std::collections::BTreeMap<String, String>,
-}
-
-impl TargetInfo {
-    /// A target with user-space timestamps and no job.
-    pub fn new(id: usize, target: &str, protocol: &str, addr: &str, size: Option<usize>) -> Self {
-        Self {
-            id,
-            target: target.to_owned(),
-            protocol: protocol.to_owned(),
-            addr: addr.to_owned(),
-            size,
-            timestamps: "user".to_owned(),
-            job: None,
-            labels: std::collections::BTreeMap::new(),
-        }
-    }
-}
 
 /// A target that cannot be used: bad syntax, unknown scheme, bad size.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -154,6 +111,23 @@ impl Target {
                 max: rule.max,
             }),
             _ => Ok(()),
+        }
+    }
+
+    /// What a protocol's builder needs to build this target's probe.
+    pub fn spec(
+        &self,
+        addr: SocketAddr,
+        size: Option<usize>,
+        timeout: std::time::Duration,
+    ) -> crate::protocol::ProbeSpec<'_> {
+        crate::protocol::ProbeSpec {
+            scheme: self.scheme,
+            host: &self.host,
+            path: &self.path,
+            addr,
+            size: size.unwrap_or(0),
+            timeout,
         }
     }
 

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use prober_core::protocol::{BuildEnv, ProbeSpec};
+use prober_core::protocol::BuildEnv;
 use prober_core::runner::phase;
 use prober_core::{
     Clock, Collector, Context, EVENT_CHANNEL, Event, Fanout, Launch, Registry, RunConfig, RunMeta,
@@ -172,12 +172,7 @@ impl Daemon {
         job: &Job,
         t: &JobTarget,
     ) -> Result<Box<dyn Runnable>, DaemonError> {
-        let spec = ProbeSpec {
-            target: &t.target,
-            addr: t.addr,
-            size: t.size.unwrap_or(0),
-            timeout: job.run.timeout,
-        };
+        let spec = t.target.spec(t.addr, t.size, job.run.timeout);
         (t.target.protocol.build)(spec, &self.env)
             .await
             .map_err(|source| DaemonError::Build {

@@ -14,7 +14,7 @@ use crate::{
 /// The client configuration of one target; the TLS files are read once per
 /// environment, by the first target over TLS.
 fn config(spec: &ProbeSpec<'_>, env: &BuildEnv) -> Result<ClientConfig, BuildError> {
-    let tls = if spec.target.scheme.tls {
+    let tls = if spec.scheme.tls {
         let tls = env.shared.get_or_try_init(|| {
             let t = &env.tls;
             ClientTls::from_files(
@@ -32,7 +32,7 @@ fn config(spec: &ProbeSpec<'_>, env: &BuildEnv) -> Result<ClientConfig, BuildErr
     };
     Ok(ClientConfig {
         addr: spec.addr,
-        host: spec.target.host.clone(),
+        host: spec.host.to_owned(),
         tls,
         timeout: spec.timeout,
         // Shorter than the probe timeout, so a connect to a black hole
@@ -56,7 +56,7 @@ fn build_health<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
         let cfg = config(&spec, env)?;
         Ok(runnable(GrpcHealthProbe::new(
             cfg,
-            spec.target.path.clone(),
+            spec.path.to_owned(),
         )))
     })
 }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
-use prober_core::protocol::{BuildEnv, ProbeSpec, SocketChoice, TlsFiles};
+use prober_core::protocol::{BuildEnv, SocketChoice, TlsFiles};
 use prober_core::runner::phase;
 use prober_core::{
     Clock, Collector, EVENT_CHANNEL, Fanout, Launch, RunConfig, RunMeta, Sink, Summary, Target,
@@ -271,12 +271,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut built = Vec::with_capacity(targets.len());
     for (t, addr) in targets.iter().zip(&addrs) {
         let size = t.size(args.size);
-        let spec = ProbeSpec {
-            target: t,
-            addr: *addr,
-            size: size.unwrap_or(0),
-            timeout: cfg.timeout,
-        };
+        let spec = t.spec(*addr, size, cfg.timeout);
         match (t.protocol.build)(spec, &env).await {
             Ok(probe) => built.push((t, *addr, size, probe)),
             Err(error) if self_test && t.protocol.port.is_none() => {

@@ -5,5 +5,6 @@ mod deploy;
 mod errors;
 mod grpc;
 mod icmp;
+mod layout;
 mod run;
 mod support;
