@@ -11,11 +11,11 @@ use tokio::time::Instant;
 
 use crate::clock::Clock;
 use crate::entry::{AnomalyReader, TargetEntry};
+use crate::info::TargetInfo;
 use crate::meta::RunMeta;
 use crate::runner::Event;
 use crate::sink::{Context, Sink};
 use crate::stats::{Summary, TargetStats};
-use crate::info::TargetInfo;
 
 /// Owns the statistics of every target and one sink (a
 /// [`crate::sink::Fanout`] for several), and feeds it every event.

@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
+use crate::info::TargetInfo;
 use crate::matcher::Anomalies;
 use crate::stats::{Summary, TargetStats};
-use crate::info::TargetInfo;
 
 /// Reads a running probe's late, duplicate and reconnect counters.
 pub type AnomalyReader = Arc<dyn Fn() -> Anomalies + Send + Sync>;
@@ -61,7 +61,7 @@ impl TargetEntry {
         self.done.map_or(0, |(_, m)| m)
     }
 
-    /// True once the target sent [`Event::Done`].
+    /// True once the target sent [`crate::Event::Done`].
     pub fn is_done(&self) -> bool {
         self.done.is_some()
     }
@@ -72,4 +72,3 @@ impl TargetEntry {
             .summary(&self.info, self.anomalies(), self.missed())
     }
 }
-

@@ -53,9 +53,10 @@ pub mod wait;
 
 pub use clock::Clock;
 pub use collect::{Collector, collect};
-pub use entry::{AnomalyReader, TargetEntry};
 pub use config::{ConfigError, Pacing, RunConfig};
+pub use entry::{AnomalyReader, TargetEntry};
 pub use error::{ErrorKind, ProbeError};
+pub use info::TargetInfo;
 pub use matcher::{Anomalies, Delivery, Matcher, MatcherSet, Waiter};
 pub use meta::RunMeta;
 pub use pacer::Pacer;
@@ -65,7 +66,6 @@ pub use runner::{Event, Launch, Runnable, run_target, runnable};
 pub use sample::{Outcome, Reply, Sample};
 pub use sink::{Context, Fanout, Sink};
 pub use stats::{DistSummary, Summary};
-pub use info::TargetInfo;
 pub use target::{Target, TargetError, parse_target};
 pub use wait::Gate;
 

@@ -6,9 +6,9 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use crate::error::ErrorKind;
+use crate::info::TargetInfo;
 use crate::matcher::Anomalies;
 use crate::sample::{Outcome, Sample};
-use crate::info::TargetInfo;
 
 /// Highest value the histograms track (100 s in ns); larger values saturate.
 pub const MAX_TRACKABLE_NS: u64 = 100_000_000_000;

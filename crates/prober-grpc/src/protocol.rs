@@ -54,10 +54,7 @@ fn build_stream<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
 fn build_health<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
     Box::pin(async move {
         let cfg = config(&spec, env)?;
-        Ok(runnable(GrpcHealthProbe::new(
-            cfg,
-            spec.path.to_owned(),
-        )))
+        Ok(runnable(GrpcHealthProbe::new(cfg, spec.path.to_owned())))
     })
 }
 

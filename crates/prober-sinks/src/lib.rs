@@ -9,6 +9,7 @@
 //!   logs, the [`files::RotatingFile`] wrapper they all write through, and
 //!   [`files::ByJob`], which routes the daemon's samples to each job's files.
 //! - [`prometheus`]: the daemon's metrics, through prometheus/client_rust.
+//! - [`ProgressSink`]: a progress line on a terminal for quiet runs.
 //! - [`fields`]: the summary fields of `--fields`.
 //!
 //! # Why a crate of its own
@@ -25,6 +26,7 @@ pub mod files;
 pub mod human;
 pub mod json;
 mod output;
+pub mod progress;
 pub mod prometheus;
 
 pub use self::csv::CsvSink;
@@ -33,4 +35,5 @@ pub use self::fields::{
 };
 pub use self::human::HumanSink;
 pub use self::json::{JsonSink, ProbeLine, SCHEMA_VERSION};
+pub use self::progress::ProgressSink;
 pub use self::prometheus::PrometheusSink;

@@ -5,6 +5,14 @@
 //! core collector keeps (copied here on every sample) and from each probe's
 //! anomaly counters, so nothing is counted twice; a target's series go with
 //! it ([`Sink::target_removed`]).
+//!
+//! Cost, measured at 10,000 ICMP targets (25 MB per scrape, curl on
+//! loopback, rounds alternating with the hand-written exposition it
+//! replaced, 3 scrapes each): OpenMetrics, which Prometheus asks for,
+//! 0.13-0.19 s per scrape against 0.09-0.15 s by hand; the 0.0.4 text
+//! format, converted from OpenMetrics for curl and promtool, 0.23-0.29 s.
+//! At a 15 s scrape interval that is about 1 % of a core, so the maintained
+//! crate stays.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -148,35 +156,31 @@ pub fn encode_text(
     registry: &prometheus_client::registry::Registry,
 ) -> Result<String, std::fmt::Error> {
     let open = encode_openmetrics(registry)?;
-    let counters: std::collections::HashSet<&str> = open
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE "))
-        .filter_map(|l| l.strip_suffix(" counter"))
-        .collect();
-    let mut out = String::with_capacity(open.len());
-    for line in open.lines() {
-        if line == "# EOF" || line.starts_with("# UNIT ") {
-            continue;
-        }
-        let meta = line
-            .strip_prefix("# HELP ")
-            .map(|r| ("# HELP ", r))
-            .or_else(|| line.strip_prefix("# TYPE ").map(|r| ("# TYPE ", r)));
-        match meta {
-            Some((kind, rest)) => {
-                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
-                let suffix = if counters.contains(name) {
-                    "_total"
-                } else {
-                    ""
-                };
-                out.push_str(&format!("{kind}{name}{suffix} {tail}\n"));
+    let mut out = String::with_capacity(open.len() + 1024);
+    // Families come as HELP, TYPE, then samples: rename a counter family's
+    // HELP and TYPE lines once its TYPE says it is one. Sample lines (all
+    // but a few dozen) are copied as they are.
+    let mut help: Option<&str> = None;
+    for line in open.split_inclusive('\n') {
+        if !line.starts_with('#') {
+            out.push_str(line);
+        } else if line.starts_with("# HELP ") {
+            help = Some(line);
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest
+                .trim_end()
+                .split_once(' ')
+                .unwrap_or_else(|| (rest.trim_end(), ""));
+            let suffix = if kind == "counter" { "_total" } else { "" };
+            if let Some(h) = help.take() {
+                let text = h["# HELP ".len()..]
+                    .split_once(' ')
+                    .map_or("\n", |(_, t)| t);
+                out.push_str(&format!("# HELP {name}{suffix} {text}"));
             }
-            None => {
-                out.push_str(line);
-                out.push('\n');
-            }
+            out.push_str(&format!("# TYPE {name}{suffix} {kind}\n"));
         }
+        // `# EOF` and `# UNIT` have no place in the 0.0.4 format.
     }
     Ok(out)
 }

@@ -1,6 +1,6 @@
 //! `prober run`: probe targets on a schedule and report statistics.
 
-use std::io::Write as _;
+use std::io::{IsTerminal as _, Write as _};
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -15,7 +15,8 @@ use prober_core::{
 use prober_daemon::ResponderOptions;
 use prober_net::{Family, resolve};
 use prober_sinks::{
-    CsvSink, DEFAULT_CSV_FIELDS, DEFAULT_TABLE_FIELDS, HumanSink, JsonSink, parse_fields,
+    CsvSink, DEFAULT_CSV_FIELDS, DEFAULT_TABLE_FIELDS, HumanSink, JsonSink, ProgressSink,
+    parse_fields,
 };
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -297,12 +298,14 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if busy_poll {
         "busy-poll".clone_into(&mut meta.receive);
     }
-    let mut collector = Collector::new(
-        meta,
-        Clock::now(),
-        Fanout::skipping_failed(vec![sink]),
-        false,
-    );
+    let mut sinks = vec![sink];
+    // A progress line for a person waiting on a quiet run; indicatif draws
+    // nothing when stderr is not a terminal.
+    if args.quiet && !self_test && std::io::stderr().is_terminal() {
+        let total = cfg.count.map(|c| c * built.len() as u64);
+        sinks.push(Box::new(ProgressSink::new(total)));
+    }
+    let mut collector = Collector::new(meta, Clock::now(), Fanout::skipping_failed(sinks), false);
 
     let stop = CancellationToken::new();
     let _signals = cancel_on_signals(stop.clone());

@@ -21,7 +21,13 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("prober-grpc", &["prober-core"]),
     (
         "prober-daemon",
-        &["prober-core", "prober-net", "prober-sinks", "prober-tcp", "prober-grpc"],
+        &[
+            "prober-core",
+            "prober-net",
+            "prober-sinks",
+            "prober-tcp",
+            "prober-grpc",
+        ],
     ),
     (
         "prober-cli",
@@ -41,11 +47,21 @@ const ALLOWED: &[(&str, &[&str])] = &[
 fn crates_depend_only_on_lower_layers() {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let out = Command::new(cargo)
-        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
         .current_dir(workspace())
         .output()
         .expect("cargo metadata runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let allowed: BTreeMap<&str, &[&str]> = ALLOWED.iter().copied().collect();
     let mut seen = BTreeSet::new();

@@ -3,6 +3,7 @@
 mod daemon;
 mod deploy;
 mod errors;
+mod first_hour;
 mod grpc;
 mod icmp;
 mod layout;
