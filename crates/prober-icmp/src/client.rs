@@ -22,7 +22,7 @@ use crate::socket::{IcmpSocket, SocketKind};
 /// What the receive loop hands a waiting probe: the kernel's receive time,
 /// the reply's length, and the receive wake-up (how long after the kernel's
 /// timestamp the reader read the reply), if known.
-type Arrival = Result<(Instant, usize, Option<Duration>), ProbeError>;
+type Arrival = Result<(Instant, usize, Option<Duration>, Option<u8>), ProbeError>;
 
 /// One target's state as the receive loop sees it.
 #[derive(Debug)]
@@ -91,8 +91,8 @@ impl IcmpClient {
             let mut buf = vec![0u8; MAX_PAYLOAD + 128];
             let spin =
                 SpinThread::spawn("prober-icmp-poll", move || match sock.try_recv(&mut buf) {
-                    Ok((n, Some(from), stamp)) => {
-                        dispatch(&sock, &reg, &buf[..n], from, arrival(stamp));
+                    Ok((n, Some(from), stamp, ttl)) => {
+                        dispatch(&sock, &reg, &buf[..n], from, arrival(stamp), ttl);
                         Step::Busy
                     }
                     Ok(_) => Step::Busy,
@@ -149,7 +149,7 @@ fn arrival(kernel: Option<SystemTime>) -> (Instant, Option<Duration>) {
 async fn read_replies(socket: Arc<IcmpSocket>, registry: Arc<Registry>) {
     let mut buf = vec![0u8; MAX_PAYLOAD + 128];
     loop {
-        let (n, from, stamp) = match socket.recv(&mut buf).await {
+        let (n, from, stamp, ttl) = match socket.recv(&mut buf).await {
             Ok(r) => r,
             Err(error) => {
                 // With IP_RECVERR a pending ICMP error is also reported here
@@ -159,7 +159,7 @@ async fn read_replies(socket: Arc<IcmpSocket>, registry: Arc<Registry>) {
             }
         };
         let Some(from) = from else { continue };
-        dispatch(&socket, &registry, &buf[..n], from, arrival(stamp));
+        dispatch(&socket, &registry, &buf[..n], from, arrival(stamp), ttl);
     }
 }
 
@@ -169,6 +169,7 @@ fn dispatch(
     buf: &[u8],
     from: IpAddr,
     (received, wake): (Instant, Option<Duration>),
+    ttl: Option<u8>,
 ) {
     let msg = match from {
         IpAddr::V4(a) => packet::parse_v4(buf, socket.raw, a),
@@ -197,7 +198,7 @@ fn dispatch(
                 slot.corrupt.fetch_add(1, Ordering::Relaxed);
                 return;
             }
-            slot.matcher.deliver(seq, Ok((received, len, wake)));
+            slot.matcher.deliver(seq, Ok((received, len, wake, ttl)));
         }
         Received::Error {
             target,
@@ -357,7 +358,7 @@ impl Probe for IcmpProbe {
         {
             return Err(ProbeError::io("send", &e));
         }
-        let (received, len, wake) = waiter.reply().await?;
+        let (received, len, wake, ttl) = waiter.reply().await?;
         // A kernel timestamp can precede our pre-send reading by a hair on a
         // fast loopback; never report a negative RTT.
         Ok(Reply {
@@ -366,7 +367,7 @@ impl Probe for IcmpProbe {
             server_dwell: None,
             rx_wake: wake,
             bytes: len,
-            ttl: None,
+            ttl,
         })
     }
 
@@ -479,7 +480,7 @@ mod tests {
         assert_eq!(slot.corrupt.load(Ordering::Relaxed), 3);
         assert_eq!(slot.matcher.pending(), 1);
         assert_eq!(
-            slot.matcher.deliver(3, Ok((Instant::now(), 0, None))),
+            slot.matcher.deliver(3, Ok((Instant::now(), 0, None, None))),
             Delivery::Matched
         );
         drop(w);

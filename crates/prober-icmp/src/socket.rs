@@ -28,6 +28,9 @@ pub enum SocketKind {
     Raw,
 }
 
+/// What one receive gives: length, sender, kernel receive time, TTL.
+pub(crate) type Recv = (usize, Option<IpAddr>, Option<SystemTime>, Option<u8>);
+
 /// An open ICMP socket of one address family.
 #[derive(Debug)]
 pub(crate) struct IcmpSocket {
@@ -103,6 +106,7 @@ impl IcmpSocket {
             }
         }
         rx::enable_timestamps(sock.as_fd()).map_err(setup("SO_TIMESTAMPNS"))?;
+        rx::enable_ttl(sock.as_fd(), v6).map_err(setup("IP_RECVTTL"))?;
         let mut ident = fastrand::u16(..);
         if !raw {
             if v6 {
@@ -145,21 +149,17 @@ impl IcmpSocket {
         })
     }
 
-    /// Receives one message without blocking: its length, sender and kernel
-    /// receive time, or `WouldBlock`.
-    pub(crate) fn try_recv(
-        &self,
-        buf: &mut [u8],
-    ) -> io::Result<(usize, Option<IpAddr>, Option<SystemTime>)> {
-        let (n, from, stamp) = rx::recv_stamped::<SockaddrStorage>(self.sock.as_fd(), buf)?;
-        Ok((n, from.as_ref().and_then(ip_of), stamp))
+    /// Receives one message without blocking: its length, sender, kernel
+    /// receive time and TTL (hop limit), or `WouldBlock`.
+    pub(crate) fn try_recv(&self, buf: &mut [u8]) -> io::Result<Recv> {
+        let (n, from, stamp, ttl) =
+            rx::recv_stamped_ttl::<SockaddrStorage>(self.sock.as_fd(), buf)?;
+        Ok((n, from.as_ref().and_then(ip_of), stamp, ttl))
     }
 
-    /// Receives one message: its length, sender and kernel receive time.
-    pub(crate) async fn recv(
-        &self,
-        buf: &mut [u8],
-    ) -> io::Result<(usize, Option<IpAddr>, Option<SystemTime>)> {
+    /// Receives one message: its length, sender, kernel receive time and
+    /// TTL (hop limit).
+    pub(crate) async fn recv(&self, buf: &mut [u8]) -> io::Result<Recv> {
         self.sock
             .async_io(Interest::READABLE, || self.try_recv(&mut *buf))
             .await
@@ -174,8 +174,12 @@ impl IcmpSocket {
                 .sock
                 .async_io(Interest::ERROR, || {
                     let mut iov = [IoSliceMut::new(&mut *buf)];
-                    let mut cmsg =
-                        nix::cmsg_space!(nix::libc::sock_extended_err, nix::libc::sockaddr_in6);
+                    let mut cmsg = nix::cmsg_space!(
+                        nix::libc::sock_extended_err,
+                        nix::libc::sockaddr_in6,
+                        std::ffi::c_int,
+                        nix::sys::time::TimeSpec
+                    );
                     let msg = recvmsg::<SockaddrStorage>(
                         fd,
                         &mut iov,

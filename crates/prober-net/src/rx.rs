@@ -27,8 +27,34 @@ pub fn recv_stamped<S: SockaddrLike>(
     fd: BorrowedFd<'_>,
     buf: &mut [u8],
 ) -> io::Result<(usize, Option<S>, Option<SystemTime>)> {
+    recv_stamped_ttl(fd, buf).map(|(n, from, stamp, _)| (n, from, stamp))
+}
+
+/// Asks the kernel to pass each datagram's IP TTL (IPv6 hop limit) with it,
+/// for [`recv_stamped_ttl`].
+///
+/// # Errors
+/// If the socket refuses the option.
+pub fn enable_ttl(fd: BorrowedFd<'_>, v6: bool) -> io::Result<()> {
+    if v6 {
+        setsockopt(&fd, sockopt::Ipv6RecvHopLimit, &true)?;
+    } else {
+        setsockopt(&fd, sockopt::Ipv4RecvTtl, &true)?;
+    }
+    Ok(())
+}
+
+/// As [`recv_stamped`], with the datagram's TTL or hop limit where
+/// [`enable_ttl`] asked for it.
+///
+/// # Errors
+/// Whatever `recvmsg` reports, `WouldBlock` included.
+pub fn recv_stamped_ttl<S: SockaddrLike>(
+    fd: BorrowedFd<'_>,
+    buf: &mut [u8],
+) -> io::Result<(usize, Option<S>, Option<SystemTime>, Option<u8>)> {
     let mut iov = [IoSliceMut::new(buf)];
-    let mut cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec);
+    let mut cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec, std::ffi::c_int);
     let msg = recvmsg::<S>(
         fd.as_raw_fd(),
         &mut iov,
@@ -36,17 +62,25 @@ pub fn recv_stamped<S: SockaddrLike>(
         MsgFlags::MSG_DONTWAIT,
     )
     .map_err(io::Error::from)?;
-    let mut stamp = None;
+    let (mut stamp, mut ttl) = (None, None);
     if let Ok(cmsgs) = msg.cmsgs() {
         for c in cmsgs {
-            if let ControlMessageOwned::ScmTimestampns(ts) = c
-                && let (Ok(s), Ok(ns)) = (u64::try_from(ts.tv_sec()), u32::try_from(ts.tv_nsec()))
-            {
-                stamp = Some(UNIX_EPOCH + Duration::new(s, ns));
+            match c {
+                ControlMessageOwned::ScmTimestampns(ts) => {
+                    if let (Ok(s), Ok(ns)) =
+                        (u64::try_from(ts.tv_sec()), u32::try_from(ts.tv_nsec()))
+                    {
+                        stamp = Some(UNIX_EPOCH + Duration::new(s, ns));
+                    }
+                }
+                ControlMessageOwned::Ipv4Ttl(t) | ControlMessageOwned::Ipv6HopLimit(t) => {
+                    ttl = u8::try_from(t).ok();
+                }
+                _ => {}
             }
         }
     }
-    Ok((msg.bytes, msg.address, stamp))
+    Ok((msg.bytes, msg.address, stamp, ttl))
 }
 
 /// How long ago the kernel stamped a message: the receive wake-up when
