@@ -44,6 +44,9 @@ pub fn enable_ttl(fd: BorrowedFd<'_>, v6: bool) -> io::Result<()> {
     Ok(())
 }
 
+/// What [`recv_stamped_ttl`] read: length, sender, kernel receive time, TTL.
+pub type Stamped<S> = (usize, Option<S>, Option<SystemTime>, Option<u8>);
+
 /// As [`recv_stamped`], with the datagram's TTL or hop limit where
 /// [`enable_ttl`] asked for it.
 ///
@@ -52,7 +55,7 @@ pub fn enable_ttl(fd: BorrowedFd<'_>, v6: bool) -> io::Result<()> {
 pub fn recv_stamped_ttl<S: SockaddrLike>(
     fd: BorrowedFd<'_>,
     buf: &mut [u8],
-) -> io::Result<(usize, Option<S>, Option<SystemTime>, Option<u8>)> {
+) -> io::Result<Stamped<S>> {
     let mut iov = [IoSliceMut::new(buf)];
     let mut cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec, std::ffi::c_int);
     let msg = recvmsg::<S>(
