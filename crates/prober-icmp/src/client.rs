@@ -427,14 +427,36 @@ mod tests {
             &fake_socket_reply(42, 65_541, 5),
             lo,
             (now, None),
+            Some(64),
         );
         assert_eq!(new.recv().await.unwrap().unwrap().1, 64);
-        dispatch(&socket, &reg, &fake_socket_reply(42, 5, 5), lo, (now, None));
+        dispatch(
+            &socket,
+            &reg,
+            &fake_socket_reply(42, 5, 5),
+            lo,
+            (now, None),
+            None,
+        );
         assert!(old.recv().await.unwrap().is_ok());
         // A second copy is a duplicate; a reply to a dropped waiter is late.
-        dispatch(&socket, &reg, &fake_socket_reply(42, 5, 5), lo, (now, None));
+        dispatch(
+            &socket,
+            &reg,
+            &fake_socket_reply(42, 5, 5),
+            lo,
+            (now, None),
+            None,
+        );
         drop(slot.matcher.register(7));
-        dispatch(&socket, &reg, &fake_socket_reply(42, 7, 7), lo, (now, None));
+        dispatch(
+            &socket,
+            &reg,
+            &fake_socket_reply(42, 7, 7),
+            lo,
+            (now, None),
+            None,
+        );
         let a = slot.matcher.anomalies();
         assert_eq!((a.duplicate, a.late), (1, 1));
     }
