@@ -473,6 +473,7 @@ mod tests {
             &fake_socket_reply(41, 3, 3),
             lo,
             (Instant::now(), None),
+            None,
         );
         assert_eq!(
             slot.matcher.pending(),
@@ -482,7 +483,7 @@ mod tests {
         let mut bad = fake_socket_reply(42, 3, 3);
         let last = bad.len() - 1;
         bad[last] ^= 0xff;
-        dispatch(&socket, &reg, &bad, lo, (Instant::now(), None));
+        dispatch(&socket, &reg, &bad, lo, (Instant::now(), None), None);
         // The header seq disagrees with the payload seq: corrupt too.
         dispatch(
             &socket,
@@ -490,6 +491,7 @@ mod tests {
             &fake_socket_reply(42, 3, 4),
             lo,
             (Instant::now(), None),
+            None,
         );
         // From another address: corrupt.
         dispatch(
@@ -498,6 +500,7 @@ mod tests {
             &fake_socket_reply(42, 3, 3),
             IpAddr::V4(Ipv4Addr::new(127, 0, 0, 9)),
             (Instant::now(), None),
+            None,
         );
         assert_eq!(slot.corrupt.load(Ordering::Relaxed), 3);
         assert_eq!(slot.matcher.pending(), 1);
