@@ -99,32 +99,9 @@ fn valid_host_name(host: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use prober_core::parse_target;
-    use prober_core::protocol::{Options, Protocol, Registry, Scheme, Timestamps};
+    use prober_core::testutil::REGISTRY as REG;
 
     use super::*;
-
-    fn no_build<'a>(
-        _: prober_core::protocol::ProbeSpec<'a>,
-        _: &'a prober_core::protocol::BuildEnv,
-    ) -> prober_core::protocol::BuildFuture<'a> {
-        Box::pin(async { Err("none".into()) })
-    }
-
-    static REG: Registry = Registry::new(&[&Protocol {
-        schemes: &[Scheme::plain("tcp")],
-        port: Some(1),
-        path: None,
-        size: None,
-        size_unit: "frame",
-        timestamps: Timestamps::User,
-        options: Options {
-            ttl: false,
-            busy_poll: false,
-            icmp_socket: false,
-        },
-        help: "",
-        build: no_build,
-    }]);
 
     #[test]
     fn host_name_syntax() {

@@ -37,6 +37,22 @@ impl JsonSink {
         }
     }
 
+    fn summaries(
+        &mut self,
+        kind: &'static str,
+        cx: &Context<'_>,
+        summaries: &[Summary],
+    ) -> io::Result<()> {
+        for summary in summaries {
+            self.line(&SummaryLine {
+                kind,
+                summary,
+                settings: cx.meta,
+            })?;
+        }
+        self.out.flush()
+    }
+
     fn line(&mut self, value: &impl Serialize) -> io::Result<()> {
         serde_json::to_writer(&mut self.out, value)?;
         self.out.write_all(b"\n")
@@ -175,24 +191,10 @@ impl Sink for JsonSink {
     }
 
     fn interim(&mut self, cx: &Context<'_>, summaries: &[Summary]) -> io::Result<()> {
-        for summary in summaries {
-            self.line(&SummaryLine {
-                kind: "interim",
-                summary,
-                settings: cx.meta,
-            })?;
-        }
-        self.out.flush()
+        self.summaries("interim", cx, summaries)
     }
 
     fn finish(&mut self, cx: &Context<'_>, summaries: &[Summary]) -> io::Result<()> {
-        for summary in summaries {
-            self.line(&SummaryLine {
-                kind: "summary",
-                summary,
-                settings: cx.meta,
-            })?;
-        }
-        self.out.flush()
+        self.summaries("summary", cx, summaries)
     }
 }
