@@ -74,6 +74,7 @@ fn json_sink(c: &mut Criterion) {
         rx_wake: None,
         bytes: 64,
         ttl: None,
+        stamps: prober_core::sample::Stamps::default(),
     };
     let sample = Sample {
         target: 0,

@@ -27,12 +27,193 @@ pub struct Reply {
     /// The reply's IP TTL (IPv6 hop limit), where the protocol reads it
     /// (ICMP), as ping shows it.
     pub ttl: Option<u8>,
+    /// Wall-clock and kernel timestamps of the round trip, for its split.
+    pub stamps: Stamps,
 }
 
 impl Reply {
-    /// Round-trip time: received minus sent.
+    /// Round-trip time, user send to user receive (t4 − t1) for every
+    /// protocol: on the wall clock when the split is known (so its parts add
+    /// up to it exactly), else received minus sent on the monotonic clock.
     pub fn rtt(&self) -> Duration {
-        self.received.saturating_duration_since(self.sent)
+        let mono = self.received.saturating_duration_since(self.sent);
+        match self.stamps.user_rtt(mono) {
+            Some(ns) => Duration::from_nanos(ns),
+            None => mono,
+        }
+    }
+
+    /// The round trip split into its parts, where known (see [`Parts`]).
+    pub fn parts(&self) -> Parts {
+        let mono = self.received.saturating_duration_since(self.sent);
+        self.stamps.parts(mono)
+    }
+}
+
+/// The responder's own times for one request, as differences on its clock
+/// (so the two hosts' clocks need not agree), in ns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ResponderTimes {
+    /// Its kernel receive stamp to its read (t2 − t2k).
+    pub wake: Option<u64>,
+    /// Its read to its write (t3 − t2).
+    pub dwell: Option<u64>,
+    /// Its write to its kernel transmit stamp (t3k − t3).
+    pub send: Option<u64>,
+}
+
+/// One round trip's timestamps, each in ns since the Unix epoch on the
+/// client's CLOCK_REALTIME, named as in docs/timestamps.md. User times are
+/// read right next to the socket call, so they are only ever compared with
+/// kernel stamps of the same clock, never converted from the monotonic one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stamps {
+    /// Client user send: just before the send call.
+    pub t1: Option<u64>,
+    /// Client kernel transmit (SO_TIMESTAMPING TX software stamp).
+    pub t1k: Option<u64>,
+    /// Client kernel receive (SO_TIMESTAMPNS).
+    pub t4k: Option<u64>,
+    /// Client user receive: just after the read returned.
+    pub t4: Option<u64>,
+    /// The responder's times, where it reports them.
+    pub responder: Option<ResponderTimes>,
+    /// The peer is a kernel (ICMP echo): there is no responder process, and
+    /// its turnaround is part of the network.
+    pub kernel_peer: bool,
+}
+
+/// How far the wall-clock and the monotonic user RTT may differ before the
+/// wall clock is taken to have been stepped during the probe: 1 ms plus
+/// 1000 ppm. NTP slews at most 500 ppm and steps by 128 ms or more; below
+/// that, the two differ by the delays between reading the two clocks next
+/// to each other, and the wall-clock reading is the one next to the socket
+/// call, so it is the one kept.
+fn step_tolerance(mono: Duration) -> u64 {
+    1_000_000 + u64::try_from(mono.as_nanos() / 1000).unwrap_or(u64::MAX)
+}
+
+impl Stamps {
+    /// t4 − t1 on the wall clock, if both are known and agree with the
+    /// monotonic clock's `mono` (a clock step makes it unknown, never wrong).
+    pub fn user_rtt(&self, mono: Duration) -> Option<u64> {
+        let (t1, t4) = (self.t1?, self.t4?);
+        let rtt = t4.checked_sub(t1)?;
+        let mono_ns = u64::try_from(mono.as_nanos()).unwrap_or(u64::MAX);
+        (rtt.abs_diff(mono_ns) <= step_tolerance(mono)).then_some(rtt)
+    }
+
+    /// The parts of the round trip that these stamps determine; `mono` is
+    /// the monotonic user RTT, to detect a clock step.
+    pub fn parts(&self, mono: Duration) -> Parts {
+        let Some(rtt) = self.user_rtt(mono) else {
+            return Parts::default();
+        };
+        let (t1, t4) = (self.t1.unwrap_or(0), self.t4.unwrap_or(0));
+        // A kernel stamp outside [t1, t4] means the clock moved: unknown.
+        let inside = |k: Option<u64>| k.filter(|k| (t1..=t4).contains(k));
+        let (t1k, t4k) = (inside(self.t1k), inside(self.t4k));
+        let (t1k, t4k) = match (t1k, t4k) {
+            (Some(a), Some(b)) if a > b => (None, None),
+            pair => pair,
+        };
+        let kernel_rtt = t1k.zip(t4k).map(|(a, b)| b - a);
+        let r = self.responder.unwrap_or_default();
+        let turnaround = match (r.wake, r.dwell, r.send) {
+            (Some(w), Some(d), Some(s)) => Some(w + d + s),
+            _ => None,
+        };
+        let network = if self.kernel_peer {
+            kernel_rtt
+        } else {
+            kernel_rtt
+                .zip(turnaround)
+                .and_then(|(k, t)| k.checked_sub(t))
+        };
+        Parts {
+            rtt: Some(rtt),
+            kernel_rtt,
+            ping_rtt: t4k.map(|k| k - t1),
+            client_send: t1k.map(|k| k - t1),
+            network,
+            responder_wake: r.wake,
+            responder_dwell: r.dwell,
+            responder_send: r.send,
+            client_wake: t4k.map(|k| t4 - k),
+            kernel_peer: self.kernel_peer,
+        }
+    }
+}
+
+/// A round trip split into named parts, each in ns, `None` where unknown
+/// (never 0 for unknown). When all six parts are known they add up to
+/// `rtt` exactly:
+/// client send + network + responder wake + responder dwell + responder
+/// send + client wake = t4 − t1.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Parts {
+    /// The user RTT these parts split (t4 − t1 on the wall clock).
+    pub rtt: Option<u64>,
+    /// Client kernel transmit to client kernel receive (t4k − t1k).
+    pub kernel_rtt: Option<u64>,
+    /// ping's convention: user send to kernel receive (t4k − t1).
+    pub ping_rtt: Option<u64>,
+    /// t1k − t1.
+    pub client_send: Option<u64>,
+    /// (t4k − t1k) − (t3k − t2k); for ICMP, t4k − t1k, which includes the
+    /// peer kernel's turnaround.
+    pub network: Option<u64>,
+    /// t2 − t2k.
+    pub responder_wake: Option<u64>,
+    /// t3 − t2.
+    pub responder_dwell: Option<u64>,
+    /// t3k − t3.
+    pub responder_send: Option<u64>,
+    /// t4 − t4k.
+    pub client_wake: Option<u64>,
+    /// The peer is a kernel (ICMP): the responder parts do not apply.
+    pub kernel_peer: bool,
+}
+
+impl Parts {
+    /// The parts' names in results (`network` is `network_ns` in JSON,
+    /// `part_network_ns` in CSV, `part="network"` in Prometheus), in order
+    /// along the round trip.
+    pub const NAMES: [&'static str; 6] = [
+        "client_send",
+        "network",
+        "responder_wake",
+        "responder_dwell",
+        "responder_send",
+        "client_wake",
+    ];
+
+    /// The six parts in [`Parts::NAMES`] order.
+    pub fn list(&self) -> [Option<u64>; 6] {
+        [
+            self.client_send,
+            self.network,
+            self.responder_wake,
+            self.responder_dwell,
+            self.responder_send,
+            self.client_wake,
+        ]
+    }
+
+    /// True when every part that applies is known (so they add up to
+    /// `rtt`); for a kernel peer the responder parts do not apply.
+    pub fn complete(&self) -> bool {
+        let l = self.list();
+        if self.kernel_peer {
+            [l[0], l[1], l[5]].iter().all(Option::is_some)
+        } else {
+            l.iter().all(Option::is_some)
+        }
+    }
+
+    /// True when at least one part is known.
+    pub fn any(&self) -> bool {
+        self.list().iter().any(Option::is_some)
     }
 }
 
@@ -99,5 +280,79 @@ impl Sample {
             Outcome::Ok(r) => Some(r.received.saturating_duration_since(self.scheduled)),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stamps(t1: u64, t1k: u64, t4k: u64, t4: u64) -> Stamps {
+        Stamps {
+            t1: Some(t1),
+            t1k: Some(t1k),
+            t4k: Some(t4k),
+            t4: Some(t4),
+            responder: Some(ResponderTimes {
+                wake: Some(3_000),
+                dwell: Some(5_000),
+                send: Some(2_000),
+            }),
+            kernel_peer: false,
+        }
+    }
+
+    #[test]
+    fn the_parts_add_up_to_the_rtt_exactly() {
+        let s = stamps(1_000_000, 1_004_000, 1_050_000, 1_080_000);
+        let p = s.parts(Duration::from_nanos(80_000));
+        assert!(p.complete());
+        let sum: u64 = p.list().iter().map(|x| x.unwrap()).sum();
+        assert_eq!(Some(sum), p.rtt);
+        assert_eq!(p.rtt, Some(80_000));
+        assert_eq!(p.kernel_rtt, Some(46_000));
+        assert_eq!(p.network, Some(46_000 - 10_000));
+        assert_eq!(p.client_send, Some(4_000));
+        assert_eq!(p.client_wake, Some(30_000));
+        assert_eq!(p.ping_rtt, Some(50_000));
+    }
+
+    #[test]
+    fn a_clock_step_makes_the_split_unknown_not_wrong() {
+        // The wall clock jumped 1 s back between t1 and t4.
+        let s = stamps(2_000_000_000, 2_000_004_000, 1_000_050_000, 1_000_080_000);
+        assert_eq!(s.parts(Duration::from_micros(80)), Parts::default());
+        assert_eq!(s.user_rtt(Duration::from_micros(80)), None);
+        // Forward by 2 ms: unknown too.
+        let s = stamps(1_000_000, 1_004_000, 3_050_000, 3_080_000);
+        assert!(!s.parts(Duration::from_micros(80)).any());
+    }
+
+    #[test]
+    fn no_part_is_ever_negative() {
+        // A kernel receive stamp before the send (impossible unless the
+        // clock moved): those parts are unknown.
+        let mut s = stamps(1_000_000, 1_004_000, 999_000, 1_080_000);
+        let p = s.parts(Duration::from_nanos(80_000));
+        assert_eq!((p.client_wake, p.kernel_rtt, p.network), (None, None, None));
+        assert_eq!(p.client_send, Some(4_000));
+        // A turnaround longer than the kernel RTT: network unknown.
+        s = stamps(1_000_000, 1_004_000, 1_010_000, 1_080_000);
+        assert_eq!(s.parts(Duration::from_nanos(80_000)).network, None);
+    }
+
+    #[test]
+    fn an_icmp_peer_has_no_responder_parts() {
+        let s = Stamps {
+            responder: None,
+            kernel_peer: true,
+            ..stamps(1_000_000, 1_004_000, 1_050_000, 1_080_000)
+        };
+        let p = s.parts(Duration::from_nanos(80_000));
+        assert_eq!(p.network, Some(46_000));
+        assert_eq!(p.responder_wake, None);
+        let known: u64 = p.list().iter().flatten().sum();
+        assert_eq!(Some(known), p.rtt, "client send + network + client wake");
+        assert!(p.complete());
     }
 }

@@ -218,6 +218,16 @@ pub struct Dists {
     pub server_dwell: Dist,
     /// Receive wake-up (see [`crate::Reply::rx_wake`]), where measured.
     pub rx_wake: Dist,
+    /// Kernel transmit to kernel receive (t4k − t1k), where both are known.
+    pub kernel_rtt: Dist,
+    /// Each part of the split ([`crate::Parts::NAMES`] order), where known.
+    pub parts: [Dist; 6],
+    /// Replies whose six parts are all known.
+    pub split_complete: u64,
+    /// Replies with some parts known, not all.
+    pub split_partial: u64,
+    /// Replies with no part known (no kernel stamps, or a clock step).
+    pub split_unknown: u64,
 }
 
 /// Everything recorded for one target.
@@ -267,6 +277,22 @@ impl TargetStats {
             if let Some(wake) = reply.rx_wake {
                 d.rx_wake.record(wake);
             }
+            let parts = reply.parts();
+            if let Some(k) = parts.kernel_rtt {
+                d.kernel_rtt.record_ns(k);
+            }
+            for (dist, part) in d.parts.iter_mut().zip(parts.list()) {
+                if let Some(ns) = part {
+                    dist.record_ns(ns);
+                }
+            }
+            if parts.complete() {
+                d.split_complete += 1;
+            } else if parts.any() {
+                d.split_partial += 1;
+            } else {
+                d.split_unknown += 1;
+            }
         }
     }
 
@@ -302,6 +328,23 @@ impl TargetStats {
             send_lag: dist(|d| &d.send_lag),
             server_dwell: dist(|d| &d.server_dwell),
             rx_wake: dist(|d| &d.rx_wake),
+            kernel_rtt: dist(|d| &d.kernel_rtt),
+            parts: self
+                .dists
+                .as_deref()
+                .map(|d| {
+                    crate::Parts::NAMES
+                        .iter()
+                        .zip(&d.parts)
+                        .filter_map(|(name, dist)| Some(((*name).to_owned(), dist.summary()?)))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            split: self.dists.as_deref().map(|d| SplitCounts {
+                complete: d.split_complete,
+                partial: d.split_partial,
+                unknown: d.split_unknown,
+            }),
         }
     }
 }
@@ -340,6 +383,24 @@ pub struct Summary {
     /// Kernel receive timestamp to the probe reading the reply (`tcp://`,
     /// UDP, ICMP).
     pub rx_wake: Option<DistSummary>,
+    /// Kernel transmit to kernel receive (t4k − t1k), where known.
+    pub kernel_rtt: Option<DistSummary>,
+    /// The distribution of each part of the split that was ever known
+    /// (`client_send`, `network`, ...), by name.
+    pub parts: std::collections::BTreeMap<String, DistSummary>,
+    /// How many replies had their split complete, partial or unknown.
+    pub split: Option<SplitCounts>,
+}
+
+/// How many replies had all, some or none of their parts known.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SplitCounts {
+    /// Every part known.
+    pub complete: u64,
+    /// Some parts known.
+    pub partial: u64,
+    /// No part known.
+    pub unknown: u64,
 }
 
 impl Summary {

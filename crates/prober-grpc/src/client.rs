@@ -281,6 +281,7 @@ impl Probe for GrpcProbe {
                     rx_wake: None,
                     bytes: r.payload.len(),
                     ttl: None,
+                    stamps: prober_core::sample::Stamps::default(),
                 })
             }
             Err(status) => Err(self.conn.status_error(&status).await),
@@ -408,6 +409,7 @@ impl Probe for GrpcStreamProbe {
                 rx_wake: None,
                 bytes,
                 ttl: None,
+                stamps: prober_core::sample::Stamps::default(),
             }),
             Some(Err(e)) => {
                 self.conn.broken(e.message()).await;
@@ -468,6 +470,7 @@ impl Probe for GrpcHealthProbe {
                         rx_wake: None,
                         bytes: 0,
                         ttl: None,
+                        stamps: prober_core::sample::Stamps::default(),
                     })
                 } else {
                     Err(ProbeError::protocol(format!(

@@ -53,6 +53,20 @@ pub enum PayloadCheck {
 }
 
 /// Reads a payload written by [`encode_payload`].
+/// The nonce and seq of our echo request inside a frame the kernel looped
+/// back with its transmit stamp (link, IP and ICMP headers included, their
+/// lengths depending on the interface and socket kind).
+pub fn find_payload(frame: &[u8]) -> Option<(u64, u64)> {
+    let at = frame
+        .windows(PAYLOAD_MAGIC.len())
+        .position(|w| w == PAYLOAD_MAGIC)?;
+    match check_payload(&frame[at..]) {
+        PayloadCheck::Ours { nonce, seq, .. } => Some((nonce, seq)),
+        PayloadCheck::Foreign => None,
+    }
+}
+
+/// Checks a payload for our magic, nonce and pattern.
 pub fn check_payload(p: &[u8]) -> PayloadCheck {
     if p.len() < MIN_PAYLOAD || p[..4] != PAYLOAD_MAGIC {
         return PayloadCheck::Foreign;

@@ -28,8 +28,9 @@ pub enum SocketKind {
     Raw,
 }
 
-/// What one receive gives: length, sender, kernel receive time, TTL.
-pub(crate) type Recv = (usize, Option<IpAddr>, Option<SystemTime>, Option<u8>);
+/// What one receive gives: length, sender, kernel receive time, TTL, and the
+/// wall-clock time right after the read.
+pub(crate) type Recv = (usize, Option<IpAddr>, Option<SystemTime>, Option<u8>, u64);
 
 /// An open ICMP socket of one address family.
 #[derive(Debug)]
@@ -39,6 +40,18 @@ pub(crate) struct IcmpSocket {
     pub(crate) v6: bool,
     /// Echo identifier: the kernel's for datagram sockets, random for raw.
     pub(crate) ident: u16,
+    /// Whether the kernel queues transmit stamps (SO_TIMESTAMPING).
+    pub(crate) tx_stamps: bool,
+}
+
+/// What the error queue held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Queued {
+    /// An ICMP error (datagram sockets); the bytes are the failed request.
+    Icmp(QueuedError),
+    /// A transmit stamp (ns since the Unix epoch); the bytes are the frame
+    /// as sent, link header included.
+    TxStamp(u64),
 }
 
 /// An ICMP error read from a datagram socket's error queue.
@@ -107,6 +120,15 @@ impl IcmpSocket {
         }
         rx::enable_timestamps(sock.as_fd()).map_err(setup("SO_TIMESTAMPNS"))?;
         rx::enable_ttl(sock.as_fd(), v6).map_err(setup("IP_RECVTTL"))?;
+        // Transmit stamps give the client send part (t1k − t1); a kernel
+        // without them leaves that part unknown, it is no error.
+        let tx_stamps = match rx::enable_tx_timestamps(sock.as_fd()) {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::info!(%error, "no kernel transmit stamps on the icmp socket; the client send part stays unknown");
+                false
+            }
+        };
         let mut ident = fastrand::u16(..);
         if !raw {
             if v6 {
@@ -146,15 +168,18 @@ impl IcmpSocket {
             raw,
             v6,
             ident,
+            tx_stamps,
         })
     }
 
     /// Receives one message without blocking: its length, sender, kernel
-    /// receive time and TTL (hop limit), or `WouldBlock`.
+    /// receive time, TTL (hop limit) and the wall-clock time right after the
+    /// read (t4), or `WouldBlock`.
     pub(crate) fn try_recv(&self, buf: &mut [u8]) -> io::Result<Recv> {
         let (n, from, stamp, ttl) =
             rx::recv_stamped_ttl::<SockaddrStorage>(self.sock.as_fd(), buf)?;
-        Ok((n, from.as_ref().and_then(ip_of), stamp, ttl))
+        let t4 = prober_core::clock::unix_now_ns();
+        Ok((n, from.as_ref().and_then(ip_of), stamp, ttl, t4))
     }
 
     /// Receives one message: its length, sender, kernel receive time and
@@ -165,64 +190,76 @@ impl IcmpSocket {
             .await
     }
 
-    /// Reads one ICMP error from a datagram socket's error queue: the bytes
-    /// are the request that failed.
-    pub(crate) async fn recv_error(&self, buf: &mut [u8]) -> io::Result<(usize, QueuedError)> {
-        let fd = self.sock.as_raw_fd();
+    /// Reads one entry of the error queue: an ICMP error (datagram sockets)
+    /// or a transmit stamp, with the bytes queued.
+    pub(crate) async fn recv_error(&self, buf: &mut [u8]) -> io::Result<(usize, Queued)> {
         loop {
             let res = self
                 .sock
-                .async_io(Interest::ERROR, || {
-                    let mut iov = [IoSliceMut::new(&mut *buf)];
-                    let mut cmsg = nix::cmsg_space!(
-                        nix::libc::sock_extended_err,
-                        nix::libc::sockaddr_in6,
-                        std::ffi::c_int,
-                        nix::sys::time::TimeSpec
-                    );
-                    let msg = recvmsg::<SockaddrStorage>(
-                        fd,
-                        &mut iov,
-                        Some(&mut cmsg),
-                        MsgFlags::MSG_ERRQUEUE | MsgFlags::MSG_DONTWAIT,
-                    )
-                    .map_err(io::Error::from)?;
-                    let mut found = None;
-                    if let Ok(cmsgs) = msg.cmsgs() {
-                        for c in cmsgs {
-                            let (err, offender) = match c {
-                                ControlMessageOwned::Ipv4RecvErr(e, a) => (
-                                    e,
-                                    a.map(|a| {
-                                        IpAddr::V4(Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)))
-                                    }),
-                                ),
-                                ControlMessageOwned::Ipv6RecvErr(e, a) => (
-                                    e,
-                                    a.map(|a| IpAddr::V6(Ipv6Addr::from(a.sin6_addr.s6_addr))),
-                                ),
-                                _ => continue,
-                            };
-                            // Only errors that came as ICMP messages (origin 2 or 3).
-                            if err.ee_origin == nix::libc::SO_EE_ORIGIN_ICMP
-                                || err.ee_origin == nix::libc::SO_EE_ORIGIN_ICMP6
-                            {
-                                found = Some(QueuedError {
-                                    icmp_type: err.ee_type,
-                                    code: err.ee_code,
-                                    offender,
-                                    target: msg.address.as_ref().and_then(ip_of),
-                                });
-                            }
-                        }
-                    }
-                    Ok((msg.bytes, found))
-                })
+                .async_io(Interest::ERROR, || self.try_recv_error(&mut *buf))
                 .await?;
             if let (n, Some(e)) = res {
                 return Ok((n, e));
             }
         }
+    }
+
+    /// Reads one entry of the error queue without blocking (`WouldBlock`
+    /// when empty); `None` for an entry of neither kind.
+    pub(crate) fn try_recv_error(&self, buf: &mut [u8]) -> io::Result<(usize, Option<Queued>)> {
+        let fd = self.sock.as_raw_fd();
+        let mut iov = [IoSliceMut::new(buf)];
+        // An error or stamp, its offender address, SCM_TIMESTAMPING, and
+        // the TTL and hop-limit options: a truncated control message
+        // (MSG_CTRUNC) would lose the whole entry, so leave room to spare.
+        let mut cmsg = nix::cmsg_space!([u8; 512]);
+        let msg = recvmsg::<SockaddrStorage>(
+            fd,
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::MSG_ERRQUEUE | MsgFlags::MSG_DONTWAIT,
+        )
+        .map_err(io::Error::from)?;
+        let (mut found, mut stamp, mut is_stamp) = (None, None, false);
+        if let Ok(cmsgs) = msg.cmsgs() {
+            for c in cmsgs {
+                let (err, offender) = match c {
+                    ControlMessageOwned::ScmTimestampsns(ts) => {
+                        stamp = rx::system_time(&ts.system).and_then(rx::unix_ns);
+                        continue;
+                    }
+                    ControlMessageOwned::Ipv4RecvErr(e, a) => (
+                        e,
+                        a.map(|a| IpAddr::V4(Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)))),
+                    ),
+                    ControlMessageOwned::Ipv6RecvErr(e, a) => (
+                        e,
+                        a.map(|a| IpAddr::V6(Ipv6Addr::from(a.sin6_addr.s6_addr))),
+                    ),
+                    _ => continue,
+                };
+                if err.ee_origin == nix::libc::SO_EE_ORIGIN_TIMESTAMPING {
+                    is_stamp = true;
+                } else if err.ee_origin == nix::libc::SO_EE_ORIGIN_ICMP
+                    || err.ee_origin == nix::libc::SO_EE_ORIGIN_ICMP6
+                {
+                    // Errors that came as ICMP messages (origin 2 or 3).
+                    found = Some(Queued::Icmp(QueuedError {
+                        icmp_type: err.ee_type,
+                        code: err.ee_code,
+                        offender,
+                        target: msg.address.as_ref().and_then(ip_of),
+                    }));
+                }
+            }
+        }
+        if is_stamp {
+            found = stamp.map(Queued::TxStamp);
+        }
+        if found.is_none() {
+            tracing::trace!(bytes = msg.bytes, is_stamp, "unused error queue entry");
+        }
+        Ok((msg.bytes, found))
     }
 }
 

@@ -57,7 +57,10 @@ pub fn recv_stamped_ttl<S: SockaddrLike>(
     buf: &mut [u8],
 ) -> io::Result<Stamped<S>> {
     let mut iov = [IoSliceMut::new(buf)];
-    let mut cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec, std::ffi::c_int);
+    // Room for SCM_TIMESTAMPNS, SCM_TIMESTAMPING (three timespecs, sent as
+    // well once SO_TIMESTAMPING reports software stamps), the TTL and more:
+    // a truncated control message (MSG_CTRUNC) would lose them all.
+    let mut cmsg = nix::cmsg_space!([u8; 256]);
     let msg = recvmsg::<S>(
         fd.as_raw_fd(),
         &mut iov,
@@ -69,12 +72,9 @@ pub fn recv_stamped_ttl<S: SockaddrLike>(
     if let Ok(cmsgs) = msg.cmsgs() {
         for c in cmsgs {
             match c {
-                ControlMessageOwned::ScmTimestampns(ts) => {
-                    if let (Ok(s), Ok(ns)) =
-                        (u64::try_from(ts.tv_sec()), u32::try_from(ts.tv_nsec()))
-                    {
-                        stamp = Some(UNIX_EPOCH + Duration::new(s, ns));
-                    }
+                ControlMessageOwned::ScmTimestampns(ts) => stamp = system_time(&ts),
+                ControlMessageOwned::ScmTimestampsns(ts) if stamp.is_none() => {
+                    stamp = system_time(&ts.system);
                 }
                 ControlMessageOwned::Ipv4Ttl(t) | ControlMessageOwned::Ipv6HopLimit(t) => {
                     ttl = u8::try_from(t).ok();
@@ -84,6 +84,33 @@ pub fn recv_stamped_ttl<S: SockaddrLike>(
         }
     }
     Ok((msg.bytes, msg.address, stamp, ttl))
+}
+
+/// A kernel timespec on CLOCK_REALTIME as a `SystemTime`; `None` for zero.
+pub fn system_time(ts: &nix::sys::time::TimeSpec) -> Option<SystemTime> {
+    let (s, ns) = (
+        u64::try_from(ts.tv_sec()).ok()?,
+        u32::try_from(ts.tv_nsec()).ok()?,
+    );
+    (s > 0 || ns > 0).then(|| UNIX_EPOCH + Duration::new(s, ns))
+}
+
+/// Nanoseconds since the Unix epoch of a wall-clock time.
+pub fn unix_ns(t: SystemTime) -> Option<u64> {
+    u64::try_from(t.duration_since(UNIX_EPOCH).ok()?.as_nanos()).ok()
+}
+
+/// Asks for kernel software transmit stamps (SO_TIMESTAMPING with
+/// `SOF_TIMESTAMPING_TX_SOFTWARE`), queued with a copy of the packet on the
+/// socket's error queue; read them with `MSG_ERRQUEUE`.
+///
+/// # Errors
+/// If the socket refuses the option.
+pub fn enable_tx_timestamps(fd: BorrowedFd<'_>) -> io::Result<()> {
+    use nix::sys::socket::TimestampingFlag as F;
+    let flags = F::SOF_TIMESTAMPING_TX_SOFTWARE | F::SOF_TIMESTAMPING_SOFTWARE;
+    setsockopt(&fd, sockopt::Timestamping, &flags)?;
+    Ok(())
 }
 
 /// How long ago the kernel stamped a message: the receive wake-up when

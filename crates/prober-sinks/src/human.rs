@@ -47,6 +47,50 @@ impl HumanSink {
         self
     }
 
+    /// "Where the time goes": each known part's median and its share of the
+    /// median RTT, and how many splits were complete.
+    fn write_split(&mut self, s: &Summary) -> io::Result<()> {
+        let (Some(rtt), Some(split)) = (s.rtt.as_ref(), s.split) else {
+            return Ok(());
+        };
+        if s.parts.is_empty() {
+            return Ok(());
+        }
+        let mut head = format!(
+            "where the time goes (medians; share of the median rtt {}",
+            format_ns(rtt.p50 as f64)
+        );
+        if let Some(k) = &s.kernel_rtt {
+            let _ = write!(head, "; kernel rtt {}", format_ns(k.p50 as f64));
+        }
+        writeln!(self.out, "{head}):")?;
+        for name in prober_core::Parts::NAMES {
+            let label = name.replace('_', " ");
+            match s.parts.get(name) {
+                Some(d) => writeln!(
+                    self.out,
+                    "  {label:<16} {:>10}  {:>5.1}%",
+                    format_ns(d.p50 as f64),
+                    d.p50 as f64 * 100.0 / rtt.p50.max(1) as f64
+                )?,
+                None if s.protocol == "icmp" && name.starts_with("responder") => {}
+                None => writeln!(self.out, "  {label:<16} {:>10}", "unknown")?,
+            }
+        }
+        if s.protocol == "icmp" {
+            writeln!(
+                self.out,
+                "  (icmp: the peer's kernel answers; its turnaround is in the network part)"
+            )?;
+        }
+        writeln!(
+            self.out,
+            "  split: {} complete, {} partial, {} unknown",
+            split.complete, split.partial, split.unknown
+        )?;
+        Ok(())
+    }
+
     fn write_summaries(&mut self, meta: &RunMeta, summaries: &[Summary]) -> io::Result<()> {
         for s in summaries {
             writeln!(
@@ -84,8 +128,13 @@ impl HumanSink {
             if let Some(d) = &s.rx_wake {
                 writeln!(self.out, "{}", dist_line("rx wake", Some(d)))?;
             }
+            self.write_split(s)?;
         }
-        writeln!(self.out, "\n{} (times in µs)", settings_line(meta))?;
+        writeln!(
+            self.out,
+            "\n{} (rtt: user send to user receive, times in µs)",
+            settings_line(meta)
+        )?;
         let mut rows: Vec<Vec<String>> = vec![self.fields.clone()];
         for s in summaries {
             let row = self

@@ -5,7 +5,7 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use prober_core::{
-    Clock, Context, Outcome, RunMeta, Sample, Sink, Summary, TargetEntry, TargetInfo,
+    Clock, Context, Outcome, Parts, RunMeta, Sample, Sink, Summary, TargetEntry, TargetInfo,
 };
 
 use crate::csv::quote;
@@ -93,7 +93,45 @@ pub struct ProbeLine<'a> {
     error_kind: Option<&'static str>,
     rx_wake_ns: Option<u64>,
     ttl: Option<u8>,
+    kernel_rtt_ns: Option<u64>,
+    ping_rtt_ns: Option<u64>,
+    #[serde(skip_serializing_if = "PartsNs::is_empty")]
+    parts: PartsNs,
 }
+
+/// The known parts of a probe's split, as `{"client_send_ns": ..}`; an
+/// unknown part is absent, never 0.
+#[derive(Debug, Default)]
+struct PartsNs([Option<u64>; 6]);
+
+impl PartsNs {
+    fn is_empty(&self) -> bool {
+        self.0.iter().all(Option::is_none)
+    }
+}
+
+impl Serialize for PartsNs {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        let mut m = s.serialize_map(None)?;
+        for (name, v) in PART_KEYS.iter().zip(self.0) {
+            if let Some(v) = v {
+                m.serialize_entry(name, &v)?;
+            }
+        }
+        m.end()
+    }
+}
+
+/// The JSON keys of the parts, in [`Parts::NAMES`] order.
+const PART_KEYS: [&str; 6] = [
+    "client_send_ns",
+    "network_ns",
+    "responder_wake_ns",
+    "responder_dwell_ns",
+    "responder_send_ns",
+    "client_wake_ns",
+];
 
 #[derive(Serialize)]
 struct SummaryLine<'a> {
@@ -116,6 +154,10 @@ impl<'a> ProbeLine<'a> {
             Outcome::Error(e) => (None, None, None, Some(e)),
             _ => (None, None, None, None),
         };
+        let parts = match &s.outcome {
+            Outcome::Ok(r) => r.parts(),
+            _ => Parts::default(),
+        };
         Self {
             kind: "probe",
             job: t.job.as_deref(),
@@ -135,14 +177,17 @@ impl<'a> ProbeLine<'a> {
             error_kind: error.map(|e| e.kind().as_str()),
             rx_wake_ns: wake,
             ttl,
+            kernel_rtt_ns: parts.kernel_rtt,
+            ping_rtt_ns: parts.ping_rtt,
+            parts: PartsNs(parts.list()),
         }
     }
 
     /// The fields in CSV order, matching [`ProbeLine::CSV_HEADER`].
     pub fn csv_row(&self) -> String {
         let opt = |v: Option<u64>| v.map_or_else(String::new, |v| v.to_string());
-        format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+        let mut row = format!(
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             quote(self.job.unwrap_or("")),
             quote(self.target),
             self.protocol,
@@ -160,11 +205,18 @@ impl<'a> ProbeLine<'a> {
             self.error_kind.unwrap_or(""),
             opt(self.rx_wake_ns),
             opt(self.ttl.map(u64::from)),
-        )
+            opt(self.kernel_rtt_ns),
+            opt(self.ping_rtt_ns),
+        );
+        for part in self.parts.0 {
+            row.push(',');
+            row.push_str(&opt(part));
+        }
+        row
     }
 
     /// Header of [`ProbeLine::csv_row`].
-    pub const CSV_HEADER: &'static str = "job,target,protocol,addr,seq,outcome,scheduled_unix_ns,sent_unix_ns,send_lag_ns,rtt_ns,latency_ns,server_dwell_ns,bytes,error,error_kind,rx_wake_ns,ttl";
+    pub const CSV_HEADER: &'static str = "job,target,protocol,addr,seq,outcome,scheduled_unix_ns,sent_unix_ns,send_lag_ns,rtt_ns,latency_ns,server_dwell_ns,bytes,error,error_kind,rx_wake_ns,ttl,kernel_rtt_ns,ping_rtt_ns,part_client_send_ns,part_network_ns,part_responder_wake_ns,part_responder_dwell_ns,part_responder_send_ns,part_client_wake_ns";
 }
 
 impl Sink for JsonSink {

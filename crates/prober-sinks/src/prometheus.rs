@@ -331,6 +331,7 @@ mod tests {
                 rx_wake: None,
                 bytes: 64,
                 ttl: None,
+                stamps: prober_core::sample::Stamps::default(),
             };
             c.event(Event::Sample(sample(Outcome::Ok(r)))).unwrap();
         }

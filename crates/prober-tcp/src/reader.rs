@@ -28,6 +28,7 @@ pub(crate) async fn await_reply(
         rx_wake: wake,
         bytes,
         ttl: None,
+        stamps: prober_core::sample::Stamps::default(),
     })
 }
 

@@ -326,6 +326,7 @@ impl Probe for TcpConnectProbe {
             rx_wake: None,
             bytes: 0,
             ttl: None,
+            stamps: prober_core::sample::Stamps::default(),
         })
     }
 }
@@ -391,6 +392,7 @@ impl Probe for TcpCrrProbe {
             rx_wake: None,
             bytes: self.size,
             ttl: None,
+            stamps: prober_core::sample::Stamps::default(),
         })
     }
 }

@@ -55,6 +55,7 @@ impl Probe for ScriptedProbe {
                     rx_wake: None,
                     bytes: 64,
                     ttl: None,
+                    stamps: crate::sample::Stamps::default(),
                 })
             }
         }
