@@ -56,6 +56,8 @@ pub struct ServeSection {
 #[serde(deny_unknown_fields)]
 struct MetricsSection {
     listen: SocketAddr,
+    #[serde(default)]
+    parts: bool,
 }
 
 /// Settings a job may set and `[defaults]` may give to every job.
@@ -190,6 +192,8 @@ pub struct Config {
     pub serve: ServeSection,
     /// Where `/metrics` listens.
     pub metrics: Option<SocketAddr>,
+    /// Export a histogram per part of the split (`[metrics] parts = true`).
+    pub metric_parts: bool,
     /// The jobs.
     pub jobs: Vec<Job>,
 }
@@ -430,7 +434,8 @@ pub async fn parse(text: &str, path: &Path, registry: &Registry) -> Result<Confi
     }
     Ok(Config {
         serve: raw.serve,
-        metrics: raw.metrics.map(|m| m.listen),
+        metrics: raw.metrics.as_ref().map(|m| m.listen),
+        metric_parts: raw.metrics.as_ref().is_some_and(|m| m.parts),
         jobs,
     })
 }

@@ -339,7 +339,10 @@ pub async fn run(
     for (what, addr) in &listeners.bound {
         listening(what, *addr);
     }
-    let sinks = DaemonSinks::default();
+    let sinks = DaemonSinks {
+        files: ByJob::default(),
+        metrics: PrometheusSink::new().with_parts(cfg.metric_parts),
+    };
     let mut prom = prometheus_client::registry::Registry::default();
     prom.register_collector(sinks.metrics.collector());
     let gauges = ReloadGauges::default();
@@ -369,6 +372,7 @@ pub async fn run(
         cfg: Config {
             serve: cfg.serve.clone(),
             metrics: cfg.metrics,
+            metric_parts: cfg.metric_parts,
             jobs: Vec::new(),
         },
         registry,

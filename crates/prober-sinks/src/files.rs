@@ -314,7 +314,9 @@ pub struct HlogFile {
     base_ns: u64,
     /// Start of the open interval, ns since the Unix epoch.
     start_ns: u64,
-    hists: HashMap<usize, (String, Histogram<u64>)>,
+    /// By (target id, 0 for the RTT or 1 + the part's index): its tag and
+    /// histogram.
+    hists: HashMap<(usize, usize), (String, Histogram<u64>)>,
 }
 
 impl std::fmt::Debug for HlogFile {
@@ -385,7 +387,7 @@ impl HlogFile {
         {
             let mut w =
                 IntervalLogWriterBuilder::new().begin_log_with(&mut buf, &mut self.serializer)?;
-            let mut ids: Vec<usize> = self.hists.keys().copied().collect();
+            let mut ids: Vec<(usize, usize)> = self.hists.keys().copied().collect();
             ids.sort_unstable();
             for id in ids {
                 let (tag, h) = &self.hists[&id];
@@ -422,36 +424,41 @@ impl Sink for HlogFile {
             return Ok(());
         };
         self.close_due(cx.clock.unix_ns(reply.received))?;
-        let (_, h) = self.hists.entry(t.info.id).or_insert_with(|| {
-            // Tags may not contain commas or whitespace.
-            let tag = t
-                .info
-                .target
-                .chars()
-                .map(|c| {
-                    if c == ',' || c.is_whitespace() {
-                        '_'
-                    } else {
-                        c
-                    }
-                })
-                .collect();
-            (tag, prober_core::stats::histogram())
-        });
         let ns = u64::try_from(reply.rtt().as_nanos()).unwrap_or(u64::MAX);
-        h.saturating_record(ns.max(1));
+        let values = std::iter::once(Some(ns)).chain(reply.parts().list());
+        for (k, v) in values.enumerate() {
+            let Some(v) = v else { continue };
+            let (_, h) = self.hists.entry((t.info.id, k)).or_insert_with(|| {
+                // Tags may not contain commas or whitespace; a part's tag is
+                // the target's with `#part` after it.
+                let mut tag: String = t
+                    .info
+                    .target
+                    .chars()
+                    .map(|c| {
+                        if c == ',' || c.is_whitespace() {
+                            '_'
+                        } else {
+                            c
+                        }
+                    })
+                    .collect();
+                if k > 0 {
+                    tag.push('#');
+                    tag.push_str(prober_core::Parts::NAMES[k - 1]);
+                }
+                (tag, prober_core::stats::histogram())
+            });
+            h.saturating_record(v.max(1));
+        }
         Ok(())
     }
 
     fn target_removed(&mut self, _cx: &Context<'_>, t: &TargetEntry) -> io::Result<()> {
-        // Keep its samples of the open interval; drop it once written.
-        if self
-            .hists
-            .get(&t.info.id)
-            .is_some_and(|(_, h)| h.is_empty())
-        {
-            self.hists.remove(&t.info.id);
-        }
+        // Keep its samples of the open interval; drop them once written.
+        let id = t.info.id;
+        self.hists
+            .retain(|(tid, _), (_, h)| *tid != id || !h.is_empty());
         Ok(())
     }
 

@@ -33,8 +33,8 @@ pub const RTT_BUCKETS: [f64; 18] = [
 
 /// Label names every series has; job labels may not reuse them, nor the
 /// names Prometheus itself gives meaning to.
-pub const RESERVED_LABELS: [&str; 7] = [
-    "job", "target", "protocol", "reason", "le", "quantile", "instance",
+pub const RESERVED_LABELS: [&str; 8] = [
+    "job", "target", "protocol", "reason", "part", "le", "quantile", "instance",
 ];
 
 type Labels = Vec<(String, String)>;
@@ -44,6 +44,9 @@ struct Series {
     tally: Tally,
     anomalies: AnomalyReader,
     rtt: Histogram,
+    /// One histogram per part of the split, made when the part is first
+    /// known (only with [`PrometheusSink::with_parts`]).
+    parts: [Option<Histogram>; 6],
 }
 
 #[derive(Default)]
@@ -60,6 +63,7 @@ fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
 #[derive(Clone, Default)]
 pub struct PrometheusSink {
     state: Arc<Mutex<State>>,
+    parts: bool,
 }
 
 impl std::fmt::Debug for PrometheusSink {
@@ -74,6 +78,15 @@ impl PrometheusSink {
     /// A sink with no series.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Also export a histogram per part of the split
+    /// (`prober_rtt_part_seconds{part="network"}`, ...). Off by default: it
+    /// multiplies the series per target (an ICMP target has three parts).
+    #[must_use]
+    pub fn with_parts(mut self, on: bool) -> Self {
+        self.parts = on;
+        self
     }
 
     /// The scrape-time reader of this sink's series.
@@ -96,6 +109,7 @@ impl PrometheusSink {
             tally: t.stats.tally,
             anomalies: t.anomaly_reader(),
             rtt: Histogram::new(RTT_BUCKETS),
+            parts: Default::default(),
         };
         lock(&self.state).series.insert(info.id, series);
     }
@@ -125,6 +139,14 @@ impl Sink for PrometheusSink {
             series.tally = t.stats.tally;
             if let Outcome::Ok(r) = &s.outcome {
                 series.rtt.observe(r.rtt().as_secs_f64());
+                if self.parts {
+                    for (slot, part) in series.parts.iter_mut().zip(r.parts().list()) {
+                        if let Some(ns) = part {
+                            slot.get_or_insert_with(|| Histogram::new(RTT_BUCKETS))
+                                .observe(ns as f64 / 1e9);
+                        }
+                    }
+                }
             }
         }
         Ok(())
@@ -274,6 +296,27 @@ impl Collector for TargetsCollector {
         for s in state.series.values() {
             s.rtt.encode(m.encode_family(&s.labels)?)?;
         }
+        if state
+            .series
+            .values()
+            .any(|s| s.parts.iter().any(Option::is_some))
+        {
+            let mut m = encoder.encode_descriptor(
+                "prober_rtt_part_seconds",
+                "Parts of the round trip of answered probes: client_send, network, responder_wake, responder_dwell, responder_send, client_wake (docs/timestamps.md)",
+                None,
+                MetricType::Histogram,
+            )?;
+            for s in state.series.values() {
+                for (name, h) in prober_core::Parts::NAMES.iter().zip(&s.parts) {
+                    if let Some(h) = h {
+                        let mut labels = s.labels.clone();
+                        labels.push(("part".to_owned(), (*name).to_owned()));
+                        h.encode(m.encode_family(&labels)?)?;
+                    }
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -369,5 +412,48 @@ mod tests {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         assert!(!text.contains("udp://h:1"), "{text}");
+    }
+
+    #[test]
+    fn parts_get_a_histogram_each_when_asked() {
+        let sink = PrometheusSink::new().with_parts(true);
+        let mut registry = Registry::default();
+        registry.register_collector(sink.collector());
+        let meta = RunMeta::new("test", &RunConfig::default());
+        let mut c = CoreCollector::new(meta, Clock::now(), sink, true);
+        let info = TargetInfo::new(7, "icmp://h", "icmp", "h", Some(56));
+        c.add_target(info, Arc::new(Anomalies::default)).unwrap();
+        c.start().unwrap();
+        let now = Instant::now();
+        let stamps = prober_core::Stamps {
+            t1: Some(1_000_000),
+            t1k: Some(1_002_000),
+            t4k: Some(1_012_000),
+            t4: Some(1_040_000),
+            responder: None,
+            kernel_peer: true,
+        };
+        let r = Reply {
+            sent: now,
+            received: now + Duration::from_micros(40),
+            server_dwell: None,
+            rx_wake: None,
+            bytes: 64,
+            ttl: None,
+            stamps,
+        };
+        c.event(Event::Sample(sample(Outcome::Ok(r)))).unwrap();
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for part in ["client_send", "network", "client_wake"] {
+            let want = format!(
+                "prober_rtt_part_seconds_count{{job=\"\",target=\"icmp://h\",protocol=\"icmp\",part=\"{part}\"}} 1"
+            );
+            assert!(text.contains(&want), "{want} missing from\n{text}");
+        }
+        assert!(
+            !text.contains("part=\"responder_wake\""),
+            "unknown parts have no series"
+        );
     }
 }
