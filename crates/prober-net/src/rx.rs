@@ -113,6 +113,40 @@ pub fn enable_tx_timestamps(fd: BorrowedFd<'_>) -> io::Result<()> {
     Ok(())
 }
 
+/// Reads one entry of the socket's error queue without blocking: the bytes
+/// queued (the packet as sent, link header included) and, for a transmit
+/// stamp, the stamp in ns since the Unix epoch (`None` for other entries,
+/// such as ICMP errors). `WouldBlock` when the queue is empty.
+///
+/// # Errors
+/// Whatever `recvmsg` reports.
+pub fn recv_tx_stamp(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, Option<u64>)> {
+    let mut iov = [IoSliceMut::new(buf)];
+    let mut cmsg = nix::cmsg_space!([u8; 512]);
+    let msg = recvmsg::<()>(
+        fd.as_raw_fd(),
+        &mut iov,
+        Some(&mut cmsg),
+        MsgFlags::MSG_ERRQUEUE | MsgFlags::MSG_DONTWAIT,
+    )
+    .map_err(io::Error::from)?;
+    let (mut stamp, mut is_stamp) = (None, false);
+    if let Ok(cmsgs) = msg.cmsgs() {
+        for c in cmsgs {
+            match c {
+                ControlMessageOwned::ScmTimestampsns(ts) => {
+                    stamp = system_time(&ts.system).and_then(unix_ns);
+                }
+                ControlMessageOwned::Ipv4RecvErr(e, _) | ControlMessageOwned::Ipv6RecvErr(e, _) => {
+                    is_stamp = e.ee_origin == nix::libc::SO_EE_ORIGIN_TIMESTAMPING;
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok((msg.bytes, stamp.filter(|_| is_stamp)))
+}
+
 /// How long ago the kernel stamped a message: the receive wake-up when
 /// taken right after the read. `None` for a stamp in the future or more than
 /// a second old, which means the wall clock moved.

@@ -5,40 +5,84 @@ use std::io;
 use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
-use prober_core::{ProbeError, Reply, Waiter};
+use prober_core::clock::unix_now_ns;
+use prober_core::{ProbeError, Reply, ResponderTimes, Stamps, Waiter};
 use prober_net::rx;
 use tokio::time::Instant;
 
-/// What a receive loop hands a waiting probe: the arrival instant, the
-/// responder's dwell time and, where the kernel stamped the reply (tcp://,
-/// UDP), the receive wake-up; or why the connection failed.
-pub(crate) type Arrival = Result<(Instant, Duration, Option<Duration>), ProbeError>;
+/// What a read of a reply gave: the kernel's receive stamp (t4k) and the
+/// wall-clock time right after the read (t4), ns since the Unix epoch.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RxStamp {
+    pub(crate) t4k: Option<u64>,
+    pub(crate) t4: u64,
+}
 
-/// Waits for the reply to a request of `bytes` bytes sent at `sent`.
+/// What a receive loop hands a waiting probe.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Got {
+    /// Right after the read, on the monotonic clock.
+    pub(crate) received: Instant,
+    /// The responder's dwell (t3 − t2).
+    pub(crate) dwell: Duration,
+    /// The read's stamps.
+    pub(crate) rx: RxStamp,
+    /// The responder's wake-up (t2 − t2k), where it reports it (wire v2).
+    pub(crate) responder_wake: Option<u64>,
+}
+
+/// A reply, or why the connection failed.
+pub(crate) type Arrival = Result<Got, ProbeError>;
+
+/// Waits for the reply to a request of `bytes` bytes sent at `sent` (t1 on
+/// the wall clock: `t1`).
 pub(crate) async fn await_reply(
     waiter: &mut Waiter<Arrival>,
     sent: Instant,
+    t1: u64,
     bytes: usize,
 ) -> Result<Reply, ProbeError> {
-    let (received, dwell, wake) = waiter.reply().await?;
+    let got = waiter.reply().await?;
+    let stamps = Stamps {
+        t1: Some(t1),
+        t1k: None,
+        t4k: got.rx.t4k,
+        t4: Some(got.rx.t4),
+        responder: Some(ResponderTimes {
+            wake: got.responder_wake,
+            dwell: Some(u64::try_from(got.dwell.as_nanos()).unwrap_or(u64::MAX)),
+            send: None,
+        }),
+        kernel_peer: false,
+    };
+    let wake = got
+        .rx
+        .t4k
+        .and_then(|k| got.rx.t4.checked_sub(k))
+        .filter(|w| *w < 1_000_000_000)
+        .map(Duration::from_nanos);
     Ok(Reply {
         sent,
-        received,
-        server_dwell: Some(dwell),
+        received: got.received,
+        server_dwell: Some(got.dwell),
         rx_wake: wake,
         bytes,
         ttl: None,
-        stamps: prober_core::sample::Stamps::default(),
+        stamps,
     })
 }
 
-/// Receives without blocking: the length read and the receive wake-up (for
-/// TCP, that of the last segment read), if the kernel stamped it. Needs
+/// Receives without blocking: the length read and its stamps (for TCP, the
+/// kernel stamp of the last segment read). Needs
 /// [`prober_net::rx::enable_timestamps`] on the socket.
-pub(crate) fn recv_stamped(
-    fd: BorrowedFd<'_>,
-    buf: &mut [u8],
-) -> io::Result<(usize, Option<Duration>)> {
+pub(crate) fn recv_stamped(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, RxStamp)> {
     let (n, _, stamp) = rx::recv_stamped::<()>(fd, buf)?;
-    Ok((n, stamp.and_then(rx::wake_since)))
+    let t4 = unix_now_ns();
+    Ok((
+        n,
+        RxStamp {
+            t4k: stamp.and_then(rx::unix_ns),
+            t4,
+        },
+    ))
 }

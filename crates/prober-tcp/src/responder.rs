@@ -240,6 +240,34 @@ fn invalid(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> io::Error 
     io::Error::new(io::ErrorKind::InvalidData, e)
 }
 
+/// Receives one datagram without blocking: its length, sender and the
+/// responder's wake-up for it (t2 − t2k: the wall clock right after the read
+/// minus the kernel's receive stamp; `None` without a stamp).
+fn recv_from_stamped(
+    fd: std::os::fd::BorrowedFd<'_>,
+    buf: &mut [u8],
+) -> io::Result<(usize, SocketAddr, Option<u64>)> {
+    use nix::sys::socket::SockaddrStorage;
+    let (len, from, stamp) = prober_net::rx::recv_stamped::<SockaddrStorage>(fd, buf)?;
+    let t2 = prober_core::clock::unix_now_ns();
+    let peer = from
+        .as_ref()
+        .and_then(|a| {
+            a.as_sockaddr_in()
+                .map(|v4| SocketAddr::from((v4.ip(), v4.port())))
+                .or_else(|| {
+                    a.as_sockaddr_in6()
+                        .map(|v6| SocketAddr::from((v6.ip(), v6.port())))
+                })
+        })
+        .ok_or_else(|| io::Error::other("a datagram without a sender address"))?;
+    let wake = stamp
+        .and_then(prober_net::rx::unix_ns)
+        .and_then(|k| t2.checked_sub(k))
+        .filter(|w| *w < 1_000_000_000);
+    Ok((len, peer, wake))
+}
+
 /// Serves UDP requests on `socket` until `stop` is cancelled.
 ///
 /// # Errors
@@ -256,16 +284,21 @@ pub async fn serve_udp(
         drop(spin);
         return Ok(());
     }
+    // Kernel receive stamps: a client that asks gets the responder's
+    // wake-up (t2 − t2k) in its reply (wire format, version 2 flags).
+    let stamps = prober_net::rx::enable_timestamps(std::os::fd::AsFd::as_fd(&socket)).is_ok();
     let socket = Arc::new(socket);
     let mut buf = vec![0u8; MAX_UDP_FRAME + 1];
     let mut seen: HashSet<SocketAddr> = HashSet::new();
     let mut delayed = JoinSet::new();
     let mut n = 0u64;
     loop {
-        let (len, peer) = tokio::select! {
+        let (len, peer, wake) = tokio::select! {
             () = stop.cancelled() => break,
             Some(_) = delayed.join_next(), if !delayed.is_empty() => continue,
-            res = socket.recv_from(&mut buf) => match res {
+            res = socket.async_io(tokio::io::Interest::READABLE, || {
+                recv_from_stamped(std::os::fd::AsFd::as_fd(&*socket), &mut buf)
+            }) => match res {
                 Ok(r) => r,
                 // An ICMP error for an earlier reply; nothing to do.
                 Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
@@ -277,6 +310,7 @@ pub async fn serve_udp(
             },
         };
         let received = Instant::now();
+        let wake = wake.filter(|_| stamps);
         let frame = &mut buf[..len];
         match Header::decode(frame, MAX_UDP_FRAME) {
             Ok(h) if h.kind == Kind::Request && h.len as usize == len => {}
@@ -303,12 +337,12 @@ pub async fn serve_udp(
             let socket = Arc::clone(&socket);
             delayed.spawn(async move {
                 tokio::time::sleep(d).await;
-                wire::make_response(&mut copy, elapsed_ns(received));
+                wire::make_stamped_response(&mut copy, elapsed_ns(received), wake);
                 let _ = socket.send_to(&copy, peer).await;
             });
             continue;
         }
-        wire::make_response(frame, elapsed_ns(received));
+        wire::make_stamped_response(frame, elapsed_ns(received), wake);
         for _ in 0..plan.copies {
             if let Err(error) = socket.send_to(frame, peer).await {
                 tracing::debug!(%peer, %error, "udp send failed");
@@ -322,15 +356,18 @@ pub async fn serve_udp(
 /// The busy-poll twin of the `serve_udp` loop, on a thread of its own.
 fn spin_udp(socket: std::net::UdpSocket, cfg: ResponderConfig) -> io::Result<SpinThread> {
     socket.set_nonblocking(true)?;
+    let stamps = prober_net::rx::enable_timestamps(std::os::fd::AsFd::as_fd(&socket)).is_ok();
     let mut buf = vec![0u8; MAX_UDP_FRAME + 1];
     let mut n = 0u64;
     SpinThread::spawn("prober-serve-udp-poll", move || {
-        let (len, peer) = match socket.recv_from(&mut buf) {
+        let (len, peer, wake) = match recv_from_stamped(std::os::fd::AsFd::as_fd(&socket), &mut buf)
+        {
             Ok(r) => r,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Idle,
             Err(_) => return Step::Busy,
         };
         let received = Instant::now();
+        let wake = wake.filter(|_| stamps);
         let frame = &mut buf[..len];
         match Header::decode(frame, MAX_UDP_FRAME) {
             Ok(h) if h.kind == Kind::Request && h.len as usize == len => {}
@@ -339,7 +376,7 @@ fn spin_udp(socket: std::net::UdpSocket, cfg: ResponderConfig) -> io::Result<Spi
         n += 1;
         let plan = cfg.plan(n);
         if plan.answer {
-            wire::make_response(frame, elapsed_ns(received));
+            wire::make_stamped_response(frame, elapsed_ns(received), wake);
             for _ in 0..plan.copies {
                 let _ = socket.send_to(frame, peer);
             }

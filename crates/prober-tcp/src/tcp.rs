@@ -17,7 +17,7 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 use tokio_util::task::AbortOnDropHandle;
 
-use crate::reader::{Arrival, await_reply, recv_stamped};
+use crate::reader::{Arrival, Got, RxStamp, await_reply, recv_stamped};
 use prober_net::busy::{Reader, SpinThread, Step};
 
 use crate::wire::{self, HEADER_LEN, Header, Kind, MAX_TCP_FRAME};
@@ -136,7 +136,7 @@ fn take_replies(
     acc: &mut Vec<u8>,
     nonce: u64,
     size: usize,
-    (received, wake): (Instant, Option<Duration>),
+    (received, rx): (Instant, RxStamp),
     matcher: &Matcher<Arrival>,
 ) -> Result<(), String> {
     let mut at = 0;
@@ -151,10 +151,13 @@ fn take_replies(
         if acc.len() - at < size {
             break;
         }
-        matcher.deliver(
-            h.seq,
-            Ok((received, Duration::from_nanos(h.dwell_ns), wake)),
-        );
+        let got = Got {
+            received,
+            dwell: Duration::from_nanos(h.dwell_ns),
+            rx,
+            responder_wake: None,
+        };
+        matcher.deliver(h.seq, Ok(got));
         at += size;
     }
     acc.drain(..at);
@@ -177,13 +180,13 @@ async fn read_replies(
                 recv_stamped(stream.as_fd(), &mut chunk)
             })
             .await;
-        let (n, wake) = match read {
+        let (n, rx) = match read {
             Ok((0, _)) => break ProbeError::new(ErrorKind::Reset, "connection closed by peer"),
             Ok(r) => r,
             Err(e) => break ProbeError::io("receive", &e),
         };
         acc.extend_from_slice(&chunk[..n]);
-        if let Err(why) = take_replies(&mut acc, nonce, size, (Instant::now(), wake), &matcher) {
+        if let Err(why) = take_replies(&mut acc, nonce, size, (Instant::now(), rx), &matcher) {
             break ProbeError::protocol(why);
         }
     };
@@ -229,7 +232,7 @@ fn spin_replies(
         if !prober_net::busy::readable_now(stream.as_fd()) {
             return Step::Idle;
         }
-        let (n, wake) = match recv_stamped(stream.as_fd(), &mut chunk) {
+        let (n, rx) = match recv_stamped(stream.as_fd(), &mut chunk) {
             Ok((0, _)) => {
                 let why = ProbeError::new(ErrorKind::Reset, "connection closed by peer");
                 return fail(why, &matcher, &alive);
@@ -239,7 +242,7 @@ fn spin_replies(
             Err(e) => return fail(ProbeError::io("receive", &e), &matcher, &alive),
         };
         acc.extend_from_slice(&chunk[..n]);
-        match take_replies(&mut acc, nonce, size, (Instant::now(), wake), &matcher) {
+        match take_replies(&mut acc, nonce, size, (Instant::now(), rx), &matcher) {
             Ok(()) => Step::Busy,
             Err(why) => fail(ProbeError::protocol(why), &matcher, &alive),
         }
@@ -250,7 +253,7 @@ impl Probe for TcpProbe {
     async fn probe_at(&self, seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
         let conn = self.connection().await?;
         let mut waiter = conn.matcher.register(seq);
-        let sent = {
+        let (sent, t1) = {
             let mut guard = conn.writer.lock().await;
             let (writer, buf) = &mut *guard;
             wire::encode_request(buf, self.size, seq, self.nonce);
@@ -260,13 +263,14 @@ impl Probe for TcpProbe {
             let mut unfinished = Unfinished(&conn.alive, true);
             gate.pass().await;
             let sent = Instant::now();
+            let t1 = prober_core::clock::unix_now_ns();
             if let Err(e) = writer.write_all(buf).await {
                 return Err(ProbeError::io("send", &e));
             }
             unfinished.1 = false;
-            sent
+            (sent, t1)
         };
-        await_reply(&mut waiter, sent, self.size).await
+        await_reply(&mut waiter, sent, t1, self.size).await
     }
 
     async fn prepare(&self) -> Result<(), ProbeError> {

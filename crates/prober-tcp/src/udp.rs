@@ -13,7 +13,7 @@ use prober_net::busy::{Reader, SpinThread, Step};
 use tokio::net::UdpSocket;
 use tokio::time::Instant;
 
-use crate::reader::{Arrival, await_reply, recv_stamped};
+use crate::reader::{Arrival, Got, RxStamp, await_reply, recv_stamped};
 use socket2::SockRef;
 use tokio_util::task::AbortOnDropHandle;
 
@@ -29,7 +29,62 @@ pub struct UdpProbe {
     size: usize,
     nonce: u64,
     matcher: Arc<Matcher<Arrival>>,
+    /// Kernel transmit stamps by seq, filed from the error queue.
+    tx: Arc<TxStamps>,
     _reader: Reader,
+}
+
+/// Transmit stamps kept until their probe takes them (bounded: a probe that
+/// timed out never does).
+#[derive(Debug, Default)]
+struct TxStamps {
+    on: bool,
+    kept: std::sync::Mutex<std::collections::VecDeque<(u64, u64)>>,
+}
+
+impl TxStamps {
+    const KEPT: usize = 1024;
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<(u64, u64)>> {
+        self.kept
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn take(&self, seq: u64) -> Option<u64> {
+        let mut kept = self.lock();
+        let at = kept.iter().position(|(s, _)| *s == seq)?;
+        kept.remove(at).map(|(_, t)| t)
+    }
+
+    /// Reads the socket's error queue without blocking and files every
+    /// transmit stamp of our requests (found by the frame's magic, seq and
+    /// nonce in the looped-back packet).
+    fn drain(&self, fd: std::os::fd::BorrowedFd<'_>, nonce: u64) {
+        if !self.on {
+            return;
+        }
+        let mut buf = [0u8; 512];
+        for _ in 0..64 {
+            let Ok((n, Some(t1k))) = prober_net::rx::recv_tx_stamp(fd, &mut buf) else {
+                break;
+            };
+            let frame = &buf[..n.min(buf.len())];
+            let Some(at) = frame.windows(4).position(|w| w == wire::MAGIC) else {
+                continue;
+            };
+            if let Ok(h) = Header::decode(&frame[at..], MAX_UDP_FRAME)
+                && h.nonce == nonce
+                && h.kind == Kind::Request
+            {
+                let mut kept = self.lock();
+                if kept.len() >= Self::KEPT {
+                    kept.pop_front();
+                }
+                kept.push_back((h.seq, t1k));
+            }
+        }
+    }
 }
 
 impl UdpProbe {
@@ -55,8 +110,14 @@ impl UdpProbe {
         };
         let socket = UdpSocket::bind(local).await?;
         socket.connect(addr).await?;
-        // Kernel receive timestamps, for the receive wake-up (`rx_wake`).
+        // Kernel receive timestamps, for the receive wake-up (`rx_wake`),
+        // and transmit stamps for the client send part, where the kernel has
+        // them (none is no error: that part stays unknown).
         prober_net::rx::enable_timestamps(socket.as_fd())?;
+        let tx = Arc::new(TxStamps {
+            on: prober_net::rx::enable_tx_timestamps(socket.as_fd()).is_ok(),
+            ..TxStamps::default()
+        });
         let socket = Arc::new(socket);
         let nonce = fastrand::u64(..);
         let matcher = Matcher::new();
@@ -69,8 +130,8 @@ impl UdpProbe {
             Reader::Spin(SpinThread::spawn(
                 "prober-udp-poll",
                 move || match recv_stamped(std_sock.as_fd(), &mut buf) {
-                    Ok((n, wake)) => {
-                        on_datagram(&buf[..n], Instant::now(), wake, &m, nonce);
+                    Ok((n, rx)) => {
+                        on_datagram(&buf[..n], Instant::now(), rx, &m, nonce);
                         Step::Busy
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => Step::Idle,
@@ -84,6 +145,7 @@ impl UdpProbe {
             let task = tokio::spawn(read_replies(
                 Arc::clone(&socket),
                 Arc::clone(&matcher),
+                Arc::clone(&tx),
                 nonce,
                 buf,
             ));
@@ -94,24 +156,22 @@ impl UdpProbe {
             size,
             nonce,
             matcher,
+            tx,
             _reader: reader,
         })
     }
 }
 
-fn on_datagram(
-    buf: &[u8],
-    received: Instant,
-    wake: Option<Duration>,
-    matcher: &Matcher<Arrival>,
-    nonce: u64,
-) {
+fn on_datagram(buf: &[u8], received: Instant, rx: RxStamp, matcher: &Matcher<Arrival>, nonce: u64) {
     match Header::decode(buf, MAX_UDP_FRAME) {
         Ok(h) if h.kind == Kind::Response && h.nonce == nonce && h.len as usize == buf.len() => {
-            matcher.deliver(
-                h.seq,
-                Ok((received, Duration::from_nanos(h.dwell_ns), wake)),
-            );
+            let got = Got {
+                received,
+                dwell: Duration::from_nanos(h.dwell_ns),
+                rx,
+                responder_wake: wire::responder_wake(buf),
+            };
+            matcher.deliver(h.seq, Ok(got));
         }
         Ok(h) => tracing::debug!(
             seq = h.seq,
@@ -137,19 +197,22 @@ fn on_error(e: &io::Error, matcher: &Matcher<Arrival>) {
 async fn read_replies(
     socket: Arc<UdpSocket>,
     matcher: Arc<Matcher<Arrival>>,
+    tx: Arc<TxStamps>,
     nonce: u64,
     mut buf: Vec<u8>,
 ) {
     loop {
         // ERROR too: an ICMP port unreachable makes the socket report
-        // POLLERR alone, which READABLE by itself does not wake on here.
+        // POLLERR alone, which READABLE by itself does not wake on here; and
+        // transmit stamps wait on the error queue, which is drained first.
         let read = socket
             .async_io(Interest::READABLE | Interest::ERROR, || {
+                tx.drain(socket.as_fd(), nonce);
                 recv_stamped(socket.as_fd(), &mut buf)
             })
             .await;
         match read {
-            Ok((n, wake)) => on_datagram(&buf[..n], Instant::now(), wake, &matcher, nonce),
+            Ok((n, rx)) => on_datagram(&buf[..n], Instant::now(), rx, &matcher, nonce),
             Err(e) => {
                 on_error(&e, &matcher);
                 if e.kind() != io::ErrorKind::ConnectionRefused {
@@ -165,9 +228,11 @@ impl Probe for UdpProbe {
     async fn probe_at(&self, seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
         let mut frame = Vec::with_capacity(self.size);
         wire::encode_request(&mut frame, self.size, seq, self.nonce);
+        wire::want_stamps(&mut frame);
         let mut waiter = self.matcher.register(seq);
         gate.pass().await;
         let sent = Instant::now();
+        let t1 = prober_core::clock::unix_now_ns();
         match self.socket.send(&frame).await {
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
@@ -178,7 +243,10 @@ impl Probe for UdpProbe {
             }
             Err(e) => return Err(ProbeError::io("send", &e)),
         }
-        await_reply(&mut waiter, sent, self.size).await
+        let mut reply = await_reply(&mut waiter, sent, t1, self.size).await?;
+        self.tx.drain(self.socket.as_fd(), self.nonce);
+        reply.stamps.t1k = self.tx.take(seq);
+        Ok(reply)
     }
 
     fn anomalies(&self) -> Anomalies {

@@ -127,6 +127,42 @@ impl Header {
     }
 }
 
+/// Request flag (bytes 6..8): the client asks for the responder's
+/// timestamps (version 2 of the exchange, still sent as version 1 so that
+/// version 1 responders answer it; they echo the flag and nothing more).
+pub const FLAG_WANT_STAMPS: u16 = 0x0001;
+
+/// Response flag: the responder filled in its timestamps.
+pub const FLAG_STAMPS: u16 = 0x0002;
+
+/// Smallest frame that carries the responder's timestamps: the header, then
+/// `wake_ns` (u32, t2 − t2k, `u32::MAX` when unknown) and 4 reserved bytes.
+pub const STAMPED_LEN: usize = HEADER_LEN + 8;
+
+/// The flags of a frame (bytes 6..8).
+pub fn flags(frame: &[u8]) -> u16 {
+    frame
+        .get(6..8)
+        .map_or(0, |b| u16::from_be_bytes([b[0], b[1]]))
+}
+
+/// Asks the responder for its timestamps, if the frame has room for them.
+pub fn want_stamps(frame: &mut [u8]) {
+    if frame.len() >= STAMPED_LEN {
+        let f = flags(frame) | FLAG_WANT_STAMPS;
+        frame[6..8].copy_from_slice(&f.to_be_bytes());
+    }
+}
+
+/// The responder's wake-up (t2 − t2k, ns) a version 2 response carries.
+pub fn responder_wake(frame: &[u8]) -> Option<u64> {
+    if flags(frame) & FLAG_STAMPS == 0 {
+        return None;
+    }
+    let w = u32::from_be_bytes(frame.get(HEADER_LEN..HEADER_LEN + 4)?.try_into().ok()?);
+    (w != u32::MAX).then_some(u64::from(w))
+}
+
 /// Fills `buf` with a request frame of `size` bytes (zero padding).
 ///
 /// # Panics
@@ -154,9 +190,59 @@ pub fn make_response(frame: &mut [u8], dwell_ns: u64) {
     frame[32..40].copy_from_slice(&dwell_ns.to_be_bytes());
 }
 
+/// As [`make_response`]; a request that asks for timestamps (and has room)
+/// also gets the responder's wake-up (t2 − t2k, `None` when its kernel gave
+/// no stamp) and the [`FLAG_STAMPS`] flag.
+pub fn make_stamped_response(frame: &mut [u8], dwell_ns: u64, wake_ns: Option<u64>) {
+    make_response(frame, dwell_ns);
+    if flags(frame) & FLAG_WANT_STAMPS != 0 && frame.len() >= STAMPED_LEN {
+        let f = flags(frame) | FLAG_STAMPS;
+        frame[6..8].copy_from_slice(&f.to_be_bytes());
+        let w = wake_ns.map_or(u32::MAX, |w| u32::try_from(w).unwrap_or(u32::MAX - 1));
+        frame[HEADER_LEN..HEADER_LEN + 4].copy_from_slice(&w.to_be_bytes());
+        frame[HEADER_LEN + 4..STAMPED_LEN].fill(0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stamps_are_negotiated_both_ways() {
+        // A version 2 client asks; a version 1 responder only echoes.
+        let mut req = Vec::new();
+        encode_request(&mut req, 64, 7, 9);
+        want_stamps(&mut req);
+        let mut v1 = req.clone();
+        make_response(&mut v1, 1_000);
+        assert_eq!(
+            responder_wake(&v1),
+            None,
+            "a v1 responder carries no stamps"
+        );
+        assert_eq!(Header::decode(&v1, MAX_UDP_FRAME).unwrap().dwell_ns, 1_000);
+        // A version 2 responder fills them in.
+        let mut v2 = req.clone();
+        make_stamped_response(&mut v2, 1_000, Some(2_500));
+        assert_eq!(responder_wake(&v2), Some(2_500));
+        let mut unknown = req;
+        make_stamped_response(&mut unknown, 1_000, None);
+        assert_eq!(responder_wake(&unknown), None);
+        assert_eq!(flags(&unknown) & FLAG_STAMPS, FLAG_STAMPS);
+        // A version 1 client does not ask: the v2 response is a v1 response.
+        let mut old = Vec::new();
+        encode_request(&mut old, 64, 7, 9);
+        let (mut a, mut b) = (old.clone(), old);
+        make_response(&mut a, 1_000);
+        make_stamped_response(&mut b, 1_000, Some(2_500));
+        assert_eq!(a, b, "byte for byte");
+        // A frame too short for the block never asks.
+        let mut short = Vec::new();
+        encode_request(&mut short, HEADER_LEN, 1, 1);
+        want_stamps(&mut short);
+        assert_eq!(flags(&short), 0);
+    }
 
     #[test]
     fn request_round_trips() {

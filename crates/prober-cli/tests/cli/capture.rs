@@ -208,3 +208,42 @@ fn icmp_split_agrees_with_a_packet_capture() {
         let _ = l.join();
     }
 }
+
+#[test]
+fn udp_splits_into_client_and_responder_parts() {
+    let srv = crate::support::Server::start(&[]);
+    let t = format!("udp://{}", srv.udp);
+    let out = crate::support::run(&["run", "-c", "50", "-i", "2ms", "-o", "json", &t]);
+    let lines = ok_json(&out);
+    for p in of_type(&lines, "probe") {
+        let parts = &p["parts"];
+        let rtt = p["rtt_ns"].as_u64().unwrap();
+        // Client send needs kernel transmit stamps; the rest comes from the
+        // client's receive stamp and the responder's (wire format v2).
+        for known in [
+            "client_send_ns",
+            "responder_wake_ns",
+            "responder_dwell_ns",
+            "client_wake_ns",
+        ] {
+            assert!(parts[known].is_u64(), "{known} missing: {p}");
+        }
+        // Responder send (t3k − t3) is not carried yet, so the network is
+        // unknown: absent, never 0.
+        assert!(
+            parts.get("network_ns").is_none() && parts.get("responder_send_ns").is_none(),
+            "{p}"
+        );
+        let known: u64 = parts
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_u64().unwrap())
+            .sum();
+        assert!(known <= rtt, "known parts {known} above the rtt {rtt}: {p}");
+        assert!(p["kernel_rtt_ns"].as_u64().unwrap() <= rtt, "{p}");
+    }
+    let s = of_type(&lines, "summary")[0];
+    assert_eq!(s["split"]["partial"], 50, "{s}");
+    assert!(s["parts"]["responder_wake"]["p50"].is_u64(), "{s}");
+}
