@@ -263,8 +263,10 @@ impl Probe for GrpcProbe {
         let req = self.conn.request(msg);
         gate.pass().await;
         let sent = Instant::now();
+        let t1 = unix_now_ns();
         let res = client.ping(req).await;
         let received = Instant::now();
+        let t4 = unix_now_ns();
         match res {
             Ok(resp) => {
                 let r = resp.into_inner();
@@ -281,7 +283,7 @@ impl Probe for GrpcProbe {
                     rx_wake: None,
                     bytes: r.payload.len(),
                     ttl: None,
-                    stamps: prober_core::sample::Stamps::default(),
+                    stamps: user_stamps(t1, t4, dwell(&r)),
                 })
             }
             Err(status) => Err(self.conn.status_error(&status).await),
@@ -297,7 +299,7 @@ impl Probe for GrpcProbe {
     }
 }
 
-type Arrival = Result<(Instant, Option<Duration>, usize), ProbeError>;
+type Arrival = Result<(Instant, u64, Option<Duration>, usize), ProbeError>;
 
 #[derive(Debug)]
 struct OpenStream {
@@ -359,7 +361,8 @@ impl GrpcStreamProbe {
                 match replies.message().await {
                     Ok(Some(r)) => {
                         let received = Instant::now();
-                        matcher.deliver(r.seq, Ok((received, dwell(&r), r.payload.len())));
+                        let t4 = unix_now_ns();
+                        matcher.deliver(r.seq, Ok((received, t4, dwell(&r), r.payload.len())));
                     }
                     Ok(None) => break "stream closed by server".to_owned(),
                     Err(status) => {
@@ -397,19 +400,20 @@ impl Probe for GrpcStreamProbe {
         let mut waiter = matcher.register(seq);
         gate.pass().await;
         let sent = Instant::now();
+        let t1 = unix_now_ns();
         if tx.send(msg).await.is_err() {
             self.conn.broken("stream closed").await;
             return Err(ProbeError::new(ErrorKind::Reset, "stream closed"));
         }
         match waiter.recv().await {
-            Some(Ok((received, dwell, bytes))) => Ok(Reply {
+            Some(Ok((received, t4, dwell, bytes))) => Ok(Reply {
                 sent,
                 received,
                 server_dwell: dwell,
                 rx_wake: None,
                 bytes,
                 ttl: None,
-                stamps: prober_core::sample::Stamps::default(),
+                stamps: user_stamps(t1, t4, dwell),
             }),
             Some(Err(e)) => {
                 self.conn.broken(e.message()).await;
@@ -515,5 +519,20 @@ fn error_kind(msg: &str) -> ErrorKind {
         ErrorKind::Unreachable
     } else {
         ErrorKind::Other
+    }
+}
+
+/// The stamps a gRPC probe has so far: its own send and receive on the wall
+/// clock and the responder's dwell (no kernel stamps yet: the connection's
+/// IO is inside hyper).
+fn user_stamps(t1: u64, t4: u64, dwell: Option<Duration>) -> prober_core::Stamps {
+    prober_core::Stamps {
+        t1: Some(t1),
+        t4: Some(t4),
+        responder: dwell.map(|d| prober_core::ResponderTimes {
+            dwell: Some(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+            ..Default::default()
+        }),
+        ..Default::default()
     }
 }

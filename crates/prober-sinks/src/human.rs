@@ -91,6 +91,62 @@ impl HumanSink {
         Ok(())
     }
 
+    /// The split of every target side by side (medians, µs), when more than
+    /// one target has one: where each protocol's extra time goes.
+    fn write_split_table(&mut self, summaries: &[Summary]) -> io::Result<()> {
+        let with: Vec<&Summary> = summaries.iter().filter(|s| !s.parts.is_empty()).collect();
+        if with.len() < 2 {
+            return Ok(());
+        }
+        let mut rows = vec![
+            ["target", "rtt", "kernel rtt"]
+                .iter()
+                .map(|h| (*h).to_owned())
+                .chain(
+                    prober_core::Parts::NAMES
+                        .iter()
+                        .map(|n| n.replace('_', " ")),
+                )
+                .collect::<Vec<_>>(),
+        ];
+        let us = |d: Option<&prober_core::DistSummary>| {
+            d.map_or_else(|| "-".to_owned(), |d| format!("{:.1}", d.p50 as f64 / 1e3))
+        };
+        for s in with {
+            let mut row = vec![
+                s.target.clone(),
+                us(s.rtt.as_ref()),
+                us(s.kernel_rtt.as_ref()),
+            ];
+            row.extend(
+                prober_core::Parts::NAMES
+                    .iter()
+                    .map(|n| us(s.parts.get(*n))),
+            );
+            rows.push(row);
+        }
+        writeln!(
+            self.out,
+            "\nwhere the time goes, side by side (medians in µs, - unknown):"
+        )?;
+        let widths: Vec<usize> = (0..rows[0].len())
+            .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+            .collect();
+        for row in &rows {
+            let mut line = String::new();
+            for (c, cell) in row.iter().enumerate() {
+                let pad = widths[c] - cell.chars().count();
+                if c == 0 {
+                    let _ = write!(line, "{cell}{}", " ".repeat(pad));
+                } else {
+                    let _ = write!(line, "  {}{cell}", " ".repeat(pad));
+                }
+            }
+            writeln!(self.out, "{}", line.trim_end())?;
+        }
+        Ok(())
+    }
+
     fn write_summaries(&mut self, meta: &RunMeta, summaries: &[Summary]) -> io::Result<()> {
         for s in summaries {
             writeln!(
@@ -130,6 +186,7 @@ impl HumanSink {
             }
             self.write_split(s)?;
         }
+        self.write_split_table(summaries)?;
         writeln!(
             self.out,
             "\n{} (rtt: user send to user receive, times in µs)",
