@@ -139,10 +139,13 @@ fn human_output_has_summaries_and_table() {
     );
     assert!(text.contains("rtt       min/p50/p90/p99/max = "), "{text}");
     assert!(text.contains("interval 2ms, pacing timer"), "{text}");
+    // The summary table is the last; the split table before it has its own.
     let header = text
         .lines()
-        .find(|l| l.starts_with("target "))
+        .filter(|l| l.starts_with("target "))
+        .last()
         .expect("table header");
+    assert!(text.contains("where the time goes, side by side"), "{text}");
     for col in [
         "count", "loss", "mean", "std", "min", "p25", "p50", "p75", "p90", "p99", "max",
     ] {
