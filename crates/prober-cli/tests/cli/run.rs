@@ -142,8 +142,7 @@ fn human_output_has_summaries_and_table() {
     // The summary table is the last; the split table before it has its own.
     let header = text
         .lines()
-        .filter(|l| l.starts_with("target "))
-        .last()
+        .rfind(|l| l.starts_with("target "))
         .expect("table header");
     assert!(text.contains("where the time goes, side by side"), "{text}");
     for col in [
