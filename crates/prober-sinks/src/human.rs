@@ -129,10 +129,17 @@ impl HumanSink {
             self.out,
             "\nwhere the time goes, side by side (medians in µs, - unknown):"
         )?;
-        let widths: Vec<usize> = (0..rows[0].len())
+        self.write_table(&rows)
+    }
+
+    /// Rows of cells as aligned columns: the first left-aligned, the rest
+    /// right-aligned, two spaces apart.
+    fn write_table(&mut self, rows: &[Vec<String>]) -> io::Result<()> {
+        let columns = rows.first().map_or(0, Vec::len);
+        let widths: Vec<usize> = (0..columns)
             .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
             .collect();
-        for row in &rows {
+        for row in rows {
             let mut line = String::new();
             for (c, cell) in row.iter().enumerate() {
                 let pad = widths[c] - cell.chars().count();
@@ -207,21 +214,7 @@ impl HumanSink {
                 .collect();
             rows.push(row);
         }
-        let widths: Vec<usize> = (0..self.fields.len())
-            .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-            .collect();
-        for row in &rows {
-            let mut line = String::new();
-            for (c, cell) in row.iter().enumerate() {
-                let pad = widths[c] - cell.chars().count();
-                if c == 0 {
-                    let _ = write!(line, "{cell}{}", " ".repeat(pad));
-                } else {
-                    let _ = write!(line, "  {}{cell}", " ".repeat(pad));
-                }
-            }
-            writeln!(self.out, "{}", line.trim_end())?;
-        }
+        self.write_table(&rows)?;
         self.out.flush()
     }
 }
