@@ -170,6 +170,9 @@ pub struct BuildEnv {
     pub icmp_socket: SocketChoice,
     /// `--ca`, `--cert`, `--key`, `--tls-server-name`, `--insecure`.
     pub tls: TlsFiles,
+    /// Ask the kernel for transmit stamps (t1k, the client send part):
+    /// `prober run` does; the daemon with `kernel_stamps = true`.
+    pub tx_stamps: bool,
     /// Shared state, see [`Shared`].
     pub shared: Shared,
 }

@@ -36,6 +36,8 @@ struct FileConfig {
     #[serde(default)]
     serve: ServeSection,
     metrics: Option<MetricsSection>,
+    #[serde(default)]
+    stamps: StampsSection,
     #[serde(default, rename = "job")]
     jobs: Vec<JobSection>,
 }
@@ -58,6 +60,14 @@ struct MetricsSection {
     listen: SocketAddr,
     #[serde(default)]
     parts: bool,
+}
+
+/// `[stamps]`: kernel timestamps the daemon asks for.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StampsSection {
+    #[serde(default)]
+    transmit: bool,
 }
 
 /// Settings a job may set and `[defaults]` may give to every job.
@@ -194,6 +204,8 @@ pub struct Config {
     pub metrics: Option<SocketAddr>,
     /// Export a histogram per part of the split (`[metrics] parts = true`).
     pub metric_parts: bool,
+    /// Ask for kernel transmit stamps (`[stamps] transmit = true`).
+    pub tx_stamps: bool,
     /// The jobs.
     pub jobs: Vec<Job>,
 }
@@ -436,6 +448,7 @@ pub async fn parse(text: &str, path: &Path, registry: &Registry) -> Result<Confi
         serve: raw.serve,
         metrics: raw.metrics.as_ref().map(|m| m.listen),
         metric_parts: raw.metrics.as_ref().is_some_and(|m| m.parts),
+        tx_stamps: raw.stamps.transmit,
         jobs,
     })
 }

@@ -373,6 +373,7 @@ pub async fn run(
             serve: cfg.serve.clone(),
             metrics: cfg.metrics,
             metric_parts: cfg.metric_parts,
+            tx_stamps: cfg.tx_stamps,
             jobs: Vec::new(),
         },
         registry,
@@ -382,7 +383,13 @@ pub async fn run(
         collector,
         tasks: JoinSet::new(),
         events,
-        env: BuildEnv::default(),
+        // Transmit stamps cost CPU at fleet scale (0.30 against 0.36 cores
+        // for 10,000 ICMP targets at 1 Hz), so the daemon asks for them only
+        // when told (`[stamps] transmit = true`); restart to change it.
+        env: BuildEnv {
+            tx_stamps: cfg.tx_stamps,
+            ..BuildEnv::default()
+        },
         root: root.clone(),
     };
     d.apply(cfg).await?;

@@ -85,6 +85,7 @@ pub struct IcmpClient {
     kind: SocketKind,
     ttl: Option<u32>,
     busy_poll: bool,
+    tx_stamps: bool,
     v4: Mutex<Option<Arc<Family>>>,
     v6: Mutex<Option<Arc<Family>>>,
 }
@@ -98,10 +99,22 @@ impl IcmpClient {
     /// As [`IcmpClient::new`]; with `busy_poll` each socket is read by a
     /// thread spinning on it (a core per address family in use).
     pub fn with_busy_poll(kind: SocketKind, ttl: Option<u32>, busy_poll: bool) -> Arc<Self> {
+        Self::with_options(kind, ttl, busy_poll, true)
+    }
+
+    /// As [`IcmpClient::with_busy_poll`]; `tx_stamps` asks the kernel for
+    /// transmit stamps (the client send part of the split).
+    pub fn with_options(
+        kind: SocketKind,
+        ttl: Option<u32>,
+        busy_poll: bool,
+        tx_stamps: bool,
+    ) -> Arc<Self> {
         Arc::new(Self {
             kind,
             ttl,
             busy_poll,
+            tx_stamps,
             v4: Mutex::new(None),
             v6: Mutex::new(None),
         })
@@ -113,7 +126,7 @@ impl IcmpClient {
         if let Some(f) = guard.as_ref() {
             return Ok(Arc::clone(f));
         }
-        let socket = Arc::new(IcmpSocket::open(v6, self.kind, self.ttl)?);
+        let socket = Arc::new(IcmpSocket::open(v6, self.kind, self.ttl, self.tx_stamps)?);
         tracing::debug!(
             v6,
             raw = socket.raw,

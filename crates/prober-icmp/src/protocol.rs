@@ -18,10 +18,11 @@ fn build<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
                 SocketChoice::Dgram => SocketKind::Dgram,
                 SocketChoice::Raw => SocketKind::Raw,
             };
-            Ok::<_, std::convert::Infallible>(IcmpClient::with_busy_poll(
+            Ok::<_, std::convert::Infallible>(IcmpClient::with_options(
                 kind,
                 env.ttl,
                 env.busy_poll,
+                env.tx_stamps,
             ))
         })?;
         Ok(runnable(IcmpProbe::new(

@@ -76,7 +76,12 @@ fn new_socket(v6: bool, ty: Type) -> io::Result<Socket> {
 impl IcmpSocket {
     /// Opens a socket of `kind` for IPv4 or IPv6, with the TTL (hop limit) set.
     /// Must be called inside a tokio runtime.
-    pub(crate) fn open(v6: bool, kind: SocketKind, ttl: Option<u32>) -> Result<Self, IcmpError> {
+    pub(crate) fn open(
+        v6: bool,
+        kind: SocketKind,
+        ttl: Option<u32>,
+        want_tx: bool,
+    ) -> Result<Self, IcmpError> {
         let (sock, raw) = match kind {
             SocketKind::Dgram => (
                 new_socket(v6, Type::DGRAM).map_err(|e| IcmpError::Open {
@@ -122,9 +127,10 @@ impl IcmpSocket {
         rx::enable_ttl(sock.as_fd(), v6).map_err(setup("IP_RECVTTL"))?;
         // Transmit stamps give the client send part (t1k − t1); a kernel
         // without them leaves that part unknown, it is no error.
-        let tx_stamps = match rx::enable_tx_timestamps(sock.as_fd()) {
-            Ok(()) => true,
-            Err(error) => {
+        let tx_stamps = match want_tx.then(|| rx::enable_tx_timestamps(sock.as_fd())) {
+            None => false,
+            Some(Ok(())) => true,
+            Some(Err(error)) => {
                 tracing::info!(%error, "no kernel transmit stamps on the icmp socket; the client send part stays unknown");
                 false
             }

@@ -34,7 +34,7 @@ fn build_crr<'a>(spec: ProbeSpec<'a>, _env: &'a BuildEnv) -> BuildFuture<'a> {
 
 fn build_udp<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
     Box::pin(async move {
-        let probe = UdpProbe::connect_with(spec.addr, spec.size, env.busy_poll)
+        let probe = UdpProbe::connect_stamped(spec.addr, spec.size, env.busy_poll, env.tx_stamps)
             .await
             .map_err(|e| format!("opening a udp socket to {}: {e}", spec.addr))?;
         Ok(runnable(probe))

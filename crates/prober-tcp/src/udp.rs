@@ -103,6 +103,20 @@ impl UdpProbe {
     /// # Errors
     /// If the socket cannot be bound or connected, or the thread started.
     pub async fn connect_with(addr: SocketAddr, size: usize, busy_poll: bool) -> io::Result<Self> {
+        Self::connect_stamped(addr, size, busy_poll, true).await
+    }
+
+    /// As [`UdpProbe::connect_with`]; `tx_stamps` asks the kernel for
+    /// transmit stamps (the client send part of the split).
+    ///
+    /// # Errors
+    /// If the socket cannot be bound or connected, or the thread started.
+    pub async fn connect_stamped(
+        addr: SocketAddr,
+        size: usize,
+        busy_poll: bool,
+        tx_stamps: bool,
+    ) -> io::Result<Self> {
         let local: SocketAddr = if addr.is_ipv4() {
             (Ipv4Addr::UNSPECIFIED, 0).into()
         } else {
@@ -115,7 +129,7 @@ impl UdpProbe {
         // them (none is no error: that part stays unknown).
         prober_net::rx::enable_timestamps(socket.as_fd())?;
         let tx = Arc::new(TxStamps {
-            on: prober_net::rx::enable_tx_timestamps(socket.as_fd()).is_ok(),
+            on: tx_stamps && prober_net::rx::enable_tx_timestamps(socket.as_fd()).is_ok(),
             ..TxStamps::default()
         });
         let socket = Arc::new(socket);

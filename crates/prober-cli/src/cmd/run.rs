@@ -248,6 +248,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             server_name: args.tls_server_name.clone(),
             insecure: args.insecure,
         },
+        tx_stamps: true,
         ..BuildEnv::default()
     };
     let responder_stop = CancellationToken::new();
