@@ -120,7 +120,7 @@ impl Stamps {
         let kernel_rtt = t1k.zip(t4k).map(|(a, b)| b - a);
         let r = self.responder.unwrap_or_default();
         let turnaround = match (r.wake, r.dwell, r.send) {
-            (Some(w), Some(d), Some(s)) => Some(w + d + s),
+            (Some(w), Some(d), Some(s)) => w.checked_add(d).and_then(|x| x.checked_add(s)),
             _ => None,
         };
         let network = if self.kernel_peer {

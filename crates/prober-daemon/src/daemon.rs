@@ -278,8 +278,10 @@ impl Daemon {
                 tracing::debug!(job = %r.job, target = %r.key, "stopping target");
                 r.stop.cancel();
                 self.by_key.remove(&(r.job.clone(), r.key.clone()));
-                // Its series go now, so a restarted target never shows twice.
-                let _ = self.collector.remove_target(id);
+                // Its series go now, so a restarted target never shows twice;
+                // its probes in flight still reach its job's files, and the
+                // collector lets it go when it reports Done (`on_event`).
+                self.collector.sink_mut().metrics.forget(id);
             }
         }
         for (name, s) in opened {

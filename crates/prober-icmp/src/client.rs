@@ -315,19 +315,49 @@ fn deliver_tx(registry: &Registry, frame: &[u8], t1k: u64) {
     }
 }
 
-/// Reads what the error queue holds now, without waiting: a probe whose
-/// reply came before the reader task took its transmit stamp.
+/// Reads what the error queue holds now, without waiting, and files each
+/// entry: a probe takes its transmit stamp after its reply, and every probe
+/// drains before it sends, so stamps of probes that never got a reply (which
+/// count against the socket's receive buffer) cannot pile up.
 fn drain_tx(socket: &IcmpSocket, registry: &Registry) {
-    let mut buf = [0u8; 2048];
-    for _ in 0..64 {
+    let mut buf = vec![0u8; MAX_PAYLOAD + 128];
+    for _ in 0..256 {
         match socket.try_recv_error(&mut buf) {
-            Ok((n, Some(Queued::TxStamp(t1k)))) => {
-                deliver_tx(registry, &buf[..n.min(buf.len())], t1k)
+            Ok((n, Some(queued))) => {
+                on_queued(socket, registry, &buf[..n.min(buf.len())], queued);
             }
-            // ICMP errors are left to the reader task, which will not see
-            // this one: rare, and the probe then times out as before.
-            Ok(_) => {}
+            Ok((_, None)) => {}
             Err(_) => break,
+        }
+    }
+}
+
+/// Files one error-queue entry: a transmit stamp with its probe, an ICMP
+/// error with the probe it is about.
+fn on_queued(socket: &IcmpSocket, registry: &Registry, bytes: &[u8], queued: Queued) {
+    match queued {
+        Queued::TxStamp(t1k) => deliver_tx(registry, bytes, t1k),
+        Queued::Icmp(err) => {
+            tracing::trace!(n = bytes.len(), ?err, "icmp error queued");
+            // The queued bytes are our own echo request: header, then payload.
+            let seq16 = bytes
+                .get(6..8)
+                .map_or(0, |b| u16::from_be_bytes([b[0], b[1]]));
+            let quoted = check_payload(bytes.get(8..).unwrap_or_default());
+            let from = err
+                .offender
+                .map_or_else(String::new, |a| format!(" from {a}"));
+            let why = format!(
+                "{}{from}",
+                describe_error(socket.v6, err.icmp_type, err.code)
+            );
+            let target = err.target.or(err.offender).unwrap_or(if socket.v6 {
+                IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
+            } else {
+                IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)
+            });
+            let err = ProbeError::new(error_kind(socket.v6, err.icmp_type, err.code), why);
+            deliver_error(registry, target, seq16, quoted, &err);
         }
     }
 }
@@ -336,30 +366,7 @@ async fn read_error_queue(socket: Arc<IcmpSocket>, registry: Arc<Registry>) {
     let mut buf = vec![0u8; MAX_PAYLOAD + 128];
     loop {
         match socket.recv_error(&mut buf).await {
-            Ok((n, Queued::TxStamp(t1k))) => deliver_tx(&registry, &buf[..n], t1k),
-            Ok((n, Queued::Icmp(err))) => {
-                tracing::trace!(n, ?err, "icmp error queued");
-                // The queued bytes are our own echo request: header, then payload.
-                let req = &buf[..n];
-                let seq16 = req
-                    .get(6..8)
-                    .map_or(0, |b| u16::from_be_bytes([b[0], b[1]]));
-                let quoted = check_payload(req.get(8..).unwrap_or_default());
-                let from = err
-                    .offender
-                    .map_or_else(String::new, |a| format!(" from {a}"));
-                let why = format!(
-                    "{}{from}",
-                    describe_error(socket.v6, err.icmp_type, err.code)
-                );
-                let target = err.target.or(err.offender).unwrap_or(if socket.v6 {
-                    IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
-                } else {
-                    IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)
-                });
-                let err = ProbeError::new(error_kind(socket.v6, err.icmp_type, err.code), why);
-                deliver_error(&registry, target, seq16, quoted, &err);
-            }
+            Ok((n, queued)) => on_queued(&socket, &registry, &buf[..n.min(buf.len())], queued),
             Err(error) => {
                 tracing::debug!(%error, "icmp error queue");
                 tokio::time::sleep(Duration::from_millis(10)).await;
@@ -428,6 +435,9 @@ impl Probe for IcmpProbe {
         } else {
             packet::echo_request_v4(socket.ident, seq as u16, &payload)
         };
+        if socket.tx_stamps {
+            drain_tx(socket, &self.family.registry);
+        }
         let mut waiter = self.slot.matcher.register(seq);
         gate.pass().await;
         let sent = Instant::now();

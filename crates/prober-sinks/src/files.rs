@@ -150,10 +150,15 @@ impl RotatingFile {
                 std::fs::rename(&from, self.rotated(n + 1))?;
             }
         }
-        if self.rotation.keep > 0 {
-            std::fs::rename(&self.path, self.rotated(1))?;
+        let res = if self.rotation.keep > 0 {
+            std::fs::rename(&self.path, self.rotated(1))
         } else {
-            std::fs::remove_file(&self.path)?;
+            std::fs::remove_file(&self.path)
+        };
+        match res {
+            // Already moved or removed (logrotate, a person): start anew.
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
         }
         self.reset()
     }
@@ -317,6 +322,8 @@ pub struct HlogFile {
     /// By (target id, 0 for the RTT or 1 + the part's index): its tag and
     /// histogram.
     hists: HashMap<(usize, usize), (String, Histogram<u64>)>,
+    /// Targets gone since the last interval: dropped once it is written.
+    removed: std::collections::HashSet<usize>,
 }
 
 impl std::fmt::Debug for HlogFile {
@@ -366,6 +373,7 @@ impl HlogFile {
             base_ns: ns_of(now),
             start_ns: ns_of(now),
             hists: HashMap::new(),
+            removed: std::collections::HashSet::new(),
         })
     }
 
@@ -373,12 +381,28 @@ impl HlogFile {
         u64::try_from(self.every.as_nanos()).unwrap_or(u64::MAX)
     }
 
-    /// Writes every interval that ended by `now_ns`.
+    /// Writes every interval that ended by `now_ns` (wall clock, as the
+    /// file's own times). Empty intervals are skipped at once, so a jump of
+    /// the wall clock costs no loop per interval.
     fn close_due(&mut self, now_ns: u64) -> io::Result<()> {
-        while now_ns >= self.start_ns.saturating_add(self.every_ns()) {
+        let every = self.every_ns().max(1);
+        while now_ns >= self.start_ns.saturating_add(every) {
+            if self.hists.values().all(|(_, h)| h.is_empty()) {
+                let skip = (now_ns - self.start_ns) / every;
+                self.start_ns = self.start_ns.saturating_add(skip.saturating_mul(every));
+                self.forget_removed();
+                break;
+            }
             self.write_interval(self.every)?;
         }
         Ok(())
+    }
+
+    fn forget_removed(&mut self) {
+        if !self.removed.is_empty() {
+            let removed = std::mem::take(&mut self.removed);
+            self.hists.retain(|(id, _), _| !removed.contains(id));
+        }
     }
 
     fn write_interval(&mut self, length: Duration) -> io::Result<()> {
@@ -398,11 +422,13 @@ impl HlogFile {
                     .map_err(io::Error::other)?;
             }
         }
+        // Written first: a failed write keeps the interval for the next try.
+        self.file.write_all(&buf)?;
         for (_, h) in self.hists.values_mut() {
             h.reset();
         }
         self.start_ns = self.start_ns.saturating_add(self.every_ns());
-        self.file.write_all(&buf)?;
+        self.forget_removed();
         self.file.flush()
     }
 
@@ -419,11 +445,14 @@ impl HlogFile {
 }
 
 impl Sink for HlogFile {
-    fn record(&mut self, cx: &Context<'_>, t: &TargetEntry, s: &Sample) -> io::Result<()> {
+    fn record(&mut self, _cx: &Context<'_>, t: &TargetEntry, s: &Sample) -> io::Result<()> {
         let prober_core::Outcome::Ok(reply) = &s.outcome else {
             return Ok(());
         };
-        self.close_due(cx.clock.unix_ns(reply.received))?;
+        // The file's times are the wall clock's (its header says when it
+        // started), so intervals close on that clock too; a sample is
+        // recorded even when writing the interval before it failed.
+        let closed = self.close_due(prober_core::clock::unix_now_ns());
         let ns = u64::try_from(reply.rtt().as_nanos()).unwrap_or(u64::MAX);
         let values = std::iter::once(Some(ns)).chain(reply.parts().list());
         for (k, v) in values.enumerate() {
@@ -451,19 +480,17 @@ impl Sink for HlogFile {
             });
             h.saturating_record(v.max(1));
         }
-        Ok(())
+        closed
     }
 
     fn target_removed(&mut self, _cx: &Context<'_>, t: &TargetEntry) -> io::Result<()> {
         // Keep its samples of the open interval; drop them once written.
-        let id = t.info.id;
-        self.hists
-            .retain(|(tid, _), (_, h)| *tid != id || !h.is_empty());
+        self.removed.insert(t.info.id);
         Ok(())
     }
 
-    fn tick(&mut self, cx: &Context<'_>, now: tokio::time::Instant) -> io::Result<()> {
-        self.close_due(cx.clock.unix_ns(now))
+    fn tick(&mut self, _cx: &Context<'_>, _now: tokio::time::Instant) -> io::Result<()> {
+        self.close_due(prober_core::clock::unix_now_ns())
     }
 
     fn reopen(&mut self, _cx: &Context<'_>) -> io::Result<()> {
@@ -601,6 +628,43 @@ mod tests {
         assert!(j.rotated(1).exists() && j.rotated(2).exists() && !j.rotated(3).exists());
         // Rotation never splits or loses the newest lines.
         assert!(read(&path).contains(&format!("{:040}", 9)));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn rotation_goes_on_when_the_file_was_moved_away() {
+        let dir = std::env::temp_dir().join(format!("prober-rot-gone-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("x.jsonl");
+        let rotation = Rotation {
+            bytes: Some(10),
+            age: None,
+            keep: 1,
+        };
+        let mut f = RotatingFile::open(&path, rotation, None).unwrap();
+        f.write_all(b"0123456789\n").unwrap();
+        f.flush().unwrap();
+        std::fs::remove_file(&path).unwrap();
+        // The next write rotates a file that is gone: it starts a new one.
+        f.write_all(b"abc\n").unwrap();
+        f.flush().unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "abc\n");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_idle_hlog_skips_empty_intervals_at_once() {
+        let dir = std::env::temp_dir().join(format!("prober-hlog-skip-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut h = HlogFile::open(&dir.join("x.hlog"), Duration::from_millis(1)).unwrap();
+        let start = h.start_ns;
+        // A day later (a wall clock stepped forward): one step, no loop of
+        // 86 million empty intervals.
+        let day = 86_400_000_000_000;
+        h.close_due(start + day + 500_000).unwrap();
+        assert_eq!(h.start_ns, start + day);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -96,6 +96,12 @@ impl PrometheusSink {
         })
     }
 
+    /// Removes a target's series now (a reload restarts it under a new id),
+    /// while its last samples may still arrive; they are ignored here.
+    pub fn forget(&self, id: usize) {
+        lock(&self.state).series.remove(&id);
+    }
+
     fn add(&self, t: &TargetEntry) {
         let info = &t.info;
         let mut labels = vec![

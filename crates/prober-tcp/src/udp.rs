@@ -243,6 +243,9 @@ impl Probe for UdpProbe {
         let mut frame = Vec::with_capacity(self.size);
         wire::encode_request(&mut frame, self.size, seq, self.nonce);
         wire::want_stamps(&mut frame);
+        // Stamps of probes that got no reply count against the receive
+        // buffer: take them before each send so they never pile up.
+        self.tx.drain(self.socket.as_fd(), self.nonce);
         let mut waiter = self.matcher.register(seq);
         gate.pass().await;
         let sent = Instant::now();

@@ -198,7 +198,8 @@ pub fn make_stamped_response(frame: &mut [u8], dwell_ns: u64, wake_ns: Option<u6
     if flags(frame) & FLAG_WANT_STAMPS != 0 && frame.len() >= STAMPED_LEN {
         let f = flags(frame) | FLAG_STAMPS;
         frame[6..8].copy_from_slice(&f.to_be_bytes());
-        let w = wake_ns.map_or(u32::MAX, |w| u32::try_from(w).unwrap_or(u32::MAX - 1));
+        // A wake-up too long for the field is unknown, not clamped.
+        let w = wake_ns.map_or(u32::MAX, |w| u32::try_from(w).unwrap_or(u32::MAX));
         frame[HEADER_LEN..HEADER_LEN + 4].copy_from_slice(&w.to_be_bytes());
         frame[HEADER_LEN + 4..STAMPED_LEN].fill(0);
     }

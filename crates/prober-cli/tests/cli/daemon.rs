@@ -519,3 +519,45 @@ fn real_prometheus_scrapes_what_the_files_say() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_job_removed_by_reload_completes_its_files() {
+    let d = Daemon::start(
+        "jobgone",
+        r#"
+[[job]]
+name = "gone"
+interval = "20ms"
+timeout = "200ms"
+targets = ["udp://RESPONDER"]
+sinks = { jsonl = { path = "gone.jsonl" }, hlog = { path = "gone.hlog", interval = "60s" } }
+
+[[job]]
+name = "stays"
+interval = "20ms"
+targets = ["tcp-connect://RESPONDER"]
+"#,
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    d.rewrite(
+        "[[job]]\nname = \"stays\"\ninterval = \"20ms\"\ntargets = [\"tcp-connect://RESPONDER\"]\n",
+    );
+    // The removed job's last probes end within their timeout; then its
+    // files are closed: the hlog gets its (only, partial) interval, while
+    // the daemon goes on running.
+    std::thread::sleep(Duration::from_millis(1000));
+    let tags = hlog_tags(&d.dir.join("gone.hlog"));
+    assert_eq!(
+        tags.len(),
+        1,
+        "the removed job's interval was written: {tags:?}"
+    );
+    let lines = jsonl(&d.dir.join("gone.jsonl"));
+    let seqs: BTreeSet<u64> = lines.iter().map(|l| l["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs.len(), lines.len(), "each probe once");
+    assert!(contiguous(&seqs), "{seqs:?}");
+    let dir = d.dir.clone();
+    let (code, _) = d.stop();
+    assert_eq!(code, Some(0));
+    let _ = std::fs::remove_dir_all(&dir);
+}
