@@ -199,6 +199,12 @@ pub(crate) struct RunArgs {
     #[arg(short, long)]
     pub(crate) quiet: bool,
 
+    /// Do not ask the kernel for transmit stamps: the client send and network
+    /// parts of the split stay unknown (for measuring what the stamps cost;
+    /// docs/timestamps.md).
+    #[arg(long)]
+    pub(crate) no_tx_stamps: bool,
+
     /// Start each probe line with the Unix time of the reply, as ping -D.
     #[arg(short = 'D')]
     pub(crate) unix_time: bool,

@@ -60,6 +60,11 @@ impl Slot {
         tx.push_back((seq, t1k));
     }
 
+    fn has_tx(&self, seq: u64) -> bool {
+        let tx = self.tx.lock().unwrap_or_else(PoisonError::into_inner);
+        tx.iter().any(|(s, _)| *s == seq)
+    }
+
     fn take_tx(&self, seq: u64) -> Option<u64> {
         let mut tx = self.tx.lock().unwrap_or_else(PoisonError::into_inner);
         let at = tx.iter().position(|(s, _)| *s == seq)?;
@@ -74,6 +79,9 @@ type Registry = Mutex<HashMap<u64, Arc<Slot>>>;
 struct Family {
     socket: Arc<IcmpSocket>,
     registry: Arc<Registry>,
+    /// Sends whose transmit stamp has not been read from the error queue
+    /// yet: a send drains the queue first only when this is above zero.
+    queued: Arc<AtomicU64>,
     _reader: Reader,
     _errors: Option<AbortOnDropHandle<()>>,
 }
@@ -162,11 +170,18 @@ impl IcmpClient {
         // waits on it; transmit stamps come there too, and each probe takes
         // its own after its reply (`drain_tx`): on a raw socket no task is
         // woken per stamp (that cost 25 % more CPU with 10,000 targets).
-        let errors = (!socket.raw)
-            .then(|| tokio::spawn(read_error_queue(Arc::clone(&socket), Arc::clone(&registry))));
+        let queued = Arc::new(AtomicU64::new(0));
+        let errors = (!socket.raw).then(|| {
+            tokio::spawn(read_error_queue(
+                Arc::clone(&socket),
+                Arc::clone(&registry),
+                Arc::clone(&queued),
+            ))
+        });
         let fam = Arc::new(Family {
             socket,
             registry,
+            queued,
             _reader: reader,
             _errors: errors.map(AbortOnDropHandle::new),
         });
@@ -319,15 +334,28 @@ fn deliver_tx(registry: &Registry, frame: &[u8], t1k: u64) {
 /// entry: a probe takes its transmit stamp after its reply, and every probe
 /// drains before it sends, so stamps of probes that never got a reply (which
 /// count against the socket's receive buffer) cannot pile up.
-fn drain_tx(socket: &IcmpSocket, registry: &Registry) {
+/// Returns when `until` (a slot and seq) has its stamp, when the queue is
+/// empty, or after 256 entries.
+fn drain_tx(fam: &Family, until: Option<(&Slot, u64)>) {
     let mut buf = vec![0u8; MAX_PAYLOAD + 128];
     for _ in 0..256 {
-        match socket.try_recv_error(&mut buf) {
+        match fam.socket.try_recv_error(&mut buf) {
             Ok((n, Some(queued))) => {
-                on_queued(socket, registry, &buf[..n.min(buf.len())], queued);
+                if matches!(queued, Queued::TxStamp(_)) {
+                    // Saturating: a stamp of a send before this count began.
+                    let _ = fam
+                        .queued
+                        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |q| {
+                            Some(q.saturating_sub(1))
+                        });
+                }
+                on_queued(&fam.socket, &fam.registry, &buf[..n.min(buf.len())], queued);
+                if until.is_some_and(|(slot, seq)| slot.has_tx(seq)) {
+                    return;
+                }
             }
             Ok((_, None)) => {}
-            Err(_) => break,
+            Err(_) => return,
         }
     }
 }
@@ -362,11 +390,18 @@ fn on_queued(socket: &IcmpSocket, registry: &Registry, bytes: &[u8], queued: Que
     }
 }
 
-async fn read_error_queue(socket: Arc<IcmpSocket>, registry: Arc<Registry>) {
+async fn read_error_queue(socket: Arc<IcmpSocket>, registry: Arc<Registry>, count: Arc<AtomicU64>) {
     let mut buf = vec![0u8; MAX_PAYLOAD + 128];
     loop {
         match socket.recv_error(&mut buf).await {
-            Ok((n, queued)) => on_queued(&socket, &registry, &buf[..n.min(buf.len())], queued),
+            Ok((n, queued)) => {
+                if matches!(queued, Queued::TxStamp(_)) {
+                    let _ = count.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |q| {
+                        Some(q.saturating_sub(1))
+                    });
+                }
+                on_queued(&socket, &registry, &buf[..n.min(buf.len())], queued);
+            }
             Err(error) => {
                 tracing::debug!(%error, "icmp error queue");
                 tokio::time::sleep(Duration::from_millis(10)).await;
@@ -435,8 +470,10 @@ impl Probe for IcmpProbe {
         } else {
             packet::echo_request_v4(socket.ident, seq as u16, &payload)
         };
-        if socket.tx_stamps {
-            drain_tx(socket, &self.family.registry);
+        // Stamps of sends whose probe never took them (no reply) count
+        // against the socket's receive buffer: read them before sending.
+        if socket.tx_stamps && self.family.queued.load(Ordering::Relaxed) > 0 {
+            drain_tx(&self.family, None);
         }
         let mut waiter = self.slot.matcher.register(seq);
         gate.pass().await;
@@ -444,17 +481,30 @@ impl Probe for IcmpProbe {
         // t1 on the wall clock, next to the send call: kernel stamps are only
         // ever compared with it, never converted.
         let t1 = unix_now_ns();
+        // Counted before the send, so its stamp is never read before it is
+        // counted (a send that fails is taken back).
+        if socket.tx_stamps {
+            self.family.queued.fetch_add(1, Ordering::Relaxed);
+        }
         if let Err(e) = socket
             .sock
             .send_to(&pkt, SocketAddr::new(self.slot.addr, 0))
             .await
         {
+            if socket.tx_stamps {
+                let _ =
+                    self.family
+                        .queued
+                        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |q| {
+                            Some(q.saturating_sub(1))
+                        });
+            }
             return Err(ProbeError::io("send", &e));
         }
         let got = waiter.reply().await?;
         let mut t1k = self.slot.take_tx(seq);
         if t1k.is_none() && socket.tx_stamps {
-            drain_tx(socket, &self.family.registry);
+            drain_tx(&self.family, Some((&self.slot, seq)));
             t1k = self.slot.take_tx(seq);
         }
         let stamps = Stamps {

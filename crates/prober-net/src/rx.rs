@@ -108,14 +108,6 @@ pub fn unix_ns(t: SystemTime) -> Option<u64> {
 /// If the socket refuses the option.
 pub fn enable_tx_timestamps(fd: BorrowedFd<'_>) -> io::Result<()> {
     use nix::sys::socket::TimestampingFlag as F;
-    // For measuring what the stamps cost (docs/timestamps.md): with
-    // PROBER_TX_STAMPS=0 they are off, as on a kernel without them.
-    if std::env::var_os("PROBER_TX_STAMPS").is_some_and(|v| v == "0") {
-        return Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "transmit stamps turned off by PROBER_TX_STAMPS=0",
-        ));
-    }
     let flags = F::SOF_TIMESTAMPING_TX_SOFTWARE | F::SOF_TIMESTAMPING_SOFTWARE;
     setsockopt(&fd, sockopt::Timestamping, &flags)?;
     Ok(())

@@ -248,7 +248,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             server_name: args.tls_server_name.clone(),
             insecure: args.insecure,
         },
-        tx_stamps: true,
+        tx_stamps: !args.no_tx_stamps,
         ..BuildEnv::default()
     };
     let responder_stop = CancellationToken::new();
