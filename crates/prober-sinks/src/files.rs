@@ -308,8 +308,8 @@ impl Sink for CsvLinesFile {
 /// histograms (cookie `0x1c849314`), as interval logs carry them.
 ///
 /// Intervals are exactly `every` long, on boundaries counted from the
-/// file's start: a reply belongs to the interval in which it arrived (by
-/// its own timestamp), and an interval is written once its end has passed.
+/// file's start on the wall clock: a reply is counted in the interval in
+/// which it is recorded, and an interval is written once its end has passed.
 /// Only the last interval before the file is closed or reopened is shorter.
 pub struct HlogFile {
     file: RotatingFile,
