@@ -149,9 +149,12 @@ async fn udp_counts_late_and_reordered_replies() {
     run_cfg.timeout = 100 * MS;
     let (s, _) = run(probe, run_cfg).await;
     assert_eq!((s.ok, s.timeout), (20, 10));
-    // The last delayed replies may come after the run ended; the others are late.
-    assert!(s.late >= 8 && s.late <= 10, "late {}", s.late);
-    assert!(s.reordered >= 8, "reordered {}", s.reordered);
+    // Delayed replies to seq 2, 5, ..., 29 come 150 ms after their
+    // request; the run ends when seq 29 times out (about 390 ms), so those to
+    // 26 and 29 come after it, and the one to 23 only 10 ms before it (under
+    // load, after it too). The ones to 2..=20 are late with 40 ms to spare.
+    assert!(s.late >= 7 && s.late <= 10, "late {}", s.late);
+    assert!(s.reordered >= 7, "reordered {}", s.reordered);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
