@@ -75,18 +75,6 @@ impl Clock {
             self.origin_unix_ns.saturating_sub(ns(self.origin - at))
         }
     }
-
-    /// The instant of wall-clock time `unix_ns` (the inverse of
-    /// [`Clock::unix_ns`]).
-    pub fn instant(&self, unix_ns: u64) -> Instant {
-        if unix_ns >= self.origin_unix_ns {
-            self.origin + Duration::from_nanos(unix_ns - self.origin_unix_ns)
-        } else {
-            self.origin
-                .checked_sub(Duration::from_nanos(self.origin_unix_ns - unix_ns))
-                .unwrap_or(self.origin)
-        }
-    }
 }
 
 #[cfg(test)]

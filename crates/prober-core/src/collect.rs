@@ -180,11 +180,6 @@ impl<S: Sink> Collector<S> {
         &self.targets
     }
 
-    /// The run's settings.
-    pub fn meta(&self) -> &RunMeta {
-        &self.meta
-    }
-
     /// The sink, e.g. to change a daemon job's files on reload.
     pub fn sink_mut(&mut self) -> &mut S {
         &mut self.sink
@@ -195,11 +190,6 @@ impl<S: Sink> Collector<S> {
     pub fn with_sink<R>(&mut self, f: impl FnOnce(&Context<'_>, &mut S) -> R) -> R {
         let (cx, sink) = self.parts();
         f(&cx, sink)
-    }
-
-    /// Consumes the collector, returning its sink.
-    pub fn into_sink(self) -> S {
-        self.sink
     }
 }
 

@@ -124,11 +124,6 @@ impl Fanout {
         self.first_error.take()
     }
 
-    /// True when there are no sinks.
-    pub fn is_empty(&self) -> bool {
-        self.sinks.is_empty()
-    }
-
     fn each(&mut self, mut f: impl FnMut(&mut dyn Sink) -> io::Result<()>) -> io::Result<()> {
         let mut first = Ok(());
         for (sink, failed) in self.sinks.iter_mut().zip(&mut self.failed) {

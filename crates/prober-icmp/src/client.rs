@@ -188,14 +188,6 @@ impl IcmpClient {
         *guard = Some(Arc::clone(&fam));
         Ok(fam)
     }
-
-    /// Whether the socket for this family is a raw socket (opening it if needed).
-    ///
-    /// # Errors
-    /// If no ICMP socket can be opened.
-    pub fn is_raw(&self, v6: bool) -> Result<bool, IcmpError> {
-        Ok(self.family(v6)?.socket.raw)
-    }
 }
 
 fn lock(r: &Registry) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Slot>>> {
@@ -519,10 +511,7 @@ impl Probe for IcmpProbe {
             sent,
             received: got.received,
             server_dwell: None,
-            rx_wake: stamps
-                .parts(got.received - sent)
-                .client_wake
-                .map(Duration::from_nanos),
+            rx_wake: prober_net::rx::wake_ns(got.t4k, got.t4).map(Duration::from_nanos),
             bytes: got.len,
             ttl: got.ttl,
             stamps,

@@ -147,14 +147,12 @@ pub fn recv_tx_stamp(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, O
     Ok((msg.bytes, stamp.filter(|_| is_stamp)))
 }
 
-/// How long ago the kernel stamped a message: the receive wake-up when
-/// taken right after the read. `None` for a stamp in the future or more than
-/// a second old, which means the wall clock moved.
-pub fn wake_since(kernel: SystemTime) -> Option<Duration> {
-    SystemTime::now()
-        .duration_since(kernel)
-        .ok()
-        .filter(|w| *w < Duration::from_secs(1))
+/// The receive wake-up, in ns: the wall-clock time `read` taken right after
+/// the read minus the kernel's receive stamp `kernel` (both ns since the
+/// epoch). `None` without a stamp, or for a stamp after the read or more
+/// than a second before it, which means the wall clock moved.
+pub fn wake_ns(kernel: Option<u64>, read: u64) -> Option<u64> {
+    read.checked_sub(kernel?).filter(|w| *w < 1_000_000_000)
 }
 
 #[cfg(test)]
@@ -165,12 +163,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn wake_since_rejects_clock_jumps() {
-        let now = SystemTime::now();
-        let w = wake_since(now - Duration::from_millis(5)).expect("5 ms ago");
-        assert!(w >= Duration::from_millis(5) && w < Duration::from_secs(1));
-        assert_eq!(wake_since(now - Duration::from_secs(2)), None);
-        assert_eq!(wake_since(now + Duration::from_secs(2)), None);
+    fn wake_ns_rejects_clock_jumps() {
+        let read = 10_000_000_000;
+        assert_eq!(wake_ns(Some(read - 5_000_000), read), Some(5_000_000));
+        assert_eq!(wake_ns(Some(read - 2_000_000_000), read), None);
+        assert_eq!(wake_ns(Some(read + 1), read), None);
+        assert_eq!(wake_ns(None, read), None);
     }
 
     #[test]

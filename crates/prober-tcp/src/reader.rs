@@ -55,12 +55,7 @@ pub(crate) async fn await_reply(
         }),
         kernel_peer: false,
     };
-    let wake = got
-        .rx
-        .t4k
-        .and_then(|k| got.rx.t4.checked_sub(k))
-        .filter(|w| *w < 1_000_000_000)
-        .map(Duration::from_nanos);
+    let wake = rx::wake_ns(got.rx.t4k, got.rx.t4).map(Duration::from_nanos);
     Ok(Reply {
         sent,
         received: got.received,

@@ -261,10 +261,7 @@ fn recv_from_stamped(
                 })
         })
         .ok_or_else(|| io::Error::other("a datagram without a sender address"))?;
-    let wake = stamp
-        .and_then(prober_net::rx::unix_ns)
-        .and_then(|k| t2.checked_sub(k))
-        .filter(|w| *w < 1_000_000_000);
+    let wake = prober_net::rx::wake_ns(stamp.and_then(prober_net::rx::unix_ns), t2);
     Ok((len, peer, wake))
 }
 
