@@ -37,39 +37,14 @@ struct Got {
 /// A reply, or why the probe failed.
 type Arrival = Result<Got, ProbeError>;
 
-/// Transmit stamps kept per target until their probe takes them; older ones
-/// go first (a probe that timed out never takes its stamp).
-const TX_STAMPS_KEPT: usize = 1024;
-
 /// One target's state as the receive loop sees it.
 #[derive(Debug)]
 struct Slot {
     addr: IpAddr,
     matcher: Arc<Matcher<Arrival>>,
     corrupt: AtomicU64,
-    /// Kernel transmit stamps (t1k, ns since the epoch) by seq.
-    tx: Mutex<std::collections::VecDeque<(u64, u64)>>,
-}
-
-impl Slot {
-    fn put_tx(&self, seq: u64, t1k: u64) {
-        let mut tx = self.tx.lock().unwrap_or_else(PoisonError::into_inner);
-        if tx.len() >= TX_STAMPS_KEPT {
-            tx.pop_front();
-        }
-        tx.push_back((seq, t1k));
-    }
-
-    fn has_tx(&self, seq: u64) -> bool {
-        let tx = self.tx.lock().unwrap_or_else(PoisonError::into_inner);
-        tx.iter().any(|(s, _)| *s == seq)
-    }
-
-    fn take_tx(&self, seq: u64) -> Option<u64> {
-        let mut tx = self.tx.lock().unwrap_or_else(PoisonError::into_inner);
-        let at = tx.iter().position(|(s, _)| *s == seq)?;
-        tx.remove(at).map(|(_, t)| t)
-    }
+    /// Kernel transmit stamps (t1k) by seq.
+    tx: prober_net::rx::TxStamps,
 }
 
 /// Probes of one address family keyed by nonce.
@@ -316,7 +291,7 @@ fn deliver_tx(registry: &Registry, frame: &[u8], t1k: u64) {
     if let Some((nonce, seq)) = packet::find_payload(frame)
         && let Some(slot) = lock(registry).get(&nonce).cloned()
     {
-        slot.put_tx(seq, t1k);
+        slot.tx.put(seq, t1k);
     } else {
         tracing::trace!(len = frame.len(), "a transmit stamp of no probe");
     }
@@ -342,7 +317,7 @@ fn drain_tx(fam: &Family, until: Option<(&Slot, u64)>) {
                         });
                 }
                 on_queued(&fam.socket, &fam.registry, &buf[..n.min(buf.len())], queued);
-                if until.is_some_and(|(slot, seq)| slot.has_tx(seq)) {
+                if until.is_some_and(|(slot, seq)| slot.tx.has(seq)) {
                     return;
                 }
             }
@@ -427,7 +402,7 @@ impl IcmpProbe {
             addr,
             matcher: Matcher::new(),
             corrupt: AtomicU64::new(0),
-            tx: Mutex::default(),
+            tx: prober_net::rx::TxStamps::default(),
         });
         let mut nonce = fastrand::u64(..);
         {
@@ -494,10 +469,10 @@ impl Probe for IcmpProbe {
             return Err(ProbeError::io("send", &e));
         }
         let got = waiter.reply().await?;
-        let mut t1k = self.slot.take_tx(seq);
+        let mut t1k = self.slot.tx.take(seq);
         if t1k.is_none() && socket.tx_stamps {
             drain_tx(&self.family, Some((&self.slot, seq)));
-            t1k = self.slot.take_tx(seq);
+            t1k = self.slot.tx.take(seq);
         }
         let stamps = Stamps {
             t1: Some(t1),
@@ -546,7 +521,7 @@ mod tests {
             addr,
             matcher: Matcher::new(),
             corrupt: AtomicU64::new(0),
-            tx: Mutex::default(),
+            tx: prober_net::rx::TxStamps::default(),
         });
         let reg = Mutex::new(HashMap::from([(nonce, Arc::clone(&slot))]));
         (reg, slot)
@@ -687,9 +662,9 @@ mod tests {
         let mut frame = vec![0u8; 14 + 20 + 8];
         frame.extend_from_slice(&payload);
         deliver_tx(&reg, &frame, 123_456);
-        assert_eq!(slot.take_tx(7), Some(123_456));
-        assert_eq!(slot.take_tx(7), None);
+        assert_eq!(slot.tx.take(7), Some(123_456));
+        assert_eq!(slot.tx.take(7), None);
         deliver_tx(&reg, &frame[..30], 1);
-        assert_eq!(slot.take_tx(7), None, "a truncated frame files nothing");
+        assert_eq!(slot.tx.take(7), None, "a truncated frame files nothing");
     }
 }

@@ -147,6 +147,47 @@ pub fn recv_tx_stamp(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, O
     Ok((msg.bytes, stamp.filter(|_| is_stamp)))
 }
 
+/// Kernel transmit stamps (ns since the epoch) by probe seq, filed as they
+/// are read from an error queue and kept until their probe takes them.
+/// Bounded: a probe that got no reply never takes its stamp, so the oldest
+/// go first.
+#[derive(Debug, Default)]
+pub struct TxStamps {
+    kept: std::sync::Mutex<std::collections::VecDeque<(u64, u64)>>,
+}
+
+impl TxStamps {
+    /// Stamps kept at most.
+    pub const KEPT: usize = 1024;
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<(u64, u64)>> {
+        self.kept
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Files the stamp of `seq`.
+    pub fn put(&self, seq: u64, stamp: u64) {
+        let mut kept = self.lock();
+        if kept.len() >= Self::KEPT {
+            kept.pop_front();
+        }
+        kept.push_back((seq, stamp));
+    }
+
+    /// True when the stamp of `seq` is filed.
+    pub fn has(&self, seq: u64) -> bool {
+        self.lock().iter().any(|(s, _)| *s == seq)
+    }
+
+    /// Takes the stamp of `seq`.
+    pub fn take(&self, seq: u64) -> Option<u64> {
+        let mut kept = self.lock();
+        let at = kept.iter().position(|(s, _)| *s == seq)?;
+        kept.remove(at).map(|(_, t)| t)
+    }
+}
+
 /// The receive wake-up, in ns: the wall-clock time `read` taken right after
 /// the read minus the kernel's receive stamp `kernel` (both ns since the
 /// epoch). `None` without a stamp, or for a stamp after the read or more

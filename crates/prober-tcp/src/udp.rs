@@ -34,27 +34,17 @@ pub struct UdpProbe {
     _reader: Reader,
 }
 
-/// Transmit stamps kept until their probe takes them (bounded: a probe that
-/// timed out never does).
+/// This probe's transmit stamps: whether the kernel gives them, and those
+/// read from the error queue until their probes take them.
 #[derive(Debug, Default)]
 struct TxStamps {
     on: bool,
-    kept: std::sync::Mutex<std::collections::VecDeque<(u64, u64)>>,
+    kept: prober_net::rx::TxStamps,
 }
 
 impl TxStamps {
-    const KEPT: usize = 1024;
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<(u64, u64)>> {
-        self.kept
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     fn take(&self, seq: u64) -> Option<u64> {
-        let mut kept = self.lock();
-        let at = kept.iter().position(|(s, _)| *s == seq)?;
-        kept.remove(at).map(|(_, t)| t)
+        self.kept.take(seq)
     }
 
     /// Reads the socket's error queue without blocking and files every
@@ -77,11 +67,7 @@ impl TxStamps {
                 && h.nonce == nonce
                 && h.kind == Kind::Request
             {
-                let mut kept = self.lock();
-                if kept.len() >= Self::KEPT {
-                    kept.pop_front();
-                }
-                kept.push_back((h.seq, t1k));
+                self.kept.put(h.seq, t1k);
             }
         }
     }
