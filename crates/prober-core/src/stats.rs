@@ -228,6 +228,8 @@ pub struct Dists {
     pub split_partial: u64,
     /// Replies with no part known (no kernel stamps, or a clock step).
     pub split_unknown: u64,
+    /// The peer is a kernel (ICMP): the responder parts do not apply.
+    pub kernel_peer: bool,
 }
 
 /// Everything recorded for one target.
@@ -286,6 +288,7 @@ impl TargetStats {
                     dist.record_ns(ns);
                 }
             }
+            d.kernel_peer |= parts.kernel_peer;
             if parts.complete() {
                 d.split_complete += 1;
             } else if parts.any() {
@@ -344,6 +347,7 @@ impl TargetStats {
                 complete: d.split_complete,
                 partial: d.split_partial,
                 unknown: d.split_unknown,
+                kernel_peer: d.kernel_peer,
             }),
         }
     }
@@ -401,6 +405,9 @@ pub struct SplitCounts {
     pub partial: u64,
     /// No part known.
     pub unknown: u64,
+    /// The peer is a kernel (ICMP echo): no responder parts, and its
+    /// turnaround is in the network part.
+    pub kernel_peer: bool,
 }
 
 impl Summary {

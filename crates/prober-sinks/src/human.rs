@@ -73,14 +73,14 @@ impl HumanSink {
                     format_ns(d.p50 as f64),
                     d.p50 as f64 * 100.0 / rtt.p50.max(1) as f64
                 )?,
-                None if s.protocol == "icmp" && name.starts_with("responder") => {}
+                None if split.kernel_peer && name.starts_with("responder") => {}
                 None => writeln!(self.out, "  {label:<16} {:>10}", "unknown")?,
             }
         }
-        if s.protocol == "icmp" {
+        if split.kernel_peer {
             writeln!(
                 self.out,
-                "  (icmp: the peer's kernel answers; its turnaround is in the network part)"
+                "  (the peer's kernel answers; its turnaround is in the network part)"
             )?;
         }
         writeln!(
