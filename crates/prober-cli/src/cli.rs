@@ -50,7 +50,35 @@ pub(crate) enum Command {
     /// SIGHUP.
     #[command(after_help = SERVE_EXIT_CODES)]
     Serve(ServeArgs),
+    /// Draw a self-contained HTML page (inline SVG charts, no fetches) from
+    /// prober's JSON lines or HdrHistogram logs: statistics, box, violin,
+    /// percentile and time-series plots, where the time goes, sweep curves.
+    #[command(after_help = REPORT_EXIT_CODES)]
+    Report(ReportArgs),
+    /// Run targets at a series of probe intervals (the latency-vs-interval
+    /// curve), in shuffled order each round, and print a table; with -o
+    /// json, JSON lines for `prober report`.
+    #[command(after_help = SWEEP_EXIT_CODES)]
+    Sweep(SweepArgs),
 }
+
+/// Exit codes of `prober report`.
+pub(crate) const REPORT_EXIT_CODES: &str = "\
+Exit status:
+  0  the report was written from every file
+  1  the report was written, but some files could not be read (a message
+     per file says why; the rest are drawn)
+  2  an error: bad arguments, no file could be read, the output cannot be
+     written";
+
+/// Exit codes of `prober sweep`.
+pub(crate) const SWEEP_EXIT_CODES: &str = "\
+Exit status:
+  0  every point ran and every target answered at every interval
+  1  a target answered no probe at some interval
+  2  an error: bad arguments or intervals, a point longer than
+     --max-point-time, unresolvable host, no permission
+  130 stopped by Ctrl-C (the table of the points done so far is printed)";
 
 /// The text after `prober run --help`: targets (from the protocol list),
 /// durations, exit status.
@@ -247,6 +275,146 @@ pub(crate) struct RunArgs {
     /// on the path can impersonate the server.
     #[arg(long)]
     pub(crate) insecure: bool,
+
+    /// Use IPv4 only.
+    #[arg(short = '4', conflicts_with = "ipv6")]
+    pub(crate) ipv4: bool,
+
+    /// Use IPv6 only.
+    #[arg(short = '6')]
+    pub(crate) ipv6: bool,
+}
+
+/// Output of `prober report`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ReportFormat {
+    /// One self-contained HTML page.
+    Html,
+    /// Each chart as its own SVG file.
+    Svg,
+    /// Each chart as its own PNG file (text in the system's sans-serif font).
+    Png,
+}
+
+/// The stats table alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum TableFormat {
+    /// A Markdown table.
+    Md,
+    /// CSV, values in ns.
+    Csv,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ReportArgs {
+    /// JSON-lines files (`prober run -o json`, the daemon's JSONL sink,
+    /// `prober sweep -o json`) and HdrHistogram logs (.hlog); '-' reads
+    /// standard input.
+    #[arg(value_name = "FILE", required = true)]
+    pub(crate) files: Vec<PathBuf>,
+
+    /// Where to write: the HTML file [default: report.html], the directory
+    /// of chart files with --format svg|png [default: report/], or the
+    /// table with --table [default: standard output].
+    #[arg(short, long, value_name = "PATH")]
+    pub(crate) output: Option<PathBuf>,
+
+    /// What to write.
+    #[arg(long, value_enum, default_value_t = ReportFormat::Html)]
+    pub(crate) format: ReportFormat,
+
+    /// Write only the statistics table, as Markdown or CSV.
+    #[arg(long, value_enum, conflicts_with = "format")]
+    pub(crate) table: Option<TableFormat>,
+
+    /// Only targets whose name contains TEXT (repeatable).
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) target: Vec<String>,
+
+    /// Only probes sent at or after TIME (RFC 3339, e.g.
+    /// 2026-11-23T13:00:00Z, or Unix seconds).
+    #[arg(long, value_name = "TIME", value_parser = crate::cmd::report::time)]
+    pub(crate) since: Option<u64>,
+
+    /// Only probes sent before TIME.
+    #[arg(long, value_name = "TIME", value_parser = crate::cmd::report::time)]
+    pub(crate) until: Option<u64>,
+
+    /// Draw the violins over every value on a log axis (default: the
+    /// z-trimmed values on a linear axis).
+    #[arg(long)]
+    pub(crate) log: bool,
+
+    /// Time buckets of the time-series charts.
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u32).range(10..=2000))]
+    pub(crate) buckets: u32,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SweepArgs {
+    /// Targets, as for `prober run`; each runs alone at each interval.
+    #[arg(value_name = "TARGET", required = true)]
+    pub(crate) targets: Vec<String>,
+
+    /// The intervals: a list (1us,10us,1ms) or a range by decades
+    /// (1us..1s); ascending, no duplicates, no zero.
+    #[arg(long, default_value = "10us..100ms", value_parser = crate::cmd::sweep::intervals, value_name = "LIST")]
+    pub(crate) intervals: crate::cmd::sweep::Intervals,
+
+    /// Probes per target at each point.
+    #[arg(short, long, value_parser = count, conflicts_with = "duration")]
+    pub(crate) count: Option<u64>,
+
+    /// Time per target at each point instead of --count.
+    #[arg(short, long, value_parser = duration, value_name = "DURATION")]
+    pub(crate) duration: Option<Duration>,
+
+    /// Rounds: every point runs once per round, in a new shuffled order.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub(crate) rounds: u32,
+
+    /// Refuse a sweep with a point longer than this (count × interval, or
+    /// --duration).
+    #[arg(long, default_value = "60s", value_parser = duration, value_name = "DURATION")]
+    pub(crate) max_point_time: Duration,
+
+    /// Seed of the shuffle [default: from the clock]; the order is printed
+    /// (and written in the JSON "sweep" line) either way.
+    #[arg(long)]
+    pub(crate) seed: Option<u64>,
+
+    /// How to wait for each send time.
+    #[arg(long, value_enum, default_value_t = PacingArg::Timer)]
+    pub(crate) pacing: PacingArg,
+
+    /// Request size in bytes, as for `prober run`.
+    #[arg(short, long)]
+    pub(crate) size: Option<usize>,
+
+    /// A probe with no reply after this long is a timeout.
+    #[arg(short = 'W', long, default_value = "1s", value_parser = duration, value_name = "DURATION")]
+    pub(crate) timeout: Duration,
+
+    /// Probes per target sent before each point, not recorded.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) warmup: u64,
+
+    /// ICMP socket, as for `prober run`.
+    #[arg(long, value_enum, default_value_t = IcmpSocketArg::Auto)]
+    pub(crate) icmp_socket: IcmpSocketArg,
+
+    /// Read replies on spinning threads, as for `prober run`.
+    #[arg(long)]
+    pub(crate) busy_poll: bool,
+
+    /// Do not ask the kernel for transmit stamps.
+    #[arg(long)]
+    pub(crate) no_tx_stamps: bool,
+
+    /// Result format: a table, or JSON lines (every record tagged with its
+    /// point) for `prober report`.
+    #[arg(short, long, value_enum, default_value_t = Output::Human)]
+    pub(crate) output: Output,
 
     /// Use IPv4 only.
     #[arg(short = '4', conflicts_with = "ipv6")]

@@ -28,7 +28,7 @@ fn main() -> ExitCode {
         // --quiet; client connections are logged at debug level only.
         Command::Serve(args) if args.quiet => "warn,prober_daemon=info",
         Command::Serve(_) => "info",
-        Command::Run(_) => "warn",
+        Command::Run(_) | Command::Report(_) | Command::Sweep(_) => "warn",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
@@ -52,6 +52,10 @@ fn main() -> ExitCode {
             !args.targets.is_empty()
                 && (args.busy_poll || matches!(args.pacing, PacingArg::Spin | PacingArg::Hybrid))
         }
+        Command::Sweep(args) => {
+            args.busy_poll || matches!(args.pacing, PacingArg::Spin | PacingArg::Hybrid)
+        }
+        Command::Report(_) => true,
     };
     let threads = cli.threads.unwrap_or_else(|| usize::from(single));
     let mut builder = match threads {
@@ -72,6 +76,8 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run(args) => cmd::run::run(args).await,
             Command::Serve(args) => cmd::serve::serve(args).await,
+            Command::Report(args) => cmd::report::report(&args),
+            Command::Sweep(args) => cmd::sweep::sweep(args).await,
         }
     });
     match result {

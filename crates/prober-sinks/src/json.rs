@@ -20,6 +20,19 @@ pub const SCHEMA_VERSION: u32 = 2;
 pub struct JsonSink {
     out: Output,
     quiet: bool,
+    sweep: Option<SweepTag>,
+}
+
+/// Marks every line of one `prober sweep` point (`"sweep":{..}`), so a
+/// reader can tell the points of one stream apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct SweepTag {
+    /// Round, from 0.
+    pub round: u32,
+    /// Position of the point in the sweep's run order, from 0.
+    pub point: u32,
+    /// The probe interval of the point.
+    pub interval_ns: u64,
 }
 
 impl std::fmt::Debug for JsonSink {
@@ -34,7 +47,15 @@ impl JsonSink {
         Self {
             out: Output::new(out),
             quiet,
+            sweep: None,
         }
+    }
+
+    /// Tags every line with a sweep point.
+    #[must_use]
+    pub fn with_sweep(mut self, tag: SweepTag) -> Self {
+        self.sweep = Some(tag);
+        self
     }
 
     fn summaries(
@@ -46,6 +67,7 @@ impl JsonSink {
         for summary in summaries {
             self.line(&SummaryLine {
                 kind,
+                sweep: self.sweep,
                 summary,
                 settings: cx.meta,
             })?;
@@ -64,6 +86,8 @@ struct MetaLine<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
     schema: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sweep: Option<SweepTag>,
     #[serde(flatten)]
     meta: &'a RunMeta,
     targets: Vec<&'a TargetInfo>,
@@ -77,6 +101,8 @@ pub struct ProbeLine<'a> {
     kind: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     job: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sweep: Option<SweepTag>,
     target: &'a str,
     protocol: &'a str,
     addr: &'a str,
@@ -137,6 +163,8 @@ const PART_KEYS: [&str; 6] = [
 struct SummaryLine<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sweep: Option<SweepTag>,
     #[serde(flatten)]
     summary: &'a Summary,
     settings: &'a RunMeta,
@@ -161,6 +189,7 @@ impl<'a> ProbeLine<'a> {
         Self {
             kind: "probe",
             job: t.job.as_deref(),
+            sweep: None,
             target: &t.target,
             protocol: &t.protocol,
             addr: &t.addr,
@@ -224,6 +253,7 @@ impl Sink for JsonSink {
         self.line(&MetaLine {
             kind: "meta",
             schema: SCHEMA_VERSION,
+            sweep: self.sweep,
             meta: cx.meta,
             targets: cx.targets.values().map(|t| &t.info).collect(),
         })?;
@@ -234,7 +264,9 @@ impl Sink for JsonSink {
         if self.quiet {
             return Ok(());
         }
-        self.line(&ProbeLine::new(&t.info, s, &cx.clock))?;
+        let mut line = ProbeLine::new(&t.info, s, &cx.clock);
+        line.sweep = self.sweep;
+        self.line(&line)?;
         self.out.maybe_flush()
     }
 

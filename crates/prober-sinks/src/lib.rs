@@ -34,6 +34,6 @@ pub use self::fields::{
     DEFAULT_CSV_FIELDS, DEFAULT_TABLE_FIELDS, FieldValue, field_value, parse_fields,
 };
 pub use self::human::HumanSink;
-pub use self::json::{JsonSink, ProbeLine, SCHEMA_VERSION};
+pub use self::json::{JsonSink, ProbeLine, SCHEMA_VERSION, SweepTag};
 pub use self::progress::ProgressSink;
 pub use self::prometheus::PrometheusSink;

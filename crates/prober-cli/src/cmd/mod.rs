@@ -1,4 +1,6 @@
 //! Bodies of the subcommands.
 
+pub(crate) mod report;
 pub(crate) mod run;
 pub(crate) mod serve;
+pub(crate) mod sweep;
