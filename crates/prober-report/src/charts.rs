@@ -12,7 +12,7 @@ use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::stats::{Unit, format_ns};
+use crate::stats::Unit;
 
 /// What a chart function returns: the SVG document.
 pub type ChartResult = Result<String, Box<dyn std::error::Error + Send + Sync>>;
@@ -672,23 +672,33 @@ pub fn sweep_plot(curves: &[SweepCurve]) -> ChartResult {
         });
         let xr = (xmin.max(1.0) / 1.5)..(xmax.max(10.0) * 1.5);
         let yr = (ymin.max(1.0) / 1.3)..(ymax.max(10.0) * 1.3);
+        let (xr, yr) = (xr.clone(), yr.clone());
         let mut chart = ChartBuilder::on(&root)
             .margin(12)
             .x_label_area_size(45)
             .y_label_area_size(80)
-            .build_cartesian_2d(xr.log_scale(), yr.log_scale())?;
+            .build_cartesian_2d(xr.clone().log_scale(), yr.clone().log_scale())?;
         chart
             .configure_mesh()
             .max_light_lines(1)
             .light_line_style(RGBColor(238, 238, 238))
             .bold_line_style(RGBColor(205, 205, 205))
+            .y_labels(0)
+            .y_label_formatter(&|_| String::new())
             .x_desc("probe interval (log scale)")
             .y_desc("RTT (log scale): p50, p25–p75 band")
             .label_style(font(13))
             .axis_desc_style(font(14))
-            .x_label_formatter(&|v| format_ns(*v))
-            .y_label_formatter(&|v| format_ns(*v))
+            .x_label_formatter(&|v| tick_ns(*v))
             .draw()?;
+        // plotters labels only part of a short log axis; draw 1-2-5 ticks
+        // of every decade in range, with grid lines.
+        let style = font(13).pos(Pos::new(HPos::Right, VPos::Center));
+        for v in nice_log_ticks(yr.start, yr.end) {
+            chart.draw_series([PathElement::new(vec![(xr.start, v), (xr.end, v)], RGBColor(225, 225, 225).stroke_width(1))])?;
+            let (px, py) = chart.backend_coord(&(xr.start, v));
+            root.draw_text(&tick_ns(v), &style, (px - 6, py))?;
+        }
         for c in curves {
             let col = colour(c.index);
             let mut band: Vec<(f64, f64)> = c.points.iter().map(|p| (p.0, p.1)).collect();
@@ -721,9 +731,43 @@ pub fn sweep_plot(curves: &[SweepCurve]) -> ChartResult {
     Ok(svg)
 }
 
+/// A duration on an axis tick: `50 µs`, `1 ms`, `2.5 s`.
+fn tick_ns(ns: f64) -> String {
+    let u = Unit::for_max(ns);
+    format!("{} {}", axis_number(ns / u.ns), u.name)
+}
+
+/// 1, 2 and 5 times every power of ten in `lo..=hi`; only 1s when that
+/// would crowd the axis (more than three decades).
+fn nice_log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let mut out = Vec::new();
+    if !(lo > 0.0 && hi > lo) {
+        return out;
+    }
+    let decades = (hi / lo).log10();
+    let steps: &[f64] = if decades > 3.0 { &[1.0] } else { &[1.0, 2.0, 5.0] };
+    let mut p = 10f64.powf(lo.log10().floor());
+    while p <= hi {
+        for m in steps {
+            let v = p * m;
+            if v >= lo && v <= hi {
+                out.push(v);
+            }
+        }
+        p *= 10.0;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_ticks_are_1_2_5() {
+        assert_eq!(nice_log_ticks(30e3, 900e3), vec![50e3, 100e3, 200e3, 500e3]);
+        assert_eq!(nice_log_ticks(1.0, 1e6).len(), 7);
+    }
 
     #[test]
     fn colours_differ_for_many_series() {

@@ -559,7 +559,20 @@ fn sweep_section(
         }
         by.entry(name).or_default().push(s);
     }
-    h.push_str("<section id=\"sweep\"><h2>Latency against probe interval</h2><div class=\"scroll\"><table id=\"sweep-table\"><tr><th>target</th><th>interval</th><th>count</th><th>loss</th><th>p25</th><th>p50</th><th>p75</th><th>p99</th><th>mean</th></tr>");
+    h.push_str("<section id=\"sweep\"><h2>Latency against probe interval</h2>");
+    if let Some(first) = points.first() {
+        let st = &first.settings;
+        let _ = write!(
+            h,
+            "<p>Each target alone at each interval; pacing {}, receive {}, host {}, kernel {}, prober {}.</p>",
+            esc(st.pacing.as_deref().unwrap_or("?")),
+            esc(st.receive.as_deref().unwrap_or("?")),
+            esc(st.hostname.as_deref().unwrap_or("?")),
+            esc(st.kernel.as_deref().unwrap_or("?")),
+            esc(st.version.as_deref().unwrap_or("?")),
+        );
+    }
+    h.push_str("<div class=\"scroll\"><table id=\"sweep-table\"><tr><th>target</th><th>interval</th><th>count</th><th>loss</th><th>p25</th><th>p50</th><th>p75</th><th>p99</th><th>mean</th></tr>");
     let mut curves = Vec::new();
     for (index, name) in order.iter().enumerate() {
         let mut pts = by[name].clone();

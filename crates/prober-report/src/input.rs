@@ -238,7 +238,7 @@ struct Line {
     sweep: Option<SweepTag>,
     // meta
     #[serde(default)]
-    targets: Vec<MetaTarget>,
+    targets: Vec<serde_json::Value>,
     interval_ns: Option<u64>,
     pacing: Option<String>,
     receive: Option<String>,
@@ -308,6 +308,9 @@ fn read_json(path: &Path, bytes: &[u8], filter: &Filter) -> InputFile {
         match line.kind.as_deref() {
             Some("meta") => {
                 for t in &line.targets {
+                    let Ok(t) = MetaTarget::deserialize(t) else {
+                        continue;
+                    };
                     settings.insert(
                         t.target.clone(),
                         Settings {
