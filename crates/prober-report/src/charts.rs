@@ -201,7 +201,7 @@ pub fn box_plot(rows: &[BoxRow]) -> ChartResult {
 /// A lower and upper axis bound in `unit`s around `min..max` ns, with room
 /// on both sides.
 fn padded(min: f64, max: f64, unit: Unit) -> (f64, f64) {
-    if !(max > 0.0) || !min.is_finite() {
+    if max.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) || !min.is_finite() {
         return (0.0, 1.0);
     }
     let span = (max - min).max(max * 0.05);
@@ -695,7 +695,10 @@ pub fn sweep_plot(curves: &[SweepCurve]) -> ChartResult {
         // of every decade in range, with grid lines.
         let style = font(13).pos(Pos::new(HPos::Right, VPos::Center));
         for v in nice_log_ticks(yr.start, yr.end) {
-            chart.draw_series([PathElement::new(vec![(xr.start, v), (xr.end, v)], RGBColor(225, 225, 225).stroke_width(1))])?;
+            chart.draw_series([PathElement::new(
+                vec![(xr.start, v), (xr.end, v)],
+                RGBColor(225, 225, 225).stroke_width(1),
+            )])?;
             let (px, py) = chart.backend_coord(&(xr.start, v));
             root.draw_text(&tick_ns(v), &style, (px - 6, py))?;
         }
@@ -741,11 +744,17 @@ fn tick_ns(ns: f64) -> String {
 /// would crowd the axis (more than three decades).
 fn nice_log_ticks(lo: f64, hi: f64) -> Vec<f64> {
     let mut out = Vec::new();
-    if !(lo > 0.0 && hi > lo) {
+    if lo.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater)
+        || hi.partial_cmp(&lo) != Some(std::cmp::Ordering::Greater)
+    {
         return out;
     }
     let decades = (hi / lo).log10();
-    let steps: &[f64] = if decades > 3.0 { &[1.0] } else { &[1.0, 2.0, 5.0] };
+    let steps: &[f64] = if decades > 3.0 {
+        &[1.0]
+    } else {
+        &[1.0, 2.0, 5.0]
+    };
     let mut p = 10f64.powf(lo.log10().floor());
     while p <= hi {
         for m in steps {

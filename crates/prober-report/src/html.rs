@@ -158,9 +158,9 @@ pub fn render_page(page: &Page) -> Result<Rendered, Box<dyn std::error::Error + 
     if !sweep.is_empty() {
         sweep_section(&mut h, &sweep, &label, &mut out)?;
     }
-    let _ = write!(
+    let _ = writeln!(
         h,
-        "<footer>Made by prober {} <code>prober report</code>.</footer></body></html>\n",
+        "<footer>Made by prober {} <code>prober report</code>.</footer></body></html>",
         env!("CARGO_PKG_VERSION")
     );
     out.html = h;
@@ -312,9 +312,9 @@ fn csv_quote(s: &str) -> String {
 }
 
 fn figure(h: &mut String, out: &mut Rendered, name: &str, svg: String, caption: &str) {
-    let _ = write!(
+    let _ = writeln!(
         h,
-        "<figure data-chart=\"{}\">{svg}<figcaption>{caption}</figcaption></figure>\n",
+        "<figure data-chart=\"{}\">{svg}<figcaption>{caption}</figcaption></figure>",
         name.split('-').next().unwrap_or(name)
     );
     out.charts.push((name.to_owned(), svg));

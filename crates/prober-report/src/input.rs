@@ -388,10 +388,8 @@ fn read_json(path: &Path, bytes: &[u8], filter: &Filter) -> InputFile {
                 });
             }
             Some("summary") => {
-                if let (Some(t), Some(rtt)) = (line.target, line.rtt) {
-                    if line.sweep.is_none() {
-                        file.summaries.insert(t, rtt);
-                    }
+                if let (Some(t), Some(rtt), None) = (line.target, line.rtt, line.sweep) {
+                    file.summaries.insert(t, rtt);
                 }
             }
             Some("sweep") => file.sweep_order = line.order,
@@ -447,11 +445,11 @@ fn read_hlog(path: &Path, bytes: &[u8], filter: &Filter) -> InputFile {
             Some((t, p)) => (t.to_owned(), Some(p.to_owned())),
             None => (tag.clone(), None),
         };
-        if let Some(p) = &part {
-            if !PART_NAMES.contains(&p.as_str()) {
-                *unknown_parts.entry(tag.clone()).or_default() += 1;
-                continue;
-            }
+        if let Some(p) = &part
+            && !PART_NAMES.contains(&p.as_str())
+        {
+            *unknown_parts.entry(tag.clone()).or_default() += 1;
+            continue;
         }
         let start = base_ns.saturating_add(
             u64::try_from(interval.start_timestamp().as_nanos()).unwrap_or(u64::MAX),
@@ -554,10 +552,10 @@ fn base64_decode(s: &str) -> Option<Vec<u8>> {
 /// Parses a `--since`/`--until` time: RFC 3339 (`2026-11-23T13:00:00Z`,
 /// UTC) or Unix seconds.
 pub fn parse_time(s: &str) -> Result<u64, String> {
-    if let Ok(secs) = s.parse::<f64>() {
-        if secs >= 0.0 {
-            return Ok((secs * 1e9) as u64);
-        }
+    if let Ok(secs) = s.parse::<f64>()
+        && secs >= 0.0
+    {
+        return Ok((secs * 1e9) as u64);
     }
     humantime::parse_rfc3339_weak(s)
         .map_err(|e| {

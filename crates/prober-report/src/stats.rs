@@ -347,9 +347,7 @@ pub fn format_ns(ns: f64) -> String {
     }
     let u = Unit::for_max(ns.abs());
     let v = ns / u.ns;
-    if u.ns == 1.0 {
-        format!("{v:.0} {}", u.name)
-    } else if v.abs() >= 100.0 {
+    if u.ns == 1.0 || v.abs() >= 100.0 {
         format!("{v:.0} {}", u.name)
     } else if v.abs() >= 10.0 {
         format!("{v:.1} {}", u.name)

@@ -16,10 +16,10 @@ pub(crate) fn time(s: &str) -> Result<u64, String> {
 
 /// Runs `prober report`.
 pub(crate) fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
-    if let (Some(a), Some(b)) = (args.since, args.until) {
-        if a >= b {
-            bail!("--since must be before --until");
-        }
+    if let (Some(a), Some(b)) = (args.since, args.until)
+        && a >= b
+    {
+        bail!("--since must be before --until");
     }
     let filter = Filter {
         targets: args.target.clone(),

@@ -16,6 +16,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("prober-core", &[]),
     ("prober-net", &["prober-core"]),
     ("prober-sinks", &["prober-core"]),
+    ("prober-report", &["prober-core"]),
     ("prober-tcp", &["prober-core", "prober-net"]),
     ("prober-icmp", &["prober-core", "prober-net"]),
     ("prober-grpc", &["prober-core"]),
@@ -39,6 +40,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "prober-icmp",
             "prober-grpc",
             "prober-daemon",
+            "prober-report",
         ],
     ),
 ];

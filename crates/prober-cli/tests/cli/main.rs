@@ -8,5 +8,6 @@ mod first_hour;
 mod grpc;
 mod icmp;
 mod layout;
+mod report;
 mod run;
 mod support;
