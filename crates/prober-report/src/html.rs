@@ -452,18 +452,17 @@ fn charts_for(
         .filter_map(|r| {
             let mut parts = [None; 6];
             for (k, name) in PART_NAMES.iter().enumerate() {
-                let v = match r.series.part_hists.get(*name) {
-                    Some(hist) => Values::from_histogram(hist),
-                    None => Values::from_values(
+                parts[k] = match r.series.part_hists.get(*name) {
+                    Some(hist) => Values::from_histogram(hist).quantile(0.5),
+                    None => crate::stats::median(
                         r.series
                             .probes
                             .iter()
-                            .filter_map(|p| p.parts[k])
+                            .filter_map(|p| p.part(k))
                             .map(|n| n as f64)
                             .collect(),
                     ),
                 };
-                parts[k] = v.quantile(0.5);
             }
             parts.iter().any(Option::is_some).then(|| PartsBar {
                 label: r.label.clone(),

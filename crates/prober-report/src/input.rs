@@ -7,12 +7,15 @@
 //! each becomes a [`InputFile::notes`] entry and the rest is still read.
 //! Only a file with nothing prober wrote in it is an error.
 
-use std::collections::BTreeMap;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 use hdrhistogram::Histogram;
 use hdrhistogram::serialization::Deserializer;
 use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
+use memchr::memmem;
 use serde::Deserialize;
 
 /// The names of the parts of a round trip, in the order of
@@ -39,8 +42,35 @@ pub struct Probe {
     pub rtt_ns: Option<u64>,
     /// How it ended.
     pub outcome: ProbeOutcome,
-    /// The parts of its split, in [`PART_NAMES`] order; `None` where unknown.
-    pub parts: [Option<u64>; 6],
+    /// The parts of its split in [`PART_NAMES`] order, [`Probe::UNKNOWN`]
+    /// where unknown: 48 bytes instead of 96 for `[Option<u64>; 6]`, which
+    /// matters at millions of probes (see `benches/report`).
+    parts: [u64; 6],
+}
+
+impl Probe {
+    /// A part's stored value when it is unknown.
+    pub const UNKNOWN: u64 = u64::MAX;
+
+    /// A probe.
+    pub fn new(
+        sent_unix_ns: u64,
+        rtt_ns: Option<u64>,
+        outcome: ProbeOutcome,
+        parts: [Option<u64>; 6],
+    ) -> Self {
+        Self {
+            sent_unix_ns,
+            rtt_ns,
+            outcome,
+            parts: parts.map(|p| p.unwrap_or(Self::UNKNOWN)),
+        }
+    }
+
+    /// Part `k` (in [`PART_NAMES`] order), if known.
+    pub fn part(&self, k: usize) -> Option<u64> {
+        self.parts.get(k).copied().filter(|&v| v != Self::UNKNOWN)
+    }
 }
 
 /// The settings of the run a series came from, as its meta line gave them
@@ -185,24 +215,55 @@ pub enum ReadError {
 
 /// Reads one file, JSON lines or hlog by its content.
 pub fn read_file(path: &Path, filter: &Filter) -> Result<InputFile, ReadError> {
-    let bytes = std::fs::read(path).map_err(|source| ReadError::Io {
+    let f = std::fs::File::open(path).map_err(|source| ReadError::Io {
         path: path.to_owned(),
         source,
     })?;
-    read_bytes(path, &bytes, filter)
+    read_from(path, BufReader::with_capacity(1 << 20, f), filter)
 }
 
 /// Reads `bytes` as the content of the file named `path`.
 pub fn read_bytes(path: &Path, bytes: &[u8], filter: &Filter) -> Result<InputFile, ReadError> {
+    read_from(path, std::io::Cursor::new(bytes.to_vec()), filter)
+}
+
+/// Reads a file from `input`: JSON lines are streamed line by line (a
+/// million-probe file is never held whole), an hlog is read whole.
+pub fn read_from(
+    path: &Path,
+    mut input: impl BufRead + Send + 'static,
+    filter: &Filter,
+) -> Result<InputFile, ReadError> {
+    let io = |source| ReadError::Io {
+        path: path.to_owned(),
+        source,
+    };
     let not = |reason: &str| ReadError::NotProber {
         path: path.to_owned(),
         reason: reason.to_owned(),
     };
-    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    // The first byte that is not white space tells the format.
+    let first = loop {
+        let buf = input.fill_buf().map_err(io)?;
+        if buf.is_empty() {
+            break None;
+        }
+        match buf.iter().position(|b| !b.is_ascii_whitespace()) {
+            Some(i) => break Some(buf[i]),
+            None => {
+                let n = buf.len();
+                input.consume(n);
+            }
+        }
+    };
     let mut file = match first {
         None => return Err(not("the file is empty")),
-        Some(b'{') => read_json(path, bytes, filter),
-        Some(b'#' | b'T' | b'0'..=b'9' | b'"') => read_hlog(path, bytes, filter),
+        Some(b'{') => read_json(path, input, filter).map_err(io)?,
+        Some(b'#' | b'T' | b'0'..=b'9' | b'"') => {
+            let mut bytes = Vec::new();
+            input.read_to_end(&mut bytes).map_err(io)?;
+            read_hlog(path, &bytes, filter)
+        }
         Some(_) => {
             return Err(not(
                 "neither JSON lines nor an HdrHistogram log (expected the output of `prober run -o json`, `prober sweep -o json` or an .hlog file)",
@@ -245,14 +306,8 @@ struct Line {
     hostname: Option<String>,
     kernel: Option<String>,
     version: Option<String>,
-    // probe and summary
+    // summary
     target: Option<String>,
-    job: Option<String>,
-    outcome: Option<String>,
-    sent_unix_ns: Option<u64>,
-    rtt_ns: Option<u64>,
-    #[serde(default)]
-    parts: Option<serde_json::Value>,
     rtt: Option<serde_json::Value>,
     // sweep
     #[serde(default)]
@@ -264,6 +319,162 @@ struct SweepTag {
     interval_ns: u64,
 }
 
+/// A probe line, read with borrowed strings: most lines of a file are
+/// probe lines, and this is the reader's hot path.
+#[derive(Deserialize)]
+struct ProbeLine<'a> {
+    #[serde(borrow)]
+    target: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    job: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    outcome: Option<Cow<'a, str>>,
+    sent_unix_ns: Option<u64>,
+    rtt_ns: Option<u64>,
+    sweep: Option<SweepTag>,
+    #[serde(default)]
+    parts: PartsIn,
+}
+
+/// The keys [`scan_probe_line`] looks for, each searcher built once.
+struct Keys {
+    target: memmem::Finder<'static>,
+    job: memmem::Finder<'static>,
+    interval: memmem::Finder<'static>,
+    outcome: memmem::Finder<'static>,
+    sent: memmem::Finder<'static>,
+    rtt: memmem::Finder<'static>,
+    parts: memmem::Finder<'static>,
+}
+
+impl Keys {
+    fn new() -> Self {
+        let f = |k: &'static [u8]| memmem::Finder::new(k);
+        Self {
+            target: f(br#""target":""#),
+            job: f(br#""job":""#),
+            interval: f(br#""interval_ns":"#),
+            outcome: f(br#""outcome":""#),
+            sent: f(br#""sent_unix_ns":"#),
+            rtt: f(br#""rtt_ns":"#),
+            parts: f(br#""parts":{"#),
+        }
+    }
+}
+
+/// Reads a probe line in prober's own layout without serde: the fields it
+/// needs are found in the order prober's JSON sink writes them, with SIMD
+/// substring search. Only lines that start as prober's do, end in `}`, have
+/// as many `{` as `}` and hold no backslash are read this way: with no
+/// backslash no string can hold a quote, so a `"key":` found is a key.
+/// Anything else (`None`) goes to serde_json, which also says what is wrong.
+///
+/// Hand-written because it was measured: serde_json read the 4 × 1,000,000
+/// probe benchmark (`benches/report`, 2.1 GB) at 183 MB/s, 11.5 s of a
+/// 12.6 s report, and a one-pass tokenizer at 280 MB/s; the budget for the
+/// whole report is 5 s.
+fn scan_probe_line<'a>(raw: &'a [u8], k: &Keys) -> Option<ProbeLine<'a>> {
+    if !raw.starts_with(br#"{"type":"probe""#)
+        || raw.last() != Some(&b'}')
+        || memchr::memchr(b'\\', raw).is_some()
+        || memchr::memchr_iter(b'{', raw).count() != memchr::memchr_iter(b'}', raw).count()
+    {
+        return None;
+    }
+    // The position just after `key` at or after `from`.
+    let after = |key: &memmem::Finder<'_>, from: usize| {
+        key.find(&raw[from..])
+            .map(|i| from + i + key.needle().len())
+    };
+    let string = |at: usize| {
+        let len = memchr::memchr(b'"', &raw[at..])?;
+        std::str::from_utf8(&raw[at..at + len]).ok()
+    };
+    // A u64, or `Some(None)` for null.
+    let number = |at: usize| -> Option<Option<u64>> {
+        let rest = &raw[at..];
+        if rest.starts_with(b"null") {
+            return Some(None);
+        }
+        let len = rest.iter().take_while(|c| c.is_ascii_digit()).count();
+        if len == 0 || len > 19 || !matches!(rest.get(len), Some(b',' | b'}')) {
+            return None;
+        }
+        Some(Some(
+            rest[..len]
+                .iter()
+                .fold(0u64, |n, d| n * 10 + u64::from(d - b'0')),
+        ))
+    };
+    let t = after(&k.target, 0)?;
+    let head = &raw[..t];
+    let job = match k.job.find(head) {
+        Some(i) => Some(string(i + 7)?),
+        None => None,
+    };
+    let sweep = match k.interval.find(head) {
+        Some(i) => Some(SweepTag {
+            interval_ns: number(i + 14)??,
+        }),
+        None => None,
+    };
+    let target = string(t)?;
+    let o = after(&k.outcome, t)?;
+    let outcome = string(o)?;
+    let sent_at = after(&k.sent, o)?;
+    let sent = number(sent_at)??;
+    let r = after(&k.rtt, sent_at)?;
+    let rtt = number(r)?;
+    let mut parts = PartsIn::default();
+    if let Some(mut i) = after(&k.parts, r) {
+        while raw.get(i) == Some(&b'"') {
+            let key_len = memchr::memchr(b'"', &raw[i + 1..])?;
+            let key = &raw[i + 1..i + 1 + key_len];
+            let v = i + 1 + key_len + 2;
+            if raw.get(v - 1) != Some(&b':') {
+                return None;
+            }
+            let n = number(v)??;
+            let slot = match key {
+                b"client_send_ns" => &mut parts.client_send_ns,
+                b"network_ns" => &mut parts.network_ns,
+                b"responder_wake_ns" => &mut parts.responder_wake_ns,
+                b"responder_dwell_ns" => &mut parts.responder_dwell_ns,
+                b"responder_send_ns" => &mut parts.responder_send_ns,
+                b"client_wake_ns" => &mut parts.client_wake_ns,
+                _ => return None,
+            };
+            *slot = Some(n);
+            i = v + raw[v..].iter().take_while(|c| c.is_ascii_digit()).count();
+            if raw.get(i) == Some(&b',') {
+                i += 1;
+            }
+        }
+        if raw.get(i) != Some(&b'}') {
+            return None;
+        }
+    }
+    Some(ProbeLine {
+        target: Some(Cow::Borrowed(target)),
+        job: job.map(Cow::Borrowed),
+        outcome: Some(Cow::Borrowed(outcome)),
+        sent_unix_ns: Some(sent),
+        rtt_ns: rtt,
+        sweep,
+        parts,
+    })
+}
+
+#[derive(Deserialize, Default)]
+struct PartsIn {
+    client_send_ns: Option<u64>,
+    network_ns: Option<u64>,
+    responder_wake_ns: Option<u64>,
+    responder_dwell_ns: Option<u64>,
+    responder_send_ns: Option<u64>,
+    client_wake_ns: Option<u64>,
+}
+
 #[derive(Deserialize)]
 struct MetaTarget {
     target: String,
@@ -271,131 +482,230 @@ struct MetaTarget {
     timestamps: Option<String>,
 }
 
-fn read_json(path: &Path, bytes: &[u8], filter: &Filter) -> InputFile {
-    let text = String::from_utf8_lossy(bytes);
+/// Bytes of JSON lines handed from the reading thread to the parser at once.
+const CHUNK: usize = 4 << 20;
+
+/// Whole lines of a stream in chunks of about [`CHUNK`] bytes, read on a
+/// thread of their own so the copy out of the page cache overlaps parsing
+/// (on the 4 × 1,000,000 probe benchmark it was a fifth of the time).
+/// Buffers come back through [`Chunks::recycle`], so the pages are not
+/// allocated and zeroed again for every chunk.
+struct Chunks {
+    rx: std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
+    back: std::sync::mpsc::SyncSender<Vec<u8>>,
+}
+
+impl Chunks {
+    fn spawn(mut input: impl std::io::Read + Send + 'static) -> Self {
+        use std::io::Read as _;
+        let (tx, rx) = std::sync::mpsc::sync_channel(2);
+        let (back, spare) = std::sync::mpsc::sync_channel::<Vec<u8>>(4);
+        std::thread::spawn(move || {
+            let mut carry = Vec::new();
+            loop {
+                let mut buf = spare
+                    .try_recv()
+                    .unwrap_or_else(|_| Vec::with_capacity(CHUNK + (64 << 10)));
+                buf.clear();
+                buf.append(&mut carry);
+                let want = CHUNK.saturating_sub(buf.len()).max(1 << 16);
+                let got = match input.by_ref().take(want as u64).read_to_end(&mut buf) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        return;
+                    }
+                };
+                let eof = got < want;
+                if !eof && let Some(i) = memchr::memrchr(b'\n', &buf) {
+                    carry.extend_from_slice(&buf[i + 1..]);
+                    buf.truncate(i + 1);
+                }
+                if !buf.is_empty() && tx.send(Ok(buf)).is_err() {
+                    return;
+                }
+                if eof {
+                    return;
+                }
+            }
+        });
+        Self { rx, back }
+    }
+
+    fn next(&self) -> Option<std::io::Result<Vec<u8>>> {
+        self.rx.recv().ok()
+    }
+
+    fn recycle(&self, buf: Vec<u8>) {
+        let _ = self.back.try_send(buf);
+    }
+}
+
+fn read_json(
+    path: &Path,
+    input: impl BufRead + Send + 'static,
+    filter: &Filter,
+) -> std::io::Result<InputFile> {
     let mut file = InputFile {
         format: "json",
         ..InputFile::default()
     };
     // Settings per target name, from the latest meta line.
     let mut settings: BTreeMap<String, Settings> = BTreeMap::new();
-    let mut index: BTreeMap<(String, Option<String>, Option<u64>), usize> = BTreeMap::new();
+    // Series by target, then matched on job and sweep interval; looked up
+    // by &str, so a probe line allocates nothing.
+    let mut index: HashMap<String, Vec<usize>> = HashMap::new();
     let mut bad = 0usize;
     let mut first_bad = None;
     let mut foreign = 0usize;
-    let lines: Vec<&str> = text.split('\n').collect();
-    let last = lines.iter().rposition(|l| !l.trim().is_empty());
-    for (n, raw) in lines.iter().enumerate() {
-        let raw = raw.trim();
-        if raw.is_empty() {
-            continue;
-        }
-        let line: Line = match serde_json::from_str(raw) {
-            Ok(l) => l,
-            Err(e) => {
-                if Some(n) == last && !text.ends_with('\n') {
-                    file.notes.push(format!(
-                        "line {}: the last line is cut off (was the run killed mid-write?); skipped",
-                        n + 1
-                    ));
-                } else {
-                    bad += 1;
-                    first_bad.get_or_insert_with(|| format!("line {}: {e}", n + 1));
-                }
+    let mut n = 0usize;
+    let keys = Keys::new();
+    let chunks = Chunks::spawn(input);
+    while let Some(chunk) = chunks.next() {
+        let chunk = chunk?;
+        let mut start = 0;
+        while start < chunk.len() {
+            let (end, complete) = match memchr::memchr(b'\n', &chunk[start..]) {
+                Some(i) => (start + i, true),
+                None => (chunk.len(), false),
+            };
+            let raw = chunk[start..end].trim_ascii();
+            start = end + 1;
+            n += 1;
+            if raw.is_empty() {
                 continue;
             }
-        };
-        match line.kind.as_deref() {
-            Some("meta") => {
-                for t in &line.targets {
-                    let Ok(t) = MetaTarget::deserialize(t) else {
-                        continue;
-                    };
-                    settings.insert(
-                        t.target.clone(),
-                        Settings {
-                            interval_ns: line.interval_ns,
-                            pacing: line.pacing.clone(),
-                            receive: line.receive.clone(),
-                            timestamps: t.timestamps.clone(),
-                            size: t.size,
-                            hostname: line.hostname.clone(),
-                            kernel: line.kernel.clone(),
-                            version: line.version.clone(),
-                        },
-                    );
-                }
-            }
-            Some("probe") => {
-                let (Some(target), Some(outcome), Some(sent)) =
-                    (line.target, line.outcome.as_deref(), line.sent_unix_ns)
-                else {
+            let mut fail = |e: &dyn std::fmt::Display, file: &mut InputFile| {
+                if complete {
                     bad += 1;
-                    first_bad.get_or_insert_with(|| {
-                        format!(
-                            "line {}: a probe line without target, outcome or sent_unix_ns",
-                            n + 1
-                        )
-                    });
+                    first_bad.get_or_insert_with(|| format!("line {n}: {e}"));
+                } else {
+                    file.notes.push(format!(
+                    "line {n}: the last line is cut off (was the run killed mid-write?); skipped"
+                ));
+                }
+            };
+            // prober writes "type" first; any other probe line is read twice.
+            let is_probe = raw.starts_with(br#"{"type":"probe""#)
+                || (!raw.starts_with(br#"{"type":""#)
+                    && serde_json::from_slice::<Line>(raw)
+                        .is_ok_and(|l| l.kind.as_deref() == Some("probe")));
+            if is_probe {
+                let fast = scan_probe_line(raw, &keys);
+                let p: ProbeLine<'_> = match fast.map_or_else(|| serde_json::from_slice(raw), Ok) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        fail(&e, &mut file);
+                        continue;
+                    }
+                };
+                let (Some(target), Some(outcome), Some(sent)) =
+                    (p.target, p.outcome, p.sent_unix_ns)
+                else {
+                    fail(
+                        &"a probe line without target, outcome or sent_unix_ns",
+                        &mut file,
+                    );
                     continue;
                 };
                 if !filter.target(&target) || !filter.time(sent) {
                     continue;
                 }
-                let outcome = match outcome {
+                let outcome = match &*outcome {
                     "ok" => ProbeOutcome::Ok,
                     "timeout" => ProbeOutcome::Timeout,
                     _ => ProbeOutcome::Error,
                 };
-                let mut parts = [None; 6];
-                for (k, name) in PART_NAMES.iter().enumerate() {
-                    parts[k] = line
-                        .parts
-                        .as_ref()
-                        .and_then(|p| p.get(format!("{name}_ns")))
-                        .and_then(serde_json::Value::as_u64);
-                }
-                let sweep = line.sweep.map(|s| s.interval_ns);
-                let key = (target.clone(), line.job.clone(), sweep);
-                let i = *index.entry(key).or_insert_with(|| {
-                    let mut st = settings.get(&target).cloned().unwrap_or_default();
-                    if sweep.is_some() {
-                        st.interval_ns = sweep;
+                let sweep = p.sweep.map(|s| s.interval_ns);
+                let job = p.job.as_deref();
+                let found = index.get(&*target).and_then(|v| {
+                    v.iter().copied().find(|&i| {
+                        let s = &file.series[i];
+                        s.job.as_deref() == job && s.sweep_interval_ns == sweep
+                    })
+                });
+                let i = match found {
+                    Some(i) => i,
+                    None => {
+                        let mut st = settings.get(&*target).cloned().unwrap_or_default();
+                        if sweep.is_some() {
+                            st.interval_ns = sweep;
+                        }
+                        file.series.push(Series {
+                            label: match job {
+                                Some(j) => format!("{j}/{target}"),
+                                None => target.to_string(),
+                            },
+                            file: path.to_owned(),
+                            target: target.to_string(),
+                            job: job.map(str::to_owned),
+                            sweep_interval_ns: sweep,
+                            settings: st,
+                            ..Series::default()
+                        });
+                        let i = file.series.len() - 1;
+                        index.entry(target.to_string()).or_default().push(i);
+                        i
                     }
-                    file.series.push(Series {
-                        label: match &line.job {
-                            Some(j) => format!("{j}/{target}"),
-                            None => target.clone(),
-                        },
-                        file: path.to_owned(),
-                        target: target.clone(),
-                        job: line.job.clone(),
-                        sweep_interval_ns: sweep,
-                        settings: st,
-                        ..Series::default()
-                    });
-                    file.series.len() - 1
-                });
-                file.series[i].probes.push(Probe {
-                    sent_unix_ns: sent,
-                    rtt_ns: if outcome == ProbeOutcome::Ok {
-                        line.rtt_ns
-                    } else {
-                        None
-                    },
-                    outcome,
-                    parts,
-                });
+                };
+                let q = &p.parts;
+                let parts = [
+                    q.client_send_ns,
+                    q.network_ns,
+                    q.responder_wake_ns,
+                    q.responder_dwell_ns,
+                    q.responder_send_ns,
+                    q.client_wake_ns,
+                ];
+                let rtt = if outcome == ProbeOutcome::Ok {
+                    p.rtt_ns
+                } else {
+                    None
+                };
+                file.series[i]
+                    .probes
+                    .push(Probe::new(sent, rtt, outcome, parts));
+                continue;
             }
-            Some("summary") => {
-                if let (Some(t), Some(rtt), None) = (line.target, line.rtt, line.sweep) {
-                    file.summaries.insert(t, rtt);
+            let line: Line = match serde_json::from_slice(raw) {
+                Ok(l) => l,
+                Err(e) => {
+                    fail(&e, &mut file);
+                    continue;
                 }
+            };
+            match line.kind.as_deref() {
+                Some("meta") => {
+                    for t in &line.targets {
+                        let Ok(t) = MetaTarget::deserialize(t) else {
+                            continue;
+                        };
+                        settings.insert(
+                            t.target.clone(),
+                            Settings {
+                                interval_ns: line.interval_ns,
+                                pacing: line.pacing.clone(),
+                                receive: line.receive.clone(),
+                                timestamps: t.timestamps.clone(),
+                                size: t.size,
+                                hostname: line.hostname.clone(),
+                                kernel: line.kernel.clone(),
+                                version: line.version.clone(),
+                            },
+                        );
+                    }
+                }
+                Some("summary") => {
+                    if let (Some(t), Some(rtt), None) = (line.target, line.rtt, line.sweep) {
+                        file.summaries.insert(t, rtt);
+                    }
+                }
+                Some("sweep") => file.sweep_order = line.order,
+                Some(_) => {}
+                None => foreign += 1,
             }
-            Some("sweep") => file.sweep_order = line.order,
-            Some(_) => {}
-            None => foreign += 1,
         }
+        chunks.recycle(chunk);
     }
     if bad > 0 {
         file.notes.push(format!(
@@ -408,7 +718,7 @@ fn read_json(path: &Path, bytes: &[u8], filter: &Filter) -> InputFile {
             "{foreign} JSON line(s) without a \"type\" field are not prober's and were skipped"
         ));
     }
-    file
+    Ok(file)
 }
 
 fn read_hlog(path: &Path, bytes: &[u8], filter: &Filter) -> InputFile {
@@ -571,6 +881,65 @@ pub fn parse_time(s: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn same(line: &str) {
+        let fast = scan_probe_line(line.as_bytes(), &Keys::new()).expect(line);
+        let slow: ProbeLine<'_> = serde_json::from_str(line).unwrap();
+        let key = |p: &ProbeLine<'_>| {
+            let q = &p.parts;
+            (
+                p.target.as_deref().map(str::to_owned),
+                p.job.as_deref().map(str::to_owned),
+                p.outcome.as_deref().map(str::to_owned),
+                p.sent_unix_ns,
+                p.rtt_ns,
+                p.sweep.map(|s| s.interval_ns),
+                [
+                    q.client_send_ns,
+                    q.network_ns,
+                    q.responder_wake_ns,
+                    q.responder_dwell_ns,
+                    q.responder_send_ns,
+                    q.client_wake_ns,
+                ],
+            )
+        };
+        assert_eq!(key(&fast), key(&slow), "{line}");
+    }
+
+    #[test]
+    fn the_fast_reader_agrees_with_serde() {
+        same(
+            r#"{"type":"probe","target":"tcp://127.0.0.1:35699","protocol":"tcp","addr":"127.0.0.1:35699","seq":0,"outcome":"ok","scheduled_unix_ns":1795440611026528520,"sent_unix_ns":1795440611026550801,"send_lag_ns":22281,"rtt_ns":137135,"latency_ns":159888,"server_dwell_ns":1132,"bytes":64,"error":null,"error_kind":null,"rx_wake_ns":25277,"ttl":null,"kernel_rtt_ns":null,"ping_rtt_ns":111858,"parts":{"responder_dwell_ns":1132,"client_wake_ns":25277}}"#,
+        );
+        same(
+            r#"{"type":"probe","job":"edge","sweep":{"round":1,"point":3,"interval_ns":1000},"target":"udp://[::1]:9","outcome":"error","sent_unix_ns":5,"rtt_ns":null,"error":"connection refused (os error 111)","ttl":64,"x":-1.5e3,"ok":true}"#,
+        );
+        same(
+            r#"{"type":"probe","target":"a","outcome":"timeout","sent_unix_ns":1,"rtt_ns":null,"parts":{}}"#,
+        );
+    }
+
+    #[test]
+    fn the_fast_reader_leaves_what_it_cannot_read_to_serde() {
+        for line in [
+            r#"{"type":"probe","target":"a\"b","outcome":"ok","sent_unix_ns":1}"#,
+            r#"{"type":"probe","target":"a","outcome":"ok","sent_unix_ns":1"#,
+            r#"{"type":"probe","target":"a","outcome":"ok","sent_unix_ns":1,"l":[1]}"#,
+            r#"{"type":"probe","target":"a","outcome":"ok","sent_unix_ns":-1}"#,
+            r#"{"type":"probe","target":"a","outcome":"ok","sent_unix_ns":1}x"#,
+            r#"{"type":"probe","target":"a","outcome":"ok","sent_unix_ns":1,,}"#,
+            r#"{"type":"probe","target":"a","outcome":"ok","sent_unix_ns":nul}"#,
+            r#"{ "type" : "probe" , "target" : "a" , "outcome" : "ok" , "sent_unix_ns" : 1 }"#,
+            r#"{"type":"probe","outcome":"ok","target":"a","sent_unix_ns":1,"rtt_ns":2}"#,
+            r#"{"type":"probe","target":"a","outcome":"ok","sent_unix_ns":1,"rtt_ns":2,"parts":{"network_ns":1}"#,
+        ] {
+            assert!(
+                scan_probe_line(line.as_bytes(), &Keys::new()).is_none(),
+                "{line}"
+            );
+        }
+    }
 
     #[test]
     fn base64_round_trip() {

@@ -310,6 +310,24 @@ impl Values {
     }
 }
 
+/// The median with the same interpolation as [`Values::quantile`], by
+/// selection instead of a sort (the parts chart needs only medians of
+/// millions of values).
+pub fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let h = 0.5 * (v.len() - 1) as f64;
+    let lo = h.floor() as usize;
+    let (_, a, upper) = v.select_nth_unstable_by(lo, f64::total_cmp);
+    let a = *a;
+    if h.fract() == 0.0 {
+        return Some(a);
+    }
+    let b = upper.iter().copied().fold(f64::INFINITY, f64::min);
+    Some(a + (b - a) * (h - lo as f64))
+}
+
 /// A time unit for a chart's axis, chosen so its numbers read well.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Unit {
@@ -391,6 +409,9 @@ mod tests {
             vec![1.75, 2.5, v.quantile(0.9).unwrap()]
         );
         assert_eq!(Values::default().quantile(0.5), None);
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(median(vec![5.0, 1.0, 3.0]), Some(3.0));
+        assert_eq!(median(Vec::new()), None);
     }
 
     #[test]
@@ -500,12 +521,7 @@ mod tests {
     #[test]
     fn describe_matches_the_runs_summary_code() {
         use crate::input::{Probe, ProbeOutcome};
-        let probe = |rtt: Option<u64>, outcome| Probe {
-            sent_unix_ns: 0,
-            rtt_ns: rtt,
-            outcome,
-            parts: [None; 6],
-        };
+        let probe = |rtt: Option<u64>, outcome| Probe::new(0, rtt, outcome, [None; 6]);
         let s = Series {
             probes: vec![
                 probe(Some(1000), ProbeOutcome::Ok),

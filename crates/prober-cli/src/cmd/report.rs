@@ -26,6 +26,7 @@ pub(crate) fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
         since_ns: args.since,
         until_ns: args.until,
     };
+    let t0 = std::time::Instant::now();
     let mut page = Page {
         log_violin: args.log,
         buckets: args.buckets as usize,
@@ -57,8 +58,10 @@ pub(crate) fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     if page.files.is_empty() {
         bail!("no file could be read, so there is nothing to draw");
     }
+    tracing::debug!("read in {:?}", t0.elapsed());
     let rendered = prober_report::render_page(&page)
         .map_err(|e| anyhow::anyhow!("drawing the charts: {e}"))?;
+    tracing::debug!("drawn in {:?}", t0.elapsed());
     if let Some(table) = args.table {
         let text = match table {
             TableFormat::Md => &rendered.table_md,
