@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use crate::charts::{self, BoxRow, Bucket, PartsBar, PercentileCurve, SweepCurve, ViolinRow};
-use crate::input::{InputFile, PART_NAMES, ProbeOutcome, Series};
+use crate::input::{InputFile, PART_NAMES, ProbeOutcome, Series, Settings};
 use crate::stats::{Describe, Values, describe, format_ns};
 
 /// What to draw.
@@ -167,8 +167,34 @@ pub fn render_page(page: &Page) -> Result<Rendered, Box<dyn std::error::Error + 
     Ok(out)
 }
 
+/// The settings as (name, value) pairs for the page, "?" where unknown.
+/// The settings as (name, value) pairs for the page, "?" where unknown.
+fn settings_rows(st: &Settings) -> Vec<(&'static str, String)> {
+    let s = |v: &Option<String>| v.clone().unwrap_or_else(|| "?".to_owned());
+    vec![
+        (
+            "interval",
+            st.interval_ns
+                .map_or_else(|| "?".to_owned(), |n| format_ns(n as f64)),
+        ),
+        ("pacing", s(&st.pacing)),
+        ("receive", s(&st.receive)),
+        ("kernel stamps", s(&st.timestamps)),
+        (
+            "size",
+            st.size.map_or_else(|| "?".to_owned(), |n| format!("{n} B")),
+        ),
+        ("host", s(&st.hostname)),
+        ("kernel", s(&st.kernel)),
+        ("prober", s(&st.version)),
+    ]
+}
+
 fn settings_table(h: &mut String, rows: &[Row<'_>]) {
-    let table: Vec<Vec<(&str, String)>> = rows.iter().map(|r| r.series.settings.rows()).collect();
+    let table: Vec<Vec<(&str, String)>> = rows
+        .iter()
+        .map(|r| settings_rows(&r.series.settings))
+        .collect();
     let mut differing = Vec::new();
     for (k, (name, _)) in table[0].iter().enumerate() {
         let known: std::collections::BTreeSet<&str> = table

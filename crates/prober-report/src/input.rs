@@ -95,31 +95,6 @@ pub struct Settings {
     pub version: Option<String>,
 }
 
-impl Settings {
-    /// The settings as (name, value) pairs for the page, "?" where unknown.
-    pub fn rows(&self) -> Vec<(&'static str, String)> {
-        let s = |v: &Option<String>| v.clone().unwrap_or_else(|| "?".to_owned());
-        vec![
-            (
-                "interval",
-                self.interval_ns
-                    .map_or_else(|| "?".to_owned(), |n| crate::stats::format_ns(n as f64)),
-            ),
-            ("pacing", s(&self.pacing)),
-            ("receive", s(&self.receive)),
-            ("kernel stamps", s(&self.timestamps)),
-            (
-                "size",
-                self.size
-                    .map_or_else(|| "?".to_owned(), |n| format!("{n} B")),
-            ),
-            ("host", s(&self.hostname)),
-            ("kernel", s(&self.kernel)),
-            ("prober", s(&self.version)),
-        ]
-    }
-}
-
 /// One target's probes from one file (for a sweep: at one interval).
 #[derive(Debug, Clone, Default)]
 pub struct Series {
