@@ -144,6 +144,65 @@ fn duration(s: &str) -> Result<Duration, String> {
     prober_core::duration::parse_duration(s)
 }
 
+/// `--since`/`--until` of `prober report`.
+fn time(s: &str) -> Result<u64, String> {
+    prober_report::input::parse_time(s)
+}
+
+/// The intervals of a sweep, ascending.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Intervals(pub(crate) Vec<Duration>);
+
+/// Parses `--intervals`: a comma-separated list, or `A..B` for every decade
+/// from A to B (1us..1s is 1us, 10us, …, 1s).
+pub(crate) fn intervals(s: &str) -> Result<Intervals, String> {
+    let d = prober_core::duration::parse_duration;
+    let list = if let Some((a, b)) = s.split_once("..") {
+        let (a, b) = (d(a)?, d(b)?);
+        if a.is_zero() {
+            return Err("a range cannot start at 0 (1us..1s goes by decades)".to_owned());
+        }
+        if b < a {
+            return Err(format!("the range {s:?} ends before it starts"));
+        }
+        let mut v = Vec::new();
+        let mut x = a;
+        while x <= b {
+            v.push(x);
+            x = x
+                .checked_mul(10)
+                .ok_or_else(|| "range too long".to_owned())?;
+        }
+        if v.last() != Some(&b) {
+            return Err(format!(
+                "{b:?} is not a whole number of decades from {a:?}; give a list instead (e.g. 1us,10us,50us)"
+            ));
+        }
+        v
+    } else {
+        s.split(',')
+            .map(|p| d(p.trim()))
+            .collect::<Result<Vec<_>, _>>()?
+    };
+    if list.iter().any(Duration::is_zero) {
+        return Err(
+            "an interval of 0 is a closed loop, not a point on the curve; leave it out".to_owned(),
+        );
+    }
+    for w in list.windows(2) {
+        if w[0] == w[1] {
+            return Err(format!("{:?} is given twice", w[0]));
+        }
+        if w[0] > w[1] {
+            return Err(format!(
+                "intervals must be ascending: {:?} comes after {:?}",
+                w[1], w[0]
+            ));
+        }
+    }
+    Ok(Intervals(list))
+}
+
 fn count(s: &str) -> Result<u64, String> {
     match s.parse::<u64>() {
         Ok(0) => Err("count must be at least 1".to_owned()),
@@ -333,11 +392,11 @@ pub(crate) struct ReportArgs {
 
     /// Only probes sent at or after TIME (RFC 3339, e.g.
     /// 2026-11-23T13:00:00Z, or Unix seconds).
-    #[arg(long, value_name = "TIME", value_parser = crate::cmd::report::time)]
+    #[arg(long, value_name = "TIME", value_parser = time)]
     pub(crate) since: Option<u64>,
 
     /// Only probes sent before TIME.
-    #[arg(long, value_name = "TIME", value_parser = crate::cmd::report::time)]
+    #[arg(long, value_name = "TIME", value_parser = time)]
     pub(crate) until: Option<u64>,
 
     /// Draw the violins over every value on a log axis (default: the
@@ -358,8 +417,8 @@ pub(crate) struct SweepArgs {
 
     /// The intervals: a list (1us,10us,1ms) or a range by decades
     /// (1us..1s); ascending, no duplicates, no zero.
-    #[arg(long, default_value = "10us..100ms", value_parser = crate::cmd::sweep::intervals, value_name = "LIST")]
-    pub(crate) intervals: crate::cmd::sweep::Intervals,
+    #[arg(long, default_value = "10us..100ms", value_parser = intervals, value_name = "LIST")]
+    pub(crate) intervals: Intervals,
 
     /// Probes per target at each point.
     #[arg(short, long, value_parser = count, conflicts_with = "duration")]

@@ -9,11 +9,6 @@ use prober_report::{Filter, Page, read_bytes};
 
 use crate::cli::{ReportArgs, ReportFormat, TableFormat};
 
-/// `--since`/`--until` parser.
-pub(crate) fn time(s: &str) -> Result<u64, String> {
-    prober_report::input::parse_time(s)
-}
-
 /// Runs `prober report`.
 pub(crate) fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     if let (Some(a), Some(b)) = (args.since, args.until)

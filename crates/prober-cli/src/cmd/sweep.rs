@@ -20,66 +20,14 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+#[cfg(test)]
+use crate::cli::intervals;
 use crate::cli::{IcmpSocketArg, Output, SweepArgs};
 use crate::protocols::PROTOCOLS;
 use crate::signal::cancel_on_signals;
 
 /// Probes per point when neither --count nor --duration is given.
 const DEFAULT_COUNT: u64 = 100;
-
-/// The intervals of a sweep, ascending.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Intervals(pub(crate) Vec<Duration>);
-
-/// Parses `--intervals`: a comma-separated list, or `A..B` for every decade
-/// from A to B (1us..1s is 1us, 10us, …, 1s).
-pub(crate) fn intervals(s: &str) -> Result<Intervals, String> {
-    let d = prober_core::duration::parse_duration;
-    let list = if let Some((a, b)) = s.split_once("..") {
-        let (a, b) = (d(a)?, d(b)?);
-        if a.is_zero() {
-            return Err("a range cannot start at 0 (1us..1s goes by decades)".to_owned());
-        }
-        if b < a {
-            return Err(format!("the range {s:?} ends before it starts"));
-        }
-        let mut v = Vec::new();
-        let mut x = a;
-        while x <= b {
-            v.push(x);
-            x = x
-                .checked_mul(10)
-                .ok_or_else(|| "range too long".to_owned())?;
-        }
-        if v.last() != Some(&b) {
-            return Err(format!(
-                "{b:?} is not a whole number of decades from {a:?}; give a list instead (e.g. 1us,10us,50us)"
-            ));
-        }
-        v
-    } else {
-        s.split(',')
-            .map(|p| d(p.trim()))
-            .collect::<Result<Vec<_>, _>>()?
-    };
-    if list.iter().any(Duration::is_zero) {
-        return Err(
-            "an interval of 0 is a closed loop, not a point on the curve; leave it out".to_owned(),
-        );
-    }
-    for w in list.windows(2) {
-        if w[0] == w[1] {
-            return Err(format!("{:?} is given twice", w[0]));
-        }
-        if w[0] > w[1] {
-            return Err(format!(
-                "intervals must be ascending: {:?} comes after {:?}",
-                w[1], w[0]
-            ));
-        }
-    }
-    Ok(Intervals(list))
-}
 
 /// One point: a target at an interval.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
