@@ -371,14 +371,16 @@ const NINES: [&str; 6] = ["0%", "90%", "99%", "99.9%", "99.99%", "99.999%"];
 pub fn percentile_plot(curves: &[PercentileCurve]) -> ChartResult {
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, 460)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, 460 + band_height(curves.len())))
+            .into_drawing_area();
         root.fill(&WHITE)?;
+        let (root_area, legend) = root.split_vertically(460);
         let max = curves
             .iter()
             .flat_map(|c| c.points.iter().map(|p| p.1))
             .fold(0.0, f64::max);
         let unit = Unit::for_max(max);
-        let mut chart = ChartBuilder::on(&root)
+        let mut chart = ChartBuilder::on(&root_area)
             .margin(12)
             .margin_right(40)
             .x_label_area_size(45)
@@ -419,13 +421,13 @@ pub fn percentile_plot(curves: &[PercentileCurve]) -> ChartResult {
                     PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(3))
                 });
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .label_font(font(13))
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(180, 180, 180))
-            .draw()?;
+        legend_band(
+            &legend,
+            &curves
+                .iter()
+                .map(|c| (c.label.clone(), colour(c.index)))
+                .collect::<Vec<_>>(),
+        )?;
         root.present()?;
     }
     Ok(svg)
@@ -661,8 +663,10 @@ pub struct SweepCurve {
 pub fn sweep_plot(curves: &[SweepCurve]) -> ChartResult {
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, 500)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, 500 + band_height(curves.len())))
+            .into_drawing_area();
         root.fill(&WHITE)?;
+        let (chart_area, legend) = root.split_vertically(500);
         let pts = || curves.iter().flat_map(|c| c.points.iter());
         let (xmin, xmax) = pts().fold((f64::INFINITY, 0.0f64), |(a, b), p| {
             (a.min(p.0), b.max(p.0))
@@ -673,7 +677,7 @@ pub fn sweep_plot(curves: &[SweepCurve]) -> ChartResult {
         let xr = (xmin.max(1.0) / 1.5)..(xmax.max(10.0) * 1.5);
         let yr = (ymin.max(1.0) / 1.3)..(ymax.max(10.0) * 1.3);
         let (xr, yr) = (xr.clone(), yr.clone());
-        let mut chart = ChartBuilder::on(&root)
+        let mut chart = ChartBuilder::on(&chart_area)
             .margin(12)
             .x_label_area_size(45)
             .y_label_area_size(80)
@@ -722,16 +726,52 @@ pub fn sweep_plot(curves: &[SweepCurve]) -> ChartResult {
                     .map(|p| Circle::new((p.0, p.2), 4, col.filled())),
             )?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .label_font(font(13))
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(180, 180, 180))
-            .draw()?;
+        legend_band(
+            &legend,
+            &curves
+                .iter()
+                .map(|c| (c.label.clone(), colour(c.index)))
+                .collect::<Vec<_>>(),
+        )?;
         root.present()?;
     }
     Ok(svg)
+}
+
+/// Height of a [`legend_band`] of `n` entries: two per row.
+fn band_height(n: usize) -> u32 {
+    (n.div_ceil(2) * 22 + 12) as u32
+}
+
+/// A legend under a chart, two entries per row, so it never covers data.
+fn legend_band<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    items: &[(String, RGBColor)],
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    let style = font(13).pos(Pos::new(HPos::Left, VPos::Center));
+    for (k, (label, c)) in items.iter().enumerate() {
+        let x = 80 + (k % 2) as i32 * 440;
+        let y = 14 + (k / 2) as i32 * 22;
+        area.draw(&PathElement::new(
+            vec![(x, y), (x + 22, y)],
+            c.stroke_width(3),
+        ))?;
+        let mut text = label.clone();
+        if text.chars().count() > 58 {
+            text = format!(
+                "…{}",
+                text.chars()
+                    .rev()
+                    .take(57)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect::<String>()
+            );
+        }
+        area.draw_text(&text, &style, (x + 30, y))?;
+    }
+    Ok(())
 }
 
 /// A duration on an axis tick: `50 µs`, `1 ms`, `2.5 s`.
