@@ -269,6 +269,7 @@ pub fn violin_plot(rows: &[ViolinRow], log: bool) -> ChartResult {
             if log { ", log scale" } else { "" }
         );
         if log {
+            let min = if min.is_finite() { min } else { 1.0 };
             let lo = (min.max(1.0) / unit.ns).max(1e-9);
             let hi = (max / unit.ns).max(lo * 10.0);
             let mut chart = chart.build_cartesian_2d((lo..hi).log_scale(), -0.5..n - 0.5)?;
@@ -674,8 +675,11 @@ pub fn sweep_plot(curves: &[SweepCurve]) -> ChartResult {
         let (ymin, ymax) = pts().fold((f64::INFINITY, 0.0f64), |(a, b), p| {
             (a.min(p.1), b.max(p.3))
         });
-        let xr = (xmin.max(1.0) / 1.5)..(xmax.max(10.0) * 1.5);
-        let yr = (ymin.max(1.0) / 1.3)..(ymax.max(10.0) * 1.3);
+        // No point at all (every target dead): a plain 1..10 axis, not
+        // an infinite one (plotters' log axis loops on it).
+        let finite = |v: f64| if v.is_finite() { v } else { 1.0 };
+        let xr = (finite(xmin).max(1.0) / 1.5)..(xmax.max(10.0) * 1.5);
+        let yr = (finite(ymin).max(1.0) / 1.3)..(ymax.max(10.0) * 1.3);
         let (xr, yr) = (xr.clone(), yr.clone());
         let mut chart = ChartBuilder::on(&chart_area)
             .margin(12)

@@ -445,11 +445,14 @@ fn charts_for(
     let t0 = rows
         .iter()
         .filter_map(|r| {
+            // Lines are written as probes end, so a timeout comes after
+            // later replies: the earliest send, not the first line.
             r.series
                 .probes
-                .first()
+                .iter()
                 .map(|p| p.sent_unix_ns)
-                .or_else(|| r.series.windows.first().map(|w| w.0))
+                .min()
+                .or_else(|| r.series.windows.iter().map(|w| w.0).min())
         })
         .min()
         .unwrap_or(0);

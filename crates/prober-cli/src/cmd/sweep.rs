@@ -112,12 +112,19 @@ pub(crate) async fn sweep(args: SweepArgs) -> anyhow::Result<ExitCode> {
         Some(_) => None,
         None => Some(args.count.unwrap_or(DEFAULT_COUNT)),
     };
-    // Refuse a point that would run too long before anything runs.
+    // Refuse a point that would run too long before anything runs: its
+    // schedule (count × interval, or the duration) plus the wait for the
+    // last reply (the timeout). Warm-up probes go back to back before the
+    // schedule and take an RTT each against a live target (up to a timeout
+    // each against a dead one, which the estimate does not count).
     let warmup = args.warmup;
-    let point_time = |iv: Duration| match (count, args.duration) {
-        (_, Some(d)) => d + iv.saturating_mul(u32::try_from(warmup).unwrap_or(u32::MAX)),
-        (Some(n), None) => iv.saturating_mul(u32::try_from(n + warmup).unwrap_or(u32::MAX)),
-        (None, None) => Duration::ZERO,
+    let point_time = |iv: Duration| {
+        let schedule = match (count, args.duration) {
+            (_, Some(d)) => d,
+            (Some(n), None) => iv.saturating_mul(u32::try_from(n).unwrap_or(u32::MAX)),
+            (None, None) => Duration::ZERO,
+        };
+        schedule.saturating_add(args.timeout)
     };
     if let Some(&worst) = intervals
         .iter()
@@ -125,8 +132,8 @@ pub(crate) async fn sweep(args: SweepArgs) -> anyhow::Result<ExitCode> {
     {
         let fix = match count {
             Some(_) => {
-                let fits = (args.max_point_time.as_nanos() / worst.as_nanos().max(1))
-                    .saturating_sub(u128::from(warmup));
+                let fits = args.max_point_time.saturating_sub(args.timeout).as_nanos()
+                    / worst.as_nanos().max(1);
                 format!(
                     "use --count {} or fewer, drop {} from --intervals, or raise --max-point-time to {}",
                     fits.max(1),
@@ -137,15 +144,11 @@ pub(crate) async fn sweep(args: SweepArgs) -> anyhow::Result<ExitCode> {
             None => "use a shorter --duration or raise --max-point-time".to_owned(),
         };
         bail!(
-            "a point at {} takes {} ({} probes{}), more than --max-point-time {}: {fix}",
+            "a point at {} takes {} ({} then up to --timeout {} for the last reply), more than --max-point-time {}: {fix}",
             fmt_d(worst),
             humantime::format_duration(point_time(worst)),
-            count.map_or_else(|| "for --duration".to_owned(), |n| n.to_string()),
-            if warmup > 0 {
-                format!(" + {warmup} warm-up")
-            } else {
-                String::new()
-            },
+            count.map_or_else(|| "--duration".to_owned(), |n| format!("{n} probes")),
+            humantime::format_duration(args.timeout),
             humantime::format_duration(args.max_point_time),
         );
     }

@@ -280,6 +280,8 @@ fn report_reads_what_it_can_and_says_why_for_the_rest() {
     std::fs::write(dir.join("summaries.json"), &good.stdout).unwrap();
     let live = run(&["run", "-o", "json", "-c", "50", "-i", "1ms"]);
     let mut text = String::from_utf8(live.stdout).unwrap();
+    // Two runs in one file: each target of each run is its own series.
+    std::fs::write(dir.join("mixed.json"), format!("{text}{text}")).unwrap();
     // A run killed mid-write: the last line is cut off.
     let cut = text.rfind("{\"type\":\"summary\"").unwrap() + 40;
     text.truncate(cut);
@@ -317,8 +319,20 @@ fn report_reads_what_it_can_and_says_why_for_the_rest() {
                 .unwrap();
         }
     }
+    // A daemon killed mid-line and restarted onto the same file: a line
+    // that does not parse in the middle; the intervals after it still count.
+    let text = std::fs::read_to_string(&hlog).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    let at = lines.len() - 6;
+    lines.insert(at, "12.3,1.");
+    std::fs::write(&hlog, lines.join("\n") + "\n").unwrap();
     let page = dir.join("page.html");
     let path = |n: &str| dir.join(n).to_str().unwrap().to_owned();
+    let o = run(&["report", &path("mixed.json"), "-o", page.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("holds 2 runs"), "{}", stderr(&o));
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("tcp://") && html.contains(" (run 1)") && html.contains(" (run 2)"));
     let o = run(&[
         "report",
         &path("truncated.json"),
@@ -344,6 +358,7 @@ fn report_reads_what_it_can_and_says_why_for_the_rest() {
     );
     assert!(err.contains("last line is cut off"), "{err}");
     assert!(err.contains("warp_drive"), "{err}");
+    assert!(err.contains("does not parse: \"12.3,1.\""), "{err}");
     let html = std::fs::read_to_string(&page).unwrap();
     assert!(html.contains("only histogram-based charts are possible"));
     assert!(html.contains("tcp://10.0.0.1:8707"));
@@ -500,6 +515,82 @@ fn sweep_runs_every_point_per_round_and_report_draws_the_curve() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `prober report` with a time limit, so a hang fails instead of stalling CI.
+fn report_within(args: &[&str]) -> Output {
+    Command::new("timeout")
+        .arg("60")
+        .arg(env!("CARGO_BIN_EXE_prober"))
+        .arg("report")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn report_draws_dead_targets_and_dead_sweeps() {
+    let dir = tmp("dead");
+    let dead = run(&[
+        "run",
+        "-o",
+        "json",
+        "-c",
+        "3",
+        "-i",
+        "5ms",
+        "-W",
+        "50ms",
+        "udp://127.0.0.1:9",
+    ]);
+    std::fs::write(dir.join("dead.json"), &dead.stdout).unwrap();
+    let sweep = run(&[
+        "sweep",
+        "--intervals",
+        "1ms,10ms",
+        "-c",
+        "3",
+        "--warmup",
+        "0",
+        "-W",
+        "50ms",
+        "-o",
+        "json",
+        "udp://127.0.0.1:9",
+    ]);
+    assert_eq!(sweep.status.code(), Some(1), "{}", stderr(&sweep));
+    std::fs::write(dir.join("sweep.json"), &sweep.stdout).unwrap();
+    for args in [
+        vec!["--log", "dead.json"],
+        vec!["dead.json"],
+        vec!["sweep.json"],
+    ] {
+        let mut all: Vec<String> = args
+            .iter()
+            .map(|a| {
+                if a.ends_with(".json") {
+                    dir.join(a).to_str().unwrap().to_owned()
+                } else {
+                    (*a).to_owned()
+                }
+            })
+            .collect();
+        all.extend([
+            "-o".to_owned(),
+            dir.join("page.html").to_str().unwrap().to_owned(),
+        ]);
+        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+        let o = report_within(&all);
+        assert!(
+            o.status.success(),
+            "{args:?}: {:?} {}",
+            o.status,
+            stderr(&o)
+        );
+        let html = std::fs::read_to_string(dir.join("page.html")).unwrap();
+        assert!(html.contains("</html>"));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn sweep_refuses_bad_intervals_and_long_points_before_running() {
     let cases: [(&[&str], &str); 5] = [
@@ -508,7 +599,7 @@ fn sweep_refuses_bad_intervals_and_long_points_before_running() {
         (&["--intervals", "0,1ms"], "closed loop"),
         (
             &["--intervals", "1s", "-c", "1000"],
-            "use --count 50 or fewer",
+            "use --count 59 or fewer",
         ),
         (&["--intervals", "1ms", "-d", "2m"], "shorter --duration"),
     ];
