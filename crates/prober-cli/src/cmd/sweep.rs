@@ -118,14 +118,15 @@ pub(crate) async fn sweep(args: SweepArgs) -> anyhow::Result<ExitCode> {
     // schedule and take an RTT each against a live target (up to a timeout
     // each against a dead one, which the estimate does not count).
     let warmup = args.warmup;
-    let point_time = |iv: Duration| {
-        let schedule = match (count, args.duration) {
-            (_, Some(d)) => d,
-            (Some(n), None) => iv.saturating_mul(u32::try_from(n).unwrap_or(u32::MAX)),
-            (None, None) => Duration::ZERO,
-        };
-        schedule.saturating_add(args.timeout)
+    let schedule = |iv: Duration| match (count, args.duration) {
+        (_, Some(d)) => d,
+        (Some(n), None) => iv.saturating_mul(u32::try_from(n).unwrap_or(u32::MAX)),
+        (None, None) => Duration::ZERO,
     };
+    let point_time = |iv: Duration| schedule(iv).saturating_add(args.timeout);
+    // What a point takes against a live target: its schedule and about 50 ms
+    // to set up, warm up and drain.
+    let estimate = |iv: Duration| schedule(iv) + Duration::from_millis(50);
     if let Some(&worst) = intervals
         .iter()
         .find(|&&iv| point_time(iv) > args.max_point_time)
@@ -192,10 +193,7 @@ pub(crate) async fn sweep(args: SweepArgs) -> anyhow::Result<ExitCode> {
     });
     let order = plan(intervals, targets.len(), args.rounds, seed);
     // Each point's own time plus about 50 ms to set it up and drain it.
-    let total: Duration = order
-        .iter()
-        .map(|p| point_time(p.interval) + Duration::from_millis(50))
-        .sum();
+    let total: Duration = order.iter().map(|p| estimate(p.interval)).sum();
     eprintln!(
         "prober: sweep of {} target(s) × {} interval(s) × {} round(s) = {} points, about {} (seed {seed})",
         targets.len(),
@@ -220,18 +218,20 @@ pub(crate) async fn sweep(args: SweepArgs) -> anyhow::Result<ExitCode> {
         writeln!(out, "{line}").context("writing results")?;
     }
     let bar = indicatif::ProgressBar::with_draw_target(
-        Some(order.len() as u64),
+        // Weighted by each point's estimated time, so the bar and its ETA
+        // move with the clock, not with the count of points (a 1 s point is
+        // 1,000 times a 1 ms one).
+        Some(total.as_millis() as u64),
         if std::io::stderr().is_terminal() {
             indicatif::ProgressDrawTarget::stderr()
         } else {
             indicatif::ProgressDrawTarget::hidden()
         },
     );
+    bar.enable_steady_tick(Duration::from_millis(250));
     bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{bar:30} {pos}/{len} points, {elapsed} of ~{eta} left · {msg}",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        indicatif::ProgressStyle::with_template("{bar:30} {elapsed}, about {eta} left · {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
 
     let stop = CancellationToken::new();
@@ -245,7 +245,9 @@ pub(crate) async fn sweep(args: SweepArgs) -> anyhow::Result<ExitCode> {
         }
         let t = &targets[p.target];
         bar.set_message(format!(
-            "round {} · {t} @ {}",
+            "point {}/{} · round {} · {t} @ {}",
+            k + 1,
+            order.len(),
             p.round + 1,
             fmt_d(p.interval)
         ));
@@ -303,7 +305,7 @@ pub(crate) async fn sweep(args: SweepArgs) -> anyhow::Result<ExitCode> {
         if !stop.is_cancelled() {
             done += 1;
         }
-        bar.inc(1);
+        bar.inc(estimate(p.interval).as_millis() as u64);
     }
     bar.finish_and_clear();
     let _ = std::io::stdout().flush();
