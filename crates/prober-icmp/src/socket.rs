@@ -127,14 +127,7 @@ impl IcmpSocket {
         rx::enable_ttl(sock.as_fd(), v6).map_err(setup("IP_RECVTTL"))?;
         // Transmit stamps give the client send part (t1k − t1); a kernel
         // without them leaves that part unknown, it is no error.
-        let tx_stamps = match want_tx.then(|| rx::enable_tx_timestamps(sock.as_fd())) {
-            None => false,
-            Some(Ok(())) => true,
-            Some(Err(error)) => {
-                tracing::info!(%error, "no kernel transmit stamps on the icmp socket; the client send part stays unknown");
-                false
-            }
-        };
+        let tx_stamps = want_tx && rx::tx_timestamps_or_notice(sock.as_fd(), "icmp");
         let mut ident = fastrand::u16(..);
         if !raw {
             if v6 {

@@ -100,6 +100,25 @@ pub fn unix_ns(t: SystemTime) -> Option<u64> {
     u64::try_from(t.duration_since(UNIX_EPOCH).ok()?.as_nanos()).ok()
 }
 
+/// [`enable_tx_timestamps`] for a probe that can do without: `false`, and
+/// one notice per process (a warning-level log line, shown by default),
+/// when the kernel or socket type refuses. The parts that need the stamps
+/// (client send, network) then stay unknown; it is never an error.
+pub fn tx_timestamps_or_notice(fd: BorrowedFd<'_>, socket: &str) -> bool {
+    static NOTICE: std::sync::Once = std::sync::Once::new();
+    match enable_tx_timestamps(fd) {
+        Ok(()) => true,
+        Err(error) => {
+            NOTICE.call_once(|| {
+                tracing::warn!(
+                    "notice: no kernel transmit stamps on {socket} sockets ({error}); the client send and network parts stay unknown"
+                );
+            });
+            false
+        }
+    }
+}
+
 /// Asks for kernel software transmit stamps (SO_TIMESTAMPING with
 /// `SOF_TIMESTAMPING_TX_SOFTWARE`), queued with a copy of the packet on the
 /// socket's error queue; read them with `MSG_ERRQUEUE`.

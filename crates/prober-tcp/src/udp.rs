@@ -115,7 +115,7 @@ impl UdpProbe {
         // them (none is no error: that part stays unknown).
         prober_net::rx::enable_timestamps(socket.as_fd())?;
         let tx = Arc::new(TxStamps {
-            on: tx_stamps && prober_net::rx::enable_tx_timestamps(socket.as_fd()).is_ok(),
+            on: tx_stamps && prober_net::rx::tx_timestamps_or_notice(socket.as_fd(), "udp"),
             ..TxStamps::default()
         });
         let socket = Arc::new(socket);
