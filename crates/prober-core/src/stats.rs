@@ -95,24 +95,14 @@ impl Dist {
         if self.count == 0 {
             return None;
         }
-        let q = |p: f64| self.hist.value_at_quantile(p).clamp(self.min, self.max);
-        Some(DistSummary {
-            count: self.count,
-            mean: self.mean,
-            std: (self.m2 / self.count as f64).sqrt(),
-            min: self.min,
-            p1: q(0.01),
-            p5: q(0.05),
-            p10: q(0.10),
-            p25: q(0.25),
-            p50: q(0.50),
-            p75: q(0.75),
-            p90: q(0.90),
-            p95: q(0.95),
-            p99: q(0.99),
-            p99_9: q(0.999),
-            max: self.max,
-        })
+        Some(DistSummary::with_quantiles(
+            &self.hist,
+            self.count,
+            self.mean,
+            (self.m2 / self.count as f64).sqrt(),
+            self.min,
+            self.max,
+        ))
     }
 }
 
@@ -139,6 +129,44 @@ pub struct DistSummary {
 }
 
 impl DistSummary {
+    /// From a histogram alone (an HdrHistogram interval log's): count,
+    /// mean, standard deviation, min and max are the histogram's, to its
+    /// precision; `None` when it is empty.
+    pub fn from_histogram(h: &Histogram<u64>) -> Option<Self> {
+        (!h.is_empty())
+            .then(|| Self::with_quantiles(h, h.len(), h.mean(), h.stdev(), h.min(), h.max()))
+    }
+
+    /// The given count, mean, std, min and max, with quantiles from `h`
+    /// clamped to [min, max].
+    fn with_quantiles(
+        h: &Histogram<u64>,
+        count: u64,
+        mean: f64,
+        std: f64,
+        min: u64,
+        max: u64,
+    ) -> Self {
+        let q = |p: f64| h.value_at_quantile(p).clamp(min, max);
+        Self {
+            count,
+            mean,
+            std,
+            min,
+            p1: q(0.01),
+            p5: q(0.05),
+            p10: q(0.10),
+            p25: q(0.25),
+            p50: q(0.50),
+            p75: q(0.75),
+            p90: q(0.90),
+            p95: q(0.95),
+            p99: q(0.99),
+            p99_9: q(0.999),
+            max,
+        }
+    }
+
     /// A statistic by its field name (`mean`, `std`, `min`, `p50`, `p99.9`,
     /// `max`, `count`), in nanoseconds.
     pub fn get(&self, name: &str) -> Option<f64> {

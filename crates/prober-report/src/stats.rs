@@ -29,29 +29,11 @@ pub struct Describe {
 /// The table row of `s`.
 pub fn describe(s: &Series) -> Describe {
     if let Some(h) = &s.hist {
-        let n = h.len();
-        let q = |p: f64| h.value_at_quantile(p).clamp(h.min(), h.max());
         return Describe {
-            sent: n,
-            ok: n,
+            sent: h.len(),
+            ok: h.len(),
             loss_pct: None,
-            rtt: (n > 0).then(|| DistSummary {
-                count: n,
-                mean: h.mean(),
-                std: h.stdev(),
-                min: h.min(),
-                p1: q(0.01),
-                p5: q(0.05),
-                p10: q(0.10),
-                p25: q(0.25),
-                p50: q(0.50),
-                p75: q(0.75),
-                p90: q(0.90),
-                p95: q(0.95),
-                p99: q(0.99),
-                p99_9: q(0.999),
-                max: h.max(),
-            }),
+            rtt: DistSummary::from_histogram(h),
         };
     }
     // The same Dist, fed in the same (file) order, as the run's summary.

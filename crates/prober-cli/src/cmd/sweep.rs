@@ -153,19 +153,20 @@ pub(crate) async fn sweep(args: SweepArgs) -> anyhow::Result<ExitCode> {
             humantime::format_duration(args.max_point_time),
         );
     }
+    // One point's run: `run`'s settings at interval `iv`.
+    let config = |interval: Duration| RunConfig {
+        interval,
+        count,
+        duration: args.duration,
+        burst: 1,
+        pacing: args.pacing.into(),
+        timeout: args.timeout,
+        warmup,
+        max_in_flight: 4096,
+        precise_timer: true,
+    };
     for &iv in intervals {
-        RunConfig {
-            interval: iv,
-            count,
-            duration: args.duration,
-            burst: 1,
-            pacing: args.pacing.into(),
-            timeout: args.timeout,
-            warmup,
-            max_in_flight: 4096,
-            precise_timer: true,
-        }
-        .validate()?;
+        config(iv).validate()?;
     }
     let family = match (args.ipv4, args.ipv6) {
         (true, _) => Family::V4,
@@ -251,17 +252,7 @@ pub(crate) async fn sweep(args: SweepArgs) -> anyhow::Result<ExitCode> {
             p.round + 1,
             fmt_d(p.interval)
         ));
-        let cfg = RunConfig {
-            interval: p.interval,
-            count,
-            duration: args.duration,
-            burst: 1,
-            pacing: args.pacing.into(),
-            timeout: args.timeout,
-            warmup,
-            max_in_flight: 4096,
-            precise_timer: true,
-        };
+        let cfg = config(p.interval);
         let size = t.size(args.size);
         let probe = (t.protocol.build)(t.spec(addrs[p.target], size, cfg.timeout), &env)
             .await
