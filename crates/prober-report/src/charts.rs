@@ -114,6 +114,29 @@ fn no_data<DB: DrawingBackend, X: Ranged<ValueType = f64>>(
     root.draw_text("no successful probes", &style, (px + 10, py))
 }
 
+/// The mesh of a chart with a row per series (box, violin, parts): an x
+/// axis with `desc`, no y labels (the names are drawn in the margin).
+fn rows_mesh<DB: DrawingBackend, X>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<X, RangedCoordf64>>,
+    desc: impl Into<String>,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>>
+where
+    X: Ranged<ValueType = f64> + plotters::coord::ranged1d::ValueFormatter<f64>,
+{
+    chart
+        .configure_mesh()
+        .max_light_lines(1)
+        .light_line_style(RGBColor(238, 238, 238))
+        .bold_line_style(RGBColor(205, 205, 205))
+        .disable_y_mesh()
+        .y_labels(0)
+        .x_desc(desc)
+        .x_label_style(font(13))
+        .axis_desc_style(font(14))
+        .x_label_formatter(&|v| axis_number(*v))
+        .draw()
+}
+
 /// The y of row `i` of `n`: the first row at the top.
 fn row_y(i: usize, n: usize) -> f64 {
     (n - 1 - i) as f64
@@ -149,18 +172,7 @@ pub fn box_plot(rows: &[BoxRow]) -> ChartResult {
             .x_label_area_size(45)
             .y_label_area_size(LABEL_W)
             .build_cartesian_2d(lo..hi, -0.5..n - 0.5)?;
-        chart
-            .configure_mesh()
-            .max_light_lines(1)
-            .light_line_style(RGBColor(238, 238, 238))
-            .bold_line_style(RGBColor(205, 205, 205))
-            .disable_y_mesh()
-            .y_labels(0)
-            .x_desc(format!("RTT ({})", unit.name))
-            .x_label_style(font(13))
-            .axis_desc_style(font(14))
-            .x_label_formatter(&|v| axis_number(*v))
-            .draw()?;
+        rows_mesh(&mut chart, format!("RTT ({})", unit.name))?;
         for (i, r) in rows.iter().enumerate() {
             let y = row_y(i, rows.len());
             let c = colour(i);
@@ -273,18 +285,7 @@ pub fn violin_plot(rows: &[ViolinRow], log: bool) -> ChartResult {
             let lo = (min.max(1.0) / unit.ns).max(1e-9);
             let hi = (max / unit.ns).max(lo * 10.0);
             let mut chart = chart.build_cartesian_2d((lo..hi).log_scale(), -0.5..n - 0.5)?;
-            chart
-                .configure_mesh()
-                .max_light_lines(1)
-                .light_line_style(RGBColor(238, 238, 238))
-                .bold_line_style(RGBColor(205, 205, 205))
-                .disable_y_mesh()
-                .y_labels(0)
-                .x_desc(desc)
-                .x_label_style(font(13))
-                .axis_desc_style(font(14))
-                .x_label_formatter(&|v| axis_number(*v))
-                .draw()?;
+            rows_mesh(&mut chart, desc)?;
             violins(
                 &root,
                 &mut chart,
@@ -296,18 +297,7 @@ pub fn violin_plot(rows: &[ViolinRow], log: bool) -> ChartResult {
         } else {
             let (lo, hi) = padded(min.min(max), max, unit);
             let mut chart = chart.build_cartesian_2d(lo..hi, -0.5..n - 0.5)?;
-            chart
-                .configure_mesh()
-                .max_light_lines(1)
-                .light_line_style(RGBColor(238, 238, 238))
-                .bold_line_style(RGBColor(205, 205, 205))
-                .disable_y_mesh()
-                .y_labels(0)
-                .x_desc(desc)
-                .x_label_style(font(13))
-                .axis_desc_style(font(14))
-                .x_label_formatter(&|v| axis_number(*v))
-                .draw()?;
+            rows_mesh(&mut chart, desc)?;
             violins(&root, &mut chart, rows, &|x| x / unit.ns, unit, lo)?;
         }
         root.present()?;
@@ -590,18 +580,7 @@ pub fn parts_bars(bars: &[PartsBar]) -> ChartResult {
             .x_label_area_size(45)
             .y_label_area_size(LABEL_W)
             .build_cartesian_2d(0.0..(max * 1.05 / unit.ns).max(1e-9), -0.5..n - 0.5)?;
-        chart
-            .configure_mesh()
-            .max_light_lines(1)
-            .light_line_style(RGBColor(238, 238, 238))
-            .bold_line_style(RGBColor(205, 205, 205))
-            .disable_y_mesh()
-            .y_labels(0)
-            .x_desc(format!("median of each part ({})", unit.name))
-            .x_label_style(font(13))
-            .axis_desc_style(font(14))
-            .x_label_formatter(&|v| axis_number(*v))
-            .draw()?;
+        rows_mesh(&mut chart, format!("median of each part ({})", unit.name))?;
         for (i, b) in bars.iter().enumerate() {
             let y = row_y(i, bars.len());
             let mut x = 0.0;
