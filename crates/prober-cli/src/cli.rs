@@ -292,6 +292,28 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     pub(crate) no_tx_stamps: bool,
 
+    /// STAMP authenticated mode (RFC 8762 §4.2.2): the HMAC-SHA-256 key is
+    /// this file's bytes (one trailing newline dropped); never on the
+    /// command line.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) stamp_key: Option<PathBuf>,
+
+    /// STAMP timestamps in PTPv2 truncated format instead of NTP.
+    #[arg(long)]
+    pub(crate) stamp_ptp: bool,
+
+    /// Say this host's clock is synchronised to UTC (the S bit of STAMP's
+    /// Error Estimate): one-way delays are reported when the reflector says
+    /// so too.
+    #[arg(long)]
+    pub(crate) clock_synced: bool,
+
+    /// Optional STAMP TLVs (RFC 8972) in each request, comma separated:
+    /// location, timestamp-info, cos[=DSCP], direct, access-report,
+    /// follow-up, hmac, or all.
+    #[arg(long, value_name = "LIST")]
+    pub(crate) stamp_tlv: Option<String>,
+
     /// Start each probe line with the Unix time of the reply, as ping -D.
     #[arg(short = 'D')]
     pub(crate) unix_time: bool,
@@ -501,18 +523,46 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "ADDR", requires = "config")]
     pub(crate) metrics: Option<SocketAddr>,
 
-    /// Serve TCP on this address. [default: 0.0.0.0:8707, when none of --tcp, --udp, --grpc is given]
+    /// Serve TCP on this address. [default: 0.0.0.0:8707, when none of --tcp, --udp, --grpc, --stamp is given]
     #[arg(long, value_name = "ADDR")]
     pub(crate) tcp: Option<SocketAddr>,
 
-    /// Serve UDP on this address. [default: 0.0.0.0:8707, when none of --tcp, --udp, --grpc is given]
+    /// Serve UDP on this address. [default: 0.0.0.0:8707, when none of --tcp, --udp, --grpc, --stamp is given]
     #[arg(long, value_name = "ADDR")]
     pub(crate) udp: Option<SocketAddr>,
 
     /// Serve gRPC (Echo and grpc.health.v1) on this address. [default:
-    /// 0.0.0.0:8708, when none of --tcp, --udp, --grpc is given]
+    /// 0.0.0.0:8708, when none of --tcp, --udp, --grpc, --stamp is given]
     #[arg(long, value_name = "ADDR")]
     pub(crate) grpc: Option<SocketAddr>,
+
+    /// Run a STAMP reflector (RFC 8762/8972) on this address (the standard
+    /// port is 862).
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) stamp: Option<SocketAddr>,
+
+    /// STAMP authenticated mode: the HMAC key is this file's bytes.
+    #[arg(long, value_name = "FILE", requires = "stamp")]
+    pub(crate) stamp_key: Option<PathBuf>,
+
+    /// STAMP reflector in stateless mode (copies the sender's sequence
+    /// numbers) instead of stateful (its own per session, which lets
+    /// senders tell forward from backward loss).
+    #[arg(long, requires = "stamp")]
+    pub(crate) stamp_stateless: bool,
+
+    /// STAMP replies per second per source address (burst as many); 0
+    /// for no limit.
+    #[arg(long, value_name = "N", default_value_t = 1000, requires = "stamp")]
+    pub(crate) stamp_rate: u32,
+
+    /// STAMP reflector timestamps in PTPv2 truncated format instead of NTP.
+    #[arg(long, requires = "stamp")]
+    pub(crate) stamp_ptp: bool,
+
+    /// Say this host's clock is synchronised to UTC (the STAMP S bit).
+    #[arg(long, requires = "stamp")]
+    pub(crate) clock_synced: bool,
 
     /// Serve gRPC over TLS with this certificate chain (PEM); needs --tls-key.
     #[arg(long, value_name = "FILE", requires = "tls_key")]

@@ -15,5 +15,6 @@ pub(crate) static PROTOCOLS: Registry = Registry::new(&[
     &prober_grpc::GRPC,
     &prober_grpc::GRPC_STREAM,
     &prober_grpc::GRPC_HEALTH,
+    &prober_stamp::STAMP,
     &prober_icmp::ICMP,
 ]);

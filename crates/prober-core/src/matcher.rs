@@ -34,6 +34,23 @@ pub struct Anomalies {
     pub corrupt: u64,
     /// Connections re-established after the first.
     pub reconnects: u64,
+    /// Loss by direction, where the protocol can tell (STAMP with a
+    /// stateful reflector).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub direction: Option<DirectionLoss>,
+}
+
+/// Lost probes by direction: requests that never reached the responder,
+/// replies that never came back, and probes after the newest reply, whose
+/// direction cannot be known yet.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct DirectionLoss {
+    /// Requests lost on the way to the responder.
+    pub forward: u64,
+    /// Replies lost on the way back.
+    pub backward: u64,
+    /// Lost, direction unknown (after the newest reply).
+    pub unknown: u64,
 }
 
 impl std::ops::AddAssign for Anomalies {
@@ -44,6 +61,14 @@ impl std::ops::AddAssign for Anomalies {
         self.unknown += o.unknown;
         self.corrupt += o.corrupt;
         self.reconnects += o.reconnects;
+        self.direction = match (self.direction, o.direction) {
+            (Some(a), Some(b)) => Some(DirectionLoss {
+                forward: a.forward + b.forward,
+                backward: a.backward + b.backward,
+                unknown: a.unknown + b.unknown,
+            }),
+            (a, b) => a.or(b),
+        };
     }
 }
 
@@ -208,7 +233,17 @@ impl<T: Send + 'static> Matcher<T> {
         }
     }
 
-    /// Counts one reconnect.
+    /// Counts a reply that came back altered or failed its checks.
+    pub fn count_corrupt(&self) {
+        self.lock().counts.corrupt += 1;
+    }
+
+    /// Counts a reply for a sequence number this run never sent or forgot.
+    pub fn count_unknown(&self) {
+        self.lock().counts.unknown += 1;
+    }
+
+    /// Counts a re-established connection.
     pub fn count_reconnect(&self) {
         self.lock().counts.reconnects += 1;
     }

@@ -60,6 +60,15 @@ pub struct ResponderTimes {
     pub dwell: Option<u64>,
     /// Its write to its kernel transmit stamp (t3k − t3).
     pub send: Option<u64>,
+    /// Its whole turnaround, receive to transmit, where it reports only
+    /// that (a STAMP reflector's T3 − T2): the split then has client send,
+    /// network, this and client wake, and they add up to the RTT.
+    pub turnaround: Option<u64>,
+    /// One-way delay client to responder (STAMP's T2 − T1), only when both
+    /// hosts say their clocks are synchronised.
+    pub forward: Option<u64>,
+    /// One-way delay responder to client (T4 − T3), likewise.
+    pub backward: Option<u64>,
 }
 
 /// One round trip's timestamps, each in ns since the Unix epoch on the
@@ -121,7 +130,7 @@ impl Stamps {
         let r = self.responder.unwrap_or_default();
         let turnaround = match (r.wake, r.dwell, r.send) {
             (Some(w), Some(d), Some(s)) => w.checked_add(d).and_then(|x| x.checked_add(s)),
-            _ => None,
+            _ => r.turnaround,
         };
         let network = if self.kernel_peer {
             kernel_rtt
@@ -140,6 +149,7 @@ impl Stamps {
             responder_dwell: r.dwell,
             responder_send: r.send,
             client_wake: t4k.map(|k| t4 - k),
+            responder_turnaround: r.turnaround,
             kernel_peer: self.kernel_peer,
         }
     }
@@ -171,6 +181,10 @@ pub struct Parts {
     pub responder_send: Option<u64>,
     /// t4 − t4k.
     pub client_wake: Option<u64>,
+    /// The responder's turnaround as a whole, where it reports only that
+    /// (STAMP's T3 − T2; its parts stay unknown): client send + network +
+    /// this + client wake = `rtt`.
+    pub responder_turnaround: Option<u64>,
     /// The peer is a kernel (ICMP): the responder parts do not apply.
     pub kernel_peer: bool,
 }
@@ -188,6 +202,11 @@ impl Parts {
         "client_wake",
     ];
 
+    /// The name of [`Parts::responder_turnaround`] in summaries' `parts`
+    /// (not one of the six: it stands for the three responder parts where
+    /// they are unknown).
+    pub const TURNAROUND: &'static str = "responder_turnaround";
+
     /// The six parts in [`Parts::NAMES`] order.
     pub fn list(&self) -> [Option<u64>; 6] {
         [
@@ -201,13 +220,15 @@ impl Parts {
     }
 
     /// True when every part that applies is known (so they add up to
-    /// `rtt`); for a kernel peer the responder parts do not apply.
+    /// `rtt`); for a kernel peer the responder parts do not apply, and a
+    /// responder that reports only its turnaround stands for all three.
     pub fn complete(&self) -> bool {
         let l = self.list();
+        let ends = [l[0], l[1], l[5]].iter().all(Option::is_some);
         if self.kernel_peer {
-            [l[0], l[1], l[5]].iter().all(Option::is_some)
+            ends
         } else {
-            l.iter().all(Option::is_some)
+            (ends && self.responder_turnaround.is_some()) || l.iter().all(Option::is_some)
         }
     }
 
@@ -297,6 +318,7 @@ mod tests {
                 wake: Some(3_000),
                 dwell: Some(5_000),
                 send: Some(2_000),
+                ..ResponderTimes::default()
             }),
             kernel_peer: false,
         }

@@ -250,6 +250,12 @@ pub struct Dists {
     pub kernel_rtt: Dist,
     /// Each part of the split ([`crate::Parts::NAMES`] order), where known.
     pub parts: [Dist; 6],
+    /// The responder's turnaround where it reports only that (STAMP).
+    pub turnaround: Dist,
+    /// One-way delays, where both clocks say they are synchronised (STAMP).
+    pub forward: Dist,
+    /// One-way delay back.
+    pub backward: Dist,
     /// Replies whose six parts are all known.
     pub split_complete: u64,
     /// Replies with some parts known, not all.
@@ -308,6 +314,17 @@ impl TargetStats {
                 d.rx_wake.record(wake);
             }
             let parts = reply.parts();
+            if let Some(r) = reply.stamps.responder {
+                if let Some(f) = r.forward {
+                    d.forward.record_ns(f);
+                }
+                if let Some(b) = r.backward {
+                    d.backward.record_ns(b);
+                }
+            }
+            if let Some(t) = parts.responder_turnaround {
+                d.turnaround.record_ns(t);
+            }
             if let Some(k) = parts.kernel_rtt {
                 d.kernel_rtt.record_ns(k);
             }
@@ -360,6 +377,9 @@ impl TargetStats {
             server_dwell: dist(|d| &d.server_dwell),
             rx_wake: dist(|d| &d.rx_wake),
             kernel_rtt: dist(|d| &d.kernel_rtt),
+            forward: dist(|d| &d.forward),
+            backward: dist(|d| &d.backward),
+            direction_loss: anomalies.direction,
             parts: self
                 .dists
                 .as_deref()
@@ -367,6 +387,7 @@ impl TargetStats {
                     crate::Parts::NAMES
                         .iter()
                         .zip(&d.parts)
+                        .chain([(&crate::Parts::TURNAROUND, &d.turnaround)])
                         .filter_map(|(name, dist)| Some(((*name).to_owned(), dist.summary()?)))
                         .collect()
                 })
@@ -417,6 +438,15 @@ pub struct Summary {
     pub rx_wake: Option<DistSummary>,
     /// Kernel transmit to kernel receive (t4k − t1k), where known.
     pub kernel_rtt: Option<DistSummary>,
+    /// One-way delay out (STAMP with both clocks synchronised).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forward: Option<DistSummary>,
+    /// One-way delay back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backward: Option<DistSummary>,
+    /// Lost probes by direction, where the protocol can tell.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub direction_loss: Option<crate::DirectionLoss>,
     /// The distribution of each part of the split that was ever known
     /// (`client_send`, `network`, ...), by name.
     pub parts: std::collections::BTreeMap<String, DistSummary>,

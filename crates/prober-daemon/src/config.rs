@@ -52,6 +52,16 @@ pub struct ServeSection {
     pub udp: Option<SocketAddr>,
     /// gRPC responder address.
     pub grpc: Option<SocketAddr>,
+    /// STAMP reflector address (RFC 8762; the standard port is 862).
+    pub stamp: Option<SocketAddr>,
+    /// STAMP authenticated mode: the HMAC key is this file's bytes.
+    pub stamp_key: Option<std::path::PathBuf>,
+    /// STAMP reflector in stateless mode.
+    #[serde(default)]
+    pub stamp_stateless: bool,
+    /// STAMP replies per second per source address; 0 for no limit
+    /// [default: 1000].
+    pub stamp_rate: Option<u32>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -337,6 +337,15 @@ pub async fn run(
     responders.tcp = responders.tcp.or(cfg.serve.tcp);
     responders.udp = responders.udp.or(cfg.serve.udp);
     responders.grpc = responders.grpc.or(cfg.serve.grpc);
+    if responders.stamp.is_none() && cfg.serve.stamp.is_some() {
+        responders.stamp = cfg.serve.stamp;
+        let s = &mut responders.stamp_config;
+        s.stateful = !cfg.serve.stamp_stateless;
+        s.rate = cfg.serve.stamp_rate.unwrap_or(s.rate);
+        if let Some(path) = &cfg.serve.stamp_key {
+            s.key = Some(prober_stamp::Key::from_file(path).map_err(DaemonError::Config)?);
+        }
+    }
     let mut listeners = responder::start(&responders, &listeners_stop).await?;
     for (what, addr) in &listeners.bound {
         listening(what, *addr);

@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use prober_grpc::{ServerConfig, ServerTls, serve_grpc};
+use prober_stamp::{ReflectorConfig, ReflectorStats, serve_stamp};
 use prober_tcp::{ResponderConfig, serve_tcp, serve_udp};
+use std::sync::Arc;
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -41,6 +43,10 @@ pub struct ResponderOptions {
     pub delay: Duration,
     /// Hold every gRPC request this long.
     pub grpc_delay: Duration,
+    /// STAMP reflector address.
+    pub stamp: Option<SocketAddr>,
+    /// How the STAMP reflector answers.
+    pub stamp_config: ReflectorConfig,
 }
 
 /// Running responders.
@@ -50,6 +56,8 @@ pub struct Responders {
     pub tasks: JoinSet<std::io::Result<()>>,
     /// What listens where: `("tcp", addr)`, `("grpcs", addr)`, ...
     pub bound: Vec<(&'static str, SocketAddr)>,
+    /// The STAMP reflector's counters, when it runs.
+    pub stamp: Option<Arc<ReflectorStats>>,
 }
 
 /// Binds and starts the responders asked for. They stop when `stop` is
@@ -117,5 +125,24 @@ pub async fn start(
                 .map_err(std::io::Error::other)
         });
     }
-    Ok(Responders { tasks, bound })
+    let mut stamp = None;
+    if let Some(addr) = opts.stamp {
+        let socket = UdpSocket::bind(addr)
+            .await
+            .map_err(|e| DaemonError::io(format!("binding stamp {addr}"), e))?;
+        bound.push(("stamp", local(socket.local_addr(), "stamp")?));
+        let stats = Arc::new(ReflectorStats::default());
+        stamp = Some(Arc::clone(&stats));
+        tasks.spawn(serve_stamp(
+            socket,
+            opts.stamp_config.clone(),
+            stats,
+            stop.clone(),
+        ));
+    }
+    Ok(Responders {
+        tasks,
+        bound,
+        stamp,
+    })
 }

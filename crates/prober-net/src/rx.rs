@@ -56,6 +56,49 @@ pub fn recv_stamped_ttl<S: SockaddrLike>(
     fd: BorrowedFd<'_>,
     buf: &mut [u8],
 ) -> io::Result<Stamped<S>> {
+    recv_meta(fd, buf).map(|m| (m.len, m.from, m.stamp, m.ttl))
+}
+
+/// Asks the kernel to pass each datagram's TOS octet (IPv6 traffic class)
+/// and destination address with it, for [`recv_meta`].
+///
+/// # Errors
+/// If the socket refuses an option.
+pub fn enable_tos_and_dst(fd: BorrowedFd<'_>, v6: bool) -> io::Result<()> {
+    if v6 {
+        setsockopt(&fd, sockopt::Ipv6RecvTClass, &true)?;
+        setsockopt(&fd, sockopt::Ipv6RecvPacketInfo, &true)?;
+    } else {
+        setsockopt(&fd, sockopt::IpRecvTos, &true)?;
+        setsockopt(&fd, sockopt::Ipv4PacketInfo, &true)?;
+    }
+    Ok(())
+}
+
+/// One datagram as [`recv_meta`] read it.
+#[derive(Debug, Clone, Copy)]
+pub struct Meta<S> {
+    /// Its length.
+    pub len: usize,
+    /// Its sender.
+    pub from: Option<S>,
+    /// The kernel's receive time.
+    pub stamp: Option<SystemTime>,
+    /// Its IP TTL or hop limit ([`enable_ttl`]).
+    pub ttl: Option<u8>,
+    /// Its TOS octet or traffic class: DSCP and ECN
+    /// ([`enable_tos_and_dst`]).
+    pub tos: Option<u8>,
+    /// The address it was sent to ([`enable_tos_and_dst`]).
+    pub dst: Option<std::net::IpAddr>,
+}
+
+/// Receives one datagram without blocking, with every control message
+/// prober asks for: kernel stamp, TTL, TOS and destination address.
+///
+/// # Errors
+/// Whatever `recvmsg` reports, `WouldBlock` included.
+pub fn recv_meta<S: SockaddrLike>(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Meta<S>> {
     let mut iov = [IoSliceMut::new(buf)];
     // Room for SCM_TIMESTAMPNS, SCM_TIMESTAMPING (three timespecs, sent as
     // well once SO_TIMESTAMPING reports software stamps), the TTL and more:
@@ -68,22 +111,38 @@ pub fn recv_stamped_ttl<S: SockaddrLike>(
         MsgFlags::MSG_DONTWAIT,
     )
     .map_err(io::Error::from)?;
-    let (mut stamp, mut ttl) = (None, None);
+    let mut m = Meta {
+        len: msg.bytes,
+        from: None,
+        stamp: None,
+        ttl: None,
+        tos: None,
+        dst: None,
+    };
     if let Ok(cmsgs) = msg.cmsgs() {
         for c in cmsgs {
             match c {
-                ControlMessageOwned::ScmTimestampns(ts) => stamp = system_time(&ts),
-                ControlMessageOwned::ScmTimestampsns(ts) if stamp.is_none() => {
-                    stamp = system_time(&ts.system);
+                ControlMessageOwned::ScmTimestampns(ts) => m.stamp = system_time(&ts),
+                ControlMessageOwned::ScmTimestampsns(ts) if m.stamp.is_none() => {
+                    m.stamp = system_time(&ts.system);
                 }
                 ControlMessageOwned::Ipv4Ttl(t) | ControlMessageOwned::Ipv6HopLimit(t) => {
-                    ttl = u8::try_from(t).ok();
+                    m.ttl = u8::try_from(t).ok();
+                }
+                ControlMessageOwned::Ipv4Tos(t) => m.tos = Some(t),
+                ControlMessageOwned::Ipv6TClass(t) => m.tos = u8::try_from(t).ok(),
+                ControlMessageOwned::Ipv4PacketInfo(p) => {
+                    m.dst = Some(std::net::Ipv4Addr::from(u32::from_be(p.ipi_addr.s_addr)).into());
+                }
+                ControlMessageOwned::Ipv6PacketInfo(p) => {
+                    m.dst = Some(std::net::Ipv6Addr::from(p.ipi6_addr.s6_addr).into());
                 }
                 _ => {}
             }
         }
     }
-    Ok((msg.bytes, msg.address, stamp, ttl))
+    m.from = msg.address;
+    Ok(m)
 }
 
 /// A kernel timespec on CLOCK_REALTIME as a `SystemTime`; `None` for zero.
@@ -164,6 +223,59 @@ pub fn recv_tx_stamp(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, O
         }
     }
     Ok((msg.bytes, stamp.filter(|_| is_stamp)))
+}
+
+/// Asks for kernel software transmit stamps without a copy of the packet
+/// (`OPT_TSONLY`), each numbered by the socket's send counter (`OPT_ID`:
+/// datagrams sent since this call, from 0), for [`recv_tx_stamp_id`].
+///
+/// # Errors
+/// If the socket refuses the option.
+pub fn enable_tx_timestamps_id(fd: BorrowedFd<'_>) -> io::Result<()> {
+    use nix::sys::socket::TimestampingFlag as F;
+    let flags = F::SOF_TIMESTAMPING_TX_SOFTWARE
+        | F::SOF_TIMESTAMPING_SOFTWARE
+        | F::SOF_TIMESTAMPING_OPT_ID
+        | F::SOF_TIMESTAMPING_OPT_TSONLY;
+    setsockopt(&fd, sockopt::Timestamping, &flags)?;
+    Ok(())
+}
+
+/// Reads one transmit stamp of [`enable_tx_timestamps_id`] without
+/// blocking: the send counter of the datagram and its stamp (ns since the
+/// epoch); `Ok(None)` for an entry that is not a stamp (an ICMP error).
+/// `WouldBlock` when the queue is empty.
+///
+/// # Errors
+/// Whatever `recvmsg` reports.
+pub fn recv_tx_stamp_id(fd: BorrowedFd<'_>) -> io::Result<Option<(u32, u64)>> {
+    let mut buf = [0u8; 64];
+    let mut iov = [IoSliceMut::new(&mut buf)];
+    let mut cmsg = nix::cmsg_space!([u8; 512]);
+    let msg = recvmsg::<()>(
+        fd.as_raw_fd(),
+        &mut iov,
+        Some(&mut cmsg),
+        MsgFlags::MSG_ERRQUEUE | MsgFlags::MSG_DONTWAIT,
+    )
+    .map_err(io::Error::from)?;
+    let (mut stamp, mut id) = (None, None);
+    if let Ok(cmsgs) = msg.cmsgs() {
+        for c in cmsgs {
+            match c {
+                ControlMessageOwned::ScmTimestampsns(ts) => {
+                    stamp = system_time(&ts.system).and_then(unix_ns);
+                }
+                ControlMessageOwned::Ipv4RecvErr(e, _) | ControlMessageOwned::Ipv6RecvErr(e, _)
+                    if e.ee_origin == nix::libc::SO_EE_ORIGIN_TIMESTAMPING =>
+                {
+                    id = Some(e.ee_data);
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(id.zip(stamp))
 }
 
 /// Kernel transmit stamps (ns since the epoch) by probe seq, filed as they

@@ -64,8 +64,25 @@ impl HumanSink {
             let _ = write!(head, "; kernel rtt {}", format_ns(k.p50 as f64));
         }
         writeln!(self.out, "{head}):")?;
+        let turnaround = s.parts.get(prober_core::Parts::TURNAROUND);
         for name in prober_core::Parts::NAMES {
             let label = name.replace('_', " ");
+            if let Some(d) = turnaround
+                && name.starts_with("responder")
+                && !s.parts.contains_key(name)
+            {
+                // The responder reports only its turnaround (STAMP T3 − T2).
+                if name == "responder_wake" {
+                    writeln!(
+                        self.out,
+                        "  {:<16} {:>10}  {:>5.1}%  (T3 − T2, as the reflector reports it)",
+                        "responder",
+                        format_ns(d.p50 as f64),
+                        d.p50 as f64 * 100.0 / rtt.p50.max(1) as f64
+                    )?;
+                }
+                continue;
+            }
             match s.parts.get(name) {
                 Some(d) => writeln!(
                     self.out,
@@ -190,6 +207,19 @@ impl HumanSink {
             }
             if let Some(d) = &s.rx_wake {
                 writeln!(self.out, "{}", dist_line("rx wake", Some(d)))?;
+            }
+            if let Some(d) = &s.forward {
+                writeln!(self.out, "{}", dist_line("forward", Some(d)))?;
+            }
+            if let Some(d) = &s.backward {
+                writeln!(self.out, "{}", dist_line("backward", Some(d)))?;
+            }
+            if let Some(l) = &s.direction_loss {
+                writeln!(
+                    self.out,
+                    "lost      forward {}, backward {}, direction unknown {} (after the newest reply)",
+                    l.forward, l.backward, l.unknown
+                )?;
             }
             self.write_split(s)?;
         }

@@ -123,6 +123,14 @@ pub struct ProbeLine<'a> {
     ping_rtt_ns: Option<u64>,
     #[serde(skip_serializing_if = "PartsNs::is_empty")]
     parts: PartsNs,
+    /// The responder's turnaround where it reports only that (STAMP).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    responder_turnaround_ns: Option<u64>,
+    /// One-way delays (STAMP, both clocks synchronised).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    forward_ns: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    backward_ns: Option<u64>,
 }
 
 /// The known parts of a probe's split, as `{"client_send_ns": ..}`; an
@@ -186,6 +194,10 @@ impl<'a> ProbeLine<'a> {
             Outcome::Ok(r) => r.parts(),
             _ => Parts::default(),
         };
+        let responder = match &s.outcome {
+            Outcome::Ok(r) => r.stamps.responder,
+            _ => None,
+        };
         Self {
             kind: "probe",
             job: t.job.as_deref(),
@@ -209,6 +221,9 @@ impl<'a> ProbeLine<'a> {
             kernel_rtt_ns: parts.kernel_rtt,
             ping_rtt_ns: parts.ping_rtt,
             parts: PartsNs(parts.list()),
+            responder_turnaround_ns: parts.responder_turnaround,
+            forward_ns: responder.and_then(|r| r.forward),
+            backward_ns: responder.and_then(|r| r.backward),
         }
     }
 

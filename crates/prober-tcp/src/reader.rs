@@ -51,7 +51,7 @@ pub(crate) async fn await_reply(
         responder: Some(ResponderTimes {
             wake: got.responder_wake,
             dwell: Some(u64::try_from(got.dwell.as_nanos()).unwrap_or(u64::MAX)),
-            send: None,
+            ..ResponderTimes::default()
         }),
         kernel_peer: false,
     };

@@ -172,11 +172,58 @@ fn check_options(args: &RunArgs, targets: &[Target]) -> anyhow::Result<()> {
         &|t| t.protocol.options.icmp_socket,
         "icmp targets",
     )?;
+    let stamp_given = args.stamp_key.is_some()
+        || args.stamp_ptp
+        || args.clock_synced
+        || args.stamp_tlv.is_some();
+    check(
+        stamp_given,
+        "--stamp-key, --stamp-ptp, --clock-synced and --stamp-tlv",
+        &|t| t.scheme.name == "stamp",
+        "stamp targets",
+    )?;
     if args.fields.is_some() && args.output == Output::Json {
         bail!(
             "--fields chooses the columns of -o human and -o csv; -o json always has every field"
         );
     }
+    Ok(())
+}
+
+/// Reads the `--stamp-*` options and puts them where the `stamp://`
+/// builder finds them; a `--size` below what they need is refused here,
+/// before any socket opens.
+fn seed_stamp_options(args: &RunArgs, targets: &[Target], env: &BuildEnv) -> anyhow::Result<()> {
+    let opts = prober_stamp::SenderOptions {
+        key: match &args.stamp_key {
+            Some(path) => Some(prober_stamp::Key::from_file(path).map_err(|e| anyhow!(e))?),
+            None => None,
+        },
+        format: if args.stamp_ptp {
+            prober_stamp::Format::Ptp
+        } else {
+            prober_stamp::Format::Ntp
+        },
+        clock_synced: args.clock_synced,
+        tlvs: match &args.stamp_tlv {
+            Some(list) => prober_stamp::TlvChoice::parse(list).map_err(|e| anyhow!(e))?,
+            None => prober_stamp::TlvChoice::default(),
+        },
+    };
+    let min = opts.min_size();
+    if let Some(size) = args.size
+        && targets.iter().any(|t| t.scheme.name == "stamp")
+        && (size < min || (size > min && size < min + 4))
+    {
+        bail!(
+            "--size {size}: a {} STAMP request with these TLVs is {min} bytes, or {} and more (Extra Padding has a 4-byte header)",
+            opts.mode().as_str(),
+            min + 4
+        );
+    }
+    let _ = env
+        .shared
+        .get_or_try_init(|| Ok::<_, std::convert::Infallible>(std::sync::Arc::new(opts)));
     Ok(())
 }
 
@@ -251,6 +298,9 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         tx_stamps: !args.no_tx_stamps,
         ..BuildEnv::default()
     };
+    if !self_test {
+        seed_stamp_options(&args, &targets, &env)?;
+    }
     let responder_stop = CancellationToken::new();
     let (responders, targets) = if self_test {
         let (r, targets) = start_self_test(&responder_stop).await?;

@@ -30,6 +30,19 @@ fn responder_options(args: &ServeArgs) -> ResponderOptions {
         delay_every: args.delay_every,
         delay: args.delay,
         grpc_delay: args.grpc_delay,
+        stamp: args.stamp,
+        stamp_config: prober_stamp::ReflectorConfig {
+            key: None,
+            stateful: !args.stamp_stateless,
+            rate: args.stamp_rate,
+            format: if args.stamp_ptp {
+                prober_stamp::Format::Ptp
+            } else {
+                prober_stamp::Format::Ntp
+            },
+            clock_synced: args.clock_synced,
+            ..prober_stamp::ReflectorConfig::default()
+        },
     }
 }
 
@@ -61,9 +74,34 @@ fn daemon_signals() -> anyhow::Result<mpsc::Receiver<Control>> {
     Ok(rx)
 }
 
+/// Says what the STAMP reflector did, at exit.
+fn log_stamp_stats(stats: &prober_stamp::ReflectorStats) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let dropped: Vec<String> = stats
+        .dropped()
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(r, n)| format!("{r} {n}"))
+        .collect();
+    tracing::info!(
+        "stamp: received {}, reflected {}, dropped: {}",
+        stats.received.load(Relaxed),
+        stats.reflected.load(Relaxed),
+        if dropped.is_empty() {
+            "none".to_owned()
+        } else {
+            dropped.join(", ")
+        }
+    );
+}
+
 /// Runs `prober serve` until SIGINT or SIGTERM.
 pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut opts = responder_options(&args);
+    if let Some(path) = &args.stamp_key {
+        opts.stamp_config.key =
+            Some(prober_stamp::Key::from_file(path).map_err(anyhow::Error::msg)?);
+    }
     if let Some(path) = args.config.clone() {
         if args.check_config {
             println!("{}", prober_daemon::check(&path, &PROTOCOLS).await?);
@@ -81,7 +119,7 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         prober_daemon::run(daemon, &PROTOCOLS, control, &mut listening).await?;
         return Ok(ExitCode::SUCCESS);
     }
-    if (args.tcp, args.udp, args.grpc) == (None, None, None) {
+    if (args.tcp, args.udp, args.grpc, args.stamp) == (None, None, None, None) {
         let any = Ipv4Addr::UNSPECIFIED;
         opts.tcp = Some(SocketAddr::from((any, DEFAULT_PORT)));
         opts.udp = Some(SocketAddr::from((any, DEFAULT_PORT)));
@@ -98,6 +136,9 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             stop.cancel();
             return Err(e);
         }
+    }
+    if let Some(stats) = &responders.stamp {
+        log_stamp_stats(stats);
     }
     tracing::info!("responder stopped");
     Ok(ExitCode::SUCCESS)

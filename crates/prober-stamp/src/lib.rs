@@ -1,0 +1,25 @@
+//! STAMP, the Simple Two-way Active Measurement Protocol (RFC 8762), with
+//! the optional extensions of RFC 8972: a Session-Sender probe
+//! (`stamp://host[:port]`) and a Session-Reflector (`prober serve
+//! --stamp`). Routers (Junos, SR OS, IOS XR and others) ship reflectors, so
+//! prober can measure against them with nothing installed on the far end.
+//!
+//! STAMP carries the four timestamps the split needs: the network part of
+//! a round trip is (T4 − T1) − (T3 − T2) against any standard reflector.
+//! See docs/stamp.md.
+
+pub mod packet;
+mod protocol;
+pub mod reflector;
+mod sender;
+pub mod time;
+pub mod tlv;
+
+pub use packet::{Key, Mode};
+pub use protocol::STAMP;
+pub use reflector::{ReflectorConfig, ReflectorStats, serve_stamp};
+pub use sender::{SenderOptions, StampProbe, TlvChoice};
+pub use time::Format;
+
+/// The STAMP port assigned by IANA (RFC 8762 §4.1).
+pub const DEFAULT_PORT: u16 = 862;
