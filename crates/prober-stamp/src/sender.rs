@@ -237,8 +237,8 @@ struct Shared {
     /// Our first sequence number.
     base: u32,
     matcher: Arc<Matcher<Arrival>>,
-    /// (request index, probe seq) by index modulo [`RING`].
-    ring: Mutex<Vec<(u32, u64)>>,
+    /// (request index, probe seq, answered) by index modulo [`RING`].
+    ring: Mutex<Vec<(u32, u64, bool)>>,
     session: Mutex<Session>,
     tx: prober_net::rx::TxStamps,
     tx_on: bool,
@@ -309,7 +309,7 @@ impl StampProbe {
             ssid: fastrand::u16(1..),
             base: fastrand::u32(1 << 20..1 << 31),
             matcher: Matcher::new(),
-            ring: Mutex::new(vec![(u32::MAX, 0); RING]),
+            ring: Mutex::new(vec![(u32::MAX, 0, false); RING]),
             session: Mutex::new(Session::default()),
             tx: prober_net::rx::TxStamps::default(),
             tx_on,
@@ -336,11 +336,17 @@ impl Shared {
         self.session.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The probe seq of request index `idx`, if it is still in the ring.
-    fn seq_of(&self, idx: u32) -> Option<u64> {
-        let ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
-        let (i, seq) = ring[idx as usize % RING];
-        (i == idx).then_some(seq)
+    /// The probe seq of request index `idx`, if it is still in the ring,
+    /// and whether this is its first reply (marking it answered).
+    fn answer(&self, idx: u32) -> Option<(u64, bool)> {
+        let mut ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
+        let slot = &mut ring[idx as usize % RING];
+        if slot.0 != idx {
+            return None;
+        }
+        let first = !slot.2;
+        slot.2 = true;
+        Some((slot.1, first))
     }
 
     /// Files transmit stamps from the error queue by request index (the
@@ -386,21 +392,13 @@ impl Shared {
             return;
         }
         let idx = reply.sender_seq.wrapping_sub(self.base);
-        let Some(seq) = self.seq_of(idx) else {
+        let Some((seq, first)) = self.answer(idx) else {
             self.matcher.count_unknown();
             return;
         };
-        let got = Got {
-            received,
-            t4k: rx.0,
-            t4: rx.1,
-            reply,
-        };
-        let delivery = self.matcher.deliver(seq, Ok(got));
-        if matches!(
-            delivery,
-            prober_core::Delivery::Matched | prober_core::Delivery::Late
-        ) {
+        // Counted before the probe is woken, so that its run's final counts
+        // include its reply.
+        if first {
             let mut s = self.lock_session();
             s.replies += 1;
             s.stateful |= reply.seq != reply.sender_seq;
@@ -408,6 +406,13 @@ impl Shared {
                 s.newest = Some((idx, reply.seq));
             }
         }
+        let got = Got {
+            received,
+            t4k: rx.0,
+            t4: rx.1,
+            reply,
+        };
+        self.matcher.deliver(seq, Ok(got));
     }
 
     /// Checks the reply's TLVs as RFC 8972 §4 asks of a sender: an I flag
@@ -467,7 +472,7 @@ impl Probe for StampProbe {
         let idx = self.next.fetch_add(1, Ordering::Relaxed);
         {
             let mut ring = sh.ring.lock().unwrap_or_else(PoisonError::into_inner);
-            ring[idx as usize % RING] = (idx, seq);
+            ring[idx as usize % RING] = (idx, seq, false);
         }
         sh.lock_session().sent += 1;
         let mut buf = self.template.clone();

@@ -142,9 +142,11 @@ mod tests {
     fn ntp_at_the_epochs() {
         // 1970-01-01: NTP seconds are the offset.
         assert_eq!(Format::Ntp.encode(0), NTP_UNIX_OFFSET << 32);
-        // 1900 is NTP zero: 2,208,988,800 s before the Unix epoch, which a
-        // Unix time cannot be; decoding refuses it.
-        assert_eq!(Format::Ntp.decode(0, 0), None);
+        // NTP zero is 1900 in era 0 and 2036-02-07 in era 1; from 1970 on
+        // the nearer is 2036 (1900 is 70 years back, past half an era).
+        assert_eq!(Format::Ntp.decode(0, 0), Some(ROLLOVER_UNIX * NS));
+        // A time before the Unix epoch is no Unix time.
+        assert_eq!(Format::Ntp.decode(Format::Ntp.encode(0) - (10 << 32), 0), None);
         // Half a second is 2^31 of fraction.
         assert_eq!(Format::Ntp.encode(NS / 2) & 0xffff_ffff, 1 << 31);
         // The rollover: seconds 0 of era 1.

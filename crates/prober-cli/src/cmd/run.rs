@@ -216,7 +216,7 @@ fn seed_stamp_options(args: &RunArgs, targets: &[Target], env: &BuildEnv) -> any
         && (size < min || (size > min && size < min + 4))
     {
         bail!(
-            "--size {size}: a {} STAMP request with these TLVs is {min} bytes, or {} and more (Extra Padding has a 4-byte header)",
+            "--size {size}: a STAMP request in {} mode with these TLVs is {min} bytes, or {} and more (Extra Padding has a 4-byte header)",
             opts.mode().as_str(),
             min + 4
         );
