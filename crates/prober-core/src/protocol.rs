@@ -216,6 +216,9 @@ pub struct Protocol {
     /// the port `prober serve` answers on, given as a hint when a port is
     /// missing (`Some(0)`: any server, no default).
     pub port: Option<u16>,
+    /// A target without a port uses `port` (STAMP's IANA port 862) instead
+    /// of being refused.
+    pub default_port: bool,
     /// What the URL path names (`grpc-health://h:p/service`); `None`: no path.
     pub path: Option<&'static str>,
     /// Request sizes; `None`: the protocol sends no payload.

@@ -211,6 +211,7 @@ pub fn parse_target(registry: &Registry, text: &str) -> Result<Target, TargetErr
     }
     let port = match (port, protocol.port) {
         (Some(p), Some(_)) => parse_port(p).map_err(syntax)?,
+        (None, Some(port)) if protocol.default_port => port,
         (None, Some(hint)) => {
             // `tcp://::1:8707`: an IPv6 literal whose last group is the port.
             if host.contains(':')

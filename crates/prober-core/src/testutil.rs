@@ -86,6 +86,7 @@ fn no_build<'a>(_spec: ProbeSpec<'a>, _env: &'a BuildEnv) -> BuildFuture<'a> {
 const FAKE: Protocol = Protocol {
     schemes: &[],
     port: Some(8707),
+    default_port: false,
     path: None,
     size: Some(SizeRule {
         default: 64,

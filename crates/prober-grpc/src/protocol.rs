@@ -62,6 +62,7 @@ fn build_health<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
 pub const GRPC: Protocol = Protocol {
     schemes: &[Scheme::plain("grpc"), Scheme::tls("grpcs")],
     port: Some(DEFAULT_PORT),
+    default_port: false,
     path: None,
     size: Some(SizeRule {
         default: 64,

@@ -37,6 +37,7 @@ fn build<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
 pub const ICMP: Protocol = Protocol {
     schemes: &[Scheme::plain("icmp")],
     port: None,
+    default_port: false,
     path: None,
     size: Some(SizeRule {
         default: DEFAULT_PAYLOAD,

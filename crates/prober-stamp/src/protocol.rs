@@ -15,7 +15,9 @@ fn build<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
         // `prober run` puts the --stamp-* options here before building.
         let opts = env
             .shared
-            .get_or_try_init(|| Ok::<_, std::convert::Infallible>(Arc::new(SenderOptions::default())))
+            .get_or_try_init(|| {
+                Ok::<_, std::convert::Infallible>(Arc::new(SenderOptions::default()))
+            })
             .unwrap_or_else(|e| match e {});
         let opts = SenderOptions::clone(&opts);
         // An authenticated request is at least 112 octets: the default
@@ -32,6 +34,7 @@ fn build<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
 pub const STAMP: Protocol = Protocol {
     schemes: &[Scheme::plain("stamp")],
     port: Some(DEFAULT_PORT),
+    default_port: true,
     path: None,
     size: Some(SizeRule {
         default: OPEN_LEN,

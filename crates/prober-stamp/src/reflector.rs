@@ -253,7 +253,8 @@ impl State {
         // The previous reply's transmit time, for Follow-Up Telemetry.
         let stamps = &self.tx_stamps;
         let max = self.cfg.max_sessions;
-        let Some(session) = Self::session(&mut self.sessions, max, (meta.from, req.ssid), now) else {
+        let Some(session) = Self::session(&mut self.sessions, max, (meta.from, req.ssid), now)
+        else {
             self.stats.count_drop(SESSIONS);
             return None;
         };
@@ -429,7 +430,13 @@ fn sockaddr(s: &SockaddrStorage) -> Option<SocketAddr> {
 }
 
 /// Sends one reply, with the DSCP the sender asked for (keeping ECN at 0).
-fn send(socket: &UdpSocket, buf: &[u8], to: SocketAddr, dscp: Option<u8>, v6: bool) -> io::Result<()> {
+fn send(
+    socket: &UdpSocket,
+    buf: &[u8],
+    to: SocketAddr,
+    dscp: Option<u8>,
+    v6: bool,
+) -> io::Result<()> {
     let iov = [io::IoSlice::new(buf)];
     let addr = SockaddrStorage::from(to);
     let tos = dscp.map(|d| d << 2);

@@ -481,7 +481,11 @@ impl Probe for StampProbe {
         let base = mode.base_len();
         // Direct Measurement: S_TxC counts requests sent, this one included.
         if let Ok(walk) = tlv::walk(&buf, base) {
-            for t in walk.tlvs.iter().filter(|t| t.kind == kind::DIRECT_MEASUREMENT) {
+            for t in walk
+                .tlvs
+                .iter()
+                .filter(|t| t.kind == kind::DIRECT_MEASUREMENT)
+            {
                 let v = t.value_at();
                 buf[v..v + 4].copy_from_slice(&idx.wrapping_add(1).to_be_bytes());
             }

@@ -146,12 +146,18 @@ mod tests {
         // the nearer is 2036 (1900 is 70 years back, past half an era).
         assert_eq!(Format::Ntp.decode(0, 0), Some(ROLLOVER_UNIX * NS));
         // A time before the Unix epoch is no Unix time.
-        assert_eq!(Format::Ntp.decode(Format::Ntp.encode(0) - (10 << 32), 0), None);
+        assert_eq!(
+            Format::Ntp.decode(Format::Ntp.encode(0) - (10 << 32), 0),
+            None
+        );
         // Half a second is 2^31 of fraction.
         assert_eq!(Format::Ntp.encode(NS / 2) & 0xffff_ffff, 1 << 31);
         // The rollover: seconds 0 of era 1.
         assert_eq!(Format::Ntp.encode(ROLLOVER_UNIX * NS), 0);
-        assert_eq!(Format::Ntp.encode((ROLLOVER_UNIX - 1) * NS), 0xffff_ffff << 32);
+        assert_eq!(
+            Format::Ntp.encode((ROLLOVER_UNIX - 1) * NS),
+            0xffff_ffff << 32
+        );
     }
 
     #[test]
@@ -181,7 +187,9 @@ mod tests {
         assert_eq!(back, -d);
         // Decoding picks the era nearest the reference time.
         let t = ROLLOVER_UNIX * NS + 5 * NS;
-        let got = Format::Ntp.decode(Format::Ntp.encode(t), t - 60 * NS).unwrap();
+        let got = Format::Ntp
+            .decode(Format::Ntp.encode(t), t - 60 * NS)
+            .unwrap();
         assert!(got.abs_diff(t) <= 1);
     }
 

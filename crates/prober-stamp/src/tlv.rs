@@ -253,7 +253,13 @@ pub fn sign_hmac_tlv(buf: &mut [u8], base: usize, value_at: usize, key: &Key) {
 /// Fills the TLVs of a reply in place (RFC 8972 §4). `reply` is a copy of
 /// the request (of the same length: a reply is never longer); the base
 /// packet is written over it afterwards. `key` is the authenticated mode's.
-pub fn reflect(reply: &mut [u8], base: usize, walk: &Walk, fill: &Fill, key: Option<&Key>) -> Reflected {
+pub fn reflect(
+    reply: &mut [u8],
+    base: usize,
+    walk: &Walk,
+    fill: &Fill,
+    key: Option<&Key>,
+) -> Reflected {
     let mut out = Reflected::default();
     let tlvs = &walk.tlvs;
     if let Some(h) = tlvs.iter().position(|t| t.kind == kind::HMAC) {

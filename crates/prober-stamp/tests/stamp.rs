@@ -29,7 +29,9 @@ fn sender() -> SenderPacket {
 fn unauthenticated_sender_packet_is_the_figure() {
     let mut buf = vec![0xee; OPEN_LEN];
     sender().write(&mut buf, Mode::Open, None);
-    let mut want = vec![1, 2, 3, 4, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, 0x80, 0x01, 0xab, 0xcd];
+    let mut want = vec![
+        1, 2, 3, 4, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, 0x80, 0x01, 0xab, 0xcd,
+    ];
     want.resize(OPEN_LEN, 0);
     assert_eq!(buf, want);
     assert_eq!(SenderPacket::read(&buf, Mode::Open, None), Ok(sender()));
@@ -44,17 +46,25 @@ fn authenticated_sender_packet_is_the_figure() {
     sender().write(&mut buf, Mode::Authenticated, Some(&key));
     let mut want = vec![1, 2, 3, 4];
     want.resize(16, 0);
-    want.extend([0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, 0x80, 0x01, 0xab, 0xcd]);
+    want.extend([
+        0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, 0x80, 0x01, 0xab, 0xcd,
+    ]);
     want.resize(96, 0);
     assert_eq!(&buf[..96], &want[..]);
     assert_eq!(&buf[96..], &key.tag(&want)[..]);
-    assert_eq!(SenderPacket::read(&buf, Mode::Authenticated, Some(&key)), Ok(sender()));
+    assert_eq!(
+        SenderPacket::read(&buf, Mode::Authenticated, Some(&key)),
+        Ok(sender())
+    );
     buf[20] ^= 1;
     assert_eq!(
         SenderPacket::read(&buf, Mode::Authenticated, Some(&key)),
         Err(Reject::Hmac)
     );
-    assert_eq!(SenderPacket::read(&buf[..100], Mode::Authenticated, Some(&key)), Err(Reject::Short));
+    assert_eq!(
+        SenderPacket::read(&buf[..100], Mode::Authenticated, Some(&key)),
+        Err(Reject::Short)
+    );
 }
 
 fn reflector() -> ReflectorPacket {
@@ -90,7 +100,10 @@ fn unauthenticated_reflector_packet_is_the_figure() {
     ]
     .concat();
     assert_eq!(buf, want);
-    assert_eq!(ReflectorPacket::read(&buf, Mode::Open, None), Ok(reflector()));
+    assert_eq!(
+        ReflectorPacket::read(&buf, Mode::Open, None),
+        Ok(reflector())
+    );
 }
 
 /// RFC 8762 §4.3.2: the same fields spaced by MBZ octets, HMAC at 96.
@@ -155,7 +168,10 @@ fn tlv_headers_and_unknown_types() {
 /// the rest copied as it came.
 #[test]
 fn malformed_tlvs_set_m_and_stop() {
-    let req = request_with(&[(kind::TIMESTAMP_INFO, vec![0; 3]), (kind::DIRECT_MEASUREMENT, vec![0; 12])]);
+    let req = request_with(&[
+        (kind::TIMESTAMP_INFO, vec![0; 3]),
+        (kind::DIRECT_MEASUREMENT, vec![0; 12]),
+    ]);
     let fill = Fill {
         counters: (5, 6),
         ..Fill::default()
@@ -179,7 +195,10 @@ fn malformed_tlvs_set_m_and_stop() {
 /// reflector): I set in every TLV, nothing processed.
 #[test]
 fn a_failed_hmac_tlv_sets_i_everywhere() {
-    let req = request_with(&[(kind::DIRECT_MEASUREMENT, vec![0; 12]), (kind::HMAC, vec![9; 16])]);
+    let req = request_with(&[
+        (kind::DIRECT_MEASUREMENT, vec![0; 12]),
+        (kind::HMAC, vec![9; 16]),
+    ]);
     for key in [None, Some(Key::new(b"k"))] {
         let (reply, r) = reflect(&req, &Fill::default(), key.as_ref());
         assert!(r.integrity);
@@ -189,11 +208,21 @@ fn a_failed_hmac_tlv_sets_i_everywhere() {
     }
     // A good one verifies and is re-signed over the reply.
     let key = Key::new(b"k");
-    let mut req = request_with(&[(kind::DIRECT_MEASUREMENT, vec![0; 12]), (kind::HMAC, vec![0; 16])]);
+    let mut req = request_with(&[
+        (kind::DIRECT_MEASUREMENT, vec![0; 12]),
+        (kind::HMAC, vec![0; 16]),
+    ]);
     tlv::sign_hmac_tlv(&mut req, OPEN_LEN, 64, &key);
     let walk = tlv::walk(&req, OPEN_LEN).unwrap();
     assert!(tlv::hmac_ok(&req, OPEN_LEN, &walk.tlvs, 1, Some(&key)));
-    let (mut reply, r) = reflect(&req, &Fill { counters: (1, 1), ..Fill::default() }, Some(&key));
+    let (mut reply, r) = reflect(
+        &req,
+        &Fill {
+            counters: (1, 1),
+            ..Fill::default()
+        },
+        Some(&key),
+    );
     assert!(!r.integrity);
     assert_eq!(r.hmac_at, Some(64));
     tlv::sign_hmac_tlv(&mut reply, OPEN_LEN, 64, &key);
@@ -213,7 +242,10 @@ fn reflector_fills_the_tlvs_it_knows() {
         (kind::LOCATION, loc),
         (kind::TIMESTAMP_INFO, vec![0; 4]),
         (kind::CLASS_OF_SERVICE, vec![46 << 2, 0, 0, 0]),
-        (kind::DIRECT_MEASUREMENT, vec![0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0]),
+        (
+            kind::DIRECT_MEASUREMENT,
+            vec![0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0],
+        ),
         (kind::FOLLOW_UP, vec![0; 16]),
     ]);
     let fill = Fill {
@@ -239,7 +271,10 @@ fn reflector_fills_the_tlvs_it_knows() {
     assert_eq!(v(1), vec![5, 2, 5, 3]);
     // DSCP1 46 kept; DSCP2 10 and ECN 1 as received; RP 0.
     let word = u16::from_be_bytes([v(2)[0], v(2)[1]]);
-    assert_eq!((word >> 10, (word >> 4) & 0x3f, (word >> 2) & 3, word & 3), (46, 10, 1, 0));
+    assert_eq!(
+        (word >> 10, (word >> 4) & 0x3f, (word >> 2) & 3, word & 3),
+        (46, 10, 1, 0)
+    );
     assert_eq!(v(3), vec![0, 0, 0, 9, 0, 0, 0, 8, 0, 0, 0, 9]);
     let f = v(4);
     assert_eq!(&f[..4], &[0, 0, 0, 7]);
@@ -250,7 +285,9 @@ fn reflector_fills_the_tlvs_it_knows() {
 /// 10,000 TLVs in one datagram are refused before any is processed.
 #[test]
 fn ten_thousand_tlvs_are_refused() {
-    let tlvs: Vec<(u8, Vec<u8>)> = (0..10_000).map(|_| (kind::EXTRA_PADDING, Vec::new())).collect();
+    let tlvs: Vec<(u8, Vec<u8>)> = (0..10_000)
+        .map(|_| (kind::EXTRA_PADDING, Vec::new()))
+        .collect();
     let req = request_with(&tlvs);
     assert_eq!(tlv::walk(&req, OPEN_LEN), Err(Reject::TooManyTlvs));
 }
@@ -262,8 +299,14 @@ fn random_packets_never_panic_and_never_grow() {
     let mut rng = fastrand::Rng::with_seed(8762);
     let key = Key::new(b"fuzz");
     let seeds = [
-        request_with(&[(kind::LOCATION, vec![0; 44]), (kind::FOLLOW_UP, vec![0; 16])]),
-        request_with(&[(kind::CLASS_OF_SERVICE, vec![0; 4]), (kind::HMAC, vec![0; 16])]),
+        request_with(&[
+            (kind::LOCATION, vec![0; 44]),
+            (kind::FOLLOW_UP, vec![0; 16]),
+        ]),
+        request_with(&[
+            (kind::CLASS_OF_SERVICE, vec![0; 4]),
+            (kind::HMAC, vec![0; 16]),
+        ]),
         request_with(&[]),
     ];
     for i in 0..200_000u32 {
@@ -290,19 +333,32 @@ fn random_packets_never_panic_and_never_grow() {
             let _ = SenderPacket::read(&buf, mode, Some(&key));
             let _ = ReflectorPacket::read(&buf, mode, Some(&key));
             if let Ok(walk) = tlv::walk(&buf, mode.base_len()) {
-                let _ = tlv::reflect(&mut buf, mode.base_len(), &walk, &Fill::default(), Some(&key));
+                let _ = tlv::reflect(
+                    &mut buf,
+                    mode.base_len(),
+                    &walk,
+                    &Fill::default(),
+                    Some(&key),
+                );
                 assert_eq!(buf.len(), len);
             }
         }
     }
 }
 
-async fn reflector_on(cfg: ReflectorConfig) -> (SocketAddr, Arc<ReflectorStats>, CancellationToken) {
+async fn reflector_on(
+    cfg: ReflectorConfig,
+) -> (SocketAddr, Arc<ReflectorStats>, CancellationToken) {
     let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let addr = socket.local_addr().unwrap();
     let stats = Arc::new(ReflectorStats::default());
     let stop = CancellationToken::new();
-    tokio::spawn(prober_stamp::serve_stamp(socket, cfg, Arc::clone(&stats), stop.clone()));
+    tokio::spawn(prober_stamp::serve_stamp(
+        socket,
+        cfg,
+        Arc::clone(&stats),
+        stop.clone(),
+    ));
     (addr, stats, stop)
 }
 
@@ -335,11 +391,15 @@ async fn sender_and_reflector_split_a_round_trip() {
         let turnaround = p.responder_turnaround.expect("T3 − T2");
         assert_eq!(r.server_dwell, Some(Duration::from_nanos(turnaround)));
         if p.complete() {
-            let sum = p.client_send.unwrap() + p.network.unwrap() + turnaround + p.client_wake.unwrap();
+            let sum =
+                p.client_send.unwrap() + p.network.unwrap() + turnaround + p.client_wake.unwrap();
             assert_eq!(sum, p.rtt.unwrap(), "parts add up");
         }
         let resp = r.stamps.responder.unwrap();
-        assert!(resp.forward.is_some() && resp.backward.is_some(), "both clocks synced");
+        assert!(
+            resp.forward.is_some() && resp.backward.is_some(),
+            "both clocks synced"
+        );
     }
     let a = probe.anomalies();
     let d = a.direction.expect("a stateful reflector");
@@ -389,13 +449,17 @@ async fn authenticated_mode_and_a_wrong_key() {
         ..SenderOptions::default()
     };
     assert_eq!(good.min_size(), AUTH_LEN + 16 + 20);
-    let probe = StampProbe::connect(addr, good.min_size(), good, true).await.unwrap();
+    let probe = StampProbe::connect(addr, good.min_size(), good, true)
+        .await
+        .unwrap();
     probe.probe(0).await.unwrap();
     let bad = SenderOptions {
         key: Some(Key::new(b"wrong")),
         ..SenderOptions::default()
     };
-    let probe = StampProbe::connect(addr, AUTH_LEN, bad, true).await.unwrap();
+    let probe = StampProbe::connect(addr, AUTH_LEN, bad, true)
+        .await
+        .unwrap();
     let r = tokio::time::timeout(Duration::from_millis(300), probe.probe(0)).await;
     assert!(r.is_err(), "no reply to a bad HMAC");
     let dropped = stats.dropped();
@@ -422,7 +486,9 @@ async fn the_reflector_drops_what_it_must_and_says_why() {
         let pkt = match i % 4 {
             0 => (0..rng.usize(0..44)).map(|_| rng.u8(..)).collect(),
             1 => {
-                let tlvs: Vec<(u8, Vec<u8>)> = (0..300).map(|_| (kind::EXTRA_PADDING, Vec::new())).collect();
+                let tlvs: Vec<(u8, Vec<u8>)> = (0..300)
+                    .map(|_| (kind::EXTRA_PADDING, Vec::new()))
+                    .collect();
                 request_with(&tlvs)
             }
             _ => request_with(&[(kind::EXTRA_PADDING, vec![0; rng.usize(0..100)])]),
@@ -433,7 +499,9 @@ async fn the_reflector_drops_what_it_must_and_says_why() {
     }
     let mut buf = [0u8; 2048];
     let mut replies = 0;
-    while let Ok(Ok(n)) = tokio::time::timeout(Duration::from_millis(200), client.recv(&mut buf)).await {
+    while let Ok(Ok(n)) =
+        tokio::time::timeout(Duration::from_millis(200), client.recv(&mut buf)).await
+    {
         assert!(n <= longest && n >= OPEN_LEN);
         replies += 1;
     }
@@ -465,7 +533,11 @@ async fn follow_up_telemetry_gives_the_previous_transmit_time() {
     let n = client.recv(&mut buf).await.unwrap();
     let first = ReflectorPacket::read(&buf[..n], Mode::Open, None).unwrap();
     let walk = tlv::walk(&buf[..n], OPEN_LEN).unwrap();
-    assert_eq!(walk.tlvs[0].value(&buf[..n]), &[0u8; 16][..], "no previous reply yet");
+    assert_eq!(
+        walk.tlvs[0].value(&buf[..n]),
+        &[0u8; 16][..],
+        "no previous reply yet"
+    );
     client.send(&req).await.unwrap();
     let n = client.recv(&mut buf).await.unwrap();
     let walk = tlv::walk(&buf[..n], OPEN_LEN).unwrap();

@@ -45,6 +45,7 @@ fn build_udp<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
 pub const TCP: Protocol = Protocol {
     schemes: &[Scheme::plain("tcp")],
     port: Some(DEFAULT_PORT),
+    default_port: false,
     path: None,
     size: Some(TCP_SIZES),
     size_unit: "frame",

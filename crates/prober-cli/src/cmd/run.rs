@@ -172,10 +172,8 @@ fn check_options(args: &RunArgs, targets: &[Target]) -> anyhow::Result<()> {
         &|t| t.protocol.options.icmp_socket,
         "icmp targets",
     )?;
-    let stamp_given = args.stamp_key.is_some()
-        || args.stamp_ptp
-        || args.clock_synced
-        || args.stamp_tlv.is_some();
+    let stamp_given =
+        args.stamp_key.is_some() || args.stamp_ptp || args.clock_synced || args.stamp_tlv.is_some();
     check(
         stamp_given,
         "--stamp-key, --stamp-ptp, --clock-synced and --stamp-tlv",

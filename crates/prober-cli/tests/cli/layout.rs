@@ -20,6 +20,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("prober-tcp", &["prober-core", "prober-net"]),
     ("prober-icmp", &["prober-core", "prober-net"]),
     ("prober-grpc", &["prober-core"]),
+    ("prober-stamp", &["prober-core", "prober-net"]),
     (
         "prober-daemon",
         &[
@@ -28,6 +29,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "prober-sinks",
             "prober-tcp",
             "prober-grpc",
+            "prober-stamp",
         ],
     ),
     (
@@ -39,6 +41,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "prober-tcp",
             "prober-icmp",
             "prober-grpc",
+            "prober-stamp",
             "prober-daemon",
             "prober-report",
         ],

@@ -10,4 +10,5 @@ mod icmp;
 mod layout;
 mod report;
 mod run;
+mod stamp;
 mod support;
