@@ -356,6 +356,11 @@ pub async fn run(
     };
     let mut prom = prometheus_client::registry::Registry::default();
     prom.register_collector(sinks.metrics.collector());
+    if let Some(stats) = &listeners.stamp {
+        prom.register_collector(Box::new(crate::stamp_metrics::StampCollector(
+            std::sync::Arc::clone(stats),
+        )));
+    }
     let gauges = ReloadGauges::default();
     gauges.register(&mut prom);
     gauges.loaded(true);

@@ -18,6 +18,7 @@ mod daemon;
 mod error;
 mod metrics;
 pub mod responder;
+mod stamp_metrics;
 
 pub use daemon::{Control, DaemonOptions, check, run};
 pub use error::DaemonError;

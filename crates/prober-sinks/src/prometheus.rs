@@ -46,7 +46,9 @@ struct Series {
     rtt: Histogram,
     /// One histogram per part of the split, made when the part is first
     /// known (only with [`PrometheusSink::with_parts`]).
-    parts: [Option<Histogram>; 6],
+    /// The seventh is the responder's turnaround where it reports only that
+    /// (STAMP).
+    parts: [Option<Histogram>; 7],
 }
 
 #[derive(Default)]
@@ -146,7 +148,9 @@ impl Sink for PrometheusSink {
             if let Outcome::Ok(r) = &s.outcome {
                 series.rtt.observe(r.rtt().as_secs_f64());
                 if self.parts {
-                    for (slot, part) in series.parts.iter_mut().zip(r.parts().list()) {
+                    let parts = r.parts();
+                    let all = parts.list().into_iter().chain([parts.responder_turnaround]);
+                    for (slot, part) in series.parts.iter_mut().zip(all) {
                         if let Some(ns) = part {
                             slot.get_or_insert_with(|| Histogram::new(RTT_BUCKETS))
                                 .observe(ns as f64 / 1e9);
@@ -293,6 +297,26 @@ impl Collector for TargetsCollector {
                 ConstCounter::new(get(a)).encode(m.encode_family(*labels)?)?;
             }
         }
+        if anomalies.iter().any(|(_, a)| a.direction.is_some()) {
+            let mut m = encoder.encode_descriptor(
+                "prober_lost",
+                "Lost probes by direction (forward, backward, unknown), where the protocol tells (stamp:// with a stateful reflector)",
+                None,
+                MetricType::Counter,
+            )?;
+            for (labels, a) in &anomalies {
+                let Some(d) = a.direction else { continue };
+                for (dir, n) in [
+                    ("forward", d.forward),
+                    ("backward", d.backward),
+                    ("unknown", d.unknown),
+                ] {
+                    let mut labels = (*labels).clone();
+                    labels.push(("direction".to_owned(), dir.to_owned()));
+                    ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
+                }
+            }
+        }
         let mut m = encoder.encode_descriptor(
             "prober_rtt_seconds",
             "Round-trip time of answered probes",
@@ -309,12 +333,15 @@ impl Collector for TargetsCollector {
         {
             let mut m = encoder.encode_descriptor(
                 "prober_rtt_part_seconds",
-                "Parts of the round trip of answered probes: client_send, network, responder_wake, responder_dwell, responder_send, client_wake (docs/timestamps.md)",
+                "Parts of the round trip of answered probes: client_send, network, responder_wake, responder_dwell, responder_send, client_wake, and responder_turnaround where a responder reports only that (docs/timestamps.md)",
                 None,
                 MetricType::Histogram,
             )?;
             for s in state.series.values() {
-                for (name, h) in prober_core::Parts::NAMES.iter().zip(&s.parts) {
+                let names = prober_core::Parts::NAMES
+                    .iter()
+                    .chain([&prober_core::Parts::TURNAROUND]);
+                for (name, h) in names.zip(&s.parts) {
                     if let Some(h) = h {
                         let mut labels = s.labels.clone();
                         labels.push(("part".to_owned(), (*name).to_owned()));

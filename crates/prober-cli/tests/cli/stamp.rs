@@ -461,3 +461,57 @@ fn loss_in_one_direction_is_attributed_to_it() {
         eprintln!("{dir} drop 20% of {n}: forward {fwd}, backward {back}, unknown {unknown}");
     }
 }
+
+/// The daemon: `[serve] stamp`, a STAMP job against it, and both on
+/// `/metrics` (the reflector's counters, loss by direction, the turnaround
+/// as a part).
+#[test]
+fn the_daemon_reflects_and_probes_stamp() {
+    use crate::daemon::{free_port, http_get};
+    let dir = std::env::temp_dir().join(format!("prober-stamp-daemon-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (p, m) = (free_port(), free_port());
+    let config = format!(
+        "[serve]\nstamp = \"127.0.0.1:{p}\"\nstamp_rate = 0\n[metrics]\nlisten = \"127.0.0.1:{m}\"\nparts = true\n\
+         [[job]]\nname = \"routers\"\ninterval = \"10ms\"\ntargets = [\"stamp://127.0.0.1:{p}\"]\n"
+    );
+    std::fs::write(dir.join("prober.toml"), config).unwrap();
+    let mut child = prober()
+        .args(["serve", "--quiet", "--config"])
+        .arg(dir.join("prober.toml"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    for want in ["listening stamp", "listening metrics"] {
+        let l = lines.next().expect("a listening line").unwrap();
+        assert!(l.starts_with(want), "{l}");
+    }
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let metrics = http_get(&format!("127.0.0.1:{m}"), "/metrics");
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    let value = |prefix: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{prefix} in\n{metrics}"))
+    };
+    assert!(value("prober_stamp_reflector_reflected_total") >= 50.0);
+    assert_eq!(
+        value("prober_stamp_reflector_dropped_total{reason=\"short\"}"),
+        0.0
+    );
+    assert!(value("prober_probes_ok_total{") >= 50.0);
+    assert!(metrics.contains("prober_lost_total{"), "{metrics}");
+    assert!(metrics.contains("direction=\"forward\""), "{metrics}");
+    assert!(
+        metrics.contains("part=\"responder_turnaround\""),
+        "{metrics}"
+    );
+}
