@@ -34,7 +34,7 @@ impl Collector for StampCollector {
         }
         let mut m = encoder.encode_descriptor(
             "prober_stamp_reflector_dropped",
-            "STAMP test packets the reflector dropped, by reason (short, hmac, too_many_tlvs, bad_timestamp, rate_limited, sessions_full)",
+            "STAMP test packets the reflector dropped, by reason (short, mode, hmac, too_many_tlvs, bad_timestamp, rate_limited, sessions_full)",
             None,
             MetricType::Counter,
         )?;

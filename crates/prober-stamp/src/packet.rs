@@ -104,10 +104,12 @@ impl Key {
 pub enum Reject {
     /// Shorter than the mode's base packet.
     Short,
+    /// A packet of the other mode: an authenticated one (zeros where an
+    /// unauthenticated packet has its timestamp and error estimate) at an
+    /// unauthenticated reflector, or the reverse.
+    Mode,
     /// The base packet's HMAC does not match.
     Hmac,
-    /// A TLV's length runs past the end of the packet.
-    TlvLength,
     /// More TLVs than [`crate::tlv::MAX_TLVS`].
     TooManyTlvs,
     /// The Error Estimate's multiplier is 0 (RFC 4656 forbids it), or a PTP
@@ -119,18 +121,18 @@ impl Reject {
     /// Every reason, for counters that show zeros too.
     pub const ALL: [Self; 5] = [
         Self::Short,
+        Self::Mode,
         Self::Hmac,
-        Self::TlvLength,
         Self::TooManyTlvs,
         Self::BadTimestamp,
     ];
 
-    /// The reason as a label: `short`, `hmac`, `tlv_length`, ...
+    /// The reason as a label: `short`, `mode`, `hmac`, ...
     pub fn reason(self) -> &'static str {
         match self {
             Self::Short => "short",
+            Self::Mode => "mode",
             Self::Hmac => "hmac",
-            Self::TlvLength => "tlv_length",
             Self::TooManyTlvs => "too_many_tlvs",
             Self::BadTimestamp => "bad_timestamp",
         }
@@ -141,8 +143,8 @@ impl fmt::Display for Reject {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Self::Short => "shorter than a STAMP base packet",
+            Self::Mode => "a packet of the other mode (authenticated or not)",
             Self::Hmac => "HMAC does not match",
-            Self::TlvLength => "a TLV length runs past the end of the packet",
             Self::TooManyTlvs => "too many TLVs",
             Self::BadTimestamp => "malformed timestamp or error estimate",
         })
@@ -266,6 +268,13 @@ impl SenderPacket {
     pub fn read(buf: &[u8], mode: Mode, key: Option<&Key>) -> Result<Self, Reject> {
         if buf.len() < mode.base_len() {
             return Err(Reject::Short);
+        }
+        // The first 16 octets tell the modes apart: an authenticated packet
+        // has 12 MBZ octets where an unauthenticated one has its timestamp
+        // and error estimate, which are never all zero.
+        let other_mode = buf[4..14].iter().all(|b| *b == 0);
+        if other_mode == (mode == Mode::Open) {
+            return Err(Reject::Mode);
         }
         if let (Mode::Authenticated, Some(key)) = (mode, key) {
             check(buf, key)?;

@@ -17,7 +17,8 @@
 //!   backward loss.
 //! - A reply is never longer than its request. Packets that are too short,
 //!   fail the HMAC, carry malformed TLV lengths or too many TLVs, or exceed
-//!   the per-source rate are dropped and counted by reason.
+//!   the per-source rate, or are of the other mode, are dropped and counted
+//!   by reason.
 
 use std::collections::HashMap;
 use std::io;
@@ -103,7 +104,7 @@ const RATE: usize = Reject::ALL.len();
 const SESSIONS: usize = RATE + 1;
 
 impl ReflectorStats {
-    /// Drops by reason (`short`, `hmac`, `tlv_length`, `too_many_tlvs`,
+    /// Drops by reason (`short`, `mode`, `hmac`, `too_many_tlvs`,
     /// `bad_timestamp`, `rate_limited`, `sessions_full`), zeros included.
     pub fn dropped(&self) -> Vec<(&'static str, u64)> {
         Reject::ALL

@@ -496,6 +496,10 @@ async fn the_reflector_drops_what_it_must_and_says_why() {
         longest = longest.max(pkt.len());
         client.send(&pkt).await.unwrap();
         sent += 1;
+        if i % 16 == 15 {
+            // Keep the reflector's receive buffer from overflowing.
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
     }
     let mut buf = [0u8; 2048];
     let mut replies = 0;
@@ -547,5 +551,55 @@ async fn follow_up_telemetry_gives_the_previous_transmit_time() {
     assert_eq!(v[12], tlv::method::SW_LOCAL, "the kernel's stamp");
     let d = Format::Ntp.diff_ns(first.timestamp, t3k).unwrap();
     assert!((0..1_000_000_000).contains(&d), "t3k − t3 = {d} ns");
+    stop.cancel();
+}
+
+/// An authenticated request at an unauthenticated reflector is dropped as
+/// the other mode; two sessions from one socket address's host to one
+/// reflector keep their own sequence numbers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn modes_and_sessions_do_not_mix() {
+    let (addr, stats, stop) = reflector_on(ReflectorConfig {
+        rate: 0,
+        ..ReflectorConfig::default()
+    })
+    .await;
+    let auth = SenderOptions {
+        key: Some(Key::new(b"k")),
+        ..SenderOptions::default()
+    };
+    let probe = StampProbe::connect(addr, AUTH_LEN, auth, true)
+        .await
+        .unwrap();
+    let r = tokio::time::timeout(Duration::from_millis(300), probe.probe(0)).await;
+    assert!(r.is_err());
+    assert!(
+        stats.dropped().contains(&("mode", 1)),
+        "{:?}",
+        stats.dropped()
+    );
+    let a = StampProbe::connect(addr, 44, SenderOptions::default(), true)
+        .await
+        .unwrap();
+    let b = StampProbe::connect(addr, 44, SenderOptions::default(), true)
+        .await
+        .unwrap();
+    assert_ne!(a.ssid(), b.ssid());
+    for seq in 0..10 {
+        a.probe(seq).await.unwrap();
+        if seq % 2 == 0 {
+            b.probe(seq).await.unwrap();
+        }
+    }
+    let (da, db) = (
+        a.anomalies().direction.unwrap(),
+        b.anomalies().direction.unwrap(),
+    );
+    assert_eq!((da.forward, da.backward), (0, 0));
+    assert_eq!(
+        (db.forward, db.backward),
+        (0, 0),
+        "b's session counts only b's requests"
+    );
     stop.cancel();
 }
