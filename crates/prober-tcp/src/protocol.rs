@@ -36,7 +36,8 @@ fn build_udp<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
     Box::pin(async move {
         let probe = UdpProbe::connect_stamped(spec.addr, spec.size, env.busy_poll, env.tx_stamps)
             .await
-            .map_err(|e| format!("opening a udp socket to {}: {e}", spec.addr))?;
+            .map_err(|e| format!("opening a udp socket to {}: {e}", spec.addr))?
+            .with_timeout(spec.timeout);
         Ok(runnable(probe))
     })
 }

@@ -29,6 +29,8 @@ pub(crate) struct Got {
     pub(crate) rx: RxStamp,
     /// The responder's wake-up (t2 − t2k), where it reports it (wire v2).
     pub(crate) responder_wake: Option<u64>,
+    /// The responder promised a follow-up frame with its transmit stamp.
+    pub(crate) follow_up: bool,
 }
 
 /// A reply, or why the connection failed.
@@ -42,6 +44,17 @@ pub(crate) async fn await_reply(
     t1: u64,
     bytes: usize,
 ) -> Result<Reply, ProbeError> {
+    await_got(waiter, sent, t1, bytes).await.map(|(r, _)| r)
+}
+
+/// As [`await_reply`], with what the reply said besides: whether a
+/// follow-up frame comes.
+pub(crate) async fn await_got(
+    waiter: &mut Waiter<Arrival>,
+    sent: Instant,
+    t1: u64,
+    bytes: usize,
+) -> Result<(Reply, bool), ProbeError> {
     let got = waiter.reply().await?;
     let stamps = Stamps {
         t1: Some(t1),
@@ -56,7 +69,7 @@ pub(crate) async fn await_reply(
         kernel_peer: false,
     };
     let wake = rx::wake_ns(got.rx.t4k, got.rx.t4).map(Duration::from_nanos);
-    Ok(Reply {
+    let reply = Reply {
         sent,
         received: got.received,
         server_dwell: Some(got.dwell),
@@ -64,7 +77,8 @@ pub(crate) async fn await_reply(
         bytes,
         ttl: None,
         stamps,
-    })
+    };
+    Ok((reply, got.follow_up))
 }
 
 /// Receives without blocking: the length read and its stamps (for TCP, the

@@ -284,17 +284,33 @@ pub async fn serve_udp(
     // Kernel receive stamps: a client that asks gets the responder's
     // wake-up (t2 − t2k) in its reply (wire format, version 2 flags).
     let stamps = prober_net::rx::enable_timestamps(std::os::fd::AsFd::as_fd(&socket)).is_ok();
+    // Kernel transmit stamps, numbered by send (OPT_ID), for follow-up
+    // frames: the responder send part (t3k − t3). Not with delayed replies
+    // (an impairment for tests), which send from other tasks and would put
+    // the numbering out of step.
+    let tx_on = cfg.delay_every.is_none()
+        && prober_net::rx::enable_tx_timestamps_id(std::os::fd::AsFd::as_fd(&socket)).is_ok();
     let socket = Arc::new(socket);
+    let mut follow = FollowUps::default();
     let mut buf = vec![0u8; MAX_UDP_FRAME + 1];
     let mut seen: HashSet<SocketAddr> = HashSet::new();
     let mut delayed = JoinSet::new();
     let mut n = 0u64;
     loop {
-        let (len, peer, wake) = tokio::select! {
+        let got = tokio::select! {
             () = stop.cancelled() => break,
             Some(_) = delayed.join_next(), if !delayed.is_empty() => continue,
-            res = socket.async_io(tokio::io::Interest::READABLE, || {
-                recv_from_stamped(std::os::fd::AsFd::as_fd(&*socket), &mut buf)
+            res = socket.async_io(tokio::io::Interest::READABLE | tokio::io::Interest::ERROR, || {
+                let fd = std::os::fd::AsFd::as_fd(&*socket);
+                if tx_on {
+                    match prober_net::rx::recv_tx_stamp_id(fd) {
+                        Ok(Some((id, t3k))) => return Ok(UdpEvent::Stamp(id, t3k)),
+                        Ok(None) => return Ok(UdpEvent::Nothing),
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                recv_from_stamped(fd, &mut buf).map(|(len, peer, wake)| UdpEvent::Datagram(len, peer, wake))
             }) => match res {
                 Ok(r) => r,
                 // An ICMP error for an earlier reply; nothing to do.
@@ -306,11 +322,23 @@ pub async fn serve_udp(
                 }
             },
         };
+        let (len, peer, wake) = match got {
+            UdpEvent::Datagram(len, peer, wake) => (len, peer, wake),
+            UdpEvent::Stamp(id, t3k) => {
+                if let Some(frame) = follow.frame_for(id, t3k)
+                    && socket.send_to(&frame.0, frame.1).await.is_ok()
+                {
+                    follow.sent = follow.sent.wrapping_add(1);
+                }
+                continue;
+            }
+            UdpEvent::Nothing => continue,
+        };
         let received = Instant::now();
         let wake = wake.filter(|_| stamps);
         let frame = &mut buf[..len];
-        match Header::decode(frame, MAX_UDP_FRAME) {
-            Ok(h) if h.kind == Kind::Request && h.len as usize == len => {}
+        let h = match Header::decode(frame, MAX_UDP_FRAME) {
+            Ok(h) if h.kind == Kind::Request && h.len as usize == len => h,
             Ok(_) => {
                 tracing::debug!(%peer, "dropping a udp frame that is not a request");
                 continue;
@@ -320,7 +348,7 @@ pub async fn serve_udp(
                 continue;
             }
             Err(_) => continue,
-        }
+        };
         if cfg.log_clients && seen.len() < MAX_LOGGED_PEERS && seen.insert(peer) {
             tracing::debug!(%peer, "udp client seen");
         }
@@ -339,15 +367,62 @@ pub async fn serve_udp(
             });
             continue;
         }
-        wire::make_stamped_response(frame, elapsed_ns(received), wake);
-        for _ in 0..plan.copies {
-            if let Err(error) = socket.send_to(frame, peer).await {
-                tracing::debug!(%peer, %error, "udp send failed");
+        wire::make_followed_response(frame, elapsed_ns(received), wake, tx_on);
+        let follows = wire::follow_up_promised(frame);
+        for copy in 0..plan.copies {
+            let t3 = prober_core::clock::unix_now_ns();
+            match socket.send_to(frame, peer).await {
+                Ok(_) => {
+                    if follows && copy == 0 {
+                        follow.sent_reply(peer, h.seq, h.nonce, t3);
+                    }
+                    follow.sent = follow.sent.wrapping_add(1);
+                }
+                Err(error) => tracing::debug!(%peer, %error, "udp send failed"),
             }
         }
     }
     delayed.shutdown().await;
     Ok(())
+}
+
+/// What the UDP responder's socket had: a datagram, a transmit stamp of an
+/// earlier send, or an error-queue entry that is no stamp.
+enum UdpEvent {
+    Datagram(usize, SocketAddr, Option<u64>),
+    Stamp(u32, u64),
+    Nothing,
+}
+
+/// Replies waiting for their transmit stamp, to send it in a follow-up
+/// frame (docs/wire-format.md).
+#[derive(Default)]
+struct FollowUps {
+    /// Datagrams sent so far: the OPT_ID of the next send.
+    sent: u32,
+    /// (send number, peer, seq, nonce, t3 on the wall clock), oldest first.
+    waiting: std::collections::VecDeque<(u32, SocketAddr, u64, u64, u64)>,
+}
+
+impl FollowUps {
+    /// Replies kept waiting at most; older ones lose their follow-up.
+    const KEPT: usize = 4096;
+
+    fn sent_reply(&mut self, peer: SocketAddr, seq: u64, nonce: u64, t3: u64) {
+        if self.waiting.len() == Self::KEPT {
+            self.waiting.pop_front();
+        }
+        self.waiting.push_back((self.sent, peer, seq, nonce, t3));
+    }
+
+    /// The follow-up frame for the send numbered `id`, stamped `t3k`.
+    fn frame_for(&mut self, id: u32, t3k: u64) -> Option<(Vec<u8>, SocketAddr)> {
+        let at = self.waiting.iter().position(|w| w.0 == id)?;
+        let (_, peer, seq, nonce, t3) = self.waiting.remove(at)?;
+        let mut buf = Vec::new();
+        wire::encode_follow_up(&mut buf, seq, nonce, t3k.checked_sub(t3));
+        Some((buf, peer))
+    }
 }
 
 /// The busy-poll twin of the `serve_udp` loop, on a thread of its own.

@@ -156,6 +156,7 @@ fn take_replies(
             dwell: Duration::from_nanos(h.dwell_ns),
             rx,
             responder_wake: None,
+            follow_up: false,
         };
         matcher.deliver(h.seq, Ok(got));
         at += size;

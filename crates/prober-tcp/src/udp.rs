@@ -13,7 +13,7 @@ use prober_net::busy::{Reader, SpinThread, Step};
 use tokio::net::UdpSocket;
 use tokio::time::Instant;
 
-use crate::reader::{Arrival, Got, RxStamp, await_reply, recv_stamped};
+use crate::reader::{Arrival, Got, RxStamp, await_got, recv_stamped};
 use socket2::SockRef;
 use tokio_util::task::AbortOnDropHandle;
 
@@ -31,7 +31,67 @@ pub struct UdpProbe {
     matcher: Arc<Matcher<Arrival>>,
     /// Kernel transmit stamps by seq, filed from the error queue.
     tx: Arc<TxStamps>,
+    /// The responder send parts (t3k − t3) that follow-up frames brought.
+    follow: Arc<FollowUps>,
+    /// The run's per-probe timeout.
+    timeout: Duration,
     _reader: Reader,
+}
+
+/// How long a probe whose reply promised a follow-up frame waits for it
+/// after the reply: the responder sends it as soon as its kernel stamped the
+/// reply, so it comes right behind; one that does not come in time leaves
+/// the responder send part unknown.
+const FOLLOW_UP_WAIT: Duration = Duration::from_millis(5);
+
+/// How long before the probe's timeout the wait for a follow-up gives up.
+const FOLLOW_UP_MARGIN: Duration = Duration::from_micros(500);
+
+/// Follow-up frames by seq: the responder send part (t3k − t3, `None` when
+/// the responder's kernel gave no stamp), kept until their probe takes it.
+#[derive(Debug, Default)]
+struct FollowUps {
+    kept: std::sync::Mutex<std::collections::VecDeque<(u64, Option<u64>)>>,
+    arrived: tokio::sync::Notify,
+}
+
+impl FollowUps {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<(u64, Option<u64>)>> {
+        self.kept
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn put(&self, seq: u64, send: Option<u64>) {
+        let mut kept = self.lock();
+        if kept.len() >= prober_net::rx::TxStamps::KEPT {
+            kept.pop_front();
+        }
+        kept.push_back((seq, send));
+        drop(kept);
+        self.arrived.notify_waiters();
+    }
+
+    fn take(&self, seq: u64) -> Option<Option<u64>> {
+        let mut kept = self.lock();
+        let at = kept.iter().position(|(s, _)| *s == seq)?;
+        kept.remove(at).map(|(_, v)| v)
+    }
+
+    /// Waits up to [`FOLLOW_UP_WAIT`] for the follow-up of `seq`, and never
+    /// past `limit`.
+    async fn wait(&self, seq: u64, limit: Instant) -> Option<u64> {
+        let deadline = (Instant::now() + FOLLOW_UP_WAIT).min(limit);
+        loop {
+            let notified = self.arrived.notified();
+            if let Some(v) = self.take(seq) {
+                return v;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return self.take(seq).flatten();
+            }
+        }
+    }
 }
 
 /// This probe's transmit stamps: whether the kernel gives them, and those
@@ -74,6 +134,14 @@ impl TxStamps {
 }
 
 impl UdpProbe {
+    /// Sets the run's per-probe timeout (default 1 s), which bounds the
+    /// wait for a follow-up frame.
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
     /// Binds an ephemeral port of `addr`'s family, connects it to `addr` and
     /// starts the receive loop.
     ///
@@ -114,6 +182,7 @@ impl UdpProbe {
         // and transmit stamps for the client send part, where the kernel has
         // them (none is no error: that part stays unknown).
         prober_net::rx::enable_timestamps(socket.as_fd())?;
+        let follow = Arc::new(FollowUps::default());
         let tx = Arc::new(TxStamps {
             on: tx_stamps && prober_net::rx::tx_timestamps_or_notice(socket.as_fd(), "udp"),
             ..TxStamps::default()
@@ -126,12 +195,13 @@ impl UdpProbe {
         let reader = if busy_poll {
             let std_sock: std::net::UdpSocket = SockRef::from(&*socket).try_clone()?.into();
             let m = Arc::clone(&matcher);
+            let f = Arc::clone(&follow);
             let mut buf = buf;
             Reader::Spin(SpinThread::spawn(
                 "prober-udp-poll",
                 move || match recv_stamped(std_sock.as_fd(), &mut buf) {
                     Ok((n, rx)) => {
-                        on_datagram(&buf[..n], Instant::now(), rx, &m, nonce);
+                        on_datagram(&buf[..n], Instant::now(), rx, &m, &f, nonce);
                         Step::Busy
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => Step::Idle,
@@ -146,6 +216,7 @@ impl UdpProbe {
                 Arc::clone(&socket),
                 Arc::clone(&matcher),
                 Arc::clone(&tx),
+                Arc::clone(&follow),
                 nonce,
                 buf,
             ));
@@ -157,19 +228,34 @@ impl UdpProbe {
             nonce,
             matcher,
             tx,
+            follow,
+            timeout: Duration::from_secs(1),
             _reader: reader,
         })
     }
 }
 
-fn on_datagram(buf: &[u8], received: Instant, rx: RxStamp, matcher: &Matcher<Arrival>, nonce: u64) {
+fn on_datagram(
+    buf: &[u8],
+    received: Instant,
+    rx: RxStamp,
+    matcher: &Matcher<Arrival>,
+    follow: &FollowUps,
+    nonce: u64,
+) {
     match Header::decode(buf, MAX_UDP_FRAME) {
+        Ok(h)
+            if h.kind == Kind::FollowUp && h.nonce == nonce && buf.len() == wire::FOLLOW_UP_LEN =>
+        {
+            follow.put(h.seq, wire::follow_up_send(buf));
+        }
         Ok(h) if h.kind == Kind::Response && h.nonce == nonce && h.len as usize == buf.len() => {
             let got = Got {
                 received,
                 dwell: Duration::from_nanos(h.dwell_ns),
                 rx,
                 responder_wake: wire::responder_wake(buf),
+                follow_up: wire::follow_up_promised(buf),
             };
             matcher.deliver(h.seq, Ok(got));
         }
@@ -198,6 +284,7 @@ async fn read_replies(
     socket: Arc<UdpSocket>,
     matcher: Arc<Matcher<Arrival>>,
     tx: Arc<TxStamps>,
+    follow: Arc<FollowUps>,
     nonce: u64,
     mut buf: Vec<u8>,
 ) {
@@ -212,7 +299,7 @@ async fn read_replies(
             })
             .await;
         match read {
-            Ok((n, rx)) => on_datagram(&buf[..n], Instant::now(), rx, &matcher, nonce),
+            Ok((n, rx)) => on_datagram(&buf[..n], Instant::now(), rx, &matcher, &follow, nonce),
             Err(e) => {
                 on_error(&e, &matcher);
                 if e.kind() != io::ErrorKind::ConnectionRefused {
@@ -226,9 +313,12 @@ async fn read_replies(
 
 impl Probe for UdpProbe {
     async fn probe_at(&self, seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
+        // The runner's timeout started no earlier than this; waiting for a
+        // follow-up must not turn an answered probe into a timeout.
+        let limit = Instant::now() + self.timeout.saturating_sub(FOLLOW_UP_MARGIN);
         let mut frame = Vec::with_capacity(self.size);
         wire::encode_request(&mut frame, self.size, seq, self.nonce);
-        wire::want_stamps(&mut frame);
+        wire::want_follow_up(&mut frame);
         // Stamps of probes that got no reply count against the receive
         // buffer: take them before each send so they never pile up.
         self.tx.drain(self.socket.as_fd(), self.nonce);
@@ -246,9 +336,12 @@ impl Probe for UdpProbe {
             }
             Err(e) => return Err(ProbeError::io("send", &e)),
         }
-        let mut reply = await_reply(&mut waiter, sent, t1, self.size).await?;
+        let (mut reply, follow_up) = await_got(&mut waiter, sent, t1, self.size).await?;
         self.tx.drain(self.socket.as_fd(), self.nonce);
         reply.stamps.t1k = self.tx.take(seq);
+        if follow_up && let Some(r) = reply.stamps.responder.as_mut() {
+            r.send = self.follow.wait(seq, limit).await;
+        }
         Ok(reply)
     }
 

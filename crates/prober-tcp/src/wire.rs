@@ -21,6 +21,9 @@ pub enum Kind {
     Request = 1,
     /// Sent by the responder; never answered.
     Response = 2,
+    /// Sent by the responder after a response whose request asked for it
+    /// ([`FLAG_WANT_FOLLOW_UP`]): the response's transmit stamp.
+    FollowUp = 3,
 }
 
 /// The decoded fixed header.
@@ -69,6 +72,7 @@ impl fmt::Display for Kind {
         f.write_str(match self {
             Self::Request => "request",
             Self::Response => "response",
+            Self::FollowUp => "follow-up",
         })
     }
 }
@@ -95,6 +99,7 @@ impl Header {
         let kind = match buf[5] {
             1 => Kind::Request,
             2 => Kind::Response,
+            3 => Kind::FollowUp,
             k => return Err(FrameError::BadKind(k)),
         };
         let len = u32::from_be_bytes(buf[8..12].try_into().expect("slice of 4 bytes"));
@@ -154,6 +159,56 @@ pub fn want_stamps(frame: &mut [u8]) {
     }
 }
 
+/// Request flag: send the response's transmit stamp (t3k − t3) in a
+/// follow-up frame.
+pub const FLAG_WANT_FOLLOW_UP: u16 = 0x0004;
+
+/// Response flag: a follow-up frame with this response's transmit stamp
+/// comes next.
+pub const FLAG_FOLLOW_UP: u16 = 0x0008;
+
+/// Length of a follow-up frame: the header and the timestamp block.
+pub const FOLLOW_UP_LEN: usize = STAMPED_LEN;
+
+/// Sets [`FLAG_WANT_FOLLOW_UP`] (with [`FLAG_WANT_STAMPS`]) in a request of
+/// at least [`STAMPED_LEN`] bytes.
+pub fn want_follow_up(frame: &mut [u8]) {
+    if frame.len() >= STAMPED_LEN {
+        let f = flags(frame) | FLAG_WANT_STAMPS | FLAG_WANT_FOLLOW_UP;
+        frame[6..8].copy_from_slice(&f.to_be_bytes());
+    }
+}
+
+/// True when a response promises a follow-up frame.
+pub fn follow_up_promised(frame: &[u8]) -> bool {
+    flags(frame) & FLAG_FOLLOW_UP != 0
+}
+
+/// Writes the follow-up frame for the response to (`seq`, `nonce`):
+/// `send_ns` = t3k − t3, the responder's send call to its kernel's
+/// transmit stamp (`None`: its kernel gave no stamp).
+pub fn encode_follow_up(buf: &mut Vec<u8>, seq: u64, nonce: u64, send_ns: Option<u64>) {
+    buf.clear();
+    buf.resize(FOLLOW_UP_LEN, 0);
+    Header {
+        kind: Kind::FollowUp,
+        len: FOLLOW_UP_LEN as u32,
+        seq,
+        nonce,
+        dwell_ns: 0,
+    }
+    .encode(buf);
+    buf[6..8].copy_from_slice(&FLAG_STAMPS.to_be_bytes());
+    let v = send_ns.map_or(u32::MAX, |s| u32::try_from(s).unwrap_or(u32::MAX));
+    buf[HEADER_LEN..HEADER_LEN + 4].copy_from_slice(&v.to_be_bytes());
+}
+
+/// The responder send part (t3k − t3) a follow-up frame carries.
+pub fn follow_up_send(frame: &[u8]) -> Option<u64> {
+    let v = u32::from_be_bytes(frame.get(HEADER_LEN..HEADER_LEN + 4)?.try_into().ok()?);
+    (v != u32::MAX).then_some(u64::from(v))
+}
+
 /// The responder's wake-up (t2 − t2k, ns) a version 2 response carries.
 pub fn responder_wake(frame: &[u8]) -> Option<u64> {
     if flags(frame) & FLAG_STAMPS == 0 {
@@ -194,9 +249,24 @@ pub fn make_response(frame: &mut [u8], dwell_ns: u64) {
 /// also gets the responder's wake-up (t2 − t2k, `None` when its kernel gave
 /// no stamp) and the [`FLAG_STAMPS`] flag.
 pub fn make_stamped_response(frame: &mut [u8], dwell_ns: u64, wake_ns: Option<u64>) {
+    make_followed_response(frame, dwell_ns, wake_ns, false);
+}
+
+/// As [`make_stamped_response`]; with `follow_up` (the responder will send
+/// this response's transmit stamp) the response says a follow-up comes,
+/// where the request asked for one.
+pub fn make_followed_response(
+    frame: &mut [u8],
+    dwell_ns: u64,
+    wake_ns: Option<u64>,
+    follow_up: bool,
+) {
     make_response(frame, dwell_ns);
     if flags(frame) & FLAG_WANT_STAMPS != 0 && frame.len() >= STAMPED_LEN {
-        let f = flags(frame) | FLAG_STAMPS;
+        let mut f = flags(frame) | FLAG_STAMPS;
+        if follow_up && f & FLAG_WANT_FOLLOW_UP != 0 {
+            f |= FLAG_FOLLOW_UP;
+        }
         frame[6..8].copy_from_slice(&f.to_be_bytes());
         // A wake-up too long for the field is unknown, not clamped.
         let w = wake_ns.map_or(u32::MAX, |w| u32::try_from(w).unwrap_or(u32::MAX));
@@ -243,6 +313,41 @@ mod tests {
         encode_request(&mut short, HEADER_LEN, 1, 1);
         want_stamps(&mut short);
         assert_eq!(flags(&short), 0);
+    }
+
+    #[test]
+    fn follow_ups_are_negotiated_both_ways() {
+        let mut req = Vec::new();
+        encode_request(&mut req, 64, 7, 9);
+        want_follow_up(&mut req);
+        assert_eq!(flags(&req), FLAG_WANT_STAMPS | FLAG_WANT_FOLLOW_UP);
+        // A version 1 responder echoes the flags: no promise, no wait.
+        let mut v1 = req.clone();
+        make_response(&mut v1, 1_000);
+        assert!(!follow_up_promised(&v1));
+        // A responder without transmit stamps answers, promising nothing.
+        let mut no_tx = req.clone();
+        make_followed_response(&mut no_tx, 1_000, Some(2_000), false);
+        assert!(!follow_up_promised(&no_tx));
+        assert_eq!(responder_wake(&no_tx), Some(2_000));
+        let mut v2 = req.clone();
+        make_followed_response(&mut v2, 1_000, Some(2_000), true);
+        assert!(follow_up_promised(&v2));
+        // A request that did not ask gets no promise.
+        let mut plain = Vec::new();
+        encode_request(&mut plain, 64, 7, 9);
+        want_stamps(&mut plain);
+        make_followed_response(&mut plain, 1_000, None, true);
+        assert!(!follow_up_promised(&plain));
+        // The follow-up frame itself.
+        let mut f = Vec::new();
+        encode_follow_up(&mut f, 7, 9, Some(4_321));
+        assert_eq!(f.len(), FOLLOW_UP_LEN);
+        let h = Header::decode(&f, MAX_UDP_FRAME).unwrap();
+        assert_eq!((h.kind, h.seq, h.nonce, h.len), (Kind::FollowUp, 7, 9, 48));
+        assert_eq!(follow_up_send(&f), Some(4_321));
+        encode_follow_up(&mut f, 7, 9, None);
+        assert_eq!(follow_up_send(&f), None);
     }
 
     #[test]
