@@ -16,11 +16,10 @@ const TCP_SIZES: SizeRule = SizeRule {
 
 fn build_tcp<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
     Box::pin(async move {
-        Ok(runnable(TcpProbe::with_busy_poll(
-            spec.addr,
-            spec.size,
-            env.busy_poll,
-        )))
+        Ok(runnable(
+            TcpProbe::with_busy_poll(spec.addr, spec.size, env.busy_poll)
+                .with_stamps(env.tx_stamps, spec.timeout),
+        ))
     })
 }
 

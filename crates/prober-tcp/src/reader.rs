@@ -37,18 +37,8 @@ pub(crate) struct Got {
 pub(crate) type Arrival = Result<Got, ProbeError>;
 
 /// Waits for the reply to a request of `bytes` bytes sent at `sent` (t1 on
-/// the wall clock: `t1`).
-pub(crate) async fn await_reply(
-    waiter: &mut Waiter<Arrival>,
-    sent: Instant,
-    t1: u64,
-    bytes: usize,
-) -> Result<Reply, ProbeError> {
-    await_got(waiter, sent, t1, bytes).await.map(|(r, _)| r)
-}
-
-/// As [`await_reply`], with what the reply said besides: whether a
-/// follow-up frame comes.
+/// the wall clock: `t1`); with it, whether the responder promised a
+/// follow-up frame.
 pub(crate) async fn await_got(
     waiter: &mut Waiter<Arrival>,
     sent: Instant,
@@ -94,4 +84,60 @@ pub(crate) fn recv_stamped(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(us
             t4,
         },
     ))
+}
+
+/// How long a probe whose reply promised a follow-up frame waits for it
+/// after the reply: the responder sends it as soon as its kernel stamped the
+/// reply, so it comes right behind; one that does not come in time leaves
+/// the responder send part unknown.
+pub(crate) const FOLLOW_UP_WAIT: Duration = Duration::from_millis(5);
+
+/// How long before the probe's timeout the wait for a follow-up gives up.
+pub(crate) const FOLLOW_UP_MARGIN: Duration = Duration::from_micros(500);
+
+/// Follow-up frames by seq: the responder send part (t3k − t3, `None` when
+/// the responder's kernel gave no stamp), kept until their probe takes it.
+#[derive(Debug, Default)]
+pub(crate) struct FollowUps {
+    kept: std::sync::Mutex<std::collections::VecDeque<(u64, Option<u64>)>>,
+    arrived: tokio::sync::Notify,
+}
+
+impl FollowUps {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<(u64, Option<u64>)>> {
+        self.kept
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(crate) fn put(&self, seq: u64, send: Option<u64>) {
+        let mut kept = self.lock();
+        if kept.len() >= prober_net::rx::TxStamps::KEPT {
+            kept.pop_front();
+        }
+        kept.push_back((seq, send));
+        drop(kept);
+        self.arrived.notify_waiters();
+    }
+
+    fn take(&self, seq: u64) -> Option<Option<u64>> {
+        let mut kept = self.lock();
+        let at = kept.iter().position(|(s, _)| *s == seq)?;
+        kept.remove(at).map(|(_, v)| v)
+    }
+
+    /// Waits up to [`FOLLOW_UP_WAIT`] for the follow-up of `seq`, and never
+    /// past `limit`.
+    pub(crate) async fn wait(&self, seq: u64, limit: Instant) -> Option<u64> {
+        let deadline = (Instant::now() + FOLLOW_UP_WAIT).min(limit);
+        loop {
+            let notified = self.arrived.notified();
+            if let Some(v) = self.take(seq) {
+                return v;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return self.take(seq).flatten();
+            }
+        }
+    }
 }

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use prober_net::busy::{SpinThread, Step};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -199,40 +199,121 @@ fn spin_conn(
     })
 }
 
+/// What a TCP responder connection's socket had: bytes (with the kernel's
+/// receive stamp of the last segment and the read time), a transmit stamp,
+/// or an error-queue entry that is no stamp.
+enum TcpEvent {
+    Data(usize, Option<u64>, u64),
+    Stamp(u32, u64),
+    Nothing,
+}
+
 async fn serve_conn(
     stream: TcpStream,
     cfg: &ResponderConfig,
     counter: &AtomicU64,
 ) -> io::Result<()> {
+    use std::os::fd::AsFd as _;
     stream.set_nodelay(true)?;
+    // Receive stamps give the responder wake part (t2 − t2k) to a client
+    // that asks; transmit stamps numbered by byte (OPT_ID) the responder
+    // send part (t3k − t3), in a follow-up frame. Not with delayed replies
+    // (an impairment for tests).
+    let rx_on = prober_net::rx::enable_timestamps(stream.as_fd()).is_ok();
+    let tx_on = cfg.delay_every.is_none()
+        && prober_net::rx::enable_tx_timestamps_id(stream.as_fd()).is_ok();
     let (reader, mut writer) = stream.into_split();
-    let mut reader = BufReader::with_capacity(64 * 1024, reader);
-    let mut frame = vec![0u8; HEADER_LEN];
+    let sock: &TcpStream = reader.as_ref();
+    let mut acc: Vec<u8> = Vec::with_capacity(64 * 1024);
+    let mut chunk = vec![0u8; 64 * 1024];
+    // Bytes written so far (OPT_ID counts from the first byte sent after
+    // it was set), and responses waiting for their stamp: (key of their
+    // last byte, seq, nonce, t3).
+    let mut written: u64 = 0;
+    let mut waiting: std::collections::VecDeque<(u32, u64, u64, u64)> = Default::default();
+    let mut follow = Vec::new();
     loop {
-        match reader.read_exact(&mut frame[..HEADER_LEN]).await {
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+        let event = sock
+            .async_io(
+                tokio::io::Interest::READABLE | tokio::io::Interest::ERROR,
+                || {
+                    if tx_on {
+                        match prober_net::rx::recv_tx_stamp_id(sock.as_fd()) {
+                            Ok(Some((key, t3k))) => return Ok(TcpEvent::Stamp(key, t3k)),
+                            Ok(None) => return Ok(TcpEvent::Nothing),
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                            Err(e) => return Err(e),
+                        }
+                    }
+                    let (n, _, stamp) =
+                        prober_net::rx::recv_stamped::<()>(sock.as_fd(), &mut chunk)?;
+                    let t2 = prober_core::clock::unix_now_ns();
+                    Ok(TcpEvent::Data(
+                        n,
+                        stamp.and_then(prober_net::rx::unix_ns),
+                        t2,
+                    ))
+                },
+            )
+            .await;
+        let (n, t2k, t2) = match event {
+            Ok(TcpEvent::Data(n, t2k, t2)) => (n, t2k, t2),
+            Ok(TcpEvent::Stamp(key, t3k)) => {
+                if let Some(at) = waiting.iter().position(|w| w.0 == key)
+                    && let Some((_, seq, nonce, t3)) = waiting.remove(at)
+                {
+                    wire::encode_follow_up(&mut follow, seq, nonce, t3k.checked_sub(t3));
+                    writer.write_all(&follow).await?;
+                    written += follow.len() as u64;
+                }
+                continue;
+            }
+            Ok(TcpEvent::Nothing) => continue,
             Err(e) if e.kind() == io::ErrorKind::ConnectionReset => return Ok(()),
             Err(e) => return Err(e),
+        };
+        if n == 0 {
+            return Ok(());
         }
         let received = Instant::now();
-        let h = Header::decode(&frame[..HEADER_LEN], MAX_TCP_FRAME).map_err(invalid)?;
-        if h.kind != Kind::Request {
-            return Err(invalid("peer sent a response frame"));
+        let wake = prober_net::rx::wake_ns(t2k, t2).filter(|_| rx_on);
+        acc.extend_from_slice(&chunk[..n]);
+        let mut at = 0;
+        while acc.len() - at >= HEADER_LEN {
+            let h = Header::decode(&acc[at..], MAX_TCP_FRAME).map_err(invalid)?;
+            if h.kind != Kind::Request {
+                return Err(invalid("peer sent a frame that is not a request"));
+            }
+            let len = h.len as usize;
+            if acc.len() - at < len {
+                break;
+            }
+            let frame = &mut acc[at..at + len];
+            at += len;
+            let plan = cfg.plan(counter.fetch_add(1, Ordering::Relaxed) + 1);
+            if !plan.answer {
+                continue;
+            }
+            if let Some(d) = plan.delay {
+                tokio::time::sleep(d).await;
+            }
+            wire::make_followed_response(frame, elapsed_ns(received), wake, tx_on);
+            let follows = wire::follow_up_promised(frame);
+            for copy in 0..plan.copies {
+                let t3 = prober_core::clock::unix_now_ns();
+                writer.write_all(frame).await?;
+                written += len as u64;
+                if follows && copy == 0 {
+                    if waiting.len() == 4096 {
+                        waiting.pop_front();
+                    }
+                    #[allow(clippy::cast_possible_truncation)] // OPT_ID keys are 32-bit
+                    let key = (written - 1) as u32;
+                    waiting.push_back((key, h.seq, h.nonce, t3));
+                }
+            }
         }
-        frame.resize(h.len as usize, 0);
-        reader.read_exact(&mut frame[HEADER_LEN..]).await?;
-        let plan = cfg.plan(counter.fetch_add(1, Ordering::Relaxed) + 1);
-        if !plan.answer {
-            continue;
-        }
-        if let Some(d) = plan.delay {
-            tokio::time::sleep(d).await;
-        }
-        wire::make_response(&mut frame, elapsed_ns(received));
-        for _ in 0..plan.copies {
-            writer.write_all(&frame).await?;
-        }
+        acc.drain(..at);
     }
 }
 

@@ -17,7 +17,7 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 use tokio_util::task::AbortOnDropHandle;
 
-use crate::reader::{Arrival, Got, RxStamp, await_reply, recv_stamped};
+use crate::reader::{Arrival, FOLLOW_UP_MARGIN, FollowUps, Got, RxStamp, await_got, recv_stamped};
 use prober_net::busy::{Reader, SpinThread, Step};
 
 use crate::wire::{self, HEADER_LEN, Header, Kind, MAX_TCP_FRAME};
@@ -39,13 +39,32 @@ pub struct TcpProbe {
     conn: Mutex<Option<Arc<Conn>>>,
     connected_once: AtomicBool,
     busy_poll: bool,
+    /// Ask the kernel for transmit stamps (the client send part).
+    tx_stamps: bool,
+    /// The run's per-probe timeout, which bounds the wait for follow-ups.
+    timeout: Duration,
+    /// Transmit stamps (t1k) and follow-up frames (t3k − t3) by seq.
+    stamps: Arc<Stamped>,
+}
+
+/// What a connection's reader files for the probes: transmit stamps by
+/// seq, found by the byte offset of each request's last byte, and the
+/// follow-up frames.
+#[derive(Debug, Default)]
+struct Stamped {
+    tx: prober_net::rx::TxStamps,
+    follow: FollowUps,
 }
 
 #[derive(Debug)]
 struct Conn {
-    writer: Mutex<(OwnedWriteHalf, Vec<u8>)>,
+    /// The write half, the frame buffer, and the bytes written so far.
+    writer: Mutex<(OwnedWriteHalf, Vec<u8>, u64)>,
     alive: Arc<AtomicBool>,
     matcher: Arc<Matcher<Arrival>>,
+    /// Requests waiting for their transmit stamp: (OPT_ID key of their last
+    /// byte, seq); `None` when the kernel gives no transmit stamps.
+    keys: Option<Keys>,
     _reader: Reader,
 }
 
@@ -67,7 +86,20 @@ impl TcpProbe {
             conn: Mutex::new(None),
             connected_once: AtomicBool::new(false),
             busy_poll,
+            tx_stamps: false,
+            timeout: Duration::from_secs(1),
+            stamps: Arc::default(),
         }
+    }
+
+    /// Asks for kernel transmit stamps (the client send part of the split;
+    /// not with busy polling), and sets the run's per-probe timeout, which
+    /// bounds the wait for the responder's follow-up frames.
+    #[must_use]
+    pub fn with_stamps(mut self, tx_stamps: bool, timeout: Duration) -> Self {
+        self.tx_stamps = tx_stamps && !self.busy_poll;
+        self.timeout = timeout;
+        self
     }
 
     async fn connection(&self) -> Result<Arc<Conn>, ProbeError> {
@@ -86,6 +118,10 @@ impl TcpProbe {
             .map_err(|e| ProbeError::io("setting TCP_NODELAY", &e))?;
         prober_net::rx::enable_timestamps(stream.as_fd())
             .map_err(|e| ProbeError::io("setting SO_TIMESTAMPNS", &e))?;
+        // Transmit stamps numbered by byte (OPT_ID), from the first byte
+        // sent after this call: a request's stamp is the one of its last
+        // byte. None is no error: the client send part stays unknown.
+        let keys = (self.tx_stamps && tx_stamps_or_notice(&stream)).then(Arc::default);
         let reconnect = self.connected_once.swap(true, Ordering::Relaxed);
         let matcher = self.matchers.next(reconnect);
         let alive = Arc::new(AtomicBool::new(true));
@@ -112,15 +148,17 @@ impl TcpProbe {
             None => Reader::Task(AbortOnDropHandle::new(tokio::spawn(read_replies(
                 reader,
                 reader_matcher,
-                nonce,
-                size,
+                (nonce, size),
                 flag,
+                keys.clone(),
+                Arc::clone(&self.stamps),
             )))),
         };
         let conn = Arc::new(Conn {
-            writer: Mutex::new((writer, Vec::with_capacity(self.size))),
+            writer: Mutex::new((writer, Vec::with_capacity(self.size), 0)),
             alive,
             matcher,
+            keys,
             _reader: reader,
         });
         *slot = Some(Arc::clone(&conn));
@@ -138,10 +176,24 @@ fn take_replies(
     size: usize,
     (received, rx): (Instant, RxStamp),
     matcher: &Matcher<Arrival>,
+    follow: Option<&FollowUps>,
 ) -> Result<(), String> {
     let mut at = 0;
     while acc.len() - at >= HEADER_LEN {
         let h = Header::decode(&acc[at..], MAX_TCP_FRAME).map_err(|e| format!("bad reply: {e}"))?;
+        if h.kind == Kind::FollowUp && h.nonce == nonce && h.len as usize == wire::FOLLOW_UP_LEN {
+            if acc.len() - at < wire::FOLLOW_UP_LEN {
+                break;
+            }
+            if let Some(f) = follow {
+                f.put(
+                    h.seq,
+                    wire::follow_up_send(&acc[at..at + wire::FOLLOW_UP_LEN]),
+                );
+            }
+            at += wire::FOLLOW_UP_LEN;
+            continue;
+        }
         if h.kind != Kind::Response || h.nonce != nonce || h.len as usize != size {
             return Err(format!(
                 "bad reply: {} of {} bytes from another run or peer",
@@ -151,12 +203,13 @@ fn take_replies(
         if acc.len() - at < size {
             break;
         }
+        let frame = &acc[at..at + size];
         let got = Got {
             received,
             dwell: Duration::from_nanos(h.dwell_ns),
             rx,
-            responder_wake: None,
-            follow_up: false,
+            responder_wake: wire::responder_wake(frame),
+            follow_up: follow.is_some() && wire::follow_up_promised(frame),
         };
         matcher.deliver(h.seq, Ok(got));
         at += size;
@@ -168,17 +221,29 @@ fn take_replies(
 async fn read_replies(
     reader: OwnedReadHalf,
     matcher: Arc<Matcher<Arrival>>,
-    nonce: u64,
-    size: usize,
+    (nonce, size): (u64, usize),
     alive: Arc<AtomicBool>,
+    keys: Option<Keys>,
+    stamps: Arc<Stamped>,
 ) {
     let stream: &TcpStream = reader.as_ref();
     let mut acc: Vec<u8> = Vec::with_capacity(64 * 1024);
     let mut chunk = vec![0u8; 64 * 1024];
     let why = loop {
+        // ERROR too: transmit stamps wait on the error queue; they are
+        // filed before the read, so a request's stamp is in place when its
+        // reply is handed over.
         let read = stream
-            .async_io(Interest::READABLE, || {
-                recv_stamped(stream.as_fd(), &mut chunk)
+            .async_io(Interest::READABLE | Interest::ERROR, || {
+                if let Some(keys) = &keys {
+                    file_tx_stamps(stream.as_fd(), keys, &stamps.tx);
+                }
+                // Read up to the end of the frame in progress and no
+                // further: the kernel reports the stamp of the last segment
+                // a read touches, and a follow-up frame right behind a
+                // response must not lend it its later stamp.
+                let want = frame_rest(&acc, size).min(chunk.len());
+                recv_stamped(stream.as_fd(), &mut chunk[..want])
             })
             .await;
         let (n, rx) = match read {
@@ -187,11 +252,74 @@ async fn read_replies(
             Err(e) => break ProbeError::io("receive", &e),
         };
         acc.extend_from_slice(&chunk[..n]);
-        if let Err(why) = take_replies(&mut acc, nonce, size, (Instant::now(), rx), &matcher) {
+        let received = (Instant::now(), rx);
+        if let Err(why) = take_replies(
+            &mut acc,
+            nonce,
+            size,
+            received,
+            &matcher,
+            Some(&stamps.follow),
+        ) {
             break ProbeError::protocol(why);
         }
     };
     end_connection(why, &matcher, &alive);
+}
+
+/// How many bytes finish the frame at the front of `acc` (a response of
+/// `size` bytes when nothing of it has come yet; the rest of the header when
+/// only part of it has).
+fn frame_rest(acc: &[u8], size: usize) -> usize {
+    if acc.is_empty() {
+        return size;
+    }
+    if acc.len() < HEADER_LEN {
+        return HEADER_LEN - acc.len();
+    }
+    let len = u32::from_be_bytes([acc[8], acc[9], acc[10], acc[11]]) as usize;
+    len.saturating_sub(acc.len()).max(1)
+}
+
+/// Requests waiting for their transmit stamp: (OPT_ID key, seq).
+type Keys = Arc<std::sync::Mutex<std::collections::VecDeque<(u32, u64)>>>;
+
+/// Turns on transmit stamps numbered by byte for a probe connection; one
+/// notice per process when the kernel refuses.
+fn tx_stamps_or_notice(stream: &TcpStream) -> bool {
+    static NOTICE: std::sync::Once = std::sync::Once::new();
+    match prober_net::rx::enable_tx_timestamps_id(stream.as_fd()) {
+        Ok(()) => true,
+        Err(error) => {
+            NOTICE.call_once(|| {
+                tracing::warn!(
+                    "notice: no kernel transmit stamps on tcp sockets ({error}); the client send and network parts stay unknown"
+                );
+            });
+            false
+        }
+    }
+}
+
+/// Reads the error queue without blocking and files each transmit stamp
+/// under the seq of the request whose last byte it stamps.
+fn file_tx_stamps(fd: std::os::fd::BorrowedFd<'_>, keys: &Keys, tx: &prober_net::rx::TxStamps) {
+    for _ in 0..64 {
+        match prober_net::rx::recv_tx_stamp_id(fd) {
+            Ok(Some((key, t1k))) => {
+                let mut keys = keys
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if let Some(at) = keys.iter().position(|k| k.0 == key)
+                    && let Some((_, seq)) = keys.remove(at)
+                {
+                    tx.put(seq, t1k);
+                }
+            }
+            Ok(None) => {}
+            Err(_) => break,
+        }
+    }
 }
 
 /// A connection's reader stopped: retire the connection and fail the probes
@@ -243,7 +371,7 @@ fn spin_replies(
             Err(e) => return fail(ProbeError::io("receive", &e), &matcher, &alive),
         };
         acc.extend_from_slice(&chunk[..n]);
-        match take_replies(&mut acc, nonce, size, (Instant::now(), rx), &matcher) {
+        match take_replies(&mut acc, nonce, size, (Instant::now(), rx), &matcher, None) {
             Ok(()) => Step::Busy,
             Err(why) => fail(ProbeError::protocol(why), &matcher, &alive),
         }
@@ -252,16 +380,36 @@ fn spin_replies(
 
 impl Probe for TcpProbe {
     async fn probe_at(&self, seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
+        // The runner's timeout started no earlier than this; waiting for a
+        // follow-up must not turn an answered probe into a timeout.
+        let limit = Instant::now() + self.timeout.saturating_sub(FOLLOW_UP_MARGIN);
         let conn = self.connection().await?;
         let mut waiter = conn.matcher.register(seq);
         let (sent, t1) = {
             let mut guard = conn.writer.lock().await;
-            let (writer, buf) = &mut *guard;
+            let (writer, buf, written) = &mut *guard;
             wire::encode_request(buf, self.size, seq, self.nonce);
+            if !self.busy_poll {
+                wire::want_follow_up(buf);
+            }
             // If the runner's timeout drops this future mid-write, half a
             // frame is on the wire and the stream is out of step: retire
             // the connection so the next probe opens a new one.
             let mut unfinished = Unfinished(&conn.alive, true);
+            // The key of the request's last byte is filed before the write
+            // (and before the clock is read): the reader may find the stamp
+            // before the write call returns.
+            *written += buf.len() as u64;
+            if let Some(keys) = &conn.keys {
+                let mut keys = keys
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if keys.len() >= prober_net::rx::TxStamps::KEPT {
+                    keys.pop_front();
+                }
+                #[allow(clippy::cast_possible_truncation)] // OPT_ID keys are 32-bit
+                keys.push_back(((*written - 1) as u32, seq));
+            }
             gate.pass().await;
             let sent = Instant::now();
             let t1 = prober_core::clock::unix_now_ns();
@@ -271,7 +419,12 @@ impl Probe for TcpProbe {
             unfinished.1 = false;
             (sent, t1)
         };
-        await_reply(&mut waiter, sent, t1, self.size).await
+        let (mut reply, follow_up) = await_got(&mut waiter, sent, t1, self.size).await?;
+        reply.stamps.t1k = self.stamps.tx.take(seq);
+        if follow_up && let Some(r) = reply.stamps.responder.as_mut() {
+            r.send = self.stamps.follow.wait(seq, limit).await;
+        }
+        Ok(reply)
     }
 
     async fn prepare(&self) -> Result<(), ProbeError> {

@@ -13,7 +13,7 @@ use prober_net::busy::{Reader, SpinThread, Step};
 use tokio::net::UdpSocket;
 use tokio::time::Instant;
 
-use crate::reader::{Arrival, Got, RxStamp, await_got, recv_stamped};
+use crate::reader::{Arrival, FOLLOW_UP_MARGIN, FollowUps, Got, RxStamp, await_got, recv_stamped};
 use socket2::SockRef;
 use tokio_util::task::AbortOnDropHandle;
 
@@ -36,62 +36,6 @@ pub struct UdpProbe {
     /// The run's per-probe timeout.
     timeout: Duration,
     _reader: Reader,
-}
-
-/// How long a probe whose reply promised a follow-up frame waits for it
-/// after the reply: the responder sends it as soon as its kernel stamped the
-/// reply, so it comes right behind; one that does not come in time leaves
-/// the responder send part unknown.
-const FOLLOW_UP_WAIT: Duration = Duration::from_millis(5);
-
-/// How long before the probe's timeout the wait for a follow-up gives up.
-const FOLLOW_UP_MARGIN: Duration = Duration::from_micros(500);
-
-/// Follow-up frames by seq: the responder send part (t3k − t3, `None` when
-/// the responder's kernel gave no stamp), kept until their probe takes it.
-#[derive(Debug, Default)]
-struct FollowUps {
-    kept: std::sync::Mutex<std::collections::VecDeque<(u64, Option<u64>)>>,
-    arrived: tokio::sync::Notify,
-}
-
-impl FollowUps {
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<(u64, Option<u64>)>> {
-        self.kept
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn put(&self, seq: u64, send: Option<u64>) {
-        let mut kept = self.lock();
-        if kept.len() >= prober_net::rx::TxStamps::KEPT {
-            kept.pop_front();
-        }
-        kept.push_back((seq, send));
-        drop(kept);
-        self.arrived.notify_waiters();
-    }
-
-    fn take(&self, seq: u64) -> Option<Option<u64>> {
-        let mut kept = self.lock();
-        let at = kept.iter().position(|(s, _)| *s == seq)?;
-        kept.remove(at).map(|(_, v)| v)
-    }
-
-    /// Waits up to [`FOLLOW_UP_WAIT`] for the follow-up of `seq`, and never
-    /// past `limit`.
-    async fn wait(&self, seq: u64, limit: Instant) -> Option<u64> {
-        let deadline = (Instant::now() + FOLLOW_UP_WAIT).min(limit);
-        loop {
-            let notified = self.arrived.notified();
-            if let Some(v) = self.take(seq) {
-                return v;
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return self.take(seq).flatten();
-            }
-        }
-    }
 }
 
 /// This probe's transmit stamps: whether the kernel gives them, and those

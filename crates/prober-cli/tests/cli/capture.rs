@@ -252,9 +252,10 @@ fn udp_splits_into_all_six_parts() {
     assert!(s["parts"]["network"]["p50"].is_u64(), "{s}");
 }
 
-/// Our UDP frames in a capture: (is it the response, seq, capture time).
-/// Follow-up frames (kind 3) are left out.
-fn read_udp_pcap(bytes: &[u8]) -> Vec<Captured> {
+/// Our frames in a capture of UDP or TCP (frames at the start of a
+/// segment's payload): (is it the response, seq, capture time). Follow-up
+/// frames (kind 3) are left out.
+fn read_frame_pcap(bytes: &[u8]) -> Vec<Captured> {
     let u32_at = |b: &[u8], i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
     assert_eq!(u32_at(bytes, 0), 0xa1b2_3c4d, "a nanosecond pcap");
     let mut out = Vec::new();
@@ -264,22 +265,32 @@ fn read_udp_pcap(bytes: &[u8]) -> Vec<Captured> {
         let pkt = &bytes[i + 16..(i + 16 + len as usize).min(bytes.len())];
         i += 16 + len as usize;
         let at = u64::from(sec) * 1_000_000_000 + u64::from(nsec);
-        let udp = match pkt.get(14).map(|b| b >> 4) {
-            Some(4) => pkt.get(14 + usize::from(pkt[14] & 0x0f) * 4 + 8..),
-            Some(6) => pkt.get(14 + 40 + 8..),
+        let (proto, l4) = match pkt.get(14).map(|b| b >> 4) {
+            Some(4) => (pkt[14 + 9], 14 + usize::from(pkt[14] & 0x0f) * 4),
+            Some(6) => (pkt[14 + 6], 14 + 40),
+            _ => continue,
+        };
+        let payload = match proto {
+            17 => pkt.get(l4 + 8..),
+            6 => pkt
+                .get(l4 + 12)
+                .and_then(|off| pkt.get(l4 + usize::from(off >> 4) * 4..)),
             _ => None,
         };
-        let Some(frame) = udp.filter(|f| f.len() >= 40 && f[..4] == *b"PRBR") else {
-            continue;
-        };
-        if frame[5] == 3 {
-            continue;
+        // Every whole frame in the payload, from its start (TCP may carry
+        // a follow-up and a response in one segment).
+        let mut rest = payload.unwrap_or_default();
+        while rest.len() >= 40 && rest[..4] == *b"PRBR" {
+            let len = u32::from_be_bytes(rest[8..12].try_into().unwrap()) as usize;
+            if rest[5] != 3 {
+                out.push(Captured {
+                    reply: rest[5] == 2,
+                    seq: u64::from_be_bytes(rest[16..24].try_into().unwrap()),
+                    at,
+                });
+            }
+            rest = rest.get(len.max(40)..).unwrap_or_default();
         }
-        out.push(Captured {
-            reply: frame[5] == 2,
-            seq: u64::from_be_bytes(frame[16..24].try_into().unwrap()),
-            at,
-        });
     }
     out
 }
@@ -289,16 +300,26 @@ fn read_udp_pcap(bytes: &[u8]) -> Vec<Captured> {
 /// the six parts add up to the RTT.
 #[test]
 fn udp_split_agrees_with_a_packet_capture() {
+    frames_split_agrees_with_a_packet_capture("udp");
+}
+
+/// The same for `tcp://`.
+#[test]
+fn tcp_split_agrees_with_a_packet_capture() {
+    frames_split_agrees_with_a_packet_capture("tcp");
+}
+
+fn frames_split_agrees_with_a_packet_capture(proto: &str) {
     if Command::new("tcpdump").arg("--version").output().is_err() {
-        eprintln!("SKIPPED udp capture check: tcpdump is not installed (.ci/run installs it)");
+        eprintln!("SKIPPED {proto} capture check: tcpdump is not installed (.ci/run installs it)");
         return;
     }
-    let Some(ns) = Netns::new("capture-udp") else {
+    let Some(ns) = Netns::new(&format!("capture-{proto}")) else {
         return;
     };
     let mut srv = Command::new("ip")
         .args(["netns", "exec", &ns.name, env!("CARGO_BIN_EXE_prober")])
-        .args(["serve", "--quiet", "--udp", "127.0.0.1:8707"])
+        .args(["serve", "--quiet", &format!("--{proto}"), "127.0.0.1:8707"])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -316,9 +337,13 @@ fn udp_split_agrees_with_a_packet_capture() {
                 "-w",
             ])
             .arg(&file)
-            // Not the follow-up frames (kind 3, UDP payload byte 5): less
+            // Not the UDP follow-up frames (kind 3, payload byte 5): less
             // for tcpdump to keep up with back to back.
-            .args(["udp port 8707 and udp[13] != 3"])
+            .arg(if proto == "udp" {
+                "udp port 8707 and udp[13] != 3"
+            } else {
+                "tcp port 8707"
+            })
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -328,21 +353,13 @@ fn udp_split_agrees_with_a_packet_capture() {
         while err.read_line(&mut line).unwrap() > 0 && !line.contains("listening on") {
             line.clear();
         }
-        let args = [
-            "run",
-            "-c",
-            count,
-            "-i",
-            interval,
-            "-o",
-            "json",
-            "udp://127.0.0.1:8707",
-        ];
+        let target = format!("{proto}://127.0.0.1:8707");
+        let args = ["run", "-c", count, "-i", interval, "-o", "json", &target];
         let out = ns.prober(&[], &args);
         std::thread::sleep(std::time::Duration::from_millis(300));
         crate::support::sigterm(dump.id());
         dump.wait().unwrap();
-        let packets = read_udp_pcap(&std::fs::read(&file).unwrap());
+        let packets = read_frame_pcap(&std::fs::read(&file).unwrap());
         let _ = std::fs::remove_file(&file);
         let lines = ok_json(&out);
         let mut by_seq: HashMap<(bool, u64), u64> = HashMap::new();
@@ -389,7 +406,7 @@ fn udp_split_agrees_with_a_packet_capture() {
         let med = quantile(&mut excess, 0.5);
         let p99 = quantile(&mut excess, 0.99);
         eprintln!(
-            "udp -i {interval}: {n} probes, {complete} complete; kernel rtt − wire rtt median {med} ns, p99 {p99} ns"
+            "{proto} -i {interval}: {n} probes, {complete} complete; kernel rtt − wire rtt median {med} ns, p99 {p99} ns"
         );
     }
     let _ = srv.kill();
