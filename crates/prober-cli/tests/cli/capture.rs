@@ -98,20 +98,26 @@ fn icmp_split_agrees_with_a_packet_capture() {
     let Some(ns) = Netns::new("capture") else {
         return;
     };
-    // Two busy loops for the last rounds: the load under which converting
-    // kernel stamps with fresh clock reads put RTTs below the wire.
+    // Two busy loops for the last rounds (threads of this test, then
+    // separate processes): the load under which converting kernel stamps
+    // with fresh clock reads put 20 of 800,000 RTTs below the wire; 200,000
+    // probes a family under the processes.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut load: Vec<std::thread::JoinHandle<()>> = Vec::new();
+    let mut procs = BusyProcesses(Vec::new());
     let rounds = [
-        ("127.0.0.1", "10ms", "300", false),
-        ("::1", "10ms", "300", false),
-        ("127.0.0.1", "0", "3000", false),
-        ("::1", "0", "3000", false),
-        ("127.0.0.1", "0", "3000", true),
-        ("::1", "0", "3000", true),
+        ("127.0.0.1", "10ms", "300", 0),
+        ("::1", "10ms", "300", 0),
+        ("127.0.0.1", "0", "3000", 0),
+        ("::1", "0", "3000", 0),
+        ("127.0.0.1", "0", "3000", 1),
+        ("::1", "0", "3000", 1),
+        ("127.0.0.1", "0", "200000", 2),
+        ("::1", "0", "200000", 2),
     ];
-    for (target, interval, count, loaded) in rounds {
-        if loaded && load.is_empty() {
+    for (target, interval, count, load_kind) in rounds {
+        let loaded = load_kind > 0;
+        if load_kind == 1 && load.is_empty() {
             for _ in 0..2 {
                 let stop = std::sync::Arc::clone(&stop);
                 load.push(std::thread::spawn(move || {
@@ -119,6 +125,20 @@ fn icmp_split_agrees_with_a_packet_capture() {
                         std::hint::spin_loop();
                     }
                 }));
+            }
+        }
+        if load_kind == 2 && procs.0.is_empty() {
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            for l in load.drain(..) {
+                let _ = l.join();
+            }
+            for _ in 0..2 {
+                procs.0.push(
+                    Command::new("sh")
+                        .args(["-c", "while :; do :; done"])
+                        .spawn()
+                        .expect("a busy loop"),
+                );
             }
         }
         let args = [
@@ -193,7 +213,7 @@ fn icmp_split_agrees_with_a_packet_capture() {
         let p99 = quantile(&mut kernel_minus_wire, 0.99);
         eprintln!(
             "{target} -i {interval}{}: {checked} probes; kernel rtt − wire rtt median {med} ns, p99 {p99} ns",
-            if loaded { " under 2 busy loops" } else { "" }
+            ["", " under 2 busy threads", " under 2 busy processes"][load_kind]
         );
         // The kernel RTT is never below the wire's (asserted per probe
         // above) and stays close to it: 1-6 µs above at the median here,
@@ -206,6 +226,19 @@ fn icmp_split_agrees_with_a_packet_capture() {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for l in load {
         let _ = l.join();
+    }
+    drop(procs);
+}
+
+/// Busy-looping processes, killed on drop (a failed assertion too).
+struct BusyProcesses(Vec<std::process::Child>);
+
+impl Drop for BusyProcesses {
+    fn drop(&mut self) {
+        for p in &mut self.0 {
+            let _ = p.kill();
+            let _ = p.wait();
+        }
     }
 }
 
