@@ -286,8 +286,9 @@ pub(crate) struct RunArgs {
     #[arg(short, long)]
     pub(crate) quiet: bool,
 
-    /// Do not ask the kernel for transmit stamps: the client send and network
-    /// parts of the split stay unknown (for measuring what the stamps cost;
+    /// Do not ask for transmit stamps, the kernel's nor the responder's (no
+    /// follow-up frames): the client send, network and responder send parts
+    /// of the split stay unknown (for measuring what the stamps cost;
     /// docs/timestamps.md).
     #[arg(long)]
     pub(crate) no_tx_stamps: bool,

@@ -35,6 +35,10 @@ pub struct RunMeta {
     pub timeout_ns: u64,
     /// Warm-up probes per target, not recorded.
     pub warmup: u64,
+    /// Which kernel timestamps the probes ask for: `rx+tx` (software
+    /// receive and transmit stamps, the full split) or `rx` (receive only:
+    /// `--no-tx-stamps`, or the daemon without `[stamps] transmit`).
+    pub kernel_stamps: String,
 }
 
 impl RunMeta {
@@ -56,7 +60,15 @@ impl RunMeta {
             size: None,
             timeout_ns: ns(cfg.timeout),
             warmup: cfg.warmup,
+            kernel_stamps: "rx+tx".to_owned(),
         }
+    }
+
+    /// The same, saying whether transmit stamps were asked for.
+    #[must_use]
+    pub fn with_tx_stamps(mut self, on: bool) -> Self {
+        self.kernel_stamps = if on { "rx+tx" } else { "rx" }.to_owned();
+        self
     }
 }
 

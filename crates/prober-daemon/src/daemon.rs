@@ -379,8 +379,9 @@ pub async fn run(
     }
     let (events, mut rx) = mpsc::channel(EVENT_CHANNEL);
     let root = CancellationToken::new();
-    let meta =
-        RunMeta::new(&opts.version, &RunConfig::default()).on_host(&opts.host.0, &opts.host.1);
+    let meta = RunMeta::new(&opts.version, &RunConfig::default())
+        .on_host(&opts.host.0, &opts.host.1)
+        .with_tx_stamps(cfg.tx_stamps);
     let mut collector = Collector::new(meta, Clock::now(), sinks, true);
     // Nothing to fail: no target and no file yet.
     let _ = collector.start();

@@ -272,6 +272,7 @@ fn settings_line(m: &RunMeta) -> String {
     if m.warmup > 0 {
         let _ = write!(s, ", warmup {}", m.warmup);
     }
+    let _ = write!(s, ", kernel stamps {}", m.kernel_stamps);
     s
 }
 

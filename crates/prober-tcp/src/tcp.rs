@@ -389,8 +389,12 @@ impl Probe for TcpProbe {
             let mut guard = conn.writer.lock().await;
             let (writer, buf, written) = &mut *guard;
             wire::encode_request(buf, self.size, seq, self.nonce);
-            if !self.busy_poll {
+            // The responder's transmit stamp too, unless transmit stamps are
+            // off (--no-tx-stamps) or replies are busy-polled.
+            if self.tx_stamps {
                 wire::want_follow_up(buf);
+            } else {
+                wire::want_stamps(buf);
             }
             // If the runner's timeout drops this future mid-write, half a
             // frame is on the wire and the stream is out of step: retire

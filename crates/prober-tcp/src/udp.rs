@@ -35,6 +35,8 @@ pub struct UdpProbe {
     follow: Arc<FollowUps>,
     /// The run's per-probe timeout.
     timeout: Duration,
+    /// Ask the responder for its transmit stamp in a follow-up frame.
+    ask_follow_up: bool,
     _reader: Reader,
 }
 
@@ -174,6 +176,7 @@ impl UdpProbe {
             tx,
             follow,
             timeout: Duration::from_secs(1),
+            ask_follow_up: tx_stamps && !busy_poll,
             _reader: reader,
         })
     }
@@ -262,7 +265,13 @@ impl Probe for UdpProbe {
         let limit = Instant::now() + self.timeout.saturating_sub(FOLLOW_UP_MARGIN);
         let mut frame = Vec::with_capacity(self.size);
         wire::encode_request(&mut frame, self.size, seq, self.nonce);
-        wire::want_follow_up(&mut frame);
+        // The responder's transmit stamp too, unless transmit stamps are
+        // off (--no-tx-stamps).
+        if self.ask_follow_up {
+            wire::want_follow_up(&mut frame);
+        } else {
+            wire::want_stamps(&mut frame);
+        }
         // Stamps of probes that got no reply count against the receive
         // buffer: take them before each send so they never pile up.
         self.tx.drain(self.socket.as_fd(), self.nonce);

@@ -340,7 +340,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         Output::Json => Box::new(JsonSink::new(stdout(), args.quiet)),
         Output::Csv => Box::new(CsvSink::new(stdout(), fields)),
     };
-    let mut meta = RunMeta::new(env!("CARGO_PKG_VERSION"), &cfg);
+    let mut meta = RunMeta::new(env!("CARGO_PKG_VERSION"), &cfg).with_tx_stamps(!args.no_tx_stamps);
     let (host, kernel) = prober_net::host();
     meta = meta.on_host(&host, &kernel);
     meta.size = args.size;

@@ -269,7 +269,9 @@ pub(crate) async fn sweep(args: SweepArgs) -> anyhow::Result<ExitCode> {
                 JsonSink::new(Box::new(std::io::stdout()), false).with_sweep(tag),
             ));
         }
-        let mut meta = RunMeta::new(env!("CARGO_PKG_VERSION"), &cfg).on_host(&host, &kernel);
+        let mut meta = RunMeta::new(env!("CARGO_PKG_VERSION"), &cfg)
+            .on_host(&host, &kernel)
+            .with_tx_stamps(!args.no_tx_stamps);
         meta.size = args.size;
         if args.busy_poll {
             "busy-poll".clone_into(&mut meta.receive);
