@@ -787,6 +787,14 @@ def main() -> int:
     md.extend(cmd_lines or ["(none recorded)"])
     md.append("```")
     md.append("")
+    # Sections other scripts write (benches/stamps/cost.sh) follow a marker
+    # and are kept when this report is written again.
+    marker = "<!-- sections below are not written by benches/peers -->"
+    if report.exists():
+        old = report.read_text()
+        if marker in old:
+            md.append(marker + old.split(marker, 1)[1].rstrip("\n"))
+            md.append("")
     report.write_text("\n".join(md))
     return 0
 
