@@ -43,6 +43,7 @@ fn roundtrips(c: &mut Criterion) {
         timeout: Duration::from_secs(1),
         connect_timeout: Duration::from_secs(1),
         size: 64,
+        tx_stamps: true,
     };
     let unary = GrpcProbe::new(grpc_cfg.clone());
     rt.block_on(unary.prepare()).expect("grpc channel");

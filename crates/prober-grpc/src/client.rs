@@ -19,6 +19,7 @@ use tonic_health::pb::health_client::HealthClient;
 
 use crate::pb::echo_client::EchoClient;
 use crate::pb::{PingReply, PingRequest};
+use crate::stamped::{ChannelStamps, StampedConnector};
 use crate::tls::ClientTls;
 use prober_core::clock::unix_now_ns;
 
@@ -47,6 +48,9 @@ pub struct ClientConfig {
     pub connect_timeout: Duration,
     /// Request payload bytes.
     pub size: usize,
+    /// Ask the kernel for transmit stamps on the connection (the client send
+    /// part of the split).
+    pub tx_stamps: bool,
 }
 
 #[derive(Debug)]
@@ -65,6 +69,8 @@ struct Conn {
     cfg: ClientConfig,
     state: Mutex<ConnState>,
     reconnects: AtomicU64,
+    /// The connection's kernel stamps (see [`crate::stamped`]).
+    stamps: Arc<ChannelStamps>,
 }
 
 fn jitter(d: Duration) -> Duration {
@@ -84,6 +90,7 @@ impl Conn {
             cfg,
             state: Mutex::new(state),
             reconnects: AtomicU64::new(0),
+            stamps: Arc::default(),
         }
     }
 
@@ -131,8 +138,13 @@ impl Conn {
                 format!("{last} (next attempt in {}ms)", wait.as_millis()),
             ));
         }
+        let connector = StampedConnector {
+            addr: self.cfg.addr,
+            stamps: Arc::clone(&self.stamps),
+            tx_stamps: self.cfg.tx_stamps,
+        };
         let connected = match self.endpoint() {
-            Ok(ep) => ep.connect().await,
+            Ok(ep) => ep.connect_with_connector(connector).await,
             Err(e) => Err(e),
         };
         match connected {
@@ -264,11 +276,13 @@ impl Probe for GrpcProbe {
         gate.pass().await;
         let sent = Instant::now();
         let t1 = unix_now_ns();
+        let window = self.conn.stamps.begin();
         let res = client.ping(req).await;
         let received = Instant::now();
         let t4 = unix_now_ns();
         match res {
             Ok(resp) => {
+                let (t1k, t4k) = window.end();
                 let r = resp.into_inner();
                 if r.seq != seq {
                     return Err(ProbeError::protocol(format!(
@@ -276,14 +290,17 @@ impl Probe for GrpcProbe {
                         r.seq
                     )));
                 }
+                let mut stamps = user_stamps(t1, t4, dwell(&r));
+                stamps.t1k = t1k;
+                stamps.t4k = t4k;
                 Ok(Reply {
                     sent,
                     received,
                     server_dwell: dwell(&r),
-                    rx_wake: None,
+                    rx_wake: prober_net::rx::wake_ns(t4k, t4).map(Duration::from_nanos),
                     bytes: r.payload.len(),
                     ttl: None,
-                    stamps: user_stamps(t1, t4, dwell(&r)),
+                    stamps,
                 })
             }
             Err(status) => Err(self.conn.status_error(&status).await),

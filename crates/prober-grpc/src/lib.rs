@@ -17,6 +17,7 @@
 pub mod client;
 mod protocol;
 pub mod server;
+mod stamped;
 pub mod tls;
 
 /// Generated protobuf and gRPC code for `prober.v1`.

@@ -40,6 +40,7 @@ fn config(spec: &ProbeSpec<'_>, env: &BuildEnv) -> Result<ClientConfig, BuildErr
         // than being cancelled by the runner every slot.
         connect_timeout: spec.timeout.mul_f64(0.9),
         size: spec.size,
+        tx_stamps: env.tx_stamps,
     })
 }
 

@@ -445,3 +445,138 @@ fn frames_split_agrees_with_a_packet_capture(proto: &str) {
     let _ = srv.kill();
     let _ = srv.wait();
 }
+
+/// TCP segments with data in a capture: (client to server, capture time),
+/// in capture order.
+fn read_tcp_data(bytes: &[u8], server_port: u16) -> Vec<(bool, u64)> {
+    let u32_at = |b: &[u8], i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
+    assert_eq!(u32_at(bytes, 0), 0xa1b2_3c4d, "a nanosecond pcap");
+    let mut out = Vec::new();
+    let mut i = 24;
+    while i + 16 <= bytes.len() {
+        let (sec, nsec, len) = (u32_at(bytes, i), u32_at(bytes, i + 4), u32_at(bytes, i + 8));
+        let pkt = &bytes[i + 16..(i + 16 + len as usize).min(bytes.len())];
+        i += 16 + len as usize;
+        let at = u64::from(sec) * 1_000_000_000 + u64::from(nsec);
+        if pkt.get(14).map(|b| b >> 4) != Some(4) || pkt[14 + 9] != 6 {
+            continue;
+        }
+        let l4 = 14 + usize::from(pkt[14] & 0x0f) * 4;
+        let total = usize::from(u16::from_be_bytes([pkt[16], pkt[17]])) + 14;
+        let dport = u16::from_be_bytes([pkt[l4 + 2], pkt[l4 + 3]]);
+        let data_at = l4 + usize::from(pkt[l4 + 12] >> 4) * 4;
+        if total > data_at {
+            out.push((dport == server_port, at));
+        }
+    }
+    out
+}
+
+/// `grpc://` (unary) against `prober serve` in a namespace while tcpdump
+/// captures its loopback: the connection's kernel stamps give the client
+/// send and client wake parts and a kernel RTT, which is never below the
+/// capture's (last request segment to first response segment), and client
+/// send + kernel RTT + client wake is the RTT exactly.
+#[test]
+fn grpc_split_agrees_with_a_packet_capture() {
+    if Command::new("tcpdump").arg("--version").output().is_err() {
+        eprintln!("SKIPPED grpc capture check: tcpdump is not installed (.ci/run installs it)");
+        return;
+    }
+    let Some(ns) = Netns::new("capture-grpc") else {
+        return;
+    };
+    let mut srv = Command::new("ip")
+        .args(["netns", "exec", &ns.name, env!("CARGO_BIN_EXE_prober")])
+        .args(["serve", "--quiet", "--grpc", "127.0.0.1:8708"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(srv.stdout.take().unwrap()).lines();
+    let _ = lines.next();
+    let file = std::env::temp_dir().join(format!("{}.pcap", ns.name));
+    let mut dump = Command::new("ip")
+        .args(["netns", "exec", &ns.name, "tcpdump", "-i", "lo", "-n", "-U"])
+        .args(["--immediate-mode", "--time-stamp-precision=nano", "-w"])
+        .arg(&file)
+        .args(["tcp port 8708"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tcpdump starts");
+    let mut err = BufReader::new(dump.stderr.take().unwrap());
+    let mut line = String::new();
+    while err.read_line(&mut line).unwrap() > 0 && !line.contains("listening on") {
+        line.clear();
+    }
+    let args = [
+        "run",
+        "-c",
+        "300",
+        "-i",
+        "10ms",
+        "-o",
+        "json",
+        "grpc://127.0.0.1:8708",
+    ];
+    let out = ns.prober(&[], &args);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    crate::support::sigterm(dump.id());
+    dump.wait().unwrap();
+    let data = read_tcp_data(&std::fs::read(&file).unwrap(), 8708);
+    let _ = std::fs::remove_file(&file);
+    let _ = srv.kill();
+    let _ = srv.wait();
+    let lines = ok_json(&out);
+    let probes = of_type(&lines, "probe");
+    let (mut excess, mut stamped) = (Vec::new(), 0usize);
+    for p in &probes {
+        assert_eq!(p["outcome"], "ok", "{p}");
+        let rtt = p["rtt_ns"].as_i64().unwrap();
+        let Some(kernel) = p["kernel_rtt_ns"].as_i64() else {
+            continue;
+        };
+        stamped += 1;
+        let parts = &p["parts"];
+        let (send, wake) = (
+            parts["client_send_ns"].as_i64().unwrap(),
+            parts["client_wake_ns"].as_i64().unwrap(),
+        );
+        assert_eq!(send + kernel + wake, rtt, "the parts add up: {p}");
+        assert!(kernel <= rtt, "{p}");
+        // The probe's segments: the first response segment after its send,
+        // and the last request segment before that.
+        let sent = p["sent_unix_ns"].as_u64().unwrap().saturating_sub(200_000);
+        let Some(resp) = data.iter().position(|(c2s, at)| !c2s && *at >= sent) else {
+            continue;
+        };
+        let Some(req) = data[..resp]
+            .iter()
+            .rev()
+            .find(|(c2s, at)| *c2s && *at >= sent)
+        else {
+            continue;
+        };
+        let wire = (data[resp].1 - req.1) as i64;
+        assert!(
+            kernel >= wire,
+            "kernel rtt {kernel} below the wire's {wire}: {p}"
+        );
+        excess.push(kernel - wire);
+    }
+    let n = probes.len();
+    assert!(
+        stamped * 10 >= n * 9,
+        "{stamped} of {n} probes with kernel stamps"
+    );
+    assert!(
+        excess.len() * 10 >= n * 9,
+        "{} of {n} matched",
+        excess.len()
+    );
+    let med = quantile(&mut excess, 0.5);
+    let p99 = quantile(&mut excess, 0.99);
+    eprintln!(
+        "grpc -i 10ms: {n} probes, {stamped} with kernel stamps; kernel rtt − wire rtt median {med} ns, p99 {p99} ns"
+    );
+}

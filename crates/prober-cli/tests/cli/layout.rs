@@ -19,7 +19,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("prober-report", &["prober-core"]),
     ("prober-tcp", &["prober-core", "prober-net"]),
     ("prober-icmp", &["prober-core", "prober-net"]),
-    ("prober-grpc", &["prober-core"]),
+    ("prober-grpc", &["prober-core", "prober-net"]),
     ("prober-stamp", &["prober-core", "prober-net"]),
     (
         "prober-daemon",

@@ -72,6 +72,7 @@ pub(crate) fn client(addr: SocketAddr, tls: Option<ClientTls>) -> ClientConfig {
         timeout: Duration::from_millis(500),
         connect_timeout: Duration::from_millis(500),
         size: 64,
+        tx_stamps: true,
     }
 }
 

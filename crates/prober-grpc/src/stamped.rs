@@ -1,0 +1,255 @@
+//! A connector for tonic whose TCP stream reads with `recvmsg` and asks
+//! for transmit stamps numbered by byte (`SO_TIMESTAMPING` with `OPT_ID`),
+//! so that a gRPC round trip gets the client's kernel stamps: the transmit
+//! stamp of the request's last byte (t1k) and the receive stamp of the
+//! response's first read (t4k). TLS (`grpcs://`) runs on top of it, so the
+//! stamps are those of the TLS records on the wire.
+//!
+//! HTTP/2 multiplexes calls on one connection, so bytes cannot be told
+//! apart by call; a probe's stamps are taken from a window that only that
+//! probe had open: from just before its call to its response. A window that
+//! another call overlapped gets no stamps (its parts stay unknown).
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsFd;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, ready};
+
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+use tokio::net::TcpStream;
+
+/// The stamps of one connection at a time, shared by the probes of one
+/// channel and its stream.
+#[derive(Debug, Default)]
+pub(crate) struct ChannelStamps {
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Bytes written on the current connection.
+    written: u64,
+    /// Transmit stamps by the key of the last byte of a write, newest last.
+    tx: VecDeque<(u32, u64)>,
+    /// Windows open now.
+    open: u32,
+    /// The current window: no other call overlapped it so far.
+    window: Option<Window>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Window {
+    clean: bool,
+    /// Bytes written when the first read with data came (the request's
+    /// last byte is the one before), and that read's kernel stamp.
+    first_rx: Option<(u64, Option<u64>)>,
+}
+
+/// A probe's window, from [`ChannelStamps::begin`]; dropped without
+/// [`Mark::end`] (a failed or cancelled call), it just closes.
+#[derive(Debug)]
+pub(crate) struct Mark {
+    stamps: Arc<ChannelStamps>,
+    open: bool,
+}
+
+impl Mark {
+    /// Closes the window after the response: (t1k, t4k), where the window
+    /// was the probe's own and the kernel gave them.
+    pub(crate) fn end(mut self) -> (Option<u64>, Option<u64>) {
+        self.open = false;
+        self.stamps.end()
+    }
+}
+
+impl Drop for Mark {
+    fn drop(&mut self) {
+        if self.open {
+            let mut s = self.stamps.lock();
+            s.open = s.open.saturating_sub(1);
+            s.window = None;
+        }
+    }
+}
+
+const KEPT: usize = 256;
+
+impl ChannelStamps {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Opens a probe's window, right before its call. Overlapping windows
+    /// spoil each other: neither gets stamps.
+    pub(crate) fn begin(self: &Arc<Self>) -> Mark {
+        let mut s = self.lock();
+        s.open += 1;
+        s.window = Some(Window {
+            clean: s.open == 1,
+            first_rx: None,
+        });
+        drop(s);
+        Mark {
+            stamps: Arc::clone(self),
+            open: true,
+        }
+    }
+
+    fn end(&self) -> (Option<u64>, Option<u64>) {
+        let mut s = self.lock();
+        s.open = s.open.saturating_sub(1);
+        let Some(w) = s.window.take().filter(|w| w.clean) else {
+            return (None, None);
+        };
+        let Some((written, t4k)) = w.first_rx else {
+            return (None, None);
+        };
+        let key = written.checked_sub(1).map(|k| k as u32);
+        let t1k = key.and_then(|k| s.tx.iter().rev().find(|(x, _)| *x == k).map(|(_, t)| *t));
+        (t1k, t4k)
+    }
+
+    fn new_connection(&self) {
+        let mut s = self.lock();
+        s.written = 0;
+        s.tx.clear();
+        if let Some(w) = &mut s.window {
+            w.clean = false;
+        }
+    }
+
+    fn on_write(&self, n: usize) {
+        self.lock().written += n as u64;
+    }
+
+    fn on_read(&self, t4k: Option<u64>) {
+        let mut s = self.lock();
+        let written = s.written;
+        if let Some(w) = &mut s.window
+            && w.first_rx.is_none()
+        {
+            w.first_rx = Some((written, t4k));
+        }
+    }
+
+    /// Files the transmit stamps waiting on the error queue.
+    fn drain(&self, fd: std::os::fd::BorrowedFd<'_>) {
+        for _ in 0..64 {
+            match prober_net::rx::recv_tx_stamp_id(fd) {
+                Ok(Some(stamp)) => {
+                    let mut s = self.lock();
+                    if s.tx.len() == KEPT {
+                        s.tx.pop_front();
+                    }
+                    s.tx.push_back(stamp);
+                }
+                Ok(None) => {}
+                Err(_) => break,
+            }
+        }
+    }
+}
+
+/// A TCP stream that reads with kernel receive stamps and files its
+/// transmit stamps in a [`ChannelStamps`].
+#[derive(Debug)]
+pub(crate) struct StampedStream {
+    inner: TcpStream,
+    stamps: Arc<ChannelStamps>,
+    tx_on: bool,
+}
+
+impl AsyncRead for StampedStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        loop {
+            ready!(this.inner.poll_read_ready(cx))?;
+            let unfilled = buf.initialize_unfilled();
+            let res = this.inner.try_io(Interest::READABLE, || {
+                if this.tx_on {
+                    this.stamps.drain(this.inner.as_fd());
+                }
+                prober_net::rx::recv_stamped::<()>(this.inner.as_fd(), unfilled)
+            });
+            match res {
+                Ok((n, _, stamp)) => {
+                    buf.advance(n);
+                    if n > 0 {
+                        this.stamps.on_read(stamp.and_then(prober_net::rx::unix_ns));
+                    }
+                    return Poll::Ready(Ok(()));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+}
+
+impl AsyncWrite for StampedStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let n = ready!(Pin::new(&mut this.inner).poll_write(cx, buf))?;
+        this.stamps.on_write(n);
+        if this.tx_on {
+            this.stamps.drain(this.inner.as_fd());
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+/// Connects to one address with a [`StampedStream`] (tonic's
+/// `connect_with_connector`; TLS, where configured, goes on top).
+#[derive(Debug, Clone)]
+pub(crate) struct StampedConnector {
+    pub(crate) addr: SocketAddr,
+    pub(crate) stamps: Arc<ChannelStamps>,
+    pub(crate) tx_stamps: bool,
+}
+
+impl tower_service::Service<http::Uri> for StampedConnector {
+    type Response = TokioIo<StampedStream>;
+    type Error = io::Error;
+    type Future = Pin<Box<dyn Future<Output = io::Result<Self::Response>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _uri: http::Uri) -> Self::Future {
+        let (addr, stamps, want_tx) = (self.addr, Arc::clone(&self.stamps), self.tx_stamps);
+        Box::pin(async move {
+            let inner = TcpStream::connect(addr).await?;
+            inner.set_nodelay(true)?;
+            prober_net::rx::enable_timestamps(inner.as_fd())?;
+            let tx_on = want_tx && prober_net::rx::enable_tx_timestamps_id(inner.as_fd()).is_ok();
+            stamps.new_connection();
+            Ok(TokioIo::new(StampedStream {
+                inner,
+                stamps,
+                tx_on,
+            }))
+        })
+    }
+}
