@@ -199,6 +199,12 @@ pub fn enable_tx_timestamps(fd: BorrowedFd<'_>) -> io::Result<()> {
 /// # Errors
 /// Whatever `recvmsg` reports.
 pub fn recv_tx_stamp(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, Option<u64>)> {
+    recv_error_entry(fd, buf).map(|(n, stamp)| (n, stamp.map(|(_, t)| t)))
+}
+
+/// Reads one error-queue entry without blocking into `buf`: its length and,
+/// for a transmit stamp, its `OPT_ID` key (`ee_data`) and stamp.
+fn recv_error_entry(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, Option<(u32, u64)>)> {
     let mut iov = [IoSliceMut::new(buf)];
     let mut cmsg = nix::cmsg_space!([u8; 512]);
     let msg = recvmsg::<()>(
@@ -208,21 +214,23 @@ pub fn recv_tx_stamp(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, O
         MsgFlags::MSG_ERRQUEUE | MsgFlags::MSG_DONTWAIT,
     )
     .map_err(io::Error::from)?;
-    let (mut stamp, mut is_stamp) = (None, false);
+    let (mut stamp, mut key) = (None, None);
     if let Ok(cmsgs) = msg.cmsgs() {
         for c in cmsgs {
             match c {
                 ControlMessageOwned::ScmTimestampsns(ts) => {
                     stamp = system_time(&ts.system).and_then(unix_ns);
                 }
-                ControlMessageOwned::Ipv4RecvErr(e, _) | ControlMessageOwned::Ipv6RecvErr(e, _) => {
-                    is_stamp = e.ee_origin == nix::libc::SO_EE_ORIGIN_TIMESTAMPING;
+                ControlMessageOwned::Ipv4RecvErr(e, _) | ControlMessageOwned::Ipv6RecvErr(e, _)
+                    if e.ee_origin == nix::libc::SO_EE_ORIGIN_TIMESTAMPING =>
+                {
+                    key = Some(e.ee_data);
                 }
                 _ => {}
             }
         }
     }
-    Ok((msg.bytes, stamp.filter(|_| is_stamp)))
+    Ok((msg.bytes, key.zip(stamp)))
 }
 
 /// Asks for kernel software transmit stamps without a copy of the packet
@@ -249,33 +257,9 @@ pub fn enable_tx_timestamps_id(fd: BorrowedFd<'_>) -> io::Result<()> {
 /// # Errors
 /// Whatever `recvmsg` reports.
 pub fn recv_tx_stamp_id(fd: BorrowedFd<'_>) -> io::Result<Option<(u32, u64)>> {
+    // OPT_TSONLY: no copy of the packet, only the stamp.
     let mut buf = [0u8; 64];
-    let mut iov = [IoSliceMut::new(&mut buf)];
-    let mut cmsg = nix::cmsg_space!([u8; 512]);
-    let msg = recvmsg::<()>(
-        fd.as_raw_fd(),
-        &mut iov,
-        Some(&mut cmsg),
-        MsgFlags::MSG_ERRQUEUE | MsgFlags::MSG_DONTWAIT,
-    )
-    .map_err(io::Error::from)?;
-    let (mut stamp, mut id) = (None, None);
-    if let Ok(cmsgs) = msg.cmsgs() {
-        for c in cmsgs {
-            match c {
-                ControlMessageOwned::ScmTimestampsns(ts) => {
-                    stamp = system_time(&ts.system).and_then(unix_ns);
-                }
-                ControlMessageOwned::Ipv4RecvErr(e, _) | ControlMessageOwned::Ipv6RecvErr(e, _)
-                    if e.ee_origin == nix::libc::SO_EE_ORIGIN_TIMESTAMPING =>
-                {
-                    id = Some(e.ee_data);
-                }
-                _ => {}
-            }
-        }
-    }
-    Ok(id.zip(stamp))
+    recv_error_entry(fd, &mut buf).map(|(_, stamp)| stamp)
 }
 
 /// Kernel transmit stamps (ns since the epoch) by probe seq, filed as they

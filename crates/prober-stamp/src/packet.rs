@@ -220,12 +220,18 @@ fn sign(buf: &mut [u8], key: &Key) {
     put(buf, HMAC_COVERS, &tag);
 }
 
-/// Checks the base packet's HMAC.
-fn check(buf: &[u8], key: &Key) -> Result<(), Reject> {
-    if key.verify(&buf[..HMAC_COVERS], &buf[HMAC_COVERS..AUTH_LEN]) {
-        Ok(())
-    } else {
-        Err(Reject::Hmac)
+/// Checks a base packet's length and, in authenticated mode, its HMAC.
+fn check(buf: &[u8], mode: Mode, key: Option<&Key>) -> Result<(), Reject> {
+    if buf.len() < mode.base_len() {
+        return Err(Reject::Short);
+    }
+    match (mode, key) {
+        (Mode::Authenticated, Some(key))
+            if !key.verify(&buf[..HMAC_COVERS], &buf[HMAC_COVERS..AUTH_LEN]) =>
+        {
+            Err(Reject::Hmac)
+        }
+        _ => Ok(()),
     }
 }
 
@@ -276,9 +282,7 @@ impl SenderPacket {
         if other_mode == (mode == Mode::Open) {
             return Err(Reject::Mode);
         }
-        if let (Mode::Authenticated, Some(key)) = (mode, key) {
-            check(buf, key)?;
-        }
+        check(buf, mode, key)?;
         let l = layout(mode);
         Ok(Self {
             seq: get_u32(buf, l.seq),
@@ -342,12 +346,7 @@ impl ReflectorPacket {
     /// # Errors
     /// A packet shorter than the base packet, or a wrong HMAC.
     pub fn read(buf: &[u8], mode: Mode, key: Option<&Key>) -> Result<Self, Reject> {
-        if buf.len() < mode.base_len() {
-            return Err(Reject::Short);
-        }
-        if let (Mode::Authenticated, Some(key)) = (mode, key) {
-            check(buf, key)?;
-        }
+        check(buf, mode, key)?;
         let l = layout(mode);
         Ok(Self {
             seq: get_u32(buf, l.seq),

@@ -22,9 +22,9 @@ struct Captured {
     at: u64,
 }
 
-/// Reads a pcap file with nanosecond stamps (magic 0xa1b23c4d) of an
-/// Ethernet-framed loopback and returns our ICMP echo packets.
-fn read_pcap(bytes: &[u8]) -> Vec<Captured> {
+/// The records of a pcap file with nanosecond stamps (magic 0xa1b23c4d):
+/// (capture time in ns since the Unix epoch, the Ethernet frame).
+fn pcap_records(bytes: &[u8]) -> Vec<(u64, &[u8])> {
     let u32_at = |b: &[u8], i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
     assert_eq!(u32_at(bytes, 0), 0xa1b2_3c4d, "a nanosecond pcap");
     let mut out = Vec::new();
@@ -33,7 +33,15 @@ fn read_pcap(bytes: &[u8]) -> Vec<Captured> {
         let (sec, nsec, len) = (u32_at(bytes, i), u32_at(bytes, i + 4), u32_at(bytes, i + 8));
         let pkt = &bytes[i + 16..(i + 16 + len as usize).min(bytes.len())];
         i += 16 + len as usize;
-        let at = u64::from(sec) * 1_000_000_000 + u64::from(nsec);
+        out.push((u64::from(sec) * 1_000_000_000 + u64::from(nsec), pkt));
+    }
+    out
+}
+
+/// Our ICMP echo packets in a capture of an Ethernet-framed loopback.
+fn read_pcap(bytes: &[u8]) -> Vec<Captured> {
+    let mut out = Vec::new();
+    for (at, pkt) in pcap_records(bytes) {
         // Ethernet, then IPv4 (ICMP after its header) or IPv6 (after 40).
         let (icmp, reply_type) = match pkt.get(14).map(|b| b >> 4) {
             Some(4) => (pkt.get(14 + usize::from(pkt[14] & 0x0f) * 4..), 0u8),
@@ -65,25 +73,10 @@ fn quantile(v: &mut [i64], q: f64) -> i64 {
 /// probe lines and the captured packets.
 fn capture(ns: &Netns, args: &[&str]) -> (Vec<Value>, Vec<Captured>) {
     let file = std::env::temp_dir().join(format!("{}.pcap", ns.name));
-    let mut dump = Command::new("ip")
-        .args(["netns", "exec", &ns.name, "tcpdump", "-i", "lo", "-n", "-U"])
-        .args(["--time-stamp-precision=nano", "-w"])
-        .arg(&file)
-        .args(["icmp or icmp6"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("tcpdump starts");
-    // Wait until it listens.
-    let mut err = BufReader::new(dump.stderr.take().unwrap());
-    let mut line = String::new();
-    while err.read_line(&mut line).unwrap() > 0 && !line.contains("listening on") {
-        line.clear();
-    }
+    let dump = ns.tcpdump(&file, &[], "icmp or icmp6");
     let out = ns.prober(&[], args);
     std::thread::sleep(std::time::Duration::from_millis(200));
-    crate::support::sigterm(dump.id());
-    dump.wait().unwrap();
+    crate::support::stop(dump);
     let packets = read_pcap(&std::fs::read(&file).unwrap());
     let _ = std::fs::remove_file(&file);
     (ok_json(&out), packets)
@@ -289,15 +282,8 @@ fn udp_splits_into_all_six_parts() {
 /// segment's payload): (is it the response, seq, capture time). Follow-up
 /// frames (kind 3) are left out.
 fn read_frame_pcap(bytes: &[u8]) -> Vec<Captured> {
-    let u32_at = |b: &[u8], i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
-    assert_eq!(u32_at(bytes, 0), 0xa1b2_3c4d, "a nanosecond pcap");
     let mut out = Vec::new();
-    let mut i = 24;
-    while i + 16 <= bytes.len() {
-        let (sec, nsec, len) = (u32_at(bytes, i), u32_at(bytes, i + 4), u32_at(bytes, i + 8));
-        let pkt = &bytes[i + 16..(i + 16 + len as usize).min(bytes.len())];
-        i += 16 + len as usize;
-        let at = u64::from(sec) * 1_000_000_000 + u64::from(nsec);
+    for (at, pkt) in pcap_records(bytes) {
         let (proto, l4) = match pkt.get(14).map(|b| b >> 4) {
             Some(4) => (pkt[14 + 9], 14 + usize::from(pkt[14] & 0x0f) * 4),
             Some(6) => (pkt[14 + 6], 14 + 40),
@@ -360,38 +346,22 @@ fn frames_split_agrees_with_a_packet_capture(proto: &str) {
     let _ = lines.next();
     for (interval, count) in [("10ms", "300"), ("0", "3000")] {
         let file = std::env::temp_dir().join(format!("{}-{interval}.pcap", ns.name));
-        let mut dump = Command::new("ip")
-            .args(["netns", "exec", &ns.name, "tcpdump", "-i", "lo", "-n", "-U"])
-            .args([
-                "--immediate-mode",
-                "-B",
-                "32768",
-                "--time-stamp-precision=nano",
-                "-w",
-            ])
-            .arg(&file)
+        let dump = ns.tcpdump(
+            &file,
+            &["--immediate-mode", "-B", "32768"],
             // Not the UDP follow-up frames (kind 3, payload byte 5): less
             // for tcpdump to keep up with back to back.
-            .arg(if proto == "udp" {
+            if proto == "udp" {
                 "udp port 8707 and udp[13] != 3"
             } else {
                 "tcp port 8707"
-            })
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("tcpdump starts");
-        let mut err = BufReader::new(dump.stderr.take().unwrap());
-        let mut line = String::new();
-        while err.read_line(&mut line).unwrap() > 0 && !line.contains("listening on") {
-            line.clear();
-        }
+            },
+        );
         let target = format!("{proto}://127.0.0.1:8707");
         let args = ["run", "-c", count, "-i", interval, "-o", "json", &target];
         let out = ns.prober(&[], &args);
         std::thread::sleep(std::time::Duration::from_millis(300));
-        crate::support::sigterm(dump.id());
-        dump.wait().unwrap();
+        crate::support::stop(dump);
         let packets = read_frame_pcap(&std::fs::read(&file).unwrap());
         let _ = std::fs::remove_file(&file);
         let lines = ok_json(&out);
@@ -449,15 +419,8 @@ fn frames_split_agrees_with_a_packet_capture(proto: &str) {
 /// TCP segments with data in a capture: (client to server, capture time),
 /// in capture order.
 fn read_tcp_data(bytes: &[u8], server_port: u16) -> Vec<(bool, u64)> {
-    let u32_at = |b: &[u8], i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
-    assert_eq!(u32_at(bytes, 0), 0xa1b2_3c4d, "a nanosecond pcap");
     let mut out = Vec::new();
-    let mut i = 24;
-    while i + 16 <= bytes.len() {
-        let (sec, nsec, len) = (u32_at(bytes, i), u32_at(bytes, i + 4), u32_at(bytes, i + 8));
-        let pkt = &bytes[i + 16..(i + 16 + len as usize).min(bytes.len())];
-        i += 16 + len as usize;
-        let at = u64::from(sec) * 1_000_000_000 + u64::from(nsec);
+    for (at, pkt) in pcap_records(bytes) {
         if pkt.get(14).map(|b| b >> 4) != Some(4) || pkt[14 + 9] != 6 {
             continue;
         }
@@ -495,20 +458,7 @@ fn grpc_split_agrees_with_a_packet_capture() {
     let mut lines = BufReader::new(srv.stdout.take().unwrap()).lines();
     let _ = lines.next();
     let file = std::env::temp_dir().join(format!("{}.pcap", ns.name));
-    let mut dump = Command::new("ip")
-        .args(["netns", "exec", &ns.name, "tcpdump", "-i", "lo", "-n", "-U"])
-        .args(["--immediate-mode", "--time-stamp-precision=nano", "-w"])
-        .arg(&file)
-        .args(["tcp port 8708"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("tcpdump starts");
-    let mut err = BufReader::new(dump.stderr.take().unwrap());
-    let mut line = String::new();
-    while err.read_line(&mut line).unwrap() > 0 && !line.contains("listening on") {
-        line.clear();
-    }
+    let dump = ns.tcpdump(&file, &["--immediate-mode"], "tcp port 8708");
     let args = [
         "run",
         "-c",
@@ -521,8 +471,7 @@ fn grpc_split_agrees_with_a_packet_capture() {
     ];
     let out = ns.prober(&[], &args);
     std::thread::sleep(std::time::Duration::from_millis(300));
-    crate::support::sigterm(dump.id());
-    dump.wait().unwrap();
+    crate::support::stop(dump);
     let data = read_tcp_data(&std::fs::read(&file).unwrap(), 8708);
     let _ = std::fs::remove_file(&file);
     let _ = srv.kill();

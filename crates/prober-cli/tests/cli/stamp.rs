@@ -194,30 +194,7 @@ fn wireshark_decodes_what_prober_sends_and_reflects() {
         &["--stamp", "127.0.0.1:862", "--stamp-rate", "0"],
     );
     let file = std::env::temp_dir().join(format!("{}.pcap", ns.name));
-    let mut dump = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &ns.name,
-            "tcpdump",
-            "-i",
-            "lo",
-            "-n",
-            "-U",
-            "--immediate-mode",
-        ])
-        .args(["--time-stamp-precision=nano", "-w"])
-        .arg(&file)
-        .args(["udp port 862"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("tcpdump starts");
-    let mut err = BufReader::new(dump.stderr.take().unwrap());
-    let mut line = String::new();
-    while err.read_line(&mut line).unwrap() > 0 && !line.contains("listening on") {
-        line.clear();
-    }
+    let dump = ns.tcpdump(&file, &["--immediate-mode"], "udp port 862");
     // The default port is STAMP's 862.
     let out = ns.prober(
         &[],
@@ -234,8 +211,7 @@ fn wireshark_decodes_what_prober_sends_and_reflects() {
     );
     let lines = ok_json(&out);
     std::thread::sleep(std::time::Duration::from_millis(500));
-    crate::support::sigterm(dump.id());
-    dump.wait().unwrap();
+    crate::support::stop(dump);
     let decoded = Command::new("tshark")
         .env("TZ", "UTC")
         .arg("-r")

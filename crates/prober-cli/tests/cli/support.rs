@@ -115,6 +115,13 @@ pub(crate) fn of_type<'a>(lines: &'a [Value], kind: &str) -> Vec<&'a Value> {
     lines.iter().filter(|l| l["type"] == kind).collect()
 }
 
+/// Stops a child with SIGTERM and waits for it (tcpdump writes its last
+/// packets then).
+pub(crate) fn stop(mut child: std::process::Child) {
+    sigterm(child.id());
+    let _ = child.wait();
+}
+
 pub(crate) fn sigterm(pid: u32) {
     let ok = Command::new("kill")
         .args(["-TERM", &pid.to_string()])
@@ -185,6 +192,34 @@ impl Netns {
     /// Sets who may open ICMP datagram sockets in this namespace.
     pub(crate) fn ping_group_range(&self, range: &str) {
         self.sh(&format!("sysctl -q -w net.ipv4.ping_group_range='{range}'"));
+    }
+
+    /// Starts tcpdump on the namespace's loopback, writing `file` with
+    /// nanosecond stamps (and `extra` options), and returns once it listens.
+    pub(crate) fn tcpdump(
+        &self,
+        file: &std::path::Path,
+        extra: &[&str],
+        filter: &str,
+    ) -> std::process::Child {
+        let mut dump = Command::new("ip")
+            .args([
+                "netns", "exec", &self.name, "tcpdump", "-i", "lo", "-n", "-U",
+            ])
+            .args(extra)
+            .args(["--time-stamp-precision=nano", "-w"])
+            .arg(file)
+            .arg(filter)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tcpdump starts");
+        let mut err = BufReader::new(dump.stderr.take().unwrap());
+        let mut line = String::new();
+        while err.read_line(&mut line).unwrap() > 0 && !line.contains("listening on") {
+            line.clear();
+        }
+        dump
     }
 
     /// Runs prober inside the namespace, optionally through `setpriv` first.
