@@ -293,6 +293,16 @@ impl Probe for GrpcProbe {
                 let mut stamps = user_stamps(t1, t4, dwell(&r));
                 stamps.t1k = t1k;
                 stamps.t4k = t4k;
+                // The responder's turnaround: its kernel's receive stamp to
+                // its handler's return, on its clock (a responder that does
+                // not stamp sends 0). Its send path is in the network part.
+                if let Some(resp) = stamps.responder.as_mut()
+                    && r.server_recv_kernel_unix_ns > 0
+                {
+                    resp.turnaround = r
+                        .server_send_unix_ns
+                        .checked_sub(r.server_recv_kernel_unix_ns);
+                }
                 Ok(Reply {
                     sent,
                     received,

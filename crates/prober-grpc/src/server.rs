@@ -10,8 +10,13 @@ use tokio_stream::{Stream, StreamExt as _};
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
+use std::sync::Arc;
+
+use tonic::transport::server::TlsConnectInfo;
+
 use crate::pb::echo_server::{Echo, EchoServer};
 use crate::pb::{PingReply, PingRequest};
+use crate::stamped::{ServerRx, ServerStream};
 use crate::tls::ServerTls;
 use prober_core::clock::unix_now_ns;
 
@@ -35,7 +40,7 @@ struct EchoService {
     delay: Duration,
 }
 
-fn reply(req: PingRequest, recv_ns: u64) -> PingReply {
+fn reply(req: PingRequest, recv_ns: u64, recv_kernel_ns: Option<u64>) -> PingReply {
     let size = match req.reply_size {
         0 => req.payload.len(),
         n => n as usize,
@@ -51,6 +56,7 @@ fn reply(req: PingRequest, recv_ns: u64) -> PingReply {
         payload,
         server_recv_unix_ns: recv_ns,
         server_send_unix_ns: unix_now_ns(),
+        server_recv_kernel_unix_ns: recv_kernel_ns.unwrap_or(0),
     }
 }
 
@@ -60,10 +66,20 @@ type ReplyStream = Pin<Box<dyn Stream<Item = Result<PingReply, Status>> + Send +
 impl Echo for EchoService {
     async fn ping(&self, request: Request<PingRequest>) -> Result<Response<PingReply>, Status> {
         let recv = unix_now_ns();
+        // The kernel's receive stamp of the read that brought this request
+        // (plaintext or under TLS): the request's, when the connection
+        // carries one call at a time. A stamp after the handler's own read
+        // time cannot be this request's.
+        let ext = request.extensions();
+        let rx = ext.get::<Arc<ServerRx>>().or_else(|| {
+            ext.get::<TlsConnectInfo<Arc<ServerRx>>>()
+                .map(TlsConnectInfo::get_ref)
+        });
+        let kernel = rx.and_then(|rx| rx.last()).filter(|k| *k <= recv);
         if !self.delay.is_zero() {
             tokio::time::sleep(self.delay).await;
         }
-        Ok(Response::new(reply(request.into_inner(), recv)))
+        Ok(Response::new(reply(request.into_inner(), recv, kernel)))
     }
 
     type StreamStream = ReplyStream;
@@ -85,7 +101,7 @@ impl Echo for EchoService {
                         if !delay.is_zero() {
                             tokio::time::sleep(delay).await;
                         }
-                        Ok(reply(req, recv))
+                        Ok(reply(req, recv, None))
                     }
                     Err(status) => Err(status),
                 };
@@ -120,7 +136,7 @@ pub async fn serve_grpc(
     let incoming = TcpListenerStream::new(listener).map(|conn| {
         let stream = conn?;
         stream.set_nodelay(true)?;
-        Ok::<_, std::io::Error>(stream)
+        Ok::<_, std::io::Error>(ServerStream::new(stream))
     });
     let serve = builder
         .add_service(health)

@@ -253,3 +253,92 @@ impl tower_service::Service<http::Uri> for StampedConnector {
         })
     }
 }
+
+/// The responder's side: the kernel receive stamp of the latest read with
+/// data on one accepted connection, which the Echo handler reads when a
+/// request reaches it (t2k of that request, when one call at a time uses
+/// the connection, as a probe's does).
+#[derive(Debug, Default)]
+pub(crate) struct ServerRx {
+    last: Mutex<Option<u64>>,
+}
+
+impl ServerRx {
+    /// The kernel receive stamp of the latest read with data.
+    pub(crate) fn last(&self) -> Option<u64> {
+        *self.last.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// An accepted connection that reads with kernel receive stamps.
+#[derive(Debug)]
+pub(crate) struct ServerStream {
+    inner: TcpStream,
+    rx: Arc<ServerRx>,
+}
+
+impl ServerStream {
+    /// Wraps an accepted stream; without receive stamps it still serves.
+    pub(crate) fn new(inner: TcpStream) -> Self {
+        let _ = prober_net::rx::enable_timestamps(inner.as_fd());
+        Self {
+            inner,
+            rx: Arc::default(),
+        }
+    }
+}
+
+impl tonic::transport::server::Connected for ServerStream {
+    type ConnectInfo = Arc<ServerRx>;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        Arc::clone(&self.rx)
+    }
+}
+
+impl AsyncRead for ServerStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        loop {
+            ready!(this.inner.poll_read_ready(cx))?;
+            let unfilled = buf.initialize_unfilled();
+            let res = this.inner.try_io(Interest::READABLE, || {
+                prober_net::rx::recv_stamped::<()>(this.inner.as_fd(), unfilled)
+            });
+            match res {
+                Ok((n, _, stamp)) => {
+                    buf.advance(n);
+                    if n > 0 {
+                        *this.rx.last.lock().unwrap_or_else(PoisonError::into_inner) =
+                            stamp.and_then(prober_net::rx::unix_ns);
+                    }
+                    return Poll::Ready(Ok(()));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+}
+
+impl AsyncWrite for ServerStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}

@@ -71,11 +71,12 @@ impl HumanSink {
                 && name.starts_with("responder")
                 && !s.parts.contains_key(name)
             {
-                // The responder reports only its turnaround (STAMP T3 − T2).
+                // The responder reports its turnaround as a whole (STAMP's
+                // T3 − T2; gRPC's kernel receive stamp to handler return).
                 if name == "responder_wake" {
                     writeln!(
                         self.out,
-                        "  {:<16} {:>10}  {:>5.1}%  (T3 − T2, as the reflector reports it)",
+                        "  {:<16} {:>10}  {:>5.1}%  (its receive stamp to its send, as it reports it: STAMP's T3 − T2)",
                         "responder",
                         format_ns(d.p50 as f64),
                         d.p50 as f64 * 100.0 / rtt.p50.max(1) as f64

@@ -518,6 +518,30 @@ fn grpc_split_agrees_with_a_packet_capture() {
         stamped * 10 >= n * 9,
         "{stamped} of {n} probes with kernel stamps"
     );
+    // With the responder's kernel receive stamp, the network is known and
+    // client send + network + responder turnaround + client wake = rtt.
+    let mut complete = 0;
+    for p in &probes {
+        let parts = &p["parts"];
+        let (Some(net), Some(turn)) = (
+            parts["network_ns"].as_i64(),
+            p["responder_turnaround_ns"].as_i64(),
+        ) else {
+            continue;
+        };
+        let send = parts["client_send_ns"].as_i64().unwrap();
+        let wake = parts["client_wake_ns"].as_i64().unwrap();
+        assert_eq!(
+            send + net + turn + wake,
+            p["rtt_ns"].as_i64().unwrap(),
+            "{p}"
+        );
+        complete += 1;
+    }
+    assert!(
+        complete * 10 >= n * 9,
+        "{complete} of {n} with the network part"
+    );
     assert!(
         excess.len() * 10 >= n * 9,
         "{} of {n} matched",
