@@ -296,12 +296,8 @@ impl Probe for GrpcProbe {
                 // The responder's turnaround: its kernel's receive stamp to
                 // its handler's return, on its clock (a responder that does
                 // not stamp sends 0). Its send path is in the network part.
-                if let Some(resp) = stamps.responder.as_mut()
-                    && r.server_recv_kernel_unix_ns > 0
-                {
-                    resp.turnaround = r
-                        .server_send_unix_ns
-                        .checked_sub(r.server_recv_kernel_unix_ns);
+                if let Some(resp) = stamps.responder.as_mut() {
+                    resp.turnaround = turnaround(&r);
                 }
                 Ok(Reply {
                     sent,
@@ -326,7 +322,20 @@ impl Probe for GrpcProbe {
     }
 }
 
-type Arrival = Result<(Instant, u64, Option<Duration>, usize), ProbeError>;
+/// A stream reply: when it was read (monotonic, wall), the responder's
+/// dwell and turnaround, and its size.
+type Arrival = Result<(Instant, u64, Option<Duration>, Option<u64>, usize), ProbeError>;
+
+/// The responder's turnaround (its kernel receive stamp to its handler's
+/// return), where it reports the stamp.
+fn turnaround(r: &PingReply) -> Option<u64> {
+    (r.server_recv_kernel_unix_ns > 0)
+        .then(|| {
+            r.server_send_unix_ns
+                .checked_sub(r.server_recv_kernel_unix_ns)
+        })
+        .flatten()
+}
 
 #[derive(Debug)]
 struct OpenStream {
@@ -389,7 +398,8 @@ impl GrpcStreamProbe {
                     Ok(Some(r)) => {
                         let received = Instant::now();
                         let t4 = unix_now_ns();
-                        matcher.deliver(r.seq, Ok((received, t4, dwell(&r), r.payload.len())));
+                        let got = (received, t4, dwell(&r), turnaround(&r), r.payload.len());
+                        matcher.deliver(r.seq, Ok(got));
                     }
                     Ok(None) => break "stream closed by server".to_owned(),
                     Err(status) => {
@@ -428,20 +438,30 @@ impl Probe for GrpcStreamProbe {
         gate.pass().await;
         let sent = Instant::now();
         let t1 = unix_now_ns();
+        let window = self.conn.stamps.begin();
         if tx.send(msg).await.is_err() {
             self.conn.broken("stream closed").await;
             return Err(ProbeError::new(ErrorKind::Reset, "stream closed"));
         }
         match waiter.recv().await {
-            Some(Ok((received, t4, dwell, bytes))) => Ok(Reply {
-                sent,
-                received,
-                server_dwell: dwell,
-                rx_wake: None,
-                bytes,
-                ttl: None,
-                stamps: user_stamps(t1, t4, dwell),
-            }),
+            Some(Ok((received, t4, dwell, turn, bytes))) => {
+                let (t1k, t4k) = window.end();
+                let mut stamps = user_stamps(t1, t4, dwell);
+                stamps.t1k = t1k;
+                stamps.t4k = t4k;
+                if let Some(resp) = stamps.responder.as_mut() {
+                    resp.turnaround = turn;
+                }
+                Ok(Reply {
+                    sent,
+                    received,
+                    server_dwell: dwell,
+                    rx_wake: prober_net::rx::wake_ns(t4k, t4).map(Duration::from_nanos),
+                    bytes,
+                    ttl: None,
+                    stamps,
+                })
+            }
             Some(Err(e)) => {
                 self.conn.broken(e.message()).await;
                 Err(e)

@@ -60,6 +60,17 @@ fn reply(req: PingRequest, recv_ns: u64, recv_kernel_ns: Option<u64>) -> PingRep
     }
 }
 
+/// The connection's receive stamps (plaintext or under TLS).
+fn server_rx<T>(request: &Request<T>) -> Option<Arc<ServerRx>> {
+    let ext = request.extensions();
+    ext.get::<Arc<ServerRx>>()
+        .or_else(|| {
+            ext.get::<TlsConnectInfo<Arc<ServerRx>>>()
+                .map(TlsConnectInfo::get_ref)
+        })
+        .cloned()
+}
+
 type ReplyStream = Pin<Box<dyn Stream<Item = Result<PingReply, Status>> + Send + 'static>>;
 
 #[tonic::async_trait]
@@ -70,12 +81,9 @@ impl Echo for EchoService {
         // (plaintext or under TLS): the request's, when the connection
         // carries one call at a time. A stamp after the handler's own read
         // time cannot be this request's.
-        let ext = request.extensions();
-        let rx = ext.get::<Arc<ServerRx>>().or_else(|| {
-            ext.get::<TlsConnectInfo<Arc<ServerRx>>>()
-                .map(TlsConnectInfo::get_ref)
-        });
-        let kernel = rx.and_then(|rx| rx.last()).filter(|k| *k <= recv);
+        let kernel = server_rx(&request)
+            .and_then(|rx| rx.last())
+            .filter(|k| *k <= recv);
         if !self.delay.is_zero() {
             tokio::time::sleep(self.delay).await;
         }
@@ -88,6 +96,7 @@ impl Echo for EchoService {
         &self,
         request: Request<Streaming<PingRequest>>,
     ) -> Result<Response<Self::StreamStream>, Status> {
+        let stamps = server_rx(&request);
         let mut requests = request.into_inner();
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         let delay = self.delay;
@@ -96,12 +105,16 @@ impl Echo for EchoService {
         tokio::spawn(async move {
             while let Some(item) = requests.next().await {
                 let recv = unix_now_ns();
+                let kernel = stamps
+                    .as_ref()
+                    .and_then(|s| s.last())
+                    .filter(|k| *k <= recv);
                 let out = match item {
                     Ok(req) => {
                         if !delay.is_zero() {
                             tokio::time::sleep(delay).await;
                         }
-                        Ok(reply(req, recv, None))
+                        Ok(reply(req, recv, kernel))
                     }
                     Err(status) => Err(status),
                 };
