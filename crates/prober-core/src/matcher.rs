@@ -38,6 +38,23 @@ pub struct Anomalies {
     /// stateful reflector).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub direction: Option<DirectionLoss>,
+    /// The kernel's own RTT estimate of the probe's TCP connection
+    /// (`TCP_INFO`), read with the other counts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tcp_rtt: Option<TcpRtt>,
+}
+
+/// The kernel's round-trip estimate of a TCP connection (`TCP_INFO`): a
+/// cross-check for the RTTs prober measures, from the kernel's own ACK
+/// timing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct TcpRtt {
+    /// Smoothed RTT (`tcpi_rtt`), µs.
+    pub rtt_us: u32,
+    /// Its mean deviation (`tcpi_rttvar`), µs.
+    pub rttvar_us: u32,
+    /// The lowest RTT seen (`tcpi_min_rtt`), µs.
+    pub min_rtt_us: u32,
 }
 
 /// Lost probes by direction: requests that never reached the responder,
@@ -69,6 +86,7 @@ impl std::ops::AddAssign for Anomalies {
             }),
             (a, b) => a.or(b),
         };
+        self.tcp_rtt = o.tcp_rtt.or(self.tcp_rtt);
     }
 }
 

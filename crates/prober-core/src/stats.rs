@@ -380,6 +380,7 @@ impl TargetStats {
             forward: dist(|d| &d.forward),
             backward: dist(|d| &d.backward),
             direction_loss: anomalies.direction,
+            tcp_info: anomalies.tcp_rtt,
             parts: self
                 .dists
                 .as_deref()
@@ -447,6 +448,10 @@ pub struct Summary {
     /// Lost probes by direction, where the protocol can tell.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub direction_loss: Option<crate::DirectionLoss>,
+    /// The kernel's own RTT estimate of the probe's TCP connection
+    /// (`tcp://`, `grpc://`, `grpc+stream://`), as last read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tcp_info: Option<crate::TcpRtt>,
     /// The distribution of each part of the split that was ever known
     /// (`client_send`, `network`, ...), by name.
     pub parts: std::collections::BTreeMap<String, DistSummary>,

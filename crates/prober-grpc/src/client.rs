@@ -223,10 +223,12 @@ impl Conn {
         }
     }
 
-    /// The reconnect count, the only anomaly a channel-level probe has.
+    /// The reconnect count, the only anomaly a channel-level probe has, and
+    /// the kernel's RTT estimate of the connection.
     fn anomalies(&self) -> Anomalies {
         Anomalies {
             reconnects: self.reconnects.load(Ordering::Relaxed),
+            tcp_rtt: self.stamps.tcp_rtt(),
             ..Anomalies::default()
         }
     }
@@ -477,6 +479,7 @@ impl Probe for GrpcStreamProbe {
     fn anomalies(&self) -> Anomalies {
         let mut a = self.matchers.anomalies();
         a.reconnects = self.conn.reconnects.load(Ordering::Relaxed);
+        a.tcp_rtt = self.conn.stamps.tcp_rtt();
         a
     }
 }

@@ -28,6 +28,8 @@ use tokio::net::TcpStream;
 #[derive(Debug, Default)]
 pub(crate) struct ChannelStamps {
     state: Mutex<State>,
+    /// A duplicate of the connection's socket, to read `TCP_INFO` from.
+    info: Mutex<Option<socket2::Socket>>,
 }
 
 #[derive(Debug, Default)]
@@ -114,7 +116,15 @@ impl ChannelStamps {
         (t1k, t4k)
     }
 
-    fn new_connection(&self) {
+    /// The kernel's RTT estimate of the current connection.
+    pub(crate) fn tcp_rtt(&self) -> Option<prober_core::TcpRtt> {
+        let info = self.info.lock().unwrap_or_else(PoisonError::into_inner);
+        prober_net::tcpinfo::tcp_rtt(info.as_ref()?.as_fd()).ok()
+    }
+
+    fn new_connection(&self, stream: &TcpStream) {
+        *self.info.lock().unwrap_or_else(PoisonError::into_inner) =
+            socket2::SockRef::from(stream).try_clone().ok();
         let mut s = self.lock();
         s.written = 0;
         s.tx.clear();
@@ -244,7 +254,7 @@ impl tower_service::Service<http::Uri> for StampedConnector {
             inner.set_nodelay(true)?;
             prober_net::rx::enable_timestamps(inner.as_fd())?;
             let tx_on = want_tx && prober_net::rx::enable_tx_timestamps_id(inner.as_fd()).is_ok();
-            stamps.new_connection();
+            stamps.new_connection(&inner);
             Ok(TokioIo::new(StampedStream {
                 inner,
                 stamps,

@@ -10,6 +10,7 @@
 pub mod busy;
 pub mod resolve;
 pub mod rx;
+pub mod tcpinfo;
 
 pub use resolve::{Family, ResolveError, resolve};
 

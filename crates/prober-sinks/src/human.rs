@@ -215,6 +215,15 @@ impl HumanSink {
             if let Some(d) = &s.backward {
                 writeln!(self.out, "{}", dist_line("backward", Some(d)))?;
             }
+            if let Some(t) = &s.tcp_info {
+                writeln!(
+                    self.out,
+                    "tcp_info  rtt {} (var {}), min_rtt {}: the kernel's own estimate",
+                    format_ns(f64::from(t.rtt_us) * 1e3),
+                    format_ns(f64::from(t.rttvar_us) * 1e3),
+                    format_ns(f64::from(t.min_rtt_us) * 1e3)
+                )?;
+            }
             if let Some(l) = &s.direction_loss {
                 writeln!(
                     self.out,

@@ -65,6 +65,8 @@ struct Conn {
     /// Requests waiting for their transmit stamp: (OPT_ID key of their last
     /// byte, seq); `None` when the kernel gives no transmit stamps.
     keys: Option<Keys>,
+    /// A duplicate of the socket, to read `TCP_INFO` from.
+    info: Option<socket2::Socket>,
     _reader: Reader,
 }
 
@@ -122,6 +124,7 @@ impl TcpProbe {
         // sent after this call: a request's stamp is the one of its last
         // byte. None is no error: the client send part stays unknown.
         let keys = (self.tx_stamps && tx_stamps_or_notice(&stream)).then(Arc::default);
+        let info = SockRef::from(&stream).try_clone().ok();
         let reconnect = self.connected_once.swap(true, Ordering::Relaxed);
         let matcher = self.matchers.next(reconnect);
         let alive = Arc::new(AtomicBool::new(true));
@@ -159,6 +162,7 @@ impl TcpProbe {
             alive,
             matcher,
             keys,
+            info,
             _reader: reader,
         });
         *slot = Some(Arc::clone(&conn));
@@ -436,7 +440,15 @@ impl Probe for TcpProbe {
     }
 
     fn anomalies(&self) -> Anomalies {
-        self.matchers.anomalies()
+        let mut a = self.matchers.anomalies();
+        // The kernel's own estimate, from the connection in use (a probe
+        // holding the lock just means this read waits for the next one).
+        if let Ok(slot) = self.conn.try_lock()
+            && let Some(info) = slot.as_ref().and_then(|c| c.info.as_ref())
+        {
+            a.tcp_rtt = prober_net::tcpinfo::tcp_rtt(info.as_fd()).ok();
+        }
+        a
     }
 }
 

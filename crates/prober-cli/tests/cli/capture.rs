@@ -553,3 +553,41 @@ fn grpc_split_agrees_with_a_packet_capture() {
         "grpc -i 10ms: {n} probes, {stamped} with kernel stamps; kernel rtt − wire rtt median {med} ns, p99 {p99} ns"
     );
 }
+
+/// `tcp://` and `grpc://` summaries carry the kernel's own RTT estimate of
+/// the connection (TCP_INFO), and its minimum is no larger than the
+/// largest RTT prober measured (the kernel's stamps sit inside ours).
+#[test]
+fn tcp_summaries_carry_the_kernels_rtt_estimate() {
+    let srv = crate::support::Server::start(&[]);
+    let (tcp, grpc) = (format!("tcp://{}", srv.tcp), format!("grpc://{}", srv.grpc));
+    let out = crate::support::run(&[
+        "run", "-c", "30", "-i", "2ms", "-q", "-o", "json", &tcp, &grpc,
+    ]);
+    let lines = ok_json(&out);
+    let summaries = of_type(&lines, "summary");
+    assert_eq!(summaries.len(), 2);
+    for s in summaries {
+        let info = &s["tcp_info"];
+        let (rtt, min) = (
+            info["rtt_us"].as_u64().unwrap(),
+            info["min_rtt_us"].as_u64().unwrap(),
+        );
+        assert!(rtt > 0 && min > 0, "{s}");
+        assert!(min * 1000 <= s["rtt"]["max"].as_u64().unwrap(), "{s}");
+    }
+    // Not for datagram protocols.
+    let out = crate::support::run(&[
+        "run",
+        "-c",
+        "3",
+        "-i",
+        "2ms",
+        "-q",
+        "-o",
+        "json",
+        &format!("udp://{}", srv.udp),
+    ]);
+    let lines = ok_json(&out);
+    assert!(of_type(&lines, "summary")[0].get("tcp_info").is_none());
+}
