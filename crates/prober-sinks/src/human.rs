@@ -116,15 +116,20 @@ impl HumanSink {
         if with.len() < 2 {
             return Ok(());
         }
+        // The responder's turnaround as a whole, where a responder reports
+        // only that (STAMP, gRPC): a column after its parts.
+        let turnaround = with
+            .iter()
+            .any(|s| s.parts.contains_key(prober_core::Parts::TURNAROUND));
+        let mut names: Vec<&str> = prober_core::Parts::NAMES.to_vec();
+        if turnaround {
+            names.insert(5, prober_core::Parts::TURNAROUND);
+        }
         let mut rows = vec![
             ["target", "rtt", "kernel rtt"]
                 .iter()
                 .map(|h| (*h).to_owned())
-                .chain(
-                    prober_core::Parts::NAMES
-                        .iter()
-                        .map(|n| n.replace('_', " ")),
-                )
+                .chain(names.iter().map(|n| n.replace('_', " ")))
                 .collect::<Vec<_>>(),
         ];
         let us = |d: Option<&prober_core::DistSummary>| {
@@ -136,11 +141,7 @@ impl HumanSink {
                 us(s.rtt.as_ref()),
                 us(s.kernel_rtt.as_ref()),
             ];
-            row.extend(
-                prober_core::Parts::NAMES
-                    .iter()
-                    .map(|n| us(s.parts.get(*n))),
-            );
+            row.extend(names.iter().map(|n| us(s.parts.get(*n))));
             rows.push(row);
         }
         writeln!(
