@@ -191,6 +191,23 @@ fn malformed_tlvs_set_m_and_stop() {
     assert_eq!(reply.len(), req.len());
 }
 
+/// Zero-length TLVs: fine for Extra Padding (copied), malformed for a type
+/// with a fixed length (M set), and never read past.
+#[test]
+fn zero_length_tlvs() {
+    let req = request_with(&[
+        (kind::EXTRA_PADDING, Vec::new()),
+        (kind::DIRECT_MEASUREMENT, Vec::new()),
+        (kind::FOLLOW_UP, vec![0; 16]),
+    ]);
+    let (reply, r) = reflect(&req, &Fill::default(), None);
+    assert_eq!(reply.len(), req.len());
+    assert_eq!(reply[44], 0, "zero-length padding is well formed");
+    assert_eq!(reply[48], tlv::FLAG_M, "Direct Measurement needs 12 octets");
+    assert!(r.malformed);
+    assert_eq!(&reply[52..], &req[52..], "the rest is copied as it came");
+}
+
 /// An HMAC TLV that fails, or that comes with no key (an unauthenticated
 /// reflector): I set in every TLV, nothing processed.
 #[test]
