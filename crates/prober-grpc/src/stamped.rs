@@ -181,26 +181,48 @@ impl AsyncRead for StampedStream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        loop {
-            ready!(this.inner.poll_read_ready(cx))?;
-            let unfilled = buf.initialize_unfilled();
-            let res = this.inner.try_io(Interest::READABLE, || {
-                if this.tx_on {
-                    this.stamps.drain(this.inner.as_fd());
+        let (stamps, tx_on) = (&this.stamps, this.tx_on);
+        poll_read_stamped(
+            &this.inner,
+            cx,
+            buf,
+            |fd| {
+                if tx_on {
+                    stamps.drain(fd);
                 }
-                prober_net::rx::recv_stamped::<()>(this.inner.as_fd(), unfilled)
-            });
-            match res {
-                Ok((n, _, stamp)) => {
-                    buf.advance(n);
-                    if n > 0 {
-                        this.stamps.on_read(stamp.and_then(prober_net::rx::unix_ns));
-                    }
-                    return Poll::Ready(Ok(()));
+            },
+            |t| stamps.on_read(t),
+        )
+    }
+}
+
+/// Reads from `inner` into `buf` with `recvmsg`, handing the kernel's
+/// receive stamp of a read with data to `on_data`; `before` runs ahead of
+/// each attempt (the client drains its transmit stamps there).
+fn poll_read_stamped(
+    inner: &TcpStream,
+    cx: &mut Context<'_>,
+    buf: &mut ReadBuf<'_>,
+    before: impl Fn(std::os::fd::BorrowedFd<'_>),
+    on_data: impl FnOnce(Option<u64>),
+) -> Poll<io::Result<()>> {
+    loop {
+        ready!(inner.poll_read_ready(cx))?;
+        let unfilled = buf.initialize_unfilled();
+        let res = inner.try_io(Interest::READABLE, || {
+            before(inner.as_fd());
+            prober_net::rx::recv_stamped::<()>(inner.as_fd(), unfilled)
+        });
+        match res {
+            Ok((n, _, stamp)) => {
+                buf.advance(n);
+                if n > 0 {
+                    on_data(stamp.and_then(prober_net::rx::unix_ns));
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Poll::Ready(Err(e)),
+                return Poll::Ready(Ok(()));
             }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Poll::Ready(Err(e)),
         }
     }
 }
@@ -313,25 +335,14 @@ impl AsyncRead for ServerStream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        loop {
-            ready!(this.inner.poll_read_ready(cx))?;
-            let unfilled = buf.initialize_unfilled();
-            let res = this.inner.try_io(Interest::READABLE, || {
-                prober_net::rx::recv_stamped::<()>(this.inner.as_fd(), unfilled)
-            });
-            match res {
-                Ok((n, _, stamp)) => {
-                    buf.advance(n);
-                    if n > 0 {
-                        *this.rx.last.lock().unwrap_or_else(PoisonError::into_inner) =
-                            stamp.and_then(prober_net::rx::unix_ns);
-                    }
-                    return Poll::Ready(Ok(()));
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Poll::Ready(Err(e)),
-            }
-        }
+        let rx = &this.rx;
+        poll_read_stamped(
+            &this.inner,
+            cx,
+            buf,
+            |_| {},
+            |t| *rx.last.lock().unwrap_or_else(PoisonError::into_inner) = t,
+        )
     }
 }
 
