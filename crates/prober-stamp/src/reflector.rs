@@ -143,6 +143,10 @@ struct Bucket {
 
 struct State {
     cfg: ReflectorConfig,
+    /// The HMAC key, shared so that a packet borrows it cheaply.
+    key: Option<Arc<Key>>,
+    /// The Error Estimate of every reply (T2's and T3's).
+    error: ErrorEstimate,
     stats: Arc<ReflectorStats>,
     sessions: HashMap<(SocketAddr, u16), Session>,
     buckets: HashMap<IpAddr, Bucket>,
@@ -227,8 +231,9 @@ impl State {
     fn answer(&mut self, buf: &mut [u8], meta: &Request) -> Option<Answer> {
         let now = Instant::now();
         let mode = self.cfg.mode();
-        let key = self.cfg.key.clone();
-        let req = match SenderPacket::read(buf, mode, key.as_ref()) {
+        let key = self.key.clone();
+        let key = key.as_deref();
+        let req = match SenderPacket::read(buf, mode, key) {
             Ok(r) => r,
             Err(reject) => return self.reject(reject),
         };
@@ -292,14 +297,14 @@ impl State {
             counters: (session.rx, session.tx.wrapping_add(1)),
             previous,
         };
-        let reflected = tlv::reflect(buf, mode.base_len(), &walk, &fill, key.as_ref());
+        let reflected = tlv::reflect(buf, mode.base_len(), &walk, &fill, key);
         let t3 = prober_core::clock::unix_now_ns();
         session.tx = session.tx.wrapping_add(1);
         session.previous = Some((seq, next_id, format.encode(t3)));
         let reply = ReflectorPacket {
             seq,
             timestamp: format.encode(t3),
-            error: ErrorEstimate::new(format, synced, 1_000_000),
+            error: self.error,
             ssid: req.ssid,
             receive: format.encode(t2),
             sender_seq: req.seq,
@@ -307,8 +312,8 @@ impl State {
             sender_error: req.error,
             sender_ttl: meta.ttl.unwrap_or(0),
         };
-        reply.write(buf, mode, key.as_ref());
-        if let (Some(at), Some(key)) = (reflected.hmac_at, key.as_ref()) {
+        reply.write(buf, mode, key);
+        if let (Some(at), Some(key)) = (reflected.hmac_at, key) {
             tlv::sign_hmac_tlv(buf, mode.base_len(), at, key);
         }
         let st = &self.stats;
@@ -369,6 +374,8 @@ pub async fn serve_stamp(
     }
     let tx_on = prober_net::rx::enable_tx_timestamps_id(socket.as_fd()).is_ok();
     let mut state = State {
+        key: cfg.key.clone().map(Arc::new),
+        error: ErrorEstimate::new(cfg.format, cfg.clock_synced, 1_000_000),
         cfg,
         stats,
         sessions: HashMap::new(),

@@ -258,7 +258,14 @@ pub struct StampProbe {
     socket: Arc<UdpSocket>,
     shared: Arc<Shared>,
     next: AtomicU32,
+    /// A request with every field that does not change zeroed.
     template: Vec<u8>,
+    /// Where the Direct Measurement and HMAC TLVs' values are in it, found
+    /// once rather than per request.
+    direct_at: Option<usize>,
+    hmac_at: Option<usize>,
+    /// The Error Estimate every request carries.
+    error: ErrorEstimate,
     _reader: AbortOnDropHandle<()>,
 }
 
@@ -303,6 +310,11 @@ impl StampProbe {
         rx::enable_timestamps(socket.as_fd())?;
         let tx_on = tx_stamps && rx::tx_timestamps_or_notice(socket.as_fd(), "stamp");
         let template = opts.template(size);
+        let tlvs =
+            tlv::walk(&template, opts.mode().base_len()).map_or_else(|_| Vec::new(), |w| w.tlvs);
+        let value_of = |k: u8| tlvs.iter().find(|t| t.kind == k).map(tlv::Tlv::value_at);
+        let (direct_at, hmac_at) = (value_of(kind::DIRECT_MEASUREMENT), value_of(kind::HMAC));
+        let error = ErrorEstimate::new(opts.format, opts.clock_synced, 1_000_000);
         let shared = Arc::new(Shared {
             opts,
             size,
@@ -321,6 +333,9 @@ impl StampProbe {
             shared,
             next: AtomicU32::new(0),
             template,
+            direct_at,
+            hmac_at,
+            error,
             _reader: AbortOnDropHandle::new(reader),
         })
     }
@@ -480,15 +495,8 @@ impl Probe for StampProbe {
         let mode = opts.mode();
         let base = mode.base_len();
         // Direct Measurement: S_TxC counts requests sent, this one included.
-        if let Ok(walk) = tlv::walk(&buf, base) {
-            for t in walk
-                .tlvs
-                .iter()
-                .filter(|t| t.kind == kind::DIRECT_MEASUREMENT)
-            {
-                let v = t.value_at();
-                buf[v..v + 4].copy_from_slice(&idx.wrapping_add(1).to_be_bytes());
-            }
+        if let Some(v) = self.direct_at {
+            buf[v..v + 4].copy_from_slice(&idx.wrapping_add(1).to_be_bytes());
         }
         sh.drain(self.socket.as_fd());
         let mut waiter = sh.matcher.register(seq);
@@ -498,14 +506,12 @@ impl Probe for StampProbe {
         let packet = SenderPacket {
             seq: sh.base.wrapping_add(idx),
             timestamp: opts.format.encode(t1),
-            error: ErrorEstimate::new(opts.format, opts.clock_synced, 1_000_000),
+            error: self.error,
             ssid: sh.ssid,
         };
         packet.write(&mut buf, mode, opts.key.as_ref());
-        if let (Ok(walk), Some(key)) = (tlv::walk(&buf, base), opts.key.as_ref())
-            && let Some(h) = walk.tlvs.iter().find(|t| t.kind == kind::HMAC)
-        {
-            tlv::sign_hmac_tlv(&mut buf, base, h.value_at(), key);
+        if let (Some(at), Some(key)) = (self.hmac_at, opts.key.as_ref()) {
+            tlv::sign_hmac_tlv(&mut buf, base, at, key);
         }
         match self.socket.send(&buf).await {
             Ok(_) => {}
