@@ -75,6 +75,7 @@ fn json_sink(c: &mut Criterion) {
         bytes: 64,
         ttl: None,
         stamps: prober_core::sample::Stamps::default(),
+        app: Default::default(),
     };
     let sample = Sample {
         target: 0,

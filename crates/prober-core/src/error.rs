@@ -25,13 +25,23 @@ pub enum ErrorKind {
     Timeout,
     /// A local socket operation failed (no buffer space, permission, ...).
     Local,
+    /// The reply has a status the probe does not accept (an HTTP status
+    /// outside the accepted list, a DNS rcode other than the expected).
+    Status,
+    /// The reply's content failed a check: a body or answer regex, a
+    /// required header.
+    Content,
+    /// The reply was larger than allowed (HTTP body over `--max-body`).
+    TooLarge,
+    /// The reply was truncated (DNS TC=1 over UDP, without a TCP retry).
+    Truncated,
     /// Anything else.
     Other,
 }
 
 impl ErrorKind {
     /// Every kind, in a stable order.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 12] = [
         Self::Refused,
         Self::Unreachable,
         Self::Reset,
@@ -39,6 +49,10 @@ impl ErrorKind {
         Self::Protocol,
         Self::Timeout,
         Self::Local,
+        Self::Status,
+        Self::Content,
+        Self::TooLarge,
+        Self::Truncated,
         Self::Other,
     ];
 
@@ -52,6 +66,10 @@ impl ErrorKind {
             Self::Protocol => "protocol",
             Self::Timeout => "timeout",
             Self::Local => "local",
+            Self::Status => "status",
+            Self::Content => "content",
+            Self::TooLarge => "too_large",
+            Self::Truncated => "truncated",
             Self::Other => "other",
         }
     }

@@ -42,6 +42,10 @@ pub struct Anomalies {
     /// (`TCP_INFO`), read with the other counts.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tcp_rtt: Option<TcpRtt>,
+    /// When the server's TLS certificate (the leaf) expires, Unix
+    /// seconds, as last seen (`https://`, `grpcs://`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cert_not_after: Option<i64>,
 }
 
 /// The kernel's round-trip estimate of a TCP connection (`TCP_INFO`): a

@@ -29,6 +29,75 @@ pub struct Reply {
     pub ttl: Option<u8>,
     /// Wall-clock and kernel timestamps of the round trip, for its split.
     pub stamps: Stamps,
+    /// What an application protocol (HTTP, DNS) adds: its phases and its
+    /// reply's status.
+    pub app: AppReply,
+}
+
+/// The phases of one request as blackbox_exporter's
+/// `probe_http_duration_seconds{phase}` and `curl -w` report them: each
+/// is the time from the end of the one before it to its own event, in ns,
+/// so the known ones add up to the time from the probe's start to its body
+/// done. `None` where the phase did not happen (a reused connection has no
+/// resolve, connect or TLS).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Phases(pub [Option<u64>; 6]);
+
+impl Phases {
+    /// The phases' names in results (`resolve_ns` in JSON,
+    /// `phase="resolve"` in Prometheus), in order:
+    /// - `resolve`: name resolution;
+    /// - `connect`: the TCP handshake;
+    /// - `tls`: the TLS handshake;
+    /// - `write`: starting the request to its last byte written;
+    /// - `first_byte`: the last byte written to the first response byte
+    ///   read (the server's processing plus the network);
+    /// - `body`: the first response byte to the body done.
+    pub const NAMES: [&'static str; 6] =
+        ["resolve", "connect", "tls", "write", "first_byte", "body"];
+
+    /// True when any phase is known.
+    pub fn any(&self) -> bool {
+        self.0.iter().any(Option::is_some)
+    }
+}
+
+/// An application reply's status, as the protocol reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Detail {
+    /// An HTTP response.
+    Http {
+        /// The status code of the last hop.
+        status: u16,
+        /// `11` for HTTP/1.1, `20` for HTTP/2.
+        version: u8,
+        /// Redirects followed to get it.
+        redirects: u8,
+    },
+    /// A DNS response.
+    Dns {
+        /// The response code (NOERROR 0, NXDOMAIN 3, ...).
+        rcode: u16,
+        /// Records in the answer section.
+        answers: u16,
+        /// Authoritative Answer.
+        aa: bool,
+        /// TrunCation (the reply that was measured; a retry over TCP
+        /// clears it).
+        tc: bool,
+        /// Answered over TCP (asked for, or a retry after TC=1).
+        tcp: bool,
+    },
+}
+
+/// What an application protocol adds to a [`Reply`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AppReply {
+    /// The request's phases, where the protocol has them.
+    pub phases: Phases,
+    /// The reply's status.
+    pub detail: Option<Detail>,
 }
 
 impl Reply {

@@ -256,6 +256,10 @@ pub struct Dists {
     pub forward: Dist,
     /// One-way delay back.
     pub backward: Dist,
+    /// Each phase of an application request ([`crate::Phases::NAMES`]
+    /// order), where known; made on the first known phase, so that
+    /// protocols without phases do not pay for six histograms.
+    pub phases: Option<Box<[Dist; 6]>>,
     /// Replies whose six parts are all known.
     pub split_complete: u64,
     /// Replies with some parts known, not all.
@@ -333,6 +337,14 @@ impl TargetStats {
                     dist.record_ns(ns);
                 }
             }
+            if reply.app.phases.any() {
+                let phases = d.phases.get_or_insert_with(Box::default);
+                for (dist, phase) in phases.iter_mut().zip(reply.app.phases.0) {
+                    if let Some(ns) = phase {
+                        dist.record_ns(ns);
+                    }
+                }
+            }
             d.kernel_peer |= parts.kernel_peer;
             if parts.complete() {
                 d.split_complete += 1;
@@ -381,6 +393,7 @@ impl TargetStats {
             backward: dist(|d| &d.backward),
             direction_loss: anomalies.direction,
             tcp_info: anomalies.tcp_rtt,
+            cert_not_after: anomalies.cert_not_after,
             parts: self
                 .dists
                 .as_deref()
@@ -389,6 +402,18 @@ impl TargetStats {
                         .iter()
                         .zip(&d.parts)
                         .chain([(&crate::Parts::TURNAROUND, &d.turnaround)])
+                        .filter_map(|(name, dist)| Some(((*name).to_owned(), dist.summary()?)))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            phases: self
+                .dists
+                .as_deref()
+                .and_then(|d| d.phases.as_deref())
+                .map(|phases| {
+                    crate::Phases::NAMES
+                        .iter()
+                        .zip(phases)
                         .filter_map(|(name, dist)| Some(((*name).to_owned(), dist.summary()?)))
                         .collect()
                 })
@@ -452,11 +477,20 @@ pub struct Summary {
     /// (`tcp://`, `grpc://`, `grpc+stream://`), as last read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tcp_info: Option<crate::TcpRtt>,
+    /// When the server's TLS certificate expires, Unix seconds
+    /// (`https://`, `grpcs://`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cert_not_after: Option<i64>,
     /// The distribution of each part of the split that was ever known
     /// (`client_send`, `network`, ...), by name.
     pub parts: std::collections::BTreeMap<String, DistSummary>,
     /// How many replies had their split complete, partial or unknown.
     pub split: Option<SplitCounts>,
+    /// The distribution of each phase of an application request
+    /// (`resolve`, `connect`, `tls`, `write`, `first_byte`, `body`) that was
+    /// ever known, by name (HTTP).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub phases: std::collections::BTreeMap<String, DistSummary>,
 }
 
 /// How many replies had all, some or none of their parts known.

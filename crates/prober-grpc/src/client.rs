@@ -309,6 +309,7 @@ impl Probe for GrpcProbe {
                     bytes: r.payload.len(),
                     ttl: None,
                     stamps,
+                    app: Default::default(),
                 })
             }
             Err(status) => Err(self.conn.status_error(&status).await),
@@ -462,6 +463,7 @@ impl Probe for GrpcStreamProbe {
                     bytes,
                     ttl: None,
                     stamps,
+                    app: Default::default(),
                 })
             }
             Some(Err(e)) => {
@@ -525,6 +527,7 @@ impl Probe for GrpcHealthProbe {
                         bytes: 0,
                         ttl: None,
                         stamps: prober_core::sample::Stamps::default(),
+                        app: Default::default(),
                     })
                 } else {
                     Err(ProbeError::protocol(format!(

@@ -490,6 +490,7 @@ impl Probe for IcmpProbe {
             bytes: got.len,
             ttl: got.ttl,
             stamps,
+            app: Default::default(),
         })
     }
 

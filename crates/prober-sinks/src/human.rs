@@ -225,6 +225,21 @@ impl HumanSink {
                     format_ns(f64::from(t.min_rtt_us) * 1e3)
                 )?;
             }
+            if !s.phases.is_empty() {
+                // p50 of each phase, in the order of a request.
+                let row: Vec<String> = prober_core::Phases::NAMES
+                    .iter()
+                    .filter_map(|n| {
+                        let d = s.phases.get(*n)?;
+                        Some(format!("{} {}", n.replace('_', " "), format_ns(d.p50 as f64)))
+                    })
+                    .collect();
+                writeln!(self.out, "phases    p50: {}", row.join(", "))?;
+            }
+            if let Some(t) = s.cert_not_after {
+                let days = (t - unix_now_s()) as f64 / 86_400.0;
+                writeln!(self.out, "cert      expires in {days:.1} days (unix {t})")?;
+            }
             if let Some(l) = &s.direction_loss {
                 writeln!(
                     self.out,
@@ -393,4 +408,11 @@ impl Sink for HumanSink {
     fn finish(&mut self, cx: &Context<'_>, summaries: &[Summary]) -> io::Result<()> {
         self.write_summaries(cx.meta, summaries)
     }
+}
+
+/// The wall clock in Unix seconds.
+fn unix_now_s() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }

@@ -5,7 +5,7 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use prober_core::{
-    Clock, Context, Outcome, Parts, RunMeta, Sample, Sink, Summary, TargetEntry, TargetInfo,
+    Clock, Context, Outcome, Detail, Parts, RunMeta, Sample, Sink, Summary, TargetEntry, TargetInfo,
 };
 
 use crate::csv::quote;
@@ -121,8 +121,8 @@ pub struct ProbeLine<'a> {
     ttl: Option<u8>,
     kernel_rtt_ns: Option<u64>,
     ping_rtt_ns: Option<u64>,
-    #[serde(skip_serializing_if = "PartsNs::is_empty")]
-    parts: PartsNs,
+    #[serde(skip_serializing_if = "KeyedNs::is_empty")]
+    parts: KeyedNs,
     /// The responder's turnaround where it reports only that (STAMP).
     #[serde(skip_serializing_if = "Option::is_none")]
     responder_turnaround_ns: Option<u64>,
@@ -131,24 +131,45 @@ pub struct ProbeLine<'a> {
     forward_ns: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     backward_ns: Option<u64>,
+    /// An application request's phases (HTTP), as `phase_resolve_ns`, ...
+    #[serde(skip_serializing_if = "KeyedNs::is_empty")]
+    phases: KeyedNs,
+    /// An HTTP reply's status, version (11, 20) and redirects followed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    http_status: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    http_version: Option<u8>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    redirects: Option<u8>,
+    /// A DNS reply's rcode, answer count and flags.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dns_rcode: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dns_answers: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dns_aa: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dns_tc: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dns_tcp: Option<bool>,
 }
 
-/// The known parts of a probe's split, as `{"client_send_ns": ..}`; an
-/// unknown part is absent, never 0.
-#[derive(Debug, Default)]
-struct PartsNs([Option<u64>; 6]);
+/// Known values under fixed keys, as `{"client_send_ns": ..}`; an unknown
+/// value is absent, never 0.
+#[derive(Debug)]
+struct KeyedNs(&'static [&'static str; 6], [Option<u64>; 6]);
 
-impl PartsNs {
+impl KeyedNs {
     fn is_empty(&self) -> bool {
-        self.0.iter().all(Option::is_none)
+        self.1.iter().all(Option::is_none)
     }
 }
 
-impl Serialize for PartsNs {
+impl Serialize for KeyedNs {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap as _;
         let mut m = s.serialize_map(None)?;
-        for (name, v) in PART_KEYS.iter().zip(self.0) {
+        for (name, v) in self.0.iter().zip(self.1) {
             if let Some(v) = v {
                 m.serialize_entry(name, &v)?;
             }
@@ -165,6 +186,16 @@ const PART_KEYS: [&str; 6] = [
     "responder_dwell_ns",
     "responder_send_ns",
     "client_wake_ns",
+];
+
+/// The JSON keys of the phases, in [`prober_core::Phases::NAMES`] order.
+const PHASE_KEYS: [&str; 6] = [
+    "phase_resolve_ns",
+    "phase_connect_ns",
+    "phase_tls_ns",
+    "phase_write_ns",
+    "phase_first_byte_ns",
+    "phase_body_ns",
 ];
 
 #[derive(Serialize)]
@@ -198,6 +229,25 @@ impl<'a> ProbeLine<'a> {
             Outcome::Ok(r) => r.stamps.responder,
             _ => None,
         };
+        let app = match &s.outcome {
+            Outcome::Ok(r) => r.app,
+            _ => prober_core::AppReply::default(),
+        };
+        let (http, dns) = match app.detail {
+            Some(Detail::Http {
+                status,
+                version,
+                redirects,
+            }) => (Some((status, version, redirects)), None),
+            Some(Detail::Dns {
+                rcode,
+                answers,
+                aa,
+                tc,
+                tcp,
+            }) => (None, Some((rcode, answers, aa, tc, tcp))),
+            _ => (None, None),
+        };
         Self {
             kind: "probe",
             job: t.job.as_deref(),
@@ -220,10 +270,19 @@ impl<'a> ProbeLine<'a> {
             ttl,
             kernel_rtt_ns: parts.kernel_rtt,
             ping_rtt_ns: parts.ping_rtt,
-            parts: PartsNs(parts.list()),
+            parts: KeyedNs(&PART_KEYS, parts.list()),
             responder_turnaround_ns: parts.responder_turnaround,
             forward_ns: responder.and_then(|r| r.forward),
             backward_ns: responder.and_then(|r| r.backward),
+            phases: KeyedNs(&PHASE_KEYS, app.phases.0),
+            http_status: http.map(|h| h.0),
+            http_version: http.map(|h| h.1),
+            redirects: http.map(|h| h.2),
+            dns_rcode: dns.map(|d| d.0),
+            dns_answers: dns.map(|d| d.1),
+            dns_aa: dns.map(|d| d.2),
+            dns_tc: dns.map(|d| d.3),
+            dns_tcp: dns.map(|d| d.4),
         }
     }
 
@@ -252,7 +311,7 @@ impl<'a> ProbeLine<'a> {
             opt(self.kernel_rtt_ns),
             opt(self.ping_rtt_ns),
         );
-        for part in self.parts.0 {
+        for part in self.parts.1 {
             row.push(',');
             row.push_str(&opt(part));
         }

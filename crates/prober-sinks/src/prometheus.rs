@@ -23,6 +23,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::Histogram;
 
 /// Upper bounds of the RTT histogram buckets, in seconds: 25 µs to 10 s.
@@ -33,8 +34,17 @@ pub const RTT_BUCKETS: [f64; 18] = [
 
 /// Label names every series has; job labels may not reuse them, nor the
 /// names Prometheus itself gives meaning to.
-pub const RESERVED_LABELS: [&str; 8] = [
-    "job", "target", "protocol", "reason", "part", "le", "quantile", "instance",
+pub const RESERVED_LABELS: [&str; 10] = [
+    "job",
+    "target",
+    "protocol",
+    "reason",
+    "part",
+    "phase",
+    "direction",
+    "le",
+    "quantile",
+    "instance",
 ];
 
 type Labels = Vec<(String, String)>;
@@ -49,6 +59,9 @@ struct Series {
     /// The seventh is the responder's turnaround where it reports only that
     /// (STAMP).
     parts: [Option<Histogram>; 7],
+    /// One histogram per phase of an application request (HTTP), made
+    /// when the phase is first known.
+    phases: [Option<Histogram>; 6],
 }
 
 #[derive(Default)]
@@ -118,6 +131,7 @@ impl PrometheusSink {
             anomalies: t.anomaly_reader(),
             rtt: Histogram::new(RTT_BUCKETS),
             parts: Default::default(),
+            phases: Default::default(),
         };
         lock(&self.state).series.insert(info.id, series);
     }
@@ -147,6 +161,12 @@ impl Sink for PrometheusSink {
             series.tally = t.stats.tally;
             if let Outcome::Ok(r) = &s.outcome {
                 series.rtt.observe(r.rtt().as_secs_f64());
+                for (slot, phase) in series.phases.iter_mut().zip(r.app.phases.0) {
+                    if let Some(ns) = phase {
+                        slot.get_or_insert_with(|| Histogram::new(RTT_BUCKETS))
+                            .observe(ns as f64 / 1e9);
+                    }
+                }
                 if self.parts {
                     let parts = r.parts();
                     let all = parts.list().into_iter().chain([parts.responder_turnaround]);
@@ -317,6 +337,40 @@ impl Collector for TargetsCollector {
                 }
             }
         }
+        if anomalies.iter().any(|(_, a)| a.cert_not_after.is_some()) {
+            let mut m = encoder.encode_descriptor(
+                "prober_tls_cert_expiry_timestamp_seconds",
+                "When the server's certificate expires, as Unix seconds (https://, grpcs://), as blackbox_exporter's probe_ssl_earliest_cert_expiry",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (labels, a) in &anomalies {
+                if let Some(t) = a.cert_not_after {
+                    ConstGauge::new(t).encode(m.encode_family(*labels)?)?;
+                }
+            }
+        }
+        if state
+            .series
+            .values()
+            .any(|s| s.phases.iter().any(Option::is_some))
+        {
+            let mut m = encoder.encode_descriptor(
+                "prober_phase_duration_seconds",
+                "Phases of answered application requests: resolve, connect, tls, write, first_byte, body (as blackbox_exporter's probe_http_duration_seconds)",
+                None,
+                MetricType::Histogram,
+            )?;
+            for s in state.series.values() {
+                for (name, h) in prober_core::Phases::NAMES.iter().zip(&s.phases) {
+                    if let Some(h) = h {
+                        let mut labels = s.labels.clone();
+                        labels.push(("phase".to_owned(), (*name).to_owned()));
+                        h.encode(m.encode_family(&labels)?)?;
+                    }
+                }
+            }
+        }
         let mut m = encoder.encode_descriptor(
             "prober_rtt_seconds",
             "Round-trip time of answered probes",
@@ -408,6 +462,7 @@ mod tests {
                 bytes: 64,
                 ttl: None,
                 stamps: prober_core::sample::Stamps::default(),
+                app: Default::default(),
             };
             c.event(Event::Sample(sample(Outcome::Ok(r)))).unwrap();
         }
@@ -474,6 +529,7 @@ mod tests {
             bytes: 64,
             ttl: None,
             stamps,
+            app: Default::default(),
         };
         c.event(Event::Sample(sample(Outcome::Ok(r)))).unwrap();
         let mut text = String::new();

@@ -578,5 +578,6 @@ fn reply(sh: &Shared, sent: Instant, t1: u64, t1k: Option<u64>, got: &Got, bytes
         bytes,
         ttl: Some(r.sender_ttl),
         stamps,
+        app: Default::default(),
     }
 }

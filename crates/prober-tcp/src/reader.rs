@@ -67,6 +67,7 @@ pub(crate) async fn await_got(
         bytes,
         ttl: None,
         stamps,
+        app: Default::default(),
     };
     Ok((reply, got.follow_up))
 }

@@ -501,6 +501,7 @@ impl Probe for TcpConnectProbe {
             bytes: 0,
             ttl: None,
             stamps: prober_core::sample::Stamps::default(),
+            app: Default::default(),
         })
     }
 }
@@ -567,6 +568,7 @@ impl Probe for TcpCrrProbe {
             bytes: self.size,
             ttl: None,
             stamps: prober_core::sample::Stamps::default(),
+            app: Default::default(),
         })
     }
 }

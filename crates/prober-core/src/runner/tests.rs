@@ -56,6 +56,7 @@ impl Probe for ScriptedProbe {
                     bytes: 64,
                     ttl: None,
                     stamps: crate::sample::Stamps::default(),
+                    app: Default::default(),
                 })
             }
         }
