@@ -19,7 +19,8 @@ use tonic_health::pb::health_client::HealthClient;
 
 use crate::pb::echo_client::EchoClient;
 use crate::pb::{PingReply, PingRequest};
-use crate::stamped::{ChannelStamps, StampedConnector};
+use crate::stamped::StampedConnector;
+use prober_net::stream::ChannelStamps;
 use crate::tls::ClientTls;
 use prober_core::clock::unix_now_ns;
 
@@ -284,7 +285,7 @@ impl Probe for GrpcProbe {
         let t4 = unix_now_ns();
         match res {
             Ok(resp) => {
-                let (t1k, t4k) = window.end();
+                let prober_net::stream::WindowStamps { t1k, t4k, .. } = window.end();
                 let r = resp.into_inner();
                 if r.seq != seq {
                     return Err(ProbeError::protocol(format!(
@@ -448,7 +449,7 @@ impl Probe for GrpcStreamProbe {
         }
         match waiter.recv().await {
             Some(Ok((received, t4, dwell, turn, bytes))) => {
-                let (t1k, t4k) = window.end();
+                let prober_net::stream::WindowStamps { t1k, t4k, .. } = window.end();
                 let mut stamps = user_stamps(t1, t4, dwell);
                 stamps.t1k = t1k;
                 stamps.t4k = t4k;

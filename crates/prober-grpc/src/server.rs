@@ -16,7 +16,8 @@ use tonic::transport::server::TlsConnectInfo;
 
 use crate::pb::echo_server::{Echo, EchoServer};
 use crate::pb::{PingReply, PingRequest};
-use crate::stamped::{ServerRx, ServerStream};
+use crate::stamped::ServerStream;
+use prober_net::stream::ServerRx;
 use crate::tls::ServerTls;
 use prober_core::clock::unix_now_ns;
 
@@ -149,7 +150,7 @@ pub async fn serve_grpc(
     let incoming = TcpListenerStream::new(listener).map(|conn| {
         let stream = conn?;
         stream.set_nodelay(true)?;
-        Ok::<_, std::io::Error>(ServerStream::new(stream))
+        Ok::<_, std::io::Error>(ServerStream(prober_net::stream::ServerStream::new(stream)))
     });
     let serve = builder
         .add_service(health)

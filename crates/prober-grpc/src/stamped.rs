@@ -1,255 +1,18 @@
-//! A connector for tonic whose TCP stream reads with `recvmsg` and asks
-//! for transmit stamps numbered by byte (`SO_TIMESTAMPING` with `OPT_ID`),
-//! so that a gRPC round trip gets the client's kernel stamps: the transmit
-//! stamp of the request's last byte (t1k) and the receive stamp of the
-//! response's first read (t4k). TLS (`grpcs://`) runs on top of it, so the
-//! stamps are those of the TLS records on the wire.
-//!
-//! HTTP/2 multiplexes calls on one connection, so bytes cannot be told
-//! apart by call; a probe's stamps are taken from a window that only that
-//! probe had open: from just before its call to its response. A window that
-//! another call overlapped gets no stamps (its parts stay unknown).
+//! tonic's side of the stamped TCP stream of [`prober_net::stream`]: the
+//! client's connector, and the accepted stream the Echo handler reads its
+//! kernel receive stamp from.
 
-use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::AsFd;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll, ready};
+use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+use prober_net::stream::{ChannelStamps, ServerRx, StampedStream};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-
-/// The stamps of one connection at a time, shared by the probes of one
-/// channel and its stream.
-#[derive(Debug, Default)]
-pub(crate) struct ChannelStamps {
-    state: Mutex<State>,
-    /// A duplicate of the connection's socket, to read `TCP_INFO` from.
-    info: Mutex<Option<socket2::Socket>>,
-}
-
-#[derive(Debug, Default)]
-struct State {
-    /// Bytes written on the current connection.
-    written: u64,
-    /// Transmit stamps by the key of the last byte of a write, newest last.
-    tx: VecDeque<(u32, u64)>,
-    /// Windows open now.
-    open: u32,
-    /// The current window: no other call overlapped it so far.
-    window: Option<Window>,
-}
-
-#[derive(Debug, Default, Clone, Copy)]
-struct Window {
-    clean: bool,
-    /// Bytes written when the first read with data came (the request's
-    /// last byte is the one before), and that read's kernel stamp.
-    first_rx: Option<(u64, Option<u64>)>,
-}
-
-/// A probe's window, from [`ChannelStamps::begin`]; dropped without
-/// [`Mark::end`] (a failed or cancelled call), it just closes.
-#[derive(Debug)]
-pub(crate) struct Mark {
-    stamps: Arc<ChannelStamps>,
-    open: bool,
-}
-
-impl Mark {
-    /// Closes the window after the response: (t1k, t4k), where the window
-    /// was the probe's own and the kernel gave them.
-    pub(crate) fn end(mut self) -> (Option<u64>, Option<u64>) {
-        self.open = false;
-        self.stamps.end()
-    }
-}
-
-impl Drop for Mark {
-    fn drop(&mut self) {
-        if self.open {
-            let mut s = self.stamps.lock();
-            s.open = s.open.saturating_sub(1);
-            s.window = None;
-        }
-    }
-}
-
-const KEPT: usize = 256;
-
-impl ChannelStamps {
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Opens a probe's window, right before its call. Overlapping windows
-    /// spoil each other: neither gets stamps.
-    pub(crate) fn begin(self: &Arc<Self>) -> Mark {
-        let mut s = self.lock();
-        s.open += 1;
-        s.window = Some(Window {
-            clean: s.open == 1,
-            first_rx: None,
-        });
-        drop(s);
-        Mark {
-            stamps: Arc::clone(self),
-            open: true,
-        }
-    }
-
-    fn end(&self) -> (Option<u64>, Option<u64>) {
-        let mut s = self.lock();
-        s.open = s.open.saturating_sub(1);
-        let Some(w) = s.window.take().filter(|w| w.clean) else {
-            return (None, None);
-        };
-        let Some((written, t4k)) = w.first_rx else {
-            return (None, None);
-        };
-        let key = written.checked_sub(1).map(|k| k as u32);
-        let t1k = key.and_then(|k| s.tx.iter().rev().find(|(x, _)| *x == k).map(|(_, t)| *t));
-        (t1k, t4k)
-    }
-
-    /// The kernel's RTT estimate of the current connection.
-    pub(crate) fn tcp_rtt(&self) -> Option<prober_core::TcpRtt> {
-        let info = self.info.lock().unwrap_or_else(PoisonError::into_inner);
-        prober_net::tcpinfo::tcp_rtt(info.as_ref()?.as_fd()).ok()
-    }
-
-    fn new_connection(&self, stream: &TcpStream) {
-        *self.info.lock().unwrap_or_else(PoisonError::into_inner) =
-            socket2::SockRef::from(stream).try_clone().ok();
-        let mut s = self.lock();
-        s.written = 0;
-        s.tx.clear();
-        if let Some(w) = &mut s.window {
-            w.clean = false;
-        }
-    }
-
-    fn on_write(&self, n: usize) {
-        self.lock().written += n as u64;
-    }
-
-    fn on_read(&self, t4k: Option<u64>) {
-        let mut s = self.lock();
-        let written = s.written;
-        if let Some(w) = &mut s.window
-            && w.first_rx.is_none()
-        {
-            w.first_rx = Some((written, t4k));
-        }
-    }
-
-    /// Files the transmit stamps waiting on the error queue.
-    fn drain(&self, fd: std::os::fd::BorrowedFd<'_>) {
-        for _ in 0..64 {
-            match prober_net::rx::recv_tx_stamp_id(fd) {
-                Ok(Some(stamp)) => {
-                    let mut s = self.lock();
-                    if s.tx.len() == KEPT {
-                        s.tx.pop_front();
-                    }
-                    s.tx.push_back(stamp);
-                }
-                Ok(None) => {}
-                Err(_) => break,
-            }
-        }
-    }
-}
-
-/// A TCP stream that reads with kernel receive stamps and files its
-/// transmit stamps in a [`ChannelStamps`].
-#[derive(Debug)]
-pub(crate) struct StampedStream {
-    inner: TcpStream,
-    stamps: Arc<ChannelStamps>,
-    tx_on: bool,
-}
-
-impl AsyncRead for StampedStream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let (stamps, tx_on) = (&this.stamps, this.tx_on);
-        poll_read_stamped(
-            &this.inner,
-            cx,
-            buf,
-            |fd| {
-                if tx_on {
-                    stamps.drain(fd);
-                }
-            },
-            |t| stamps.on_read(t),
-        )
-    }
-}
-
-/// Reads from `inner` into `buf` with `recvmsg`, handing the kernel's
-/// receive stamp of a read with data to `on_data`; `before` runs ahead of
-/// each attempt (the client drains its transmit stamps there).
-fn poll_read_stamped(
-    inner: &TcpStream,
-    cx: &mut Context<'_>,
-    buf: &mut ReadBuf<'_>,
-    before: impl Fn(std::os::fd::BorrowedFd<'_>),
-    on_data: impl FnOnce(Option<u64>),
-) -> Poll<io::Result<()>> {
-    loop {
-        ready!(inner.poll_read_ready(cx))?;
-        let unfilled = buf.initialize_unfilled();
-        let res = inner.try_io(Interest::READABLE, || {
-            before(inner.as_fd());
-            prober_net::rx::recv_stamped::<()>(inner.as_fd(), unfilled)
-        });
-        match res {
-            Ok((n, _, stamp)) => {
-                buf.advance(n);
-                if n > 0 {
-                    on_data(stamp.and_then(prober_net::rx::unix_ns));
-                }
-                return Poll::Ready(Ok(()));
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => return Poll::Ready(Err(e)),
-        }
-    }
-}
-
-impl AsyncWrite for StampedStream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let n = ready!(Pin::new(&mut this.inner).poll_write(cx, buf))?;
-        this.stamps.on_write(n);
-        if this.tx_on {
-            this.stamps.drain(this.inner.as_fd());
-        }
-        Poll::Ready(Ok(n))
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
-    }
-}
 
 /// Connects to one address with a [`StampedStream`] (tonic's
 /// `connect_with_connector`; TLS, where configured, goes on top).
@@ -273,58 +36,21 @@ impl tower_service::Service<http::Uri> for StampedConnector {
         let (addr, stamps, want_tx) = (self.addr, Arc::clone(&self.stamps), self.tx_stamps);
         Box::pin(async move {
             let inner = TcpStream::connect(addr).await?;
-            inner.set_nodelay(true)?;
-            prober_net::rx::enable_timestamps(inner.as_fd())?;
-            let tx_on = want_tx && prober_net::rx::enable_tx_timestamps_id(inner.as_fd()).is_ok();
-            stamps.new_connection(&inner);
-            Ok(TokioIo::new(StampedStream {
-                inner,
-                stamps,
-                tx_on,
-            }))
+            Ok(TokioIo::new(StampedStream::new(inner, stamps, want_tx)?))
         })
     }
 }
 
-/// The responder's side: the kernel receive stamp of the latest read with
-/// data on one accepted connection, which the Echo handler reads when a
-/// request reaches it (t2k of that request, when one call at a time uses
-/// the connection, as a probe's does).
-#[derive(Debug, Default)]
-pub(crate) struct ServerRx {
-    last: Mutex<Option<u64>>,
-}
-
-impl ServerRx {
-    /// The kernel receive stamp of the latest read with data.
-    pub(crate) fn last(&self) -> Option<u64> {
-        *self.last.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-/// An accepted connection that reads with kernel receive stamps.
+/// An accepted connection that reads with kernel receive stamps, as tonic
+/// serves it (its connect info is the [`ServerRx`]).
 #[derive(Debug)]
-pub(crate) struct ServerStream {
-    inner: TcpStream,
-    rx: Arc<ServerRx>,
-}
-
-impl ServerStream {
-    /// Wraps an accepted stream; without receive stamps it still serves.
-    pub(crate) fn new(inner: TcpStream) -> Self {
-        let _ = prober_net::rx::enable_timestamps(inner.as_fd());
-        Self {
-            inner,
-            rx: Arc::default(),
-        }
-    }
-}
+pub(crate) struct ServerStream(pub(crate) prober_net::stream::ServerStream);
 
 impl tonic::transport::server::Connected for ServerStream {
     type ConnectInfo = Arc<ServerRx>;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        Arc::clone(&self.rx)
+        self.0.rx()
     }
 }
 
@@ -334,15 +60,7 @@ impl AsyncRead for ServerStream {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let rx = &this.rx;
-        poll_read_stamped(
-            &this.inner,
-            cx,
-            buf,
-            |_| {},
-            |t| *rx.last.lock().unwrap_or_else(PoisonError::into_inner) = t,
-        )
+        Pin::new(&mut self.get_mut().0).poll_read(cx, buf)
     }
 }
 
@@ -352,14 +70,14 @@ impl AsyncWrite for ServerStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+        Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+        Pin::new(&mut self.get_mut().0).poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+        Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
     }
 }

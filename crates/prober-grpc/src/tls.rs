@@ -3,9 +3,6 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, SignatureScheme};
 use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
 
 /// A certificate or key file that cannot be used.
@@ -177,68 +174,12 @@ impl ClientTls {
             cfg = cfg.identity(Identity::from_pem(cert, key));
         }
         if self.insecure {
-            return endpoint.tls_config_with_verifier(cfg, Arc::new(NoVerification::new()));
+            return endpoint.tls_config_with_verifier(cfg, Arc::new(prober_net::tls::NoVerification::new()));
         }
         cfg = match &self.ca {
             Some(ca) => cfg.ca_certificate(Certificate::from_pem(ca)),
             None => cfg.with_enabled_roots(),
         };
         endpoint.tls_config(cfg)
-    }
-}
-
-/// Accepts any server certificate (`--insecure`). Signatures are still
-/// checked, so the handshake is well formed; the identity is not.
-#[derive(Debug)]
-struct NoVerification(Arc<rustls::crypto::CryptoProvider>);
-
-impl NoVerification {
-    fn new() -> Self {
-        Self(Arc::new(rustls::crypto::ring::default_provider()))
-    }
-}
-
-impl ServerCertVerifier for NoVerification {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
     }
 }

@@ -5,12 +5,16 @@
 //!   timestamp, and the receive wake-up it gives.
 //! - [`busy`]: busy-poll receive threads and a lock-free readiness check.
 //! - [`mod@resolve`]: resolving a target's host once, by address family.
+//! - [`stream`]: a TCP stream for HTTP clients and servers that reads
+//!   with kernel receive stamps and files transmit stamps by byte.
 //! - [`host`]: this machine's host name and kernel, for results.
 
 pub mod busy;
 pub mod resolve;
 pub mod rx;
+pub mod stream;
 pub mod tcpinfo;
+pub mod tls;
 
 pub use resolve::{Family, ResolveError, resolve};
 
