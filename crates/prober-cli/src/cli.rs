@@ -315,6 +315,74 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "LIST")]
     pub(crate) stamp_tlv: Option<String>,
 
+    /// HTTP method of http(s):// requests.
+    #[arg(
+        long,
+        value_name = "METHOD",
+        default_value = "GET",
+        help_heading = "HTTP"
+    )]
+    pub(crate) method: String,
+
+    /// Send this file's bytes as the HTTP request body.
+    #[arg(long, value_name = "FILE", help_heading = "HTTP")]
+    pub(crate) data_file: Option<PathBuf>,
+
+    /// An extra HTTP request header, 'Name: value' (repeatable).
+    #[arg(
+        short = 'H',
+        long = "header",
+        value_name = "HEADER",
+        help_heading = "HTTP"
+    )]
+    pub(crate) headers: Vec<String>,
+
+    /// HTTP/2 only: with prior knowledge (h2c) on http://, ALPN h2 on
+    /// https://.
+    #[arg(long, conflicts_with = "http1_1", help_heading = "HTTP")]
+    pub(crate) http2: bool,
+
+    /// HTTP/1.1 only (https:// offers only http/1.1 in ALPN).
+    #[arg(long = "http1.1", help_heading = "HTTP")]
+    pub(crate) http1_1: bool,
+
+    /// Open a new connection for every HTTP probe (resolve, connect, TLS,
+    /// request), as blackbox_exporter does; by default one is kept.
+    #[arg(long, help_heading = "HTTP")]
+    pub(crate) new_connection: bool,
+
+    /// HTTP status codes that count as valid: codes, classes and ranges,
+    /// e.g. 200,3xx,400-404. Any other is an error of kind status.
+    #[arg(
+        long,
+        value_name = "LIST",
+        default_value = "2xx",
+        help_heading = "HTTP"
+    )]
+    pub(crate) expect_status: String,
+
+    /// A regex the HTTP body must match (else an error of kind content).
+    #[arg(long, value_name = "REGEX", help_heading = "HTTP")]
+    pub(crate) expect_body: Option<String>,
+
+    /// A regex the HTTP body must not match.
+    #[arg(long, value_name = "REGEX", help_heading = "HTTP")]
+    pub(crate) reject_body: Option<String>,
+
+    /// A header the HTTP response must have, 'Name' or 'Name: REGEX'
+    /// (repeatable).
+    #[arg(long, value_name = "HEADER", help_heading = "HTTP")]
+    pub(crate) expect_header: Vec<String>,
+
+    /// Most HTTP body bytes read; a larger body is an error of kind
+    /// too_large and its connection is closed.
+    #[arg(long, value_name = "BYTES", default_value_t = 1 << 20, help_heading = "HTTP")]
+    pub(crate) max_body: usize,
+
+    /// Follow up to N HTTP redirects (by default a 3xx is the response).
+    #[arg(long, value_name = "N", default_value_t = 0, help_heading = "HTTP")]
+    pub(crate) follow: u8,
+
     /// Start each probe line with the Unix time of the reply, as ping -D.
     #[arg(short = 'D')]
     pub(crate) unix_time: bool,
@@ -537,6 +605,16 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "ADDR")]
     pub(crate) grpc: Option<SocketAddr>,
 
+    /// Serve HTTP/1.1 and h2c on this address (GET /echo, /status/CODE,
+    /// /redirect/N; docs/http.md).
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) http: Option<SocketAddr>,
+
+    /// Serve HTTPS (HTTP/2 or HTTP/1.1 by ALPN) on this address, with
+    /// --tls-cert and --tls-key.
+    #[arg(long, value_name = "ADDR", requires = "tls_cert")]
+    pub(crate) https: Option<SocketAddr>,
+
     /// Run a STAMP reflector (RFC 8762/8972) on this address (the standard
     /// port is 862).
     #[arg(long, value_name = "ADDR")]
@@ -565,7 +643,8 @@ pub(crate) struct ServeArgs {
     #[arg(long, requires = "stamp")]
     pub(crate) clock_synced: bool,
 
-    /// Serve gRPC over TLS with this certificate chain (PEM); needs --tls-key.
+    /// Serve gRPC (with --grpc) and HTTPS (--https) over TLS with this
+    /// certificate chain (PEM); needs --tls-key.
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     pub(crate) tls_cert: Option<PathBuf>,
 

@@ -16,5 +16,7 @@ pub(crate) static PROTOCOLS: Registry = Registry::new(&[
     &prober_grpc::GRPC_STREAM,
     &prober_grpc::GRPC_HEALTH,
     &prober_stamp::STAMP,
+    &prober_http::HTTP,
+    &prober_http::HTTPS,
     &prober_icmp::ICMP,
 ]);

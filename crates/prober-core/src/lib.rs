@@ -63,9 +63,7 @@ pub use pacer::Pacer;
 pub use probe::Probe;
 pub use protocol::{Protocol, Registry};
 pub use runner::{Event, Launch, Runnable, run_target, runnable};
-pub use sample::{
-    AppReply, Detail, Outcome, Parts, Phases, Reply, ResponderTimes, Sample, Stamps,
-};
+pub use sample::{AppReply, Detail, Outcome, Parts, Phases, Reply, ResponderTimes, Sample, Stamps};
 pub use sink::{Context, Fanout, Sink};
 pub use stats::{DistSummary, Summary};
 pub use target::{Target, TargetError, parse_target};

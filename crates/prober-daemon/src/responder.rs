@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use prober_grpc::{ServerConfig, ServerTls, serve_grpc};
+use prober_http::serve_http;
 use prober_stamp::{ReflectorConfig, ReflectorStats, serve_stamp};
 use prober_tcp::{ResponderConfig, serve_tcp, serve_udp};
 use std::sync::Arc;
@@ -23,7 +24,14 @@ pub struct ResponderOptions {
     pub udp: Option<SocketAddr>,
     /// gRPC responder address.
     pub grpc: Option<SocketAddr>,
-    /// gRPC TLS certificate chain (PEM).
+    /// HTTP responder address (HTTP/1.1 and h2c).
+    pub http: Option<SocketAddr>,
+    /// HTTPS responder address (with `tls_cert`).
+    pub https: Option<SocketAddr>,
+    /// A second gRPC responder, over TLS with `tls_cert`, beside a
+    /// plaintext one on `grpc` (the self-test's ladder).
+    pub grpcs: Option<SocketAddr>,
+    /// TLS certificate chain (PEM) for gRPC and HTTPS.
     pub tls_cert: Option<PathBuf>,
     /// gRPC TLS key (PEM).
     pub tls_key: Option<PathBuf>,
@@ -76,11 +84,23 @@ pub async fn start(
         ),
         _ => None,
     };
-    if tls.is_some() && opts.grpc.is_none() {
+    if tls.is_some() && opts.grpc.is_none() && opts.https.is_none() {
         return Err(DaemonError::Config(
-            "--tls-cert applies to gRPC only; add --grpc ADDR".to_owned(),
+            "--tls-cert applies to gRPC and HTTPS; add --grpc ADDR or --https ADDR".to_owned(),
         ));
     }
+    if opts.https.is_some() && tls.is_none() {
+        return Err(DaemonError::Config(
+            "--https needs --tls-cert and --tls-key".to_owned(),
+        ));
+    }
+    let http_tls = match (&opts.tls_cert, &opts.tls_key, opts.https) {
+        (Some(cert), Some(key), Some(_)) => Some(Arc::new(
+            prober_http::server_config(cert, key)
+                .map_err(|e| DaemonError::Config(e.to_string()))?,
+        )),
+        _ => None,
+    };
     let cfg = ResponderConfig {
         log_clients: opts.log_clients,
         drop_every: opts.drop_every,
@@ -108,7 +128,14 @@ pub async fn start(
         bound.push(("udp", local(socket.local_addr(), "udp")?));
         tasks.spawn(serve_udp(socket, cfg, stop.clone()));
     }
-    if let Some(addr) = opts.grpc {
+    // With `grpcs` beside `grpc`, the plaintext one stays plaintext.
+    let grpc_tls = if opts.grpcs.is_some() {
+        None
+    } else {
+        tls.clone()
+    };
+    for (addr, tls) in [(opts.grpc, grpc_tls), (opts.grpcs, tls)] {
+        let Some(addr) = addr else { continue };
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|e| DaemonError::io(format!("binding grpc {addr}"), e))?;
@@ -124,6 +151,18 @@ pub async fn start(
                 .await
                 .map_err(std::io::Error::other)
         });
+    }
+    for (addr, tls, what) in [(opts.http, None, "http"), (opts.https, http_tls, "https")] {
+        let Some(addr) = addr else { continue };
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|e| DaemonError::io(format!("binding {what} {addr}"), e))?;
+        bound.push((what, local(listener.local_addr(), what)?));
+        let cfg = prober_http::HttpServerConfig {
+            tls,
+            log_clients: opts.log_clients,
+        };
+        tasks.spawn(serve_http(listener, cfg, stop.clone()));
     }
     let mut stamp = None;
     if let Some(addr) = opts.stamp {

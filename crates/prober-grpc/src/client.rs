@@ -20,9 +20,9 @@ use tonic_health::pb::health_client::HealthClient;
 use crate::pb::echo_client::EchoClient;
 use crate::pb::{PingReply, PingRequest};
 use crate::stamped::StampedConnector;
-use prober_net::stream::ChannelStamps;
 use crate::tls::ClientTls;
 use prober_core::clock::unix_now_ns;
+use prober_net::stream::ChannelStamps;
 
 use crate::error_chain;
 

@@ -17,9 +17,9 @@ use tonic::transport::server::TlsConnectInfo;
 use crate::pb::echo_server::{Echo, EchoServer};
 use crate::pb::{PingReply, PingRequest};
 use crate::stamped::ServerStream;
-use prober_net::stream::ServerRx;
 use crate::tls::ServerTls;
 use prober_core::clock::unix_now_ns;
+use prober_net::stream::ServerRx;
 
 use crate::MAX_REPLY;
 

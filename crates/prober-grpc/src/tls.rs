@@ -174,7 +174,8 @@ impl ClientTls {
             cfg = cfg.identity(Identity::from_pem(cert, key));
         }
         if self.insecure {
-            return endpoint.tls_config_with_verifier(cfg, Arc::new(prober_net::tls::NoVerification::new()));
+            return endpoint
+                .tls_config_with_verifier(cfg, Arc::new(prober_net::tls::NoVerification::new()));
         }
         cfg = match &self.ca {
             Some(ca) => cfg.ca_certificate(Certificate::from_pem(ca)),

@@ -231,7 +231,11 @@ impl HumanSink {
                     .iter()
                     .filter_map(|n| {
                         let d = s.phases.get(*n)?;
-                        Some(format!("{} {}", n.replace('_', " "), format_ns(d.p50 as f64)))
+                        Some(format!(
+                            "{} {}",
+                            n.replace('_', " "),
+                            format_ns(d.p50 as f64)
+                        ))
                     })
                     .collect();
                 writeln!(self.out, "phases    p50: {}", row.join(", "))?;

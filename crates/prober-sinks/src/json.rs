@@ -5,7 +5,7 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use prober_core::{
-    Clock, Context, Outcome, Detail, Parts, RunMeta, Sample, Sink, Summary, TargetEntry, TargetInfo,
+    Clock, Context, Detail, Outcome, Parts, RunMeta, Sample, Sink, Summary, TargetEntry, TargetInfo,
 };
 
 use crate::csv::quote;
@@ -131,7 +131,7 @@ pub struct ProbeLine<'a> {
     forward_ns: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     backward_ns: Option<u64>,
-    /// An application request's phases (HTTP), as `phase_resolve_ns`, ...
+    /// An application request's phases (HTTP), as `{"resolve_ns": ..}`.
     #[serde(skip_serializing_if = "KeyedNs::is_empty")]
     phases: KeyedNs,
     /// An HTTP reply's status, version (11, 20) and redirects followed.
@@ -190,12 +190,12 @@ const PART_KEYS: [&str; 6] = [
 
 /// The JSON keys of the phases, in [`prober_core::Phases::NAMES`] order.
 const PHASE_KEYS: [&str; 6] = [
-    "phase_resolve_ns",
-    "phase_connect_ns",
-    "phase_tls_ns",
-    "phase_write_ns",
-    "phase_first_byte_ns",
-    "phase_body_ns",
+    "resolve_ns",
+    "connect_ns",
+    "tls_ns",
+    "write_ns",
+    "first_byte_ns",
+    "body_ns",
 ];
 
 #[derive(Serialize)]

@@ -180,6 +180,24 @@ fn check_options(args: &RunArgs, targets: &[Target]) -> anyhow::Result<()> {
         &|t| t.scheme.name == "stamp",
         "stamp targets",
     )?;
+    let http_given = args.method != "GET"
+        || args.data_file.is_some()
+        || !args.headers.is_empty()
+        || args.http2
+        || args.http1_1
+        || args.new_connection
+        || args.expect_status != "2xx"
+        || args.expect_body.is_some()
+        || args.reject_body.is_some()
+        || !args.expect_header.is_empty()
+        || args.max_body != 1 << 20
+        || args.follow != 0;
+    check(
+        http_given,
+        "The HTTP options (--method, --header, --expect-status, ...)",
+        &|t| t.protocol.path == Some("path"),
+        "http://, h2c:// and https:// targets",
+    )?;
     if args.fields.is_some() && args.output == Output::Json {
         bail!(
             "--fields chooses the columns of -o human and -o csv; -o json always has every field"
@@ -219,6 +237,48 @@ fn seed_stamp_options(args: &RunArgs, targets: &[Target], env: &BuildEnv) -> any
             min + 4
         );
     }
+    let _ = env
+        .shared
+        .get_or_try_init(|| Ok::<_, std::convert::Infallible>(std::sync::Arc::new(opts)));
+    Ok(())
+}
+
+/// Reads the HTTP options and puts them where the `http(s)://` builder
+/// finds them; a bad status list, header or regex is refused here.
+fn seed_http_options(args: &RunArgs, env: &BuildEnv) -> anyhow::Result<()> {
+    use prober_http::{HeaderCheck, HttpOptions, HttpVersion, StatusSet, body_regex};
+    let opts = HttpOptions {
+        method: HttpOptions::parse_method(&args.method)?,
+        body: match &args.data_file {
+            Some(path) => std::fs::read(path)
+                .with_context(|| format!("reading --data-file {}", path.display()))?
+                .into(),
+            None => Default::default(),
+        },
+        headers: args
+            .headers
+            .iter()
+            .map(|h| HttpOptions::parse_header(h))
+            .collect::<Result<_, _>>()?,
+        version: if args.http2 {
+            HttpVersion::Http2
+        } else if args.http1_1 {
+            HttpVersion::Http1
+        } else {
+            HttpVersion::Auto
+        },
+        new_connection: args.new_connection,
+        status: StatusSet::parse(&args.expect_status)?,
+        body_match: args.expect_body.as_deref().map(body_regex).transpose()?,
+        body_reject: args.reject_body.as_deref().map(body_regex).transpose()?,
+        require_headers: args
+            .expect_header
+            .iter()
+            .map(|h| HeaderCheck::parse(h))
+            .collect::<Result<_, _>>()?,
+        max_body: args.max_body,
+        follow: args.follow,
+    };
     let _ = env
         .shared
         .get_or_try_init(|| Ok::<_, std::convert::Infallible>(std::sync::Arc::new(opts)));
@@ -298,6 +358,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     if !self_test {
         seed_stamp_options(&args, &targets, &env)?;
+        seed_http_options(&args, &env)?;
     }
     let responder_stop = CancellationToken::new();
     let (responders, targets) = if self_test {

@@ -20,6 +20,9 @@ fn responder_options(args: &ServeArgs) -> ResponderOptions {
         tcp: args.tcp,
         udp: args.udp,
         grpc: args.grpc,
+        http: args.http,
+        https: args.https,
+        grpcs: None,
         tls_cert: args.tls_cert.clone(),
         tls_key: args.tls_key.clone(),
         tls_client_ca: args.tls_client_ca.clone(),
@@ -119,7 +122,10 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         prober_daemon::run(daemon, &PROTOCOLS, control, &mut listening).await?;
         return Ok(ExitCode::SUCCESS);
     }
-    if (args.tcp, args.udp, args.grpc, args.stamp) == (None, None, None, None) {
+    let none = [
+        args.tcp, args.udp, args.grpc, args.stamp, args.http, args.https,
+    ];
+    if none.iter().all(Option::is_none) {
         let any = Ipv4Addr::UNSPECIFIED;
         opts.tcp = Some(SocketAddr::from((any, DEFAULT_PORT)));
         opts.udp = Some(SocketAddr::from((any, DEFAULT_PORT)));

@@ -6,6 +6,7 @@ mod deploy;
 mod errors;
 mod first_hour;
 mod grpc;
+mod http;
 mod icmp;
 mod layout;
 mod report;

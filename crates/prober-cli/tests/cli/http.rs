@@ -1,0 +1,555 @@
+//! HTTP end to end: `prober run` against `prober serve --http/--https`,
+//! validation, redirects, new connections, bad certificates, and servers
+//! that misbehave.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use serde_json::Value;
+
+use crate::support::{json_lines, of_type, prober, run};
+
+/// `prober serve` with these listeners; its bound addresses by name.
+struct Serve {
+    child: Child,
+    addrs: HashMap<String, String>,
+}
+
+impl Serve {
+    fn start(args: &[&str]) -> Self {
+        let mut child = prober()
+            .args(["serve", "--quiet"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("prober serve starts");
+        let want = args.iter().filter(|a| a.starts_with("--http")).count();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut addrs = HashMap::new();
+        while addrs.len() < want {
+            let line = lines.next().expect("a listening line").unwrap();
+            let mut it = line.split_whitespace().skip(1);
+            let (what, addr) = (it.next().unwrap(), it.next().unwrap());
+            addrs.insert(what.to_owned(), addr.to_owned());
+        }
+        Self { child, addrs }
+    }
+
+    fn addr(&self, what: &str) -> &str {
+        &self.addrs[what]
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Files(PathBuf);
+
+impl Files {
+    fn new(tag: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("prober-http-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+
+    fn write(&self, name: &str, text: &str) -> String {
+        let p = self.0.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_owned()
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.0.join(name).to_str().unwrap().to_owned()
+    }
+}
+
+impl Drop for Files {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A CA, and server certificates signed by it: `server` for localhost and
+/// 127.0.0.1, `expired` likewise but expired, and `self` self-signed.
+fn make_pki(f: &Files) {
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_key = KeyPair::generate().unwrap();
+    f.write("ca.pem", &ca_params.self_signed(&ca_key).unwrap().pem());
+    let issuer = Issuer::new(ca_params, ca_key);
+    let sans = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+    for name in ["server", "expired", "self"] {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(sans.clone()).unwrap();
+        if name == "expired" {
+            params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        }
+        let cert = if name == "self" {
+            params.self_signed(&key).unwrap()
+        } else {
+            params.signed_by(&key, &issuer).unwrap()
+        };
+        f.write(&format!("{name}.pem"), &cert.pem());
+        f.write(&format!("{name}.key"), &key.serialize_pem());
+    }
+}
+
+fn run_json(args: &[&str]) -> (Option<i32>, Vec<Value>, String) {
+    let out = run(args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let lines = if out.stdout.is_empty() {
+        Vec::new()
+    } else {
+        json_lines(&out)
+    };
+    (out.status.code(), lines, err)
+}
+
+fn phases_sum(p: &Value) -> u64 {
+    ["resolve", "connect", "tls", "write", "first_byte", "body"]
+        .iter()
+        .filter_map(|n| p["phases"][format!("{n}_ns")].as_u64())
+        .sum()
+}
+
+#[test]
+fn http_h2c_and_https_phases_and_split_add_up() {
+    let f = Files::new("ok");
+    make_pki(&f);
+    let (cert, key) = (f.path("server.pem"), f.path("server.key"));
+    let srv = Serve::start(&[
+        "--http",
+        "127.0.0.1:0",
+        "--https",
+        "127.0.0.1:0",
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+    ]);
+    let https_port = srv.addr("https").rsplit(':').next().unwrap().to_owned();
+    let targets = [
+        format!("http://{}/echo?size=100", srv.addr("http")),
+        format!("h2c://{}/echo", srv.addr("http")),
+        format!("https://localhost:{https_port}/echo"),
+    ];
+    let ca = f.path("ca.pem");
+    let mut args = vec!["run", "-c", "20", "-i", "5ms", "-o", "json", "--ca", &ca];
+    args.extend(targets.iter().map(String::as_str));
+    let (code, lines, err) = run_json(&args);
+    assert_eq!(code, Some(0), "{err}");
+    let sums = of_type(&lines, "summary");
+    assert_eq!(sums.len(), 3);
+    for s in &sums {
+        assert_eq!(
+            (s["sent"].as_u64(), s["ok"].as_u64()),
+            (Some(20), Some(20)),
+            "{s}"
+        );
+        for phase in ["write", "first_byte", "body"] {
+            assert!(
+                s["phases"][phase]["count"].as_u64().is_some(),
+                "{phase}: {s}"
+            );
+        }
+        assert!(s["server_dwell"]["count"].as_u64() == Some(20), "{s}");
+    }
+    assert!(
+        sums[2]["cert_not_after"].as_i64().unwrap() > 1_700_000_000,
+        "{}",
+        sums[2]
+    );
+    let probes = of_type(&lines, "probe");
+    let mut complete = 0;
+    for p in &probes {
+        assert_eq!(p["outcome"], "ok", "{p}");
+        assert_eq!(p["http_status"], 200, "{p}");
+        let want_version = if p["protocol"] == "http" { 11 } else { 20 };
+        assert_eq!(p["http_version"], want_version, "{p}");
+        let rtt = p["rtt_ns"].as_u64().unwrap();
+        assert_eq!(
+            phases_sum(p),
+            rtt,
+            "the phases add up to the RTT exactly: {p}"
+        );
+        if p["protocol"] == "http" {
+            assert_eq!(p["bytes"], 100, "{p}");
+        }
+        let parts = [
+            &p["parts"]["client_send_ns"],
+            &p["parts"]["network_ns"],
+            &p["responder_turnaround_ns"],
+            &p["parts"]["client_wake_ns"],
+        ];
+        if parts.iter().all(|v| v.is_u64()) {
+            complete += 1;
+            let sum: u64 = parts.iter().map(|v| v.as_u64().unwrap()).sum();
+            assert_eq!(sum, rtt, "the split adds up to the RTT exactly: {p}");
+        }
+    }
+    // A probe that overlapped another opened its own connection, and has
+    // no kernel stamps of its own: most did not.
+    assert!(
+        complete >= 30,
+        "most probes have their split: {complete} of 60"
+    );
+}
+
+#[test]
+fn a_new_connection_per_probe_has_every_phase() {
+    let f = Files::new("new");
+    make_pki(&f);
+    let (cert, key) = (f.path("server.pem"), f.path("server.key"));
+    let srv = Serve::start(&[
+        "--http",
+        "127.0.0.1:0",
+        "--https",
+        "127.0.0.1:0",
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+    ]);
+    let https = format!("https://{}/echo", srv.addr("https"));
+    let http = format!("http://{}/echo", srv.addr("http"));
+    let ca = f.path("ca.pem");
+    let (code, lines, err) = run_json(&[
+        "run",
+        "-c",
+        "5",
+        "-i",
+        "5ms",
+        "-o",
+        "json",
+        "--new-connection",
+        "--ca",
+        &ca,
+        &http,
+        &https,
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    for p in of_type(&lines, "probe") {
+        for phase in ["resolve", "connect", "write", "first_byte", "body"] {
+            assert!(p["phases"][format!("{phase}_ns")].is_u64(), "{phase}: {p}");
+        }
+        assert_eq!(
+            p["phases"]["tls_ns"].is_u64(),
+            p["protocol"] == "https",
+            "{p}"
+        );
+        assert_eq!(phases_sum(p), p["rtt_ns"].as_u64().unwrap(), "{p}");
+    }
+    for s in of_type(&lines, "summary") {
+        assert_eq!(
+            s["reconnects"], 0,
+            "new connections are not reconnects: {s}"
+        );
+    }
+}
+
+#[test]
+fn failed_validations_are_errors_counted_by_reason() {
+    let srv = Serve::start(&["--http", "127.0.0.1:0"]);
+    let a = srv.addr("http");
+    let cases: [(&[&str], String, &str, &str); 6] = [
+        (
+            &[],
+            format!("http://{a}/status/503"),
+            "status",
+            "status 503, expected 2xx",
+        ),
+        (
+            &["--expect-status", "200"],
+            format!("http://{a}/status/204"),
+            "status",
+            "status 204",
+        ),
+        (
+            &["--expect-body", "^y+$"],
+            format!("http://{a}/echo"),
+            "content",
+            "body does not match",
+        ),
+        (
+            &["--reject-body", "x"],
+            format!("http://{a}/echo"),
+            "content",
+            "body matches",
+        ),
+        (
+            &["--expect-header", "X-Missing"],
+            format!("http://{a}/echo"),
+            "content",
+            "no x-missing header",
+        ),
+        (
+            &["--max-body", "10"],
+            format!("http://{a}/echo?size=100"),
+            "too_large",
+            "--max-body 10",
+        ),
+    ];
+    for (extra, target, kind, msg) in cases {
+        let mut args = vec!["run", "-c", "3", "-i", "5ms", "-o", "json"];
+        args.extend(extra);
+        args.push(&target);
+        let (code, lines, err) = run_json(&args);
+        assert_eq!(code, Some(1), "{target} {extra:?}: {err}");
+        let s = of_type(&lines, "summary")[0];
+        assert_eq!(
+            (s["error"].as_u64(), s["ok"].as_u64()),
+            (Some(3), Some(0)),
+            "{s}"
+        );
+        assert_eq!(s["errors"][kind], 3, "{s}");
+        let p = of_type(&lines, "probe")[0];
+        assert!(p["error"].as_str().unwrap().contains(msg), "{p}");
+    }
+    // And what passes: a matching header and body, an accepted 404.
+    let (code, lines, err) = run_json(&[
+        "run",
+        "-c",
+        "3",
+        "-i",
+        "5ms",
+        "-o",
+        "json",
+        "--expect-header",
+        "server-timing: dwell",
+        "--expect-body",
+        "^x+$",
+        &format!("http://{a}/echo"),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(of_type(&lines, "summary")[0]["ok"], 3);
+    let (code, _, err) = run_json(&[
+        "run",
+        "-c",
+        "2",
+        "-i",
+        "5ms",
+        "-o",
+        "json",
+        "--expect-status",
+        "4xx",
+        &format!("http://{a}/nothing-here"),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+}
+
+#[test]
+fn redirects_are_followed_only_when_asked() {
+    let srv = Serve::start(&["--http", "127.0.0.1:0"]);
+    let t = format!("http://{}/redirect/2", srv.addr("http"));
+    let (code, lines, _) = run_json(&["run", "-c", "2", "-i", "5ms", "-o", "json", &t]);
+    assert_eq!(code, Some(1));
+    assert!(
+        of_type(&lines, "probe")[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("status 302")
+    );
+    let (code, lines, _) = run_json(&[
+        "run", "-c", "2", "-i", "5ms", "-o", "json", "--follow", "1", &t,
+    ]);
+    assert_eq!(code, Some(1), "three hops are more than one");
+    assert_eq!(of_type(&lines, "summary")[0]["errors"]["status"], 2);
+    let (code, lines, err) = run_json(&[
+        "run", "-c", "2", "-i", "5ms", "-o", "json", "--follow", "3", &t,
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    for p in of_type(&lines, "probe") {
+        assert_eq!(
+            (p["redirects"].as_u64(), p["http_status"].as_u64()),
+            (Some(3), Some(200)),
+            "{p}"
+        );
+        assert_eq!(phases_sum(p), p["rtt_ns"].as_u64().unwrap(), "{p}");
+    }
+}
+
+#[test]
+fn bad_certificates_are_tls_errors() {
+    let f = Files::new("certs");
+    make_pki(&f);
+    let ca = f.path("ca.pem");
+    for (name, extra, want) in [
+        ("expired", vec!["--ca", &ca], "expired"),
+        ("self", vec!["--ca", &ca], "invalid peer certificate"),
+        (
+            "server",
+            vec!["--ca", &ca, "--tls-server-name", "other.example"],
+            "not valid for name",
+        ),
+    ] {
+        let (cert, key) = (
+            f.path(&format!("{name}.pem")),
+            f.path(&format!("{name}.key")),
+        );
+        let srv = Serve::start(&[
+            "--https",
+            "127.0.0.1:0",
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+        ]);
+        let t = format!("https://{}/echo", srv.addr("https"));
+        let mut args = vec!["run", "-c", "2", "-i", "5ms", "-o", "json"];
+        args.extend(extra.iter().copied());
+        args.push(&t);
+        let (code, lines, err) = run_json(&args);
+        assert_eq!(code, Some(1), "{name}: {err}");
+        let s = of_type(&lines, "summary")[0];
+        assert_eq!(s["errors"]["tls"], 2, "{name}: {s}");
+        let msg = of_type(&lines, "probe")[0]["error"]
+            .as_str()
+            .unwrap()
+            .to_lowercase();
+        assert!(msg.contains(&want.to_lowercase()), "{name}: {msg}");
+        // --insecure accepts any of them.
+        let (code, _, err) = run_json(&[
+            "run",
+            "-c",
+            "2",
+            "-i",
+            "5ms",
+            "-o",
+            "json",
+            "--insecure",
+            &t,
+        ]);
+        assert_eq!(code, Some(0), "{name} with --insecure: {err}");
+    }
+}
+
+/// A server that reads one request head and then misbehaves as `mode`
+/// says, on every connection.
+fn bad_server(mode: &'static str) -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(mut c) = conn else { continue };
+            std::thread::spawn(move || {
+                let mut head = Vec::new();
+                let mut b = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match c.read(&mut b) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&b[..n]),
+                    }
+                }
+                let deadline = Instant::now() + Duration::from_secs(5);
+                let _ = match mode {
+                    "garbage" => c.write_all(b"SSH-2.0-OpenSSH_9.2\r\n\x00\x01garbage\r\n\r\n"),
+                    "mid-body" => {
+                        c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\nonly ten!!")
+                    }
+                    "huge" => {
+                        let _ =
+                            c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10000000000\r\n\r\n");
+                        let chunk = vec![b'z'; 64 << 10];
+                        while Instant::now() < deadline && c.write_all(&chunk).is_ok() {}
+                        Ok(())
+                    }
+                    "endless-headers" => {
+                        let _ = c.write_all(b"HTTP/1.1 200 OK\r\n");
+                        while Instant::now() < deadline && c.write_all(b"X-More: yes\r\n").is_ok() {
+                            std::thread::sleep(Duration::from_millis(2));
+                        }
+                        Ok(())
+                    }
+                    _ => Ok(()),
+                };
+                if mode == "mid-body" {
+                    let _ = c.shutdown(std::net::Shutdown::Both);
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn misbehaving_servers_give_counted_errors_and_never_hang() {
+    for (mode, kind, msg) in [
+        ("garbage", "protocol", "not valid HTTP"),
+        ("mid-body", "reset", "closed"),
+        ("huge", "too_large", "--max-body"),
+    ] {
+        let t = format!("http://{}/", bad_server(mode));
+        let started = Instant::now();
+        let (code, lines, err) =
+            run_json(&["run", "-c", "3", "-i", "10ms", "-W", "2s", "-o", "json", &t]);
+        assert_eq!(code, Some(1), "{mode}: {err}");
+        let s = of_type(&lines, "summary")[0];
+        assert_eq!(
+            (s["sent"].as_u64(), s["error"].as_u64()),
+            (Some(3), Some(3)),
+            "{mode}: {s}"
+        );
+        assert_eq!(s["errors"][kind], 3, "{mode}: {s}");
+        let m = of_type(&lines, "probe")[0]["error"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(m.contains(msg), "{mode}: {m}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{mode} took {:?}",
+            started.elapsed()
+        );
+    }
+    // Headers for ever: the probe ends at its timeout (or the head limit).
+    let t = format!("http://{}/", bad_server("endless-headers"));
+    let started = Instant::now();
+    let (code, lines, _) = run_json(&[
+        "run", "-c", "2", "-i", "10ms", "-W", "300ms", "-o", "json", &t,
+    ]);
+    assert_eq!(code, Some(1));
+    let s = of_type(&lines, "summary")[0];
+    assert_eq!(s["ok"], 0, "{s}");
+    assert_eq!(s["sent"], 2, "{s}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn http_options_are_refused_where_nothing_takes_them() {
+    let out = run(&[
+        "run",
+        "-c",
+        "1",
+        "--expect-status",
+        "200",
+        "tcp://127.0.0.1:9",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("http://"), "{err}");
+    let out = run(&[
+        "run",
+        "-c",
+        "1",
+        "--expect-status",
+        "7xx",
+        "http://127.0.0.1:9/",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("status \"7xx\""));
+}

@@ -1,0 +1,693 @@
+//! The HTTP probe: one request per probe on a kept connection (or a new
+//! one per probe), its phases, its validation and its split.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, Uri, header};
+use http_body_util::{BodyExt as _, Full};
+use hyper::body::Incoming;
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use prober_core::clock::unix_now_ns;
+use prober_core::{
+    Anomalies, AppReply, Detail, ErrorKind, Gate, Phases, Probe, ProbeError, Reply, ResponderTimes,
+    Stamps,
+};
+use prober_net::stream::{ChannelStamps, StampedStream, WindowStamps};
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tokio_rustls::TlsConnector;
+
+use crate::options::{HttpOptions, HttpVersion};
+
+/// Connections kept for reuse: more than one only when probes overlap.
+const POOL: usize = 8;
+
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+/// Where requests go: scheme, host and port (a redirect may change them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Origin {
+    tls: bool,
+    host: String,
+    port: u16,
+}
+
+impl Origin {
+    fn authority(&self) -> String {
+        let default = if self.tls { 443 } else { 80 };
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        if self.port == default {
+            host
+        } else {
+            format!("{host}:{}", self.port)
+        }
+    }
+}
+
+enum Sender {
+    H1(http1::SendRequest<Full<Bytes>>),
+    H2(http2::SendRequest<Full<Bytes>>),
+}
+
+struct Conn {
+    sender: Sender,
+    stamps: Arc<ChannelStamps>,
+    /// A request is under way: dropped now (an error, a timeout), the
+    /// connection is lost and the next one counts as a reconnect.
+    busy: bool,
+    lost: Arc<AtomicU64>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if self.busy {
+            self.lost.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Conn {
+    fn version(&self) -> u8 {
+        match self.sender {
+            Sender::H1(_) => 11,
+            Sender::H2(_) => 20,
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        match &self.sender {
+            Sender::H1(s) => s.is_closed(),
+            Sender::H2(s) => s.is_closed(),
+        }
+    }
+
+    async fn send(&mut self, req: Request<Full<Bytes>>) -> Result<Response<Incoming>, ProbeError> {
+        let res = match &mut self.sender {
+            Sender::H1(s) => {
+                s.ready().await.map_err(hyper_error)?;
+                s.send_request(req).await
+            }
+            Sender::H2(s) => {
+                s.ready().await.map_err(hyper_error)?;
+                s.send_request(req).await
+            }
+        };
+        res.map_err(hyper_error)
+    }
+}
+
+/// The phases a connection's opening took: resolve, connect, TLS.
+type OpenPhases = [Option<u64>; 3];
+
+/// An `http://`, `h2c://` or `https://` target.
+pub struct HttpProbe {
+    origin: Origin,
+    /// Where the target's host resolved when the run started.
+    addr: SocketAddr,
+    /// The request target: path and query.
+    path: String,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    /// `h2c://`, or `--http2` on `http://`.
+    prior_knowledge: bool,
+    opts: Arc<HttpOptions>,
+    tx_stamps: bool,
+    server_name: Option<String>,
+    pool: Mutex<Vec<Conn>>,
+    /// Connections lost under a request or closed while kept.
+    lost: Arc<AtomicU64>,
+    cert_not_after: AtomicI64,
+}
+
+impl std::fmt::Debug for HttpProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpProbe")
+            .field("origin", &self.origin)
+            .field("addr", &self.addr)
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`HttpProbe::new`] needs besides the options.
+#[derive(Debug)]
+pub(crate) struct Target<'a> {
+    pub(crate) host: &'a str,
+    pub(crate) port: u16,
+    pub(crate) addr: SocketAddr,
+    pub(crate) path: &'a str,
+    pub(crate) tls: Option<Arc<rustls::ClientConfig>>,
+    pub(crate) prior_knowledge: bool,
+    pub(crate) tx_stamps: bool,
+    /// `--tls-server-name`: verified and sent as SNI instead of the host.
+    pub(crate) server_name: Option<String>,
+}
+
+impl HttpProbe {
+    pub(crate) fn new(t: Target<'_>, opts: Arc<HttpOptions>) -> Self {
+        Self {
+            origin: Origin {
+                tls: t.tls.is_some(),
+                host: t
+                    .host
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .to_owned(),
+                port: t.port,
+            },
+            addr: t.addr,
+            path: format!("/{}", t.path.trim_start_matches('/')),
+            tls: t.tls,
+            prior_knowledge: t.prior_knowledge || opts.version == HttpVersion::Http2,
+            opts,
+            tx_stamps: t.tx_stamps,
+            server_name: t.server_name,
+            pool: Mutex::new(Vec::new()),
+            lost: Arc::default(),
+            cert_not_after: AtomicI64::new(i64::MIN),
+        }
+    }
+
+    fn pool(&self) -> std::sync::MutexGuard<'_, Vec<Conn>> {
+        self.pool.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A kept connection that is still open.
+    fn take(&self) -> Option<Conn> {
+        let mut pool = self.pool();
+        while let Some(c) = pool.pop() {
+            if !c.is_closed() {
+                return Some(c);
+            }
+            // Closed while idle (the server's keep-alive timeout).
+            self.lost.fetch_add(1, Ordering::Relaxed);
+        }
+        None
+    }
+
+    fn give_back(&self, c: Conn) {
+        let mut pool = self.pool();
+        if pool.len() < POOL && !c.is_closed() {
+            pool.push(c);
+        }
+    }
+
+    /// Opens a connection to `origin`: resolves it when `resolve` (else
+    /// uses the address the run resolved), connects, shakes hands.
+    async fn open(&self, origin: &Origin, resolve: bool) -> Result<(Conn, OpenPhases), ProbeError> {
+        let t0 = unix_now_ns();
+        let addr = if resolve || *origin != self.origin {
+            tokio::net::lookup_host((origin.host.as_str(), origin.port))
+                .await
+                .map_err(|e| {
+                    ProbeError::new(
+                        ErrorKind::Unreachable,
+                        format!("resolving {}: {e}", origin.host),
+                    )
+                })?
+                .next()
+                .ok_or_else(|| {
+                    ProbeError::new(
+                        ErrorKind::Unreachable,
+                        format!("{} has no address", origin.host),
+                    )
+                })?
+        } else {
+            self.addr
+        };
+        let t_resolved = unix_now_ns();
+        let tcp = TcpStream::connect(addr)
+            .await
+            .map_err(|e| ProbeError::io(format_args!("connecting to {addr}"), &e))?;
+        let stamps = Arc::new(ChannelStamps::default());
+        let stream = StampedStream::new(tcp, Arc::clone(&stamps), self.tx_stamps)
+            .map_err(|e| ProbeError::io("setting socket options", &e))?;
+        let t_connected = unix_now_ns();
+        let (io, h2, tls_ns): (Box<dyn Io>, bool, Option<u64>) = match (&self.tls, origin.tls) {
+            (Some(cfg), true) => {
+                let host = match &self.server_name {
+                    Some(n) if *origin == self.origin => n.clone(),
+                    _ => origin.host.clone(),
+                };
+                let name = ServerName::try_from(host.clone()).map_err(|e| {
+                    ProbeError::new(ErrorKind::Tls, format!("server name {host}: {e}"))
+                })?;
+                let tls = TlsConnector::from(Arc::clone(cfg))
+                    .connect(name, stream)
+                    .await
+                    .map_err(|e| ProbeError::new(ErrorKind::Tls, format!("TLS handshake: {e}")))?;
+                let (_, session) = tls.get_ref();
+                if let Some(leaf) = session.peer_certificates().and_then(|c| c.first())
+                    && let Some(t) = crate::tls::not_after(leaf)
+                {
+                    self.cert_not_after.store(t, Ordering::Relaxed);
+                }
+                let h2 = session.alpn_protocol() == Some(b"h2");
+                (
+                    Box::new(tls),
+                    h2,
+                    Some(unix_now_ns().saturating_sub(t_connected)),
+                )
+            }
+            (None, true) => {
+                return Err(ProbeError::new(
+                    ErrorKind::Other,
+                    "a redirect to https:// from an http:// target: give the https:// URL",
+                ));
+            }
+            _ => (Box::new(stream), self.prior_knowledge, None),
+        };
+        let io = TokioIo::new(io);
+        let sender = if h2 {
+            let (sender, conn) = http2::Builder::new(TokioExecutor::new())
+                .timer(TokioTimer::new())
+                .handshake(io)
+                .await
+                .map_err(hyper_error)?;
+            tokio::spawn(conn);
+            Sender::H2(sender)
+        } else {
+            let (sender, conn) = http1::Builder::new()
+                .max_buf_size(64 << 10)
+                .handshake(io)
+                .await
+                .map_err(hyper_error)?;
+            tokio::spawn(conn);
+            Sender::H1(sender)
+        };
+        let phases = [
+            Some(t_resolved.saturating_sub(t0)),
+            Some(t_connected.saturating_sub(t_resolved)),
+            tls_ns,
+        ];
+        let conn = Conn {
+            sender,
+            stamps,
+            busy: false,
+            lost: Arc::clone(&self.lost),
+        };
+        Ok((conn, phases))
+    }
+
+    fn request(
+        &self,
+        origin: &Origin,
+        path: &str,
+        h2: bool,
+    ) -> Result<Request<Full<Bytes>>, ProbeError> {
+        let uri: Uri = if h2 {
+            let scheme = if origin.tls { "https" } else { "http" };
+            format!("{scheme}://{}{path}", origin.authority()).parse()
+        } else {
+            path.parse()
+        }
+        .map_err(|e| ProbeError::new(ErrorKind::Other, format!("request target {path}: {e}")))?;
+        let mut req = Request::builder()
+            .method(self.opts.method.clone())
+            .uri(uri)
+            .body(Full::new(self.opts.body.clone()))
+            .map_err(|e| ProbeError::new(ErrorKind::Other, format!("building the request: {e}")))?;
+        let headers = req.headers_mut();
+        if !h2 && let Ok(v) = HeaderValue::from_str(&origin.authority()) {
+            headers.insert(header::HOST, v);
+        }
+        headers.insert(header::USER_AGENT, HeaderValue::from_static("prober"));
+        for (k, v) in &self.opts.headers {
+            headers.insert(k.clone(), v.clone());
+        }
+        Ok(req)
+    }
+
+    /// Reads the body, at most `max_body` bytes.
+    async fn body(&self, body: Incoming) -> Result<Bytes, ProbeError> {
+        let mut body = body;
+        let mut out = bytes::BytesMut::new();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| {
+                let mut err = hyper_error(e);
+                if err.kind() == ErrorKind::Reset {
+                    err = ProbeError::new(
+                        err.kind(),
+                        format!("connection closed mid-body ({})", err.message()),
+                    );
+                } else if err.kind() == ErrorKind::Protocol {
+                    err =
+                        ProbeError::new(err.kind(), format!("reading the body: {}", err.message()));
+                }
+                err
+            })?;
+            if let Ok(data) = frame.into_data() {
+                if out.len() + data.len() > self.opts.max_body {
+                    return Err(ProbeError::new(
+                        ErrorKind::TooLarge,
+                        format!(
+                            "body over --max-body {} bytes (connection closed)",
+                            self.opts.max_body
+                        ),
+                    ));
+                }
+                out.extend_from_slice(&data);
+            }
+        }
+        Ok(out.freeze())
+    }
+
+    fn validate(&self, resp: &http::response::Parts, body: &[u8]) -> Result<(), ProbeError> {
+        let code = resp.status.as_u16();
+        if !self.opts.status.accepts(code) {
+            return Err(ProbeError::new(
+                ErrorKind::Status,
+                format!("status {code}, expected {}", self.opts.status),
+            ));
+        }
+        for check in &self.opts.require_headers {
+            let Some(v) = resp.headers.get(&check.name) else {
+                return Err(ProbeError::new(
+                    ErrorKind::Content,
+                    format!("no {} header", check.name),
+                ));
+            };
+            if let Some(re) = &check.value
+                && !re.is_match(v.as_bytes())
+            {
+                return Err(ProbeError::new(
+                    ErrorKind::Content,
+                    format!("header {} does not match {}", check.name, re.as_str()),
+                ));
+            }
+        }
+        if let Some(re) = &self.opts.body_match
+            && !re.is_match(body)
+        {
+            return Err(ProbeError::new(
+                ErrorKind::Content,
+                format!("body does not match {}", re.as_str()),
+            ));
+        }
+        if let Some(re) = &self.opts.body_reject
+            && re.is_match(body)
+        {
+            return Err(ProbeError::new(
+                ErrorKind::Content,
+                format!("body matches {}", re.as_str()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Where a redirect points, relative to `origin` and `path`.
+    fn redirect(origin: &Origin, location: &str) -> Result<(Origin, String), ProbeError> {
+        let bad = || ProbeError::protocol(format!("redirect to {location:?}: not a usable URL"));
+        if location.starts_with('/') && !location.starts_with("//") {
+            return Ok((origin.clone(), location.to_owned()));
+        }
+        let uri: Uri = location.parse().map_err(|_| bad())?;
+        let tls = match uri.scheme_str() {
+            Some("https") => true,
+            Some("http") => false,
+            _ => return Err(bad()),
+        };
+        let host = uri
+            .host()
+            .ok_or_else(bad)?
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
+        let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
+        Ok((
+            Origin {
+                tls,
+                host: host.to_owned(),
+                port,
+            },
+            path,
+        ))
+    }
+}
+
+/// Adds `b` to a phase total.
+fn add(slot: &mut Option<u64>, b: Option<u64>) {
+    if let Some(b) = b {
+        *slot = Some(slot.unwrap_or(0) + b);
+    }
+}
+
+/// Parses `Server-Timing: dwell;dur=0.012345, turnaround;dur=0.020000`
+/// (milliseconds) into (dwell, turnaround) in ns.
+fn server_timing(v: Option<&HeaderValue>) -> (Option<u64>, Option<u64>) {
+    let Some(text) = v.and_then(|v| v.to_str().ok()) else {
+        return (None, None);
+    };
+    let (mut dwell, mut turn) = (None, None);
+    for metric in text.split(',') {
+        let mut it = metric.split(';').map(str::trim);
+        let name = it.next().unwrap_or("");
+        let dur = it.find_map(|p| p.strip_prefix("dur=")).and_then(ms_to_ns);
+        match name {
+            "dwell" => dwell = dur,
+            "turnaround" => turn = dur,
+            _ => {}
+        }
+    }
+    (dwell, turn)
+}
+
+/// `12.345678` ms to ns, exactly (no float rounding).
+fn ms_to_ns(s: &str) -> Option<u64> {
+    let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+    let int: u64 = int.parse().ok()?;
+    let mut digits: String = frac.chars().take(6).collect();
+    if !digits.chars().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    while digits.len() < 6 {
+        digits.push('0');
+    }
+    Some(int.checked_mul(1_000_000)? + digits.parse::<u64>().ok()?)
+}
+
+/// A hyper error as a probe error with a kind.
+fn hyper_error(e: hyper::Error) -> ProbeError {
+    use std::error::Error as _;
+    if e.is_parse() || e.is_parse_status() || e.is_parse_too_large() {
+        return ProbeError::protocol(format!("response is not valid HTTP: {e}"));
+    }
+    if e.is_incomplete_message() {
+        return ProbeError::new(
+            ErrorKind::Reset,
+            "connection closed before the response was complete",
+        );
+    }
+    if e.is_timeout() {
+        return ProbeError::timeout(format!("{e}"));
+    }
+    let mut src = e.source();
+    while let Some(s) = src {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            return ProbeError::io("HTTP connection", io);
+        }
+        if let Some(h2) = s.downcast_ref::<hyper::Error>()
+            && h2.is_incomplete_message()
+        {
+            return ProbeError::new(ErrorKind::Reset, "connection closed mid-response");
+        }
+        src = s.source();
+    }
+    if e.is_closed() || e.is_canceled() {
+        return ProbeError::new(ErrorKind::Reset, format!("connection closed: {e}"));
+    }
+    ProbeError::protocol(format!("HTTP: {e}"))
+}
+
+impl Probe for HttpProbe {
+    async fn probe_at(&self, _seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
+        // A kept connection is taken before the gate, so a probe that
+        // reuses one starts its request right after it.
+        let kept = if self.opts.new_connection {
+            None
+        } else {
+            self.take()
+        };
+        gate.pass().await;
+        let sent = Instant::now();
+        let t0 = unix_now_ns();
+        let mut phases = Phases::default();
+        let (mut origin, mut path) = (self.origin.clone(), self.path.clone());
+        let mut kept = kept;
+        let mut hops: u8 = 0;
+        loop {
+            let own = origin == self.origin && !self.opts.new_connection;
+            let (mut conn, opened) = match kept.take() {
+                Some(c) => (c, false),
+                None => {
+                    let (c, p) = self.open(&origin, self.opts.new_connection).await?;
+                    for (slot, v) in phases.0.iter_mut().zip(p) {
+                        add(slot, v);
+                    }
+                    (c, true)
+                }
+            };
+            let h2 = conn.version() == 20;
+            let req = self.request(&origin, &path, h2)?;
+            conn.busy = true;
+            let t_req = unix_now_ns();
+            let window = conn.stamps.begin();
+            let resp = conn.send(req).await?;
+            let (parts, body) = resp.into_parts();
+            let body = self.body(body).await?;
+            let received = Instant::now();
+            let t_done = unix_now_ns();
+            let w: WindowStamps = window.end();
+            conn.busy = false;
+            let written = w.last_write_ns.filter(|t| *t >= t_req && *t <= t_done);
+            let first = w
+                .first_read_ns
+                .filter(|t| written.is_some_and(|wr| *t >= wr) && *t <= t_done);
+            match (written, first) {
+                (Some(wr), Some(fr)) => {
+                    add(&mut phases.0[3], Some(wr - t_req));
+                    add(&mut phases.0[4], Some(fr - wr));
+                    add(&mut phases.0[5], Some(t_done - fr));
+                }
+                // The stream did not see this request's write and read
+                // apart (another request overlapped it): the whole request
+                // counts as waiting for the first byte.
+                _ => add(&mut phases.0[4], Some(t_done - t_req)),
+            }
+            let location = parts
+                .status
+                .is_redirection()
+                .then(|| parts.headers.get(header::LOCATION))
+                .flatten()
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            if own {
+                self.give_back(conn);
+            }
+            if let Some(loc) = location
+                && hops < self.opts.follow
+            {
+                let (o, p) = Self::redirect(&origin, &loc)?;
+                origin = o;
+                path = p;
+                hops += 1;
+                if origin == self.origin && !self.opts.new_connection {
+                    kept = self.take();
+                }
+                continue;
+            }
+            self.validate(&parts, &body)?;
+            // Time between phases (building the request, following a
+            // redirect) goes to `write`, so that the phases add up to the
+            // probe's time exactly.
+            let total = t_done.saturating_sub(t0);
+            let known: u64 = phases.0.iter().flatten().sum();
+            if let Some(gap) = total.checked_sub(known)
+                && gap > 0
+            {
+                add(&mut phases.0[3], Some(gap));
+            }
+            let (dwell, turnaround) = server_timing(parts.headers.get(crate::SERVER_TIMING));
+            // Kernel stamps split the round trip only when this probe was
+            // one request on a connection it did not open.
+            let clean = !opened && hops == 0;
+            let stamps = Stamps {
+                t1: Some(t0),
+                t1k: w.t1k.filter(|_| clean),
+                t4k: w.t4k.filter(|_| clean),
+                t4: Some(t_done),
+                responder: (dwell.is_some() || turnaround.is_some()).then_some(ResponderTimes {
+                    dwell,
+                    turnaround: turnaround.filter(|_| hops == 0),
+                    ..ResponderTimes::default()
+                }),
+                kernel_peer: false,
+            };
+            return Ok(Reply {
+                sent,
+                received,
+                server_dwell: dwell.map(Duration::from_nanos),
+                rx_wake: prober_net::rx::wake_ns(stamps.t4k, t_done).map(Duration::from_nanos),
+                bytes: body.len(),
+                ttl: None,
+                stamps,
+                app: AppReply {
+                    phases,
+                    detail: Some(Detail::Http {
+                        status: parts.status.as_u16(),
+                        version: if h2 { 20 } else { 11 },
+                        redirects: hops,
+                    }),
+                },
+            });
+        }
+    }
+
+    async fn prepare(&self) -> Result<(), ProbeError> {
+        if self.opts.new_connection {
+            return Ok(());
+        }
+        let (conn, _) = self.open(&self.origin, false).await?;
+        self.give_back(conn);
+        Ok(())
+    }
+
+    fn anomalies(&self) -> Anomalies {
+        let cert = self.cert_not_after.load(Ordering::Relaxed);
+        Anomalies {
+            reconnects: if self.opts.new_connection {
+                0
+            } else {
+                self.lost.load(Ordering::Relaxed)
+            },
+            cert_not_after: (cert != i64::MIN).then_some(cert),
+            ..Anomalies::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_timing_is_read_to_the_nanosecond() {
+        let v = HeaderValue::from_static("dwell;dur=0.012345, turnaround;dur=1.5");
+        assert_eq!(server_timing(Some(&v)), (Some(12_345), Some(1_500_000)));
+        let v = HeaderValue::from_static("cache;desc=hit, dwell;dur=x");
+        assert_eq!(server_timing(Some(&v)), (None, None));
+        assert_eq!(ms_to_ns("3"), Some(3_000_000));
+        assert_eq!(ms_to_ns("0.0000019"), Some(1));
+    }
+
+    #[test]
+    fn redirects_resolve_against_the_origin() {
+        let o = Origin {
+            tls: false,
+            host: "a".into(),
+            port: 8080,
+        };
+        assert_eq!(
+            HttpProbe::redirect(&o, "/x?y").unwrap(),
+            (o.clone(), "/x?y".to_owned())
+        );
+        let (o2, p) = HttpProbe::redirect(&o, "https://b:8443/z").unwrap();
+        assert_eq!(
+            (o2.tls, o2.host.as_str(), o2.port, p.as_str()),
+            (true, "b", 8443, "/z")
+        );
+        assert!(HttpProbe::redirect(&o, "ftp://x/").is_err());
+        assert_eq!(o.authority(), "a:8080");
+    }
+}

@@ -1,0 +1,27 @@
+//! HTTP probes and the HTTP responder for prober.
+//!
+//! - `http://HOST[:PORT][/PATH]`: HTTP/1.1 (or HTTP/2 with prior knowledge,
+//!   `--http2`); `h2c://` is HTTP/2 with prior knowledge always.
+//! - `https://HOST[:PORT][/PATH]`: HTTP/2 or HTTP/1.1 as ALPN settles it.
+//!
+//! Each probe reports the phases of its request (resolve, connect, TLS,
+//! request written, first response byte, body done; see
+//! [`prober_core::Phases`]), its status, and the split of its round trip
+//! where the connection's kernel stamps and the responder's
+//! `Server-Timing` give it. [`HttpOptions`] chooses the method, body,
+//! headers, connection reuse, redirects and what a valid response is.
+//!
+//! [`serve_http`] is `prober serve --http`: `GET /echo` (and a few test
+//! paths), HTTP/1.1 and h2c on one port, or TLS with ALPN.
+
+mod client;
+mod options;
+mod protocol;
+mod server;
+mod tls;
+
+pub use client::HttpProbe;
+pub use options::{HeaderCheck, HttpOptions, HttpVersion, OptionsError, StatusSet, body_regex};
+pub use protocol::{HTTP, HTTPS};
+pub use server::{HttpServerConfig, SERVER_TIMING, serve_http};
+pub use tls::{ServerTlsError, server_config};

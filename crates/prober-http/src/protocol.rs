@@ -1,0 +1,87 @@
+//! The `http://`, `h2c://` and `https://` descriptors (see
+//! [`prober_core::Protocol`]).
+
+use std::sync::Arc;
+
+use prober_core::protocol::{
+    BuildEnv, BuildFuture, Options, ProbeSpec, Protocol, Scheme, Timestamps,
+};
+use prober_core::runnable;
+
+use crate::HttpOptions;
+use crate::client::{HttpProbe, Target};
+
+/// The options `prober run` or the daemon put in the build environment,
+/// or the defaults.
+fn options(env: &BuildEnv) -> Arc<HttpOptions> {
+    env.shared
+        .get_or_try_init(|| Ok::<_, std::convert::Infallible>(Arc::new(HttpOptions::default())))
+        .unwrap_or_else(|e| match e {})
+}
+
+/// The client TLS configuration, loaded once per run.
+struct ClientTls(Arc<rustls::ClientConfig>);
+
+fn build<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
+    Box::pin(async move {
+        let opts = options(env);
+        let tls = if spec.scheme.tls {
+            let cfg = env.shared.get_or_try_init(|| {
+                crate::tls::client_config(&env.tls, opts.version)
+                    .map(|c| Arc::new(ClientTls(Arc::new(c))))
+            })?;
+            Some(Arc::clone(&cfg.0))
+        } else {
+            None
+        };
+        let probe = HttpProbe::new(
+            Target {
+                host: spec.host,
+                port: spec.addr.port(),
+                addr: spec.addr,
+                path: spec.path,
+                tls,
+                prior_knowledge: spec.scheme.name == "h2c",
+                tx_stamps: env.tx_stamps,
+                server_name: env.tls.server_name.clone(),
+            },
+            opts,
+        );
+        Ok(runnable(probe))
+    })
+}
+
+const OPTIONS: Options = Options {
+    ttl: false,
+    busy_poll: false,
+    icmp_socket: false,
+};
+
+/// `http://` (HTTP/1.1, or h2c with `--http2`) and `h2c://` (HTTP/2 with
+/// prior knowledge).
+pub const HTTP: Protocol = Protocol {
+    schemes: &[Scheme::plain("http"), Scheme::plain("h2c")],
+    port: Some(80),
+    default_port: true,
+    path: Some("path"),
+    size: None,
+    size_unit: "body",
+    timestamps: Timestamps::User,
+    options: OPTIONS,
+    help: "HTTP request to response body done, phases and validation (prober serve --http: /echo)",
+    build,
+};
+
+/// `https://`: HTTP/2 or HTTP/1.1 over TLS, as ALPN settles.
+pub const HTTPS: Protocol = Protocol {
+    schemes: &[Scheme::tls("https")],
+    port: Some(443),
+    default_port: true,
+    path: Some("path"),
+    size: None,
+    size_unit: "body",
+    timestamps: Timestamps::User,
+    options: OPTIONS,
+    help: "HTTPS request (HTTP/2 or HTTP/1.1 by ALPN), phases, validation, certificate expiry",
+    build,
+};

@@ -1,0 +1,199 @@
+//! `prober serve --http`: the HTTP responder. HTTP/1.1 and h2c share one
+//! port (hyper-util's auto builder tells them apart by the HTTP/2
+//! preface); with a certificate it speaks TLS and ALPN picks the version.
+//!
+//! Paths:
+//! - `GET /echo?size=N`: a body of N bytes (default 64, at most 16 MiB);
+//!   `POST /echo` sends the request body back (at most 1 MiB).
+//! - `/status/CODE`: answers with that status.
+//! - `/redirect/N`: a 302 to `/redirect/N-1`, and `/redirect/0` to
+//!   `/echo`.
+//!
+//! Every response carries `Server-Timing: dwell;dur=D, turnaround;dur=T`
+//! in milliseconds with nanosecond digits: the handler's own time (dwell)
+//! and the time from the kernel's receive stamp of the request's last read
+//! to the handler's return (turnaround, the responder part of the split).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode, header};
+use http_body_util::{BodyExt as _, Full, Limited};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use prober_core::clock::unix_now_ns;
+use prober_net::stream::{ServerRx, ServerStream};
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+/// The response header that carries the responder's times.
+pub const SERVER_TIMING: &str = "server-timing";
+
+/// The largest `GET /echo?size=N` body.
+const MAX_ECHO: usize = 16 << 20;
+/// The largest request body `POST /echo` reads.
+const MAX_REQUEST_BODY: usize = 1 << 20;
+/// The default `GET /echo` body.
+const DEFAULT_ECHO: usize = 64;
+/// How long a connection may take to send a request's headers.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How the HTTP responder answers.
+#[derive(Debug, Clone, Default)]
+pub struct HttpServerConfig {
+    /// Serve TLS with this configuration (ALPN `h2`, `http/1.1`).
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Log each connection's end (at debug level).
+    pub log_clients: bool,
+}
+
+/// Serves HTTP on `listener` until `stop` is cancelled.
+///
+/// # Errors
+/// Accepting failed for a reason other than a client's (the listener
+/// itself broke).
+pub async fn serve_http(
+    listener: TcpListener,
+    cfg: HttpServerConfig,
+    stop: CancellationToken,
+) -> std::io::Result<()> {
+    let acceptor = cfg.tls.clone().map(TlsAcceptor::from);
+    loop {
+        let (stream, peer) = tokio::select! {
+            () = stop.cancelled() => return Ok(()),
+            res = listener.accept() => match res {
+                Ok(x) => x,
+                // A client that went away before accept, or a full fd table
+                // for a moment: keep serving.
+                Err(e) => {
+                    tracing::debug!("http accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let stream = ServerStream::new(stream);
+        let rx = stream.rx();
+        let (acceptor, stop, log) = (acceptor.clone(), stop.clone(), cfg.log_clients);
+        tokio::spawn(async move {
+            let service = service_fn(move |req| handle(req, Arc::clone(&rx)));
+            let mut builder = auto::Builder::new(TokioExecutor::new());
+            builder
+                .http1()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT);
+            let res = match acceptor {
+                Some(a) => match a.accept(stream).await {
+                    Ok(tls) => {
+                        let conn = builder.serve_connection(TokioIo::new(tls), service);
+                        drive(conn, &stop).await
+                    }
+                    Err(e) => Err(format!("TLS handshake: {e}")),
+                },
+                None => {
+                    let conn = builder.serve_connection(TokioIo::new(stream), service);
+                    drive(conn, &stop).await
+                }
+            };
+            if let Err(e) = res
+                && log
+            {
+                tracing::debug!("http client {peer}: {e}");
+            }
+        });
+    }
+}
+
+/// Runs one connection until it ends or `stop` is cancelled.
+async fn drive<F, E>(conn: F, stop: &CancellationToken) -> Result<(), String>
+where
+    F: std::future::Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
+    tokio::select! {
+        () = stop.cancelled() => Ok(()),
+        res = conn => res.map_err(|e| e.to_string()),
+    }
+}
+
+fn ms(ns: u64) -> String {
+    format!("{}.{:06}", ns / 1_000_000, ns % 1_000_000)
+}
+
+async fn handle(
+    req: Request<Incoming>,
+    rx: Arc<ServerRx>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let t2 = unix_now_ns();
+    let t2k = rx.last();
+    let path = req.uri().path().to_owned();
+    let query = req.uri().query().unwrap_or("").to_owned();
+    let method = req.method().clone();
+    let mut resp = if path == "/echo" {
+        if method == http::Method::GET || method == http::Method::HEAD {
+            let size = query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("size="))
+                .and_then(|v| v.parse::<usize>().ok())
+                .unwrap_or(DEFAULT_ECHO)
+                .min(MAX_ECHO);
+            Response::new(Full::new(Bytes::from(vec![b'x'; size])))
+        } else {
+            match Limited::new(req.into_body(), MAX_REQUEST_BODY)
+                .collect()
+                .await
+            {
+                Ok(body) => Response::new(Full::new(body.to_bytes())),
+                Err(_) => status(StatusCode::PAYLOAD_TOO_LARGE),
+            }
+        }
+    } else if let Some(code) = path.strip_prefix("/status/") {
+        match code
+            .parse::<u16>()
+            .ok()
+            .and_then(|c| StatusCode::from_u16(c).ok())
+        {
+            Some(c) => status(c),
+            None => status(StatusCode::BAD_REQUEST),
+        }
+    } else if let Some(n) = path.strip_prefix("/redirect/") {
+        match n.parse::<u32>() {
+            Ok(n) => {
+                let to = if n == 0 {
+                    "/echo".to_owned()
+                } else {
+                    format!("/redirect/{}", n - 1)
+                };
+                let mut r = status(StatusCode::FOUND);
+                if let Ok(v) = header::HeaderValue::from_str(&to) {
+                    r.headers_mut().insert(header::LOCATION, v);
+                }
+                r
+            }
+            Err(_) => status(StatusCode::BAD_REQUEST),
+        }
+    } else {
+        status(StatusCode::NOT_FOUND)
+    };
+    let t3 = unix_now_ns();
+    let mut timing = format!("dwell;dur={}", ms(t3.saturating_sub(t2)));
+    if let Some(k) = t2k.filter(|k| *k <= t3) {
+        timing.push_str(&format!(", turnaround;dur={}", ms(t3 - k)));
+    }
+    if let Ok(v) = header::HeaderValue::from_str(&timing) {
+        resp.headers_mut().insert(SERVER_TIMING, v);
+    }
+    Ok(resp)
+}
+
+fn status(code: StatusCode) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::new()));
+    *r.status_mut() = code;
+    r
+}

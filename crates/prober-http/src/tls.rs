@@ -1,0 +1,125 @@
+//! rustls configurations for `https://` (client) and `serve --http` with a
+//! certificate (server), from the same options as gRPC over TLS.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use prober_core::protocol::TlsFiles;
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+use crate::HttpVersion;
+
+/// A certificate, key or CA file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerTlsError {
+    /// A file that cannot be read or holds no PEM of the kind expected.
+    #[error("{what} {path}: {why}")]
+    File {
+        /// Which option named it.
+        what: &'static str,
+        /// The file.
+        path: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// rustls refused the configuration (a key that does not match).
+    #[error("TLS configuration: {0}")]
+    Config(#[from] rustls::Error),
+}
+
+fn certs(what: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, ServerTlsError> {
+    let bad = |why: String| ServerTlsError::File {
+        what,
+        path: path.display().to_string(),
+        why,
+    };
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| bad(e.to_string()))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| bad(e.to_string()))?;
+    if certs.is_empty() {
+        return Err(bad("holds no PEM CERTIFICATE".to_owned()));
+    }
+    Ok(certs)
+}
+
+fn key(what: &'static str, path: &Path) -> Result<PrivateKeyDer<'static>, ServerTlsError> {
+    PrivateKeyDer::from_pem_file(path).map_err(|e| ServerTlsError::File {
+        what,
+        path: path.display().to_string(),
+        why: e.to_string(),
+    })
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The server side: certificate chain and key, ALPN `h2` then
+/// `http/1.1`.
+///
+/// # Errors
+/// [`ServerTlsError`].
+pub fn server_config(cert: &Path, key_file: &Path) -> Result<rustls::ServerConfig, ServerTlsError> {
+    let chain = certs("--tls-cert", cert)?;
+    let key = key("--tls-key", key_file)?;
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)?;
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(cfg)
+}
+
+/// The client side: roots from `--ca` (else the Mozilla roots), a client
+/// certificate for mutual TLS, `--insecure`, and ALPN for `version`.
+pub(crate) fn client_config(
+    files: &TlsFiles,
+    version: HttpVersion,
+) -> Result<rustls::ClientConfig, ServerTlsError> {
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?;
+    let builder = if files.insecure {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(prober_net::tls::NoVerification::new()))
+    } else {
+        let mut roots = rustls::RootCertStore::empty();
+        match &files.ca {
+            Some(ca) => {
+                for c in certs("--ca", ca)? {
+                    roots.add(c)?;
+                }
+            }
+            None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+        }
+        builder.with_root_certificates(roots)
+    };
+    let mut cfg = match (&files.cert, &files.key) {
+        (Some(c), Some(k)) => {
+            builder.with_client_auth_cert(certs("--cert", c)?, key("--key", k)?)?
+        }
+        (None, None) => builder.with_no_client_auth(),
+        _ => {
+            return Err(ServerTlsError::File {
+                what: "--cert",
+                path: String::new(),
+                why: "--cert and --key must be given together".to_owned(),
+            });
+        }
+    };
+    cfg.alpn_protocols = match version {
+        HttpVersion::Auto => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+        HttpVersion::Http1 => vec![b"http/1.1".to_vec()],
+        HttpVersion::Http2 => vec![b"h2".to_vec()],
+    };
+    Ok(cfg)
+}
+
+/// When the leaf certificate expires, in Unix seconds.
+pub(crate) fn not_after(leaf: &CertificateDer<'_>) -> Option<i64> {
+    let (_, cert) = x509_parser::parse_x509_certificate(leaf.as_ref()).ok()?;
+    Some(cert.validity().not_after.timestamp())
+}
