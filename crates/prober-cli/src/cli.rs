@@ -383,6 +383,26 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = 0, help_heading = "HTTP")]
     pub(crate) follow: u8,
 
+    /// DNS rcodes that count as valid, by name or number, e.g.
+    /// NOERROR,NXDOMAIN. Any other is an error of kind status.
+    #[arg(
+        long,
+        value_name = "LIST",
+        default_value = "NOERROR",
+        help_heading = "DNS"
+    )]
+    pub(crate) expect_rcode: String,
+
+    /// A regex one DNS answer record must match, as a zone file line
+    /// ('name 300 IN A 192.0.2.1'); else an error of kind content.
+    #[arg(long, value_name = "REGEX", help_heading = "DNS")]
+    pub(crate) expect_answer: Option<String>,
+
+    /// Retry over TCP when a UDP reply is truncated (TC=1); without it a
+    /// truncated reply is an error of kind truncated.
+    #[arg(long, help_heading = "DNS")]
+    pub(crate) dns_tcp_fallback: bool,
+
     /// Start each probe line with the Unix time of the reply, as ping -D.
     #[arg(short = 'D')]
     pub(crate) unix_time: bool,

@@ -18,5 +18,6 @@ pub(crate) static PROTOCOLS: Registry = Registry::new(&[
     &prober_stamp::STAMP,
     &prober_http::HTTP,
     &prober_http::HTTPS,
+    &prober_dns::DNS,
     &prober_icmp::ICMP,
 ]);

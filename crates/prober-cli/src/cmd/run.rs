@@ -198,6 +198,14 @@ fn check_options(args: &RunArgs, targets: &[Target]) -> anyhow::Result<()> {
         &|t| t.protocol.path == Some("path"),
         "http://, h2c:// and https:// targets",
     )?;
+    let dns_given =
+        args.expect_rcode != "NOERROR" || args.expect_answer.is_some() || args.dns_tcp_fallback;
+    check(
+        dns_given,
+        "--expect-rcode, --expect-answer and --dns-tcp-fallback",
+        &|t| t.scheme.name.starts_with("dns"),
+        "dns:// and dns+tcp:// targets",
+    )?;
     if args.fields.is_some() && args.output == Output::Json {
         bail!(
             "--fields chooses the columns of -o human and -o csv; -o json always has every field"
@@ -285,6 +293,27 @@ fn seed_http_options(args: &RunArgs, env: &BuildEnv) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Reads the DNS options and puts them where the `dns://` builder finds
+/// them.
+fn seed_dns_options(args: &RunArgs, env: &BuildEnv) -> anyhow::Result<()> {
+    let opts = prober_dns::DnsOptions {
+        rcodes: prober_dns::DnsOptions::parse_rcodes(&args.expect_rcode)
+            .map_err(|e| anyhow!("--expect-rcode: {e}"))?,
+        answer: match &args.expect_answer {
+            Some(re) => {
+                Some(regex::Regex::new(re).map_err(|e| anyhow!("--expect-answer {re:?}: {e}"))?)
+            }
+            None => None,
+        },
+        tcp_fallback: args.dns_tcp_fallback,
+        recursion: true,
+    };
+    let _ = env
+        .shared
+        .get_or_try_init(|| Ok::<_, std::convert::Infallible>(std::sync::Arc::new(opts)));
+    Ok(())
+}
+
 /// The exit status the summaries call for, as ping's: 1 when a target got
 /// no reply at all, or lost more than `fail_on_loss` percent of its slots.
 fn exit_code(summaries: &[Summary], fail_on_loss: Option<f64>) -> ExitCode {
@@ -359,6 +388,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if !self_test {
         seed_stamp_options(&args, &targets, &env)?;
         seed_http_options(&args, &env)?;
+        seed_dns_options(&args, &env)?;
     }
     let responder_stop = CancellationToken::new();
     let (responders, targets) = if self_test {

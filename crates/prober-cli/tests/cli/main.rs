@@ -3,6 +3,7 @@
 mod capture;
 mod daemon;
 mod deploy;
+mod dns;
 mod errors;
 mod first_hour;
 mod grpc;

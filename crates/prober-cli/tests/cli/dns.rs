@@ -1,0 +1,361 @@
+//! DNS end to end: `prober run` against dnsmasq (from the Debian
+//! packages) serving a zone the test writes, and against servers that
+//! misbehave on purpose.
+
+use std::net::UdpSocket;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::support::{json_lines, of_type, run};
+
+/// dnsmasq on a loopback port, answering for `test.lan` from a hosts file
+/// and records given here; `fail.lan` is forwarded to an upstream that
+/// answers SERVFAIL. Killed on drop.
+struct Dnsmasq {
+    child: Child,
+    port: u16,
+    dir: std::path::PathBuf,
+    _upstream: std::thread::JoinHandle<()>,
+}
+
+impl Dnsmasq {
+    fn start() -> Option<Self> {
+        if Command::new("dnsmasq").arg("--version").output().is_err() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "dnsmasq is missing; .ci/run installs dnsmasq-base"
+            );
+            eprintln!("skipping: no dnsmasq");
+            return None;
+        }
+        let dir = std::env::temp_dir().join(format!("prober-dns-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let hosts = dir.join("hosts");
+        std::fs::write(
+            &hosts,
+            "192.0.2.10 www.test.lan\n2001:db8::10 www.test.lan\n",
+        )
+        .unwrap();
+        // An upstream that answers every query with SERVFAIL.
+        let up = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let up_port = up.local_addr().unwrap().port();
+        let upstream = std::thread::spawn(move || {
+            let mut b = [0u8; 512];
+            while let Ok((n, from)) = up.recv_from(&mut b) {
+                if n >= 4 {
+                    b[2] |= 0x80;
+                    b[3] = (b[3] & 0xf0) | 2;
+                    let _ = up.send_to(&b[..n], from);
+                }
+            }
+        });
+        let port = UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut args = vec![
+            "--keep-in-foreground".to_owned(),
+            format!("--port={port}"),
+            "--listen-address=127.0.0.1".to_owned(),
+            "--bind-interfaces".to_owned(),
+            "--no-resolv".to_owned(),
+            "--no-hosts".to_owned(),
+            format!("--pid-file={}", dir.join("pid").display()),
+            format!("--addn-hosts={}", hosts.display()),
+            "--local=/test.lan/".to_owned(),
+            format!("--server=/fail.lan/127.0.0.1#{up_port}"),
+            "--mx-host=test.lan,mail.test.lan,10".to_owned(),
+            "--txt-record=txt.test.lan,hello world".to_owned(),
+            "--srv-host=_probe._tcp.test.lan,www.test.lan,8707".to_owned(),
+            "--log-facility=-".to_owned(),
+        ];
+        // Eight 120-byte TXT records: more than 512 bytes, so a UDP reply
+        // without EDNS comes back truncated.
+        for i in 0..8 {
+            args.push(format!(
+                "--txt-record=big.test.lan,{}",
+                format!("{i:02}").repeat(60)
+            ));
+        }
+        let child = Command::new("dnsmasq")
+            .args(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("dnsmasq starts");
+        // Wait until it answers.
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let q = [0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1];
+        for _ in 0..50 {
+            let _ = s.send_to(&q, ("127.0.0.1", port));
+            if s.recv_from(&mut [0u8; 512]).is_ok() {
+                break;
+            }
+        }
+        Some(Self {
+            child,
+            port,
+            dir,
+            _upstream: upstream,
+        })
+    }
+
+    fn target(&self, path: &str) -> String {
+        format!("dns://127.0.0.1:{}/{path}", self.port)
+    }
+}
+
+impl Drop for Dnsmasq {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn run_json(args: &[&str]) -> (Option<i32>, Vec<Value>, String) {
+    let out = run(args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code(), json_lines(&out), err)
+}
+
+#[test]
+fn record_types_over_udp_and_tcp_against_dnsmasq() {
+    let Some(d) = Dnsmasq::start() else { return };
+    let targets: Vec<String> = [
+        "www.test.lan",
+        "www.test.lan?type=AAAA",
+        "test.lan?type=MX",
+        "txt.test.lan?type=TXT",
+        "_probe._tcp.test.lan?type=SRV",
+        "www.test.lan?type=A&tcp",
+    ]
+    .iter()
+    .map(|p| d.target(p))
+    .chain([format!("dns+tcp://127.0.0.1:{}/test.lan?type=MX", d.port)])
+    .collect();
+    let mut args = vec!["run", "-c", "5", "-i", "10ms", "-o", "json"];
+    args.extend(targets.iter().map(String::as_str));
+    let (code, lines, err) = run_json(&args);
+    assert_eq!(code, Some(0), "{err}");
+    for s in of_type(&lines, "summary") {
+        assert_eq!(
+            (s["sent"].as_u64(), s["ok"].as_u64()),
+            (Some(5), Some(5)),
+            "{s}"
+        );
+        assert!(s["rtt"]["p50"].as_u64().unwrap() > 0, "{s}");
+        assert_eq!(s["reconnects"], 0, "{s}");
+    }
+    for p in of_type(&lines, "probe") {
+        assert_eq!(p["dns_rcode"], 0, "{p}");
+        assert!(p["dns_answers"].as_u64().unwrap() >= 1, "{p}");
+        assert_eq!(p["dns_tc"], false, "{p}");
+        let t = p["target"].as_str().unwrap();
+        assert_eq!(
+            p["dns_tcp"],
+            t.contains("tcp://") || t.ends_with("&tcp"),
+            "{p}"
+        );
+    }
+    // An expected answer, and one that is not there.
+    let t = d.target("www.test.lan");
+    let (code, _, err) = run_json(&[
+        "run",
+        "-c",
+        "2",
+        "-i",
+        "5ms",
+        "-o",
+        "json",
+        "--expect-answer",
+        r"IN\s+A\s+192\.0\.2\.10",
+        &t,
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, lines, _) = run_json(&[
+        "run",
+        "-c",
+        "2",
+        "-i",
+        "5ms",
+        "-o",
+        "json",
+        "--expect-answer",
+        "198.51.100.1",
+        &t,
+    ]);
+    assert_eq!(code, Some(1));
+    assert_eq!(of_type(&lines, "summary")[0]["errors"]["content"], 2);
+}
+
+#[test]
+fn nxdomain_servfail_and_truncation_are_counted_outcomes() {
+    let Some(d) = Dnsmasq::start() else { return };
+    let (nx, fail, big) = (
+        d.target("nothing.test.lan"),
+        d.target("x.fail.lan"),
+        d.target("big.test.lan?type=TXT"),
+    );
+    let (code, lines, _) = run_json(&[
+        "run", "-c", "3", "-i", "10ms", "-W", "2s", "-o", "json", &nx, &fail, &big,
+    ]);
+    assert_eq!(code, Some(1));
+    let sums = of_type(&lines, "summary");
+    for (s, kind) in sums.iter().zip(["status", "status", "truncated"]) {
+        assert_eq!(
+            (s["sent"].as_u64(), s["error"].as_u64()),
+            (Some(3), Some(3)),
+            "{s}"
+        );
+        assert_eq!(s["errors"][kind], 3, "{s}");
+    }
+    let msgs: Vec<&str> = of_type(&lines, "probe")
+        .iter()
+        .filter_map(|p| p["error"].as_str())
+        .collect();
+    assert!(
+        msgs.iter().any(|m| m.contains("rcode NXDOMAIN")),
+        "{msgs:?}"
+    );
+    assert!(
+        msgs.iter().any(|m| m.contains("rcode SERVFAIL")),
+        "{msgs:?}"
+    );
+    assert!(msgs.iter().any(|m| m.contains("TC=1")), "{msgs:?}");
+    // NXDOMAIN accepted when asked for; truncation retried over TCP.
+    let (code, _, err) = run_json(&[
+        "run",
+        "-c",
+        "2",
+        "-i",
+        "5ms",
+        "-o",
+        "json",
+        "--expect-rcode",
+        "NXDOMAIN",
+        &nx,
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, lines, err) = run_json(&[
+        "run",
+        "-c",
+        "3",
+        "-i",
+        "10ms",
+        "-o",
+        "json",
+        "--dns-tcp-fallback",
+        &big,
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    for p in of_type(&lines, "probe") {
+        assert_eq!(
+            (p["dns_tcp"].as_bool(), p["dns_answers"].as_u64()),
+            (Some(true), Some(8)),
+            "{p}"
+        );
+    }
+}
+
+/// A UDP DNS server that answers each query as `mode` says.
+fn bad_server(mode: &'static str) -> u16 {
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = s.local_addr().unwrap().port();
+    let other = UdpSocket::bind("127.0.0.1:0").unwrap();
+    std::thread::spawn(move || {
+        let mut b = [0u8; 512];
+        while let Ok((n, from)) = s.recv_from(&mut b) {
+            let mut reply = b[..n].to_vec();
+            reply[2] |= 0x80; // QR: a response, no answers, NOERROR.
+            match mode {
+                "short" => {
+                    let _ = s.send_to(&reply[..5], from);
+                }
+                "malformed" => {
+                    // The right ID, then a question count that runs past the end.
+                    let mut m = reply[..12].to_vec();
+                    m[5] = 9;
+                    m.extend_from_slice(&[3, b'a', b'b']);
+                    let _ = s.send_to(&m, from);
+                }
+                "noise" => {
+                    // From another port, then a wrong ID, then a duplicate.
+                    let _ = other.send_to(&reply, from);
+                    let mut wrong = reply.clone();
+                    wrong[0] ^= 0x55;
+                    let _ = s.send_to(&wrong, from);
+                    let _ = s.send_to(&reply, from);
+                    let _ = s.send_to(&reply, from);
+                }
+                _ => {}
+            }
+        }
+    });
+    port
+}
+
+#[test]
+fn malformed_spoofed_and_duplicate_replies() {
+    for (mode, msg) in [
+        ("short", "shorter than a header"),
+        ("malformed", "malformed DNS reply"),
+    ] {
+        let t = format!("dns://127.0.0.1:{}/a.example", bad_server(mode));
+        let (code, lines, _) = run_json(&[
+            "run", "-c", "3", "-i", "10ms", "-W", "500ms", "-o", "json", &t,
+        ]);
+        assert_eq!(code, Some(1), "{mode}");
+        let s = of_type(&lines, "summary")[0];
+        assert_eq!(
+            (s["error"].as_u64(), s["errors"]["protocol"].as_u64()),
+            (Some(3), Some(3)),
+            "{mode}: {s}"
+        );
+        let m = of_type(&lines, "probe")[0]["error"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(m.contains(msg), "{mode}: {m}");
+    }
+    let t = format!("dns://127.0.0.1:{}/a.example", bad_server("noise"));
+    let (code, lines, err) = run_json(&["run", "-c", "5", "-i", "20ms", "-o", "json", &t]);
+    assert_eq!(code, Some(0), "{err}");
+    let s = of_type(&lines, "summary")[0];
+    assert_eq!(s["ok"], 5, "{s}");
+    assert_eq!(s["duplicate"], 5, "one duplicate per query: {s}");
+    // Each query drew one reply from another port and one with a wrong ID.
+    assert_eq!(s["unknown"], 10, "{s}");
+    assert_eq!(s["rtt"]["count"], 5, "only matched replies are timed: {s}");
+}
+
+#[test]
+fn bad_dns_targets_are_refused_before_any_query() {
+    for (target, want) in [
+        ("dns://127.0.0.1:5353/", "no name"),
+        (
+            "dns://127.0.0.1:5353/a.b?type=BOGUS",
+            "not a DNS record type",
+        ),
+        ("dns://127.0.0.1:5353/a.b?color=red", "unknown parameter"),
+    ] {
+        let out = run(&["run", "-c", "1", target]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{target}");
+        assert!(err.contains(want), "{target}: {err}");
+    }
+    let out = run(&[
+        "run",
+        "-c",
+        "1",
+        "--expect-rcode",
+        "NOPE",
+        "dns://127.0.0.1:5353/a.b",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -1,0 +1,18 @@
+//! DNS probes for prober: `dns://SERVER[:PORT]/NAME[?type=A][&tcp]` and
+//! `dns+tcp://`, with hickory-proto for the messages.
+//!
+//! Each probe sends one query and times it to its reply; the reply's
+//! rcode, answer count and AA/TC flags go into the result, and
+//! [`DnsOptions`] says which rcodes and answers are valid. Over UDP,
+//! replies are matched to queries by ID as docs/dns.md explains: late,
+//! duplicate and unmatched replies are counted, never timed.
+
+mod options;
+mod probe;
+mod protocol;
+mod query;
+
+pub use options::DnsOptions;
+pub use probe::DnsProbe;
+pub use protocol::DNS;
+pub use query::{Question, QuestionError};
