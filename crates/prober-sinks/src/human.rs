@@ -17,6 +17,7 @@ pub struct HumanSink {
     fields: Vec<String>,
     unix_time: bool,
     multi: bool,
+    ladder: bool,
 }
 
 impl std::fmt::Debug for HumanSink {
@@ -36,7 +37,80 @@ impl HumanSink {
             fields,
             unix_time: false,
             multi: false,
+            ladder: false,
         }
+    }
+
+    /// Adds the protocol ladder to the summaries: one row per layer, ICMP
+    /// to gRPC over TLS, with each row's median RTT, what it adds over the
+    /// row before, and which part of the split grew most (the self-test).
+    #[must_use]
+    pub fn with_ladder(mut self, on: bool) -> Self {
+        self.ladder = on;
+        self
+    }
+
+    /// The protocol ladder (see [`HumanSink::with_ladder`]).
+    fn write_ladder(&mut self, summaries: &[Summary]) -> io::Result<()> {
+        const LAYERS: [(&str, &str); 8] = [
+            ("icmp", "ICMP"),
+            ("udp", "UDP"),
+            ("tcp", "TCP"),
+            ("http", "HTTP/1.1"),
+            ("h2c", "HTTP/2 (h2c)"),
+            ("https", "HTTPS (HTTP/2, TLS)"),
+            ("grpc", "gRPC"),
+            ("grpcs", "gRPC over TLS"),
+        ];
+        let mut rows = vec![
+            [
+                "layer",
+                "p50 µs",
+                "adds µs",
+                "where it grew (part medians, µs)",
+            ]
+            .iter()
+            .map(|h| (*h).to_owned())
+            .collect::<Vec<_>>(),
+        ];
+        let mut prev: Option<(u64, [Option<u64>; 4])> = None;
+        for (proto, name) in LAYERS {
+            let Some(s) = summaries.iter().find(|s| s.protocol == proto) else {
+                continue;
+            };
+            let Some(rtt) = s.rtt.as_ref() else { continue };
+            let groups = part_groups(s);
+            let (adds, grew) = match prev {
+                Some((p50, before)) => {
+                    let adds = format!("{:+.1}", (rtt.p50 as f64 - p50 as f64) / 1e3);
+                    let grew = ["client send", "network", "responder", "client wake"]
+                        .iter()
+                        .zip(groups.iter().zip(before))
+                        .filter_map(|(n, (now, was))| Some((*n, now.zip(was)?)))
+                        .map(|(n, (now, was))| (n, now as f64 - was as f64))
+                        .max_by(|a, b| a.1.total_cmp(&b.1))
+                        .filter(|(_, d)| *d > 0.0)
+                        .map_or_else(|| "-".to_owned(), |(n, d)| format!("{n} {:+.1}", d / 1e3));
+                    (adds, grew)
+                }
+                None => ("-".to_owned(), "-".to_owned()),
+            };
+            rows.push(vec![
+                name.to_owned(),
+                format!("{:.1}", rtt.p50 as f64 / 1e3),
+                adds,
+                grew,
+            ]);
+            prev = Some((rtt.p50, groups));
+        }
+        if rows.len() < 3 {
+            return Ok(());
+        }
+        writeln!(
+            self.out,
+            "\nthe protocol ladder (median RTT per layer, and what each adds over the one above):"
+        )?;
+        self.write_table(&rows)
     }
 
     /// Starts each probe line with the Unix time of the reply (of the
@@ -254,6 +328,9 @@ impl HumanSink {
             self.write_split(s)?;
         }
         self.write_split_table(summaries)?;
+        if self.ladder {
+            self.write_ladder(summaries)?;
+        }
         writeln!(
             self.out,
             "\n{} (rtt: user send to user receive, times in µs)",
@@ -419,4 +496,16 @@ fn unix_now_s() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// A summary's part medians in four groups: client send, network, the
+/// responder (its parts, or its turnaround where it reports only that),
+/// client wake.
+fn part_groups(s: &Summary) -> [Option<u64>; 4] {
+    let p = |n: &str| s.parts.get(n).map(|d| d.p50);
+    let responder = p(prober_core::Parts::TURNAROUND).or_else(|| {
+        let parts = ["responder_wake", "responder_dwell", "responder_send"].map(p);
+        parts.iter().copied().sum::<Option<u64>>()
+    });
+    [p("client_send"), p("network"), responder, p("client_wake")]
 }

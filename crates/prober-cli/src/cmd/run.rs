@@ -78,16 +78,59 @@ fn target_texts(args: &RunArgs) -> anyhow::Result<Vec<String>> {
     Ok(texts)
 }
 
+/// A CA and a certificate for 127.0.0.1 signed by it, made for the
+/// self-test's TLS rows and written to a directory removed at exit.
+struct SelfTestPki {
+    dir: std::path::PathBuf,
+}
+
+impl SelfTestPki {
+    fn new() -> anyhow::Result<Self> {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+        let dir = std::env::temp_dir().join(format!("prober-self-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let pki = Self { dir };
+        let mut ca = CertificateParams::new(Vec::<String>::new())?;
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_key = KeyPair::generate()?;
+        std::fs::write(pki.path("ca.pem"), ca.self_signed(&ca_key)?.pem())?;
+        let issuer = Issuer::new(ca, ca_key);
+        let key = KeyPair::generate()?;
+        let cert = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])?
+            .signed_by(&key, &issuer)?;
+        std::fs::write(pki.path("cert.pem"), cert.pem())?;
+        std::fs::write(pki.path("key.pem"), key.serialize_pem())?;
+        Ok(pki)
+    }
+
+    fn path(&self, name: &str) -> std::path::PathBuf {
+        self.dir.join(name)
+    }
+}
+
+impl Drop for SelfTestPki {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// Starts the responders on loopback ephemeral ports and returns one
-/// target per protocol they answer, plus ICMP to loopback.
+/// target per protocol they answer, plus ICMP to loopback: the protocol
+/// ladder, ICMP to gRPC over TLS.
 async fn start_self_test(
     stop: &CancellationToken,
+    pki: &SelfTestPki,
 ) -> anyhow::Result<(prober_daemon::Responders, Vec<Target>)> {
     let lo = |port| Some((Ipv4Addr::LOCALHOST, port).into());
     let opts = ResponderOptions {
         tcp: lo(0),
         udp: lo(0),
         grpc: lo(0),
+        grpcs: lo(0),
+        http: lo(0),
+        https: lo(0),
+        tls_cert: Some(pki.path("cert.pem")),
+        tls_key: Some(pki.path("key.pem")),
         ..ResponderOptions::default()
     };
     let responders = prober_daemon::responder::start(&opts, stop)
@@ -101,8 +144,15 @@ async fn start_self_test(
             .map_or(0, |(_, a)| a.port())
     };
     let (tcp, udp, grpc) = (port("tcp"), port("udp"), port("grpc"));
+    let (grpcs, http, https) = (port("grpcs"), port("http"), port("https"));
     let host = Ipv4Addr::LOCALHOST.to_string();
-    let target = |scheme, port| Target::new(&PROTOCOLS, scheme, &host, port);
+    let target = |scheme, port| {
+        let mut t = Target::new(&PROTOCOLS, scheme, &host, port);
+        if t.protocol.path == Some("path") {
+            "echo".clone_into(&mut t.path);
+        }
+        t
+    };
     let mut targets = vec![
         target("tcp", tcp),
         target("udp", udp),
@@ -110,6 +160,10 @@ async fn start_self_test(
         target("tcp-crr", tcp),
         target("grpc", grpc),
         target("grpc+stream", grpc),
+        target("grpcs", grpcs),
+        target("http", http),
+        target("h2c", http),
+        target("https", https),
         target("icmp", 0),
     ];
     if std::net::UdpSocket::bind((Ipv6Addr::LOCALHOST, 0)).is_ok() {
@@ -391,8 +445,17 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         seed_dns_options(&args, &env)?;
     }
     let responder_stop = CancellationToken::new();
-    let (responders, targets) = if self_test {
-        let (r, targets) = start_self_test(&responder_stop).await?;
+    let pki = if self_test {
+        Some(SelfTestPki::new().context("making the self-test's certificate")?)
+    } else {
+        None
+    };
+    let mut env = env;
+    if let Some(pki) = &pki {
+        env.tls.ca = Some(pki.path("ca.pem"));
+    }
+    let (responders, targets) = if let Some(pki) = &pki {
+        let (r, targets) = start_self_test(&responder_stop, pki).await?;
         for t in &targets {
             if let Some(size) = t.size(args.size) {
                 t.check_size(size)?;
@@ -425,9 +488,11 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let quiet = args.quiet || (self_test && args.output == Output::Human);
     let stdout = || Box::new(std::io::stdout()) as Box<dyn std::io::Write + Send>;
     let sink: Box<dyn Sink> = match args.output {
-        Output::Human => {
-            Box::new(HumanSink::new(stdout(), quiet, fields).with_unix_time(args.unix_time))
-        }
+        Output::Human => Box::new(
+            HumanSink::new(stdout(), quiet, fields)
+                .with_unix_time(args.unix_time)
+                .with_ladder(self_test),
+        ),
         Output::Json => Box::new(JsonSink::new(stdout(), args.quiet)),
         Output::Csv => Box::new(CsvSink::new(stdout(), fields)),
     };
