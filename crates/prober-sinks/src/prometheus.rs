@@ -283,7 +283,7 @@ impl Collector for TargetsCollector {
         }
         let mut m = encoder.encode_descriptor(
             "prober_probe_errors",
-            "Failed probes by reason (refused, unreachable, reset, tls, protocol, timeout, local, other)",
+            "Failed probes by reason (refused, unreachable, reset, tls, protocol, timeout, local, status, content, too_large, truncated, other)",
             None,
             MetricType::Counter,
         )?;

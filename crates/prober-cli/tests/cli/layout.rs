@@ -21,6 +21,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("prober-icmp", &["prober-core", "prober-net"]),
     ("prober-grpc", &["prober-core", "prober-net"]),
     ("prober-stamp", &["prober-core", "prober-net"]),
+    ("prober-http", &["prober-core", "prober-net"]),
+    ("prober-dns", &["prober-core", "prober-net"]),
     (
         "prober-daemon",
         &[
@@ -30,6 +32,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "prober-tcp",
             "prober-grpc",
             "prober-stamp",
+            "prober-http",
         ],
     ),
     (
@@ -42,6 +45,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "prober-icmp",
             "prober-grpc",
             "prober-stamp",
+            "prober-http",
+            "prober-dns",
             "prober-daemon",
             "prober-report",
         ],

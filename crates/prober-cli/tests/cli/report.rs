@@ -181,7 +181,7 @@ fn report_opens_in_a_real_browser_with_every_chart_and_the_runs_numbers() {
     assert!(console.is_empty(), "the page logged: {console:?}");
     let figs = figures(&dom);
     let names: Vec<&str> = figs.iter().map(|(n, _)| n.as_str()).collect();
-    let targets = 9; // 8 of the self-test (7 without IPv6) + the dead one
+    let targets = 13; // 12 of the self-test (11 without IPv6) + the dead one
     let series = table(&dom).len();
     assert!(series == targets || series == targets - 1, "{series} rows");
     for want in ["box", "violin", "percentiles", "parts"] {

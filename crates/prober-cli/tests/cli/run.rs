@@ -202,14 +202,18 @@ fn self_test_measures_every_protocol() {
         .map(|s| s["protocol"].as_str().unwrap())
         .collect();
     assert_eq!(
-        protos[..6],
+        protos[..10],
         [
             "tcp",
             "udp",
             "tcp-connect",
             "tcp-crr",
             "grpc",
-            "grpc+stream"
+            "grpc+stream",
+            "grpcs",
+            "http",
+            "h2c",
+            "https"
         ]
     );
     // ICMP joins when a socket can be opened (always as root).
@@ -217,7 +221,10 @@ fn self_test_measures_every_protocol() {
     if crate::support::is_root() {
         assert!(icmp >= 1, "{protos:?}");
     }
-    assert_eq!(protos.len(), 6 + icmp);
+    assert_eq!(protos.len(), 10 + icmp);
+    for s in of_type(&lines, "summary") {
+        assert_eq!(s["ok"], 10, "every rung of the ladder answers: {s}");
+    }
     assert_eq!(of_type(&lines, "probe").len(), 10 * protos.len());
 }
 
