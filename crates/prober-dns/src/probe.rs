@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use hickory_proto::op::{Message, MessageType};
-use nix::sys::socket::{SockaddrLike as _, SockaddrStorage};
+use nix::sys::socket::SockaddrStorage;
 use prober_core::clock::unix_now_ns;
 use prober_core::{
     Anomalies, AppReply, Detail, ErrorKind, Gate, Matcher, Probe, ProbeError, Reply, Stamps,
@@ -334,7 +334,7 @@ async fn read_replies(
         };
         let received = Instant::now();
         let t4 = unix_now_ns();
-        let from_server = from.as_ref().is_some_and(|f| same_addr(f, server));
+        let from_server = from.as_ref().and_then(prober_net::rx::socket_addr) == Some(server);
         if !from_server {
             // Another source: never a reply, whatever its ID (spoofed).
             matcher.count_unknown();
@@ -384,17 +384,6 @@ async fn read_replies(
         };
         let _ = matcher.deliver(seq, arrival);
     }
-}
-
-fn same_addr(from: &SockaddrStorage, server: SocketAddr) -> bool {
-    let addr: Option<SocketAddr> = if let Some(v4) = from.as_sockaddr_in() {
-        Some(SocketAddr::from((v4.ip(), v4.port())))
-    } else {
-        from.as_sockaddr_in6()
-            .map(|v6| SocketAddr::from((v6.ip(), v6.port())))
-    };
-    let _ = from.family();
-    addr == Some(server)
 }
 
 impl Probe for DnsProbe {

@@ -335,11 +335,5 @@ fn raw_filter(v6: bool, ident: u16) -> Vec<SockFilter> {
 }
 
 fn ip_of(a: &SockaddrStorage) -> Option<IpAddr> {
-    if let Some(v4) = a.as_sockaddr_in() {
-        return Some(IpAddr::V4(v4.ip()));
-    }
-    if let Some(v6) = a.as_sockaddr_in6() {
-        return Some(IpAddr::V6(v6.ip()));
-    }
-    None
+    rx::socket_addr(a).map(|a| a.ip())
 }

@@ -159,6 +159,14 @@ pub fn unix_ns(t: SystemTime) -> Option<u64> {
     u64::try_from(t.duration_since(UNIX_EPOCH).ok()?.as_nanos()).ok()
 }
 
+/// The IPv4 or IPv6 address a datagram came from, as `recvmsg` gave it.
+pub fn socket_addr(a: &nix::sys::socket::SockaddrStorage) -> Option<std::net::SocketAddr> {
+    if let Some(v4) = a.as_sockaddr_in() {
+        return Some((v4.ip(), v4.port()).into());
+    }
+    a.as_sockaddr_in6().map(|v6| (v6.ip(), v6.port()).into())
+}
+
 /// [`enable_tx_timestamps`] for a probe that can do without: `false`, and
 /// one notice per process (a warning-level log line, shown by default),
 /// when the kernel or socket type refuses. The parts that need the stamps

@@ -404,7 +404,7 @@ pub async fn serve_stamp(
         };
         let read_at = prober_core::clock::unix_now_ns();
         state.stats.received.fetch_add(1, Ordering::Relaxed);
-        let Some(from) = m.from.as_ref().and_then(sockaddr) else {
+        let Some(from) = m.from.as_ref().and_then(prober_net::rx::socket_addr) else {
             continue;
         };
         let req = Request {
@@ -427,14 +427,6 @@ pub async fn serve_stamp(
             Err(error) => tracing::debug!(%error, %from, "stamp: send failed"),
         }
     }
-}
-
-fn sockaddr(s: &SockaddrStorage) -> Option<SocketAddr> {
-    if let Some(v4) = s.as_sockaddr_in() {
-        return Some(SocketAddr::from((v4.ip(), v4.port())));
-    }
-    s.as_sockaddr_in6()
-        .map(|v6| SocketAddr::from((v6.ip(), v6.port())))
 }
 
 /// Sends one reply, with the DSCP the sender asked for (keeping ECN at 0).

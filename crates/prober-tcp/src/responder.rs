@@ -333,14 +333,7 @@ fn recv_from_stamped(
     let t2 = prober_core::clock::unix_now_ns();
     let peer = from
         .as_ref()
-        .and_then(|a| {
-            a.as_sockaddr_in()
-                .map(|v4| SocketAddr::from((v4.ip(), v4.port())))
-                .or_else(|| {
-                    a.as_sockaddr_in6()
-                        .map(|v6| SocketAddr::from((v6.ip(), v6.port())))
-                })
-        })
+        .and_then(prober_net::rx::socket_addr)
         .ok_or_else(|| io::Error::other("a datagram without a sender address"))?;
     let wake = prober_net::rx::wake_ns(stamp.and_then(prober_net::rx::unix_ns), t2);
     Ok((len, peer, wake))
