@@ -1,8 +1,8 @@
-//! A TCP stream for HTTP clients (tonic's, hyper's) that reads with `recvmsg` and asks
-//! for transmit stamps numbered by byte (`SO_TIMESTAMPING` with `OPT_ID`),
-//! so that a gRPC round trip gets the client's kernel stamps: the transmit
-//! stamp of the request's last byte (t1k) and the receive stamp of the
-//! response's first read (t4k). TLS (`grpcs://`) runs on top of it, so the
+//! A TCP stream for HTTP clients (tonic's for gRPC, hyper's for HTTP) that
+//! reads with `recvmsg` and asks for transmit stamps numbered by byte
+//! (`SO_TIMESTAMPING` with `OPT_ID`), so that a request gets the client's
+//! kernel stamps: the transmit stamp of its last byte (t1k) and the receive
+//! stamp of the response's first read (t4k). TLS runs on top of it, so the
 //! stamps are those of the TLS records on the wire.
 //!
 //! HTTP/2 multiplexes calls on one connection, so bytes cannot be told
@@ -46,14 +46,21 @@ struct State {
 #[derive(Debug, Default, Clone, Copy)]
 struct Window {
     clean: bool,
-    /// Bytes written when the first read with data came (the request's
-    /// last byte is the one before), and that read's kernel stamp.
-    first_rx: Option<(u64, Option<u64>)>,
-    /// When the first read with data returned, and when the last write
-    /// before it returned (wall clock, Unix ns): the request written and
-    /// the first response byte, for an HTTP probe's phases.
-    first_read_ns: Option<u64>,
-    last_write_ns: Option<u64>,
+    first_rx: Option<FirstRead>,
+}
+
+/// The first read with data in a window.
+#[derive(Debug, Clone, Copy)]
+struct FirstRead {
+    /// Bytes written by then (the request's last byte is the one before).
+    written: u64,
+    /// Its kernel receive stamp.
+    t4k: Option<u64>,
+    /// When it returned, and when the last write before it returned (wall
+    /// clock, Unix ns; 0: none yet): the first response byte and the
+    /// request written, for an HTTP probe's phases.
+    at_ns: u64,
+    last_write_ns: u64,
 }
 
 /// What a probe's window saw, from [`Mark::end`].
@@ -79,8 +86,8 @@ pub struct Mark {
 }
 
 impl Mark {
-    /// Closes the window after the response: (t1k, t4k), where the window
-    /// was the probe's own and the kernel gave them.
+    /// Closes the window after the response: its user times, and t1k and
+    /// t4k where the window was the probe's own and the kernel gave them.
     pub fn end(mut self) -> WindowStamps {
         self.open = false;
         self.stamps.end()
@@ -123,20 +130,25 @@ impl ChannelStamps {
     fn end(&self) -> WindowStamps {
         let mut s = self.lock();
         s.open = s.open.saturating_sub(1);
-        let Some(w) = s.window.take() else {
+        let Some((clean, first)) = s.window.take().and_then(|w| Some((w.clean, w.first_rx?)))
+        else {
             return WindowStamps::default();
         };
         let user = WindowStamps {
-            first_read_ns: w.first_read_ns,
-            last_write_ns: w.last_write_ns,
+            first_read_ns: Some(first.at_ns),
+            last_write_ns: (first.last_write_ns > 0).then_some(first.last_write_ns),
             ..WindowStamps::default()
         };
-        let Some((written, t4k)) = w.first_rx.filter(|_| w.clean) else {
+        if !clean {
             return user;
-        };
-        let key = written.checked_sub(1).map(|k| k as u32);
+        }
+        let key = first.written.checked_sub(1).map(|k| k as u32);
         let t1k = key.and_then(|k| s.tx.iter().rev().find(|(x, _)| *x == k).map(|(_, t)| *t));
-        WindowStamps { t1k, t4k, ..user }
+        WindowStamps {
+            t1k,
+            t4k: first.t4k,
+            ..user
+        }
     }
 
     /// The kernel's RTT estimate of the current connection.
@@ -145,8 +157,9 @@ impl ChannelStamps {
         crate::tcpinfo::tcp_rtt(info.as_ref()?.as_fd()).ok()
     }
 
+    /// A new connection: its bytes are counted from 0, as the kernel keys
+    /// its transmit stamps.
     fn new_connection(&self, stream: &TcpStream) {
-        // (the byte count restarts: the keys of the new socket's stamps)
         *self.info.lock().unwrap_or_else(PoisonError::into_inner) =
             socket2::SockRef::from(stream).try_clone().ok();
         let mut s = self.lock();
@@ -165,15 +178,17 @@ impl ChannelStamps {
     }
 
     fn on_read(&self, t4k: Option<u64>) {
-        let now = prober_core::clock::unix_now_ns();
         let mut s = self.lock();
-        let (written, last_write) = (s.written, s.last_write_ns);
+        let (written, last_write_ns) = (s.written, s.last_write_ns);
         if let Some(w) = &mut s.window
             && w.first_rx.is_none()
         {
-            w.first_rx = Some((written, t4k));
-            w.first_read_ns = Some(now);
-            w.last_write_ns = (last_write > 0).then_some(last_write);
+            w.first_rx = Some(FirstRead {
+                written,
+                t4k,
+                at_ns: prober_core::clock::unix_now_ns(),
+                last_write_ns,
+            });
         }
     }
 
@@ -222,11 +237,6 @@ impl StampedStream {
             tx_on,
         })
     }
-
-    /// The stream inside.
-    pub fn get_ref(&self) -> &TcpStream {
-        &self.inner
-    }
 }
 
 impl AsyncRead for StampedStream {
@@ -254,7 +264,7 @@ impl AsyncRead for StampedStream {
 /// Reads from `inner` into `buf` with `recvmsg`, handing the kernel's
 /// receive stamp of a read with data to `on_data`; `before` runs ahead of
 /// each attempt (the client drains its transmit stamps there).
-pub fn poll_read_stamped(
+fn poll_read_stamped(
     inner: &TcpStream,
     cx: &mut Context<'_>,
     buf: &mut ReadBuf<'_>,
