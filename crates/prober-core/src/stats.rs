@@ -332,18 +332,12 @@ impl TargetStats {
             if let Some(k) = parts.kernel_rtt {
                 d.kernel_rtt.record_ns(k);
             }
-            for (dist, part) in d.parts.iter_mut().zip(parts.list()) {
-                if let Some(ns) = part {
-                    dist.record_ns(ns);
-                }
-            }
+            record_each(&mut d.parts, parts.list());
             if reply.app.phases.any() {
-                let phases = d.phases.get_or_insert_with(Box::default);
-                for (dist, phase) in phases.iter_mut().zip(reply.app.phases.0) {
-                    if let Some(ns) = phase {
-                        dist.record_ns(ns);
-                    }
-                }
+                record_each(
+                    &mut d.phases.get_or_insert_with(Box::default)[..],
+                    reply.app.phases.0,
+                );
             }
             d.kernel_peer |= parts.kernel_peer;
             if parts.complete() {
@@ -398,25 +392,19 @@ impl TargetStats {
                 .dists
                 .as_deref()
                 .map(|d| {
-                    crate::Parts::NAMES
-                        .iter()
-                        .zip(&d.parts)
-                        .chain([(&crate::Parts::TURNAROUND, &d.turnaround)])
-                        .filter_map(|(name, dist)| Some(((*name).to_owned(), dist.summary()?)))
-                        .collect()
+                    named(
+                        crate::Parts::NAMES
+                            .iter()
+                            .zip(&d.parts)
+                            .chain([(&crate::Parts::TURNAROUND, &d.turnaround)]),
+                    )
                 })
                 .unwrap_or_default(),
             phases: self
                 .dists
                 .as_deref()
                 .and_then(|d| d.phases.as_deref())
-                .map(|phases| {
-                    crate::Phases::NAMES
-                        .iter()
-                        .zip(phases)
-                        .filter_map(|(name, dist)| Some(((*name).to_owned(), dist.summary()?)))
-                        .collect()
-                })
+                .map(|phases| named(crate::Phases::NAMES.iter().zip(phases)))
                 .unwrap_or_default(),
             split: self.dists.as_deref().map(|d| SplitCounts {
                 complete: d.split_complete,
@@ -426,6 +414,24 @@ impl TargetStats {
             }),
         }
     }
+}
+
+/// Records each known value (ns) in its distribution.
+fn record_each(dists: &mut [Dist], values: impl IntoIterator<Item = Option<u64>>) {
+    for (dist, v) in dists.iter_mut().zip(values) {
+        if let Some(ns) = v {
+            dist.record_ns(ns);
+        }
+    }
+}
+
+/// The summaries of the distributions that recorded anything, by name.
+fn named<'a>(
+    dists: impl Iterator<Item = (&'a &'static str, &'a Dist)>,
+) -> std::collections::BTreeMap<String, DistSummary> {
+    dists
+        .filter_map(|(name, dist)| Some(((*name).to_owned(), dist.summary()?)))
+        .collect()
 }
 
 /// The result for one target. Counts satisfy sent = ok + timeout + error;

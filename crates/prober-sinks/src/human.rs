@@ -315,7 +315,8 @@ impl HumanSink {
                 writeln!(self.out, "phases    p50: {}", row.join(", "))?;
             }
             if let Some(t) = s.cert_not_after {
-                let days = (t - unix_now_s()) as f64 / 86_400.0;
+                let now = prober_core::clock::unix_now_ns() / 1_000_000_000;
+                let days = (t - now as i64) as f64 / 86_400.0;
                 writeln!(self.out, "cert      expires in {days:.1} days (unix {t})")?;
             }
             if let Some(l) = &s.direction_loss {
@@ -489,13 +490,6 @@ impl Sink for HumanSink {
     fn finish(&mut self, cx: &Context<'_>, summaries: &[Summary]) -> io::Result<()> {
         self.write_summaries(cx.meta, summaries)
     }
-}
-
-/// The wall clock in Unix seconds.
-fn unix_now_s() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 /// A summary's part medians in four groups: client send, network, the

@@ -161,21 +161,11 @@ impl Sink for PrometheusSink {
             series.tally = t.stats.tally;
             if let Outcome::Ok(r) = &s.outcome {
                 series.rtt.observe(r.rtt().as_secs_f64());
-                for (slot, phase) in series.phases.iter_mut().zip(r.app.phases.0) {
-                    if let Some(ns) = phase {
-                        slot.get_or_insert_with(|| Histogram::new(RTT_BUCKETS))
-                            .observe(ns as f64 / 1e9);
-                    }
-                }
+                observe_each(&mut series.phases, r.app.phases.0);
                 if self.parts {
                     let parts = r.parts();
                     let all = parts.list().into_iter().chain([parts.responder_turnaround]);
-                    for (slot, part) in series.parts.iter_mut().zip(all) {
-                        if let Some(ns) = part {
-                            slot.get_or_insert_with(|| Histogram::new(RTT_BUCKETS))
-                                .observe(ns as f64 / 1e9);
-                        }
-                    }
+                    observe_each(&mut series.parts, all);
                 }
             }
         }
@@ -350,27 +340,17 @@ impl Collector for TargetsCollector {
                 }
             }
         }
-        if state
-            .series
-            .values()
-            .any(|s| s.phases.iter().any(Option::is_some))
-        {
-            let mut m = encoder.encode_descriptor(
+        encode_by_label(
+            &mut encoder,
+            &state,
+            (
                 "prober_phase_duration_seconds",
                 "Phases of answered application requests: resolve, connect, tls, write, first_byte, body (as blackbox_exporter's probe_http_duration_seconds)",
-                None,
-                MetricType::Histogram,
-            )?;
-            for s in state.series.values() {
-                for (name, h) in prober_core::Phases::NAMES.iter().zip(&s.phases) {
-                    if let Some(h) = h {
-                        let mut labels = s.labels.clone();
-                        labels.push(("phase".to_owned(), (*name).to_owned()));
-                        h.encode(m.encode_family(&labels)?)?;
-                    }
-                }
-            }
-        }
+                "phase",
+            ),
+            &prober_core::Phases::NAMES,
+            |s| &s.phases,
+        )?;
         let mut m = encoder.encode_descriptor(
             "prober_rtt_seconds",
             "Round-trip time of answered probes",
@@ -380,32 +360,59 @@ impl Collector for TargetsCollector {
         for s in state.series.values() {
             s.rtt.encode(m.encode_family(&s.labels)?)?;
         }
-        if state
-            .series
-            .values()
-            .any(|s| s.parts.iter().any(Option::is_some))
-        {
-            let mut m = encoder.encode_descriptor(
+        let [a, b, c, d, e, f] = prober_core::Parts::NAMES;
+        encode_by_label(
+            &mut encoder,
+            &state,
+            (
                 "prober_rtt_part_seconds",
                 "Parts of the round trip of answered probes: client_send, network, responder_wake, responder_dwell, responder_send, client_wake, and responder_turnaround where a responder reports only that (docs/timestamps.md)",
-                None,
-                MetricType::Histogram,
-            )?;
-            for s in state.series.values() {
-                let names = prober_core::Parts::NAMES
-                    .iter()
-                    .chain([&prober_core::Parts::TURNAROUND]);
-                for (name, h) in names.zip(&s.parts) {
-                    if let Some(h) = h {
-                        let mut labels = s.labels.clone();
-                        labels.push(("part".to_owned(), (*name).to_owned()));
-                        h.encode(m.encode_family(&labels)?)?;
-                    }
-                }
+                "part",
+            ),
+            &[a, b, c, d, e, f, prober_core::Parts::TURNAROUND],
+            |s| &s.parts,
+        )
+    }
+}
+
+/// Observes each known value (ns) in its histogram, made on first use.
+fn observe_each(slots: &mut [Option<Histogram>], values: impl IntoIterator<Item = Option<u64>>) {
+    for (slot, v) in slots.iter_mut().zip(values) {
+        if let Some(ns) = v {
+            slot.get_or_insert_with(|| Histogram::new(RTT_BUCKETS))
+                .observe(ns as f64 / 1e9);
+        }
+    }
+}
+
+/// One histogram family (metric name, help, label) with a series per
+/// target and per known histogram of `pick`, labelled by its name; nothing
+/// when no target has any.
+fn encode_by_label(
+    encoder: &mut DescriptorEncoder<'_>,
+    state: &State,
+    (metric, help, label): (&str, &str, &str),
+    names: &[&str],
+    pick: fn(&Series) -> &[Option<Histogram>],
+) -> Result<(), std::fmt::Error> {
+    if !state
+        .series
+        .values()
+        .any(|s| pick(s).iter().any(Option::is_some))
+    {
+        return Ok(());
+    }
+    let mut m = encoder.encode_descriptor(metric, help, None, MetricType::Histogram)?;
+    for s in state.series.values() {
+        for (name, h) in names.iter().zip(pick(s)) {
+            if let Some(h) = h {
+                let mut labels = s.labels.clone();
+                labels.push((label.to_owned(), (*name).to_owned()));
+                h.encode(m.encode_family(&labels)?)?;
             }
         }
-        Ok(())
     }
+    Ok(())
 }
 
 #[cfg(test)]
