@@ -376,7 +376,7 @@ pub(crate) struct RunArgs {
 
     /// Most HTTP body bytes read; a larger body is an error of kind
     /// too_large and its connection is closed.
-    #[arg(long, value_name = "BYTES", default_value_t = 1 << 20, help_heading = "HTTP")]
+    #[arg(long, value_name = "BYTES", default_value_t = prober_http::DEFAULT_MAX_BODY, help_heading = "HTTP")]
     pub(crate) max_body: usize,
 
     /// Follow up to N HTTP redirects (by default a 3xx is the response).

@@ -211,7 +211,6 @@ impl DnsProbe {
     /// a failure, first).
     async fn query_tcp(
         &self,
-        seq: u64,
         gate: Option<Gate>,
     ) -> Result<(Instant, Got, Option<u64>, u64), ProbeError> {
         let id = fastrand::u16(..);
@@ -267,7 +266,6 @@ impl DnsProbe {
                 "a DNS reply over TCP to another query",
             ));
         }
-        let _ = seq;
         let got = Got {
             received,
             t4,
@@ -394,11 +392,10 @@ impl Probe for DnsProbe {
                 (sent, got, t1k, t1, false)
             }
             None => {
-                let (sent, got, t1k, t1) = self.query_tcp(seq, Some(gate)).await?;
+                let (sent, got, t1k, t1) = self.query_tcp(Some(gate)).await?;
                 (sent, got, t1k, t1, true)
             }
         };
-        let mut stamps_ok = true;
         if got.msg.metadata.truncation && !over_tcp {
             if !self.opts.tcp_fallback {
                 return Err(ProbeError::new(
@@ -406,22 +403,21 @@ impl Probe for DnsProbe {
                     "truncated reply (TC=1) over UDP; --dns-tcp-fallback retries over TCP",
                 ));
             }
-            let res = self.query_tcp(seq, None).await;
+            let res = self.query_tcp(None).await;
             // A fallback connection is not kept: close it, as a stub
             // resolver does.
             *self.tcp.conn.lock().await = None;
             got = res?.1;
             over_tcp = true;
             // Two queries: the kernel stamps of one do not split both.
-            stamps_ok = false;
-            t1k = None;
+            (t1k, got.t4k) = (None, None);
         }
         self.check(&got.msg)?;
         let m = &got.msg.metadata;
         let stamps = Stamps {
             t1: Some(t1),
             t1k,
-            t4k: got.t4k.filter(|_| stamps_ok),
+            t4k: got.t4k,
             t4: Some(got.t4),
             responder: None,
             kernel_peer: false,

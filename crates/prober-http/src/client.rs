@@ -514,7 +514,7 @@ impl Probe for HttpProbe {
     async fn probe_at(&self, _seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
         // A kept connection is taken before the gate, so a probe that
         // reuses one starts its request right after it.
-        let kept = if self.opts.new_connection {
+        let mut kept = if self.opts.new_connection {
             None
         } else {
             self.take()
@@ -524,7 +524,6 @@ impl Probe for HttpProbe {
         let t0 = unix_now_ns();
         let mut phases = Phases::default();
         let (mut origin, mut path) = (self.origin.clone(), self.path.clone());
-        let mut kept = kept;
         let mut hops: u8 = 0;
         loop {
             let own = origin == self.origin && !self.opts.new_connection;
@@ -538,7 +537,8 @@ impl Probe for HttpProbe {
                     (c, true)
                 }
             };
-            let h2 = conn.version() == 20;
+            let version = conn.version();
+            let h2 = version == 20;
             let req = self.request(&origin, &path, h2)?;
             conn.busy = true;
             let t_req = unix_now_ns();
@@ -626,7 +626,7 @@ impl Probe for HttpProbe {
                     phases,
                     detail: Some(Detail::Http {
                         status: parts.status.as_u16(),
-                        version: if h2 { 20 } else { 11 },
+                        version,
                         redirects: hops,
                     }),
                 },

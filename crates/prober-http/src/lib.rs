@@ -21,7 +21,9 @@ mod server;
 mod tls;
 
 pub use client::HttpProbe;
-pub use options::{HeaderCheck, HttpOptions, HttpVersion, OptionsError, StatusSet, body_regex};
+pub use options::{
+    DEFAULT_MAX_BODY, HeaderCheck, HttpOptions, HttpVersion, OptionsError, StatusSet, body_regex,
+};
 pub use protocol::{HTTP, HTTPS};
 pub use server::{HttpServerConfig, SERVER_TIMING, serve_http};
 pub use tls::{ServerTlsError, server_config};

@@ -152,6 +152,9 @@ pub fn body_regex(text: &str) -> Result<Regex, OptionsError> {
     })
 }
 
+/// The most body bytes a probe reads by default (`--max-body`).
+pub const DEFAULT_MAX_BODY: usize = 1 << 20;
+
 /// Everything an HTTP probe sends and checks. `prober run` fills it from
 /// its options, the daemon from a job's `[job.http]` table.
 #[derive(Debug, Clone)]
@@ -195,7 +198,7 @@ impl Default for HttpOptions {
             body_match: None,
             body_reject: None,
             require_headers: Vec::new(),
-            max_body: 1 << 20,
+            max_body: DEFAULT_MAX_BODY,
             follow: 0,
         }
     }

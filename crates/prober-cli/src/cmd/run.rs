@@ -244,7 +244,7 @@ fn check_options(args: &RunArgs, targets: &[Target]) -> anyhow::Result<()> {
         || args.expect_body.is_some()
         || args.reject_body.is_some()
         || !args.expect_header.is_empty()
-        || args.max_body != 1 << 20
+        || args.max_body != prober_http::DEFAULT_MAX_BODY
         || args.follow != 0;
     check(
         http_given,
