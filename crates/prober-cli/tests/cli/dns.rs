@@ -6,9 +6,7 @@ use std::net::UdpSocket;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use serde_json::Value;
-
-use crate::support::{json_lines, of_type, run};
+use crate::support::{Files, of_type, run, run_json};
 
 /// dnsmasq on a loopback port, answering for `test.lan` from a hosts file
 /// and records given here; `fail.lan` is forwarded to an upstream that
@@ -16,12 +14,12 @@ use crate::support::{json_lines, of_type, run};
 struct Dnsmasq {
     child: Child,
     port: u16,
-    dir: std::path::PathBuf,
+    _files: Files,
     _upstream: std::thread::JoinHandle<()>,
 }
 
 impl Dnsmasq {
-    fn start() -> Option<Self> {
+    fn start(tag: &str) -> Option<Self> {
         if Command::new("dnsmasq").arg("--version").output().is_err() {
             assert!(
                 std::env::var_os("CI").is_none(),
@@ -30,14 +28,11 @@ impl Dnsmasq {
             eprintln!("skipping: no dnsmasq");
             return None;
         }
-        let dir = std::env::temp_dir().join(format!("prober-dns-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let hosts = dir.join("hosts");
-        std::fs::write(
-            &hosts,
+        let files = Files::new(&format!("dns-{tag}"));
+        let hosts = files.write(
+            "hosts",
             "192.0.2.10 www.test.lan\n2001:db8::10 www.test.lan\n",
-        )
-        .unwrap();
+        );
         // An upstream that answers every query with SERVFAIL.
         let up = UdpSocket::bind("127.0.0.1:0").unwrap();
         let up_port = up.local_addr().unwrap().port();
@@ -63,8 +58,8 @@ impl Dnsmasq {
             "--bind-interfaces".to_owned(),
             "--no-resolv".to_owned(),
             "--no-hosts".to_owned(),
-            format!("--pid-file={}", dir.join("pid").display()),
-            format!("--addn-hosts={}", hosts.display()),
+            format!("--pid-file={}", files.path("pid")),
+            format!("--addn-hosts={hosts}"),
             "--local=/test.lan/".to_owned(),
             format!("--server=/fail.lan/127.0.0.1#{up_port}"),
             "--mx-host=test.lan,mail.test.lan,10".to_owned(),
@@ -100,7 +95,7 @@ impl Dnsmasq {
         Some(Self {
             child,
             port,
-            dir,
+            _files: files,
             _upstream: upstream,
         })
     }
@@ -114,19 +109,14 @@ impl Drop for Dnsmasq {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn run_json(args: &[&str]) -> (Option<i32>, Vec<Value>, String) {
-    let out = run(args);
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    (out.status.code(), json_lines(&out), err)
 }
 
 #[test]
 fn record_types_over_udp_and_tcp_against_dnsmasq() {
-    let Some(d) = Dnsmasq::start() else { return };
+    let Some(d) = Dnsmasq::start("types") else {
+        return;
+    };
     let targets: Vec<String> = [
         "www.test.lan",
         "www.test.lan?type=AAAA",
@@ -196,7 +186,9 @@ fn record_types_over_udp_and_tcp_against_dnsmasq() {
 
 #[test]
 fn nxdomain_servfail_and_truncation_are_counted_outcomes() {
-    let Some(d) = Dnsmasq::start() else { return };
+    let Some(d) = Dnsmasq::start("outcomes") else {
+        return;
+    };
     let (nx, fail, big) = (
         d.target("nothing.test.lan"),
         d.target("x.fail.lan"),

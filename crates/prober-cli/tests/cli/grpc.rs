@@ -1,11 +1,11 @@
 //! gRPC end to end: `prober run` against `prober serve --grpc`, with TLS and
 //! mTLS from files made at test time.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-
-use crate::support::{Server, json_lines, of_type, run, run_json_ok};
+use crate::support::{
+    Files, Leaf, Server, json_lines, make_pki, of_type, run, run_json, run_json_ok,
+};
 
 #[test]
 fn unary_stream_and_health() {
@@ -67,69 +67,12 @@ fn deadline_exceeded_counts_as_timeout() {
     );
 }
 
-struct Files {
-    dir: PathBuf,
-}
-
-impl Files {
-    fn new(tag: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("prober-tls-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Self { dir }
-    }
-
-    fn write(&self, name: &str, text: &str) -> String {
-        let p = self.dir.join(name);
-        std::fs::write(&p, text).unwrap();
-        p.to_str().unwrap().to_owned()
-    }
-
-    fn path(&self, name: &str) -> String {
-        self.dir.join(name).to_str().unwrap().to_owned()
-    }
-}
-
-impl Drop for Files {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn make_pki(f: &Files) {
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_key = KeyPair::generate().unwrap();
-    f.write("ca.pem", &ca_params.self_signed(&ca_key).unwrap().pem());
-    let issuer = Issuer::new(ca_params, ca_key);
-    for (name, sans) in [
-        (
-            "server",
-            vec!["localhost".to_owned(), "127.0.0.1".to_owned()],
-        ),
-        ("client", vec!["client".to_owned()]),
-    ] {
-        let key = KeyPair::generate().unwrap();
-        let cert = CertificateParams::new(sans)
-            .unwrap()
-            .signed_by(&key, &issuer)
-            .unwrap();
-        f.write(&format!("{name}.pem"), &cert.pem());
-        f.write(&format!("{name}.key"), &key.serialize_pem());
-    }
-}
-
 fn grpcs(args: &[&str], target: &str) -> (Option<i32>, String, Vec<serde_json::Value>) {
     let mut all = vec!["run", "-c", "3", "-i", "5ms", "-o", "json"];
     all.extend(args);
     all.push(target);
-    let out = run(&all);
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    let lines = if out.stdout.is_empty() {
-        Vec::new()
-    } else {
-        json_lines(&out)
-    };
-    (out.status.code(), err, lines)
+    let (code, lines, err) = run_json(&all);
+    (code, err, lines)
 }
 
 fn first_error(lines: &[serde_json::Value]) -> String {
@@ -141,8 +84,8 @@ fn first_error(lines: &[serde_json::Value]) -> String {
 
 #[test]
 fn tls_and_mtls_through_the_cli() {
-    let f = Files::new("cli");
-    make_pki(&f);
+    let f = Files::new("tls-cli");
+    make_pki(&f, &[("server", Leaf::Server), ("client", Leaf::Client)]);
     let (cert, key, ca) = (f.path("server.pem"), f.path("server.key"), f.path("ca.pem"));
     let srv = Server::start(&["--tls-cert", &cert, "--tls-key", &key]);
     let t = format!("grpcs://{}", srv.grpc.replace("127.0.0.1", "localhost"));
@@ -189,7 +132,7 @@ fn tls_and_mtls_through_the_cli() {
 
 #[test]
 fn bad_tls_files_are_one_line_errors() {
-    let f = Files::new("bad");
+    let f = Files::new("tls-bad");
     let junk = f.write("junk.pem", "not a certificate");
     let t = "grpcs://127.0.0.1:1";
     let (code, err, _) = grpcs(&["--ca", &junk], t);

@@ -5,14 +5,12 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
-use std::path::PathBuf;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use serde_json::Value;
 
-use crate::support::{json_lines, of_type, prober, run};
+use crate::support::{Files, Leaf, make_pki, of_type, prober, run, run_json};
 
 /// `prober serve` with these listeners; its bound addresses by name.
 struct Serve {
@@ -53,69 +51,6 @@ impl Drop for Serve {
     }
 }
 
-struct Files(PathBuf);
-
-impl Files {
-    fn new(tag: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("prober-http-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-
-    fn write(&self, name: &str, text: &str) -> String {
-        let p = self.0.join(name);
-        std::fs::write(&p, text).unwrap();
-        p.to_str().unwrap().to_owned()
-    }
-
-    fn path(&self, name: &str) -> String {
-        self.0.join(name).to_str().unwrap().to_owned()
-    }
-}
-
-impl Drop for Files {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A CA, and server certificates signed by it: `server` for localhost and
-/// 127.0.0.1, `expired` likewise but expired, and `self` self-signed.
-fn make_pki(f: &Files) {
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_key = KeyPair::generate().unwrap();
-    f.write("ca.pem", &ca_params.self_signed(&ca_key).unwrap().pem());
-    let issuer = Issuer::new(ca_params, ca_key);
-    let sans = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
-    for name in ["server", "expired", "self"] {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(sans.clone()).unwrap();
-        if name == "expired" {
-            params.not_before = rcgen::date_time_ymd(2020, 1, 1);
-            params.not_after = rcgen::date_time_ymd(2021, 1, 1);
-        }
-        let cert = if name == "self" {
-            params.self_signed(&key).unwrap()
-        } else {
-            params.signed_by(&key, &issuer).unwrap()
-        };
-        f.write(&format!("{name}.pem"), &cert.pem());
-        f.write(&format!("{name}.key"), &key.serialize_pem());
-    }
-}
-
-fn run_json(args: &[&str]) -> (Option<i32>, Vec<Value>, String) {
-    let out = run(args);
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    let lines = if out.stdout.is_empty() {
-        Vec::new()
-    } else {
-        json_lines(&out)
-    };
-    (out.status.code(), lines, err)
-}
-
 fn phases_sum(p: &Value) -> u64 {
     ["resolve", "connect", "tls", "write", "first_byte", "body"]
         .iter()
@@ -125,8 +60,15 @@ fn phases_sum(p: &Value) -> u64 {
 
 #[test]
 fn http_h2c_and_https_phases_and_split_add_up() {
-    let f = Files::new("ok");
-    make_pki(&f);
+    let f = Files::new("http-ok");
+    make_pki(
+        &f,
+        &[
+            ("server", Leaf::Server),
+            ("expired", Leaf::Expired),
+            ("self", Leaf::SelfSigned),
+        ],
+    );
     let (cert, key) = (f.path("server.pem"), f.path("server.key"));
     let srv = Serve::start(&[
         "--http",
@@ -208,8 +150,15 @@ fn http_h2c_and_https_phases_and_split_add_up() {
 
 #[test]
 fn a_new_connection_per_probe_has_every_phase() {
-    let f = Files::new("new");
-    make_pki(&f);
+    let f = Files::new("http-new");
+    make_pki(
+        &f,
+        &[
+            ("server", Leaf::Server),
+            ("expired", Leaf::Expired),
+            ("self", Leaf::SelfSigned),
+        ],
+    );
     let (cert, key) = (f.path("server.pem"), f.path("server.key"));
     let srv = Serve::start(&[
         "--http",
@@ -384,8 +333,15 @@ fn redirects_are_followed_only_when_asked() {
 
 #[test]
 fn bad_certificates_are_tls_errors() {
-    let f = Files::new("certs");
-    make_pki(&f);
+    let f = Files::new("http-certs");
+    make_pki(
+        &f,
+        &[
+            ("server", Leaf::Server),
+            ("expired", Leaf::Expired),
+            ("self", Leaf::SelfSigned),
+        ],
+    );
     let ca = f.path("ca.pem");
     for (name, extra, want) in [
         ("expired", vec!["--ca", &ca], "expired"),

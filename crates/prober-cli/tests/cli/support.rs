@@ -86,6 +86,89 @@ impl Drop for Server {
     }
 }
 
+/// Runs prober and returns its exit status, its JSON lines (none when it
+/// printed nothing) and its stderr, whatever the status.
+pub(crate) fn run_json(args: &[&str]) -> (Option<i32>, Vec<Value>, String) {
+    let out = run(args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let lines = if out.stdout.is_empty() {
+        Vec::new()
+    } else {
+        json_lines(&out)
+    };
+    (out.status.code(), lines, err)
+}
+
+/// A temporary directory of files a test writes (certificates, zones),
+/// removed on drop.
+pub(crate) struct Files(std::path::PathBuf);
+
+impl Files {
+    pub(crate) fn new(tag: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("prober-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+
+    /// Writes `name` and returns its path.
+    pub(crate) fn write(&self, name: &str, text: &str) -> String {
+        let p = self.0.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_owned()
+    }
+
+    pub(crate) fn path(&self, name: &str) -> String {
+        self.0.join(name).to_str().unwrap().to_owned()
+    }
+}
+
+impl Drop for Files {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A certificate to make with [`make_pki`].
+#[derive(Clone, Copy)]
+pub(crate) enum Leaf {
+    /// For localhost and 127.0.0.1, signed by the CA.
+    Server,
+    /// For the name `client`, signed by the CA (mutual TLS).
+    Client,
+    /// As `Server`, but expired in 2021.
+    Expired,
+    /// As `Server`, but self-signed.
+    SelfSigned,
+}
+
+/// Writes `ca.pem`, and `NAME.pem` and `NAME.key` for each leaf.
+pub(crate) fn make_pki(f: &Files, leaves: &[(&str, Leaf)]) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_key = KeyPair::generate().unwrap();
+    f.write("ca.pem", &ca_params.self_signed(&ca_key).unwrap().pem());
+    let issuer = Issuer::new(ca_params, ca_key);
+    for (name, leaf) in leaves {
+        let sans = match leaf {
+            Leaf::Client => vec!["client".to_owned()],
+            _ => vec!["localhost".to_owned(), "127.0.0.1".to_owned()],
+        };
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(sans).unwrap();
+        if let Leaf::Expired = leaf {
+            params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        }
+        let cert = match leaf {
+            Leaf::SelfSigned => params.self_signed(&key).unwrap(),
+            _ => params.signed_by(&key, &issuer).unwrap(),
+        };
+        f.write(&format!("{name}.pem"), &cert.pem());
+        f.write(&format!("{name}.key"), &key.serialize_pem());
+    }
+}
+
 /// Runs prober, asserts it exited 0 (showing its stderr if not) and returns
 /// its JSON lines.
 pub(crate) fn run_json_ok(args: &[&str]) -> Vec<Value> {
