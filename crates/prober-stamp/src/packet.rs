@@ -32,6 +32,15 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// Authenticated when there is a key.
+    pub fn of(key: Option<&Key>) -> Self {
+        if key.is_some() {
+            Self::Authenticated
+        } else {
+            Self::Open
+        }
+    }
+
     /// Length of this mode's base packet.
     pub fn base_len(self) -> usize {
         match self {

@@ -73,11 +73,7 @@ impl Default for ReflectorConfig {
 impl ReflectorConfig {
     /// Authenticated or unauthenticated.
     pub fn mode(&self) -> Mode {
-        if self.key.is_some() {
-            Mode::Authenticated
-        } else {
-            Mode::Open
-        }
+        Mode::of(self.key.as_ref())
     }
 }
 

@@ -127,11 +127,26 @@ pub struct SenderOptions {
 impl SenderOptions {
     /// Authenticated or unauthenticated.
     pub fn mode(&self) -> Mode {
-        if self.key.is_some() {
-            Mode::Authenticated
-        } else {
-            Mode::Open
+        Mode::of(self.key.as_ref())
+    }
+
+    /// Checks that a request of `size` octets can be made: the base packet
+    /// and the TLVs exactly, or with an Extra Padding TLV (its header
+    /// alone is 4 octets).
+    ///
+    /// # Errors
+    /// A message naming `--size` and the sizes that work.
+    pub fn check_size(&self, size: usize) -> Result<(), String> {
+        let min = self.min_size();
+        if size < min || (size > min && size < min + tlv::HEADER) {
+            return Err(format!(
+                "--size {size}: a STAMP request in {} mode with these TLVs is {min} octets, or {} and more (Extra Padding has a {}-octet header)",
+                self.mode().as_str(),
+                min + tlv::HEADER,
+                tlv::HEADER
+            ));
         }
+        Ok(())
     }
 
     /// Smallest request these options make: the base packet and the TLVs.
@@ -281,17 +296,8 @@ impl StampProbe {
         opts: SenderOptions,
         tx_stamps: bool,
     ) -> io::Result<Self> {
-        let min = opts.min_size();
-        if size < min || (size > min && size < min + tlv::HEADER) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "a {} STAMP request with these TLVs is {min} octets, or {} and more with padding; --size {size} is neither",
-                    opts.mode().as_str(),
-                    min + tlv::HEADER
-                ),
-            ));
-        }
+        opts.check_size(size)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let local: SocketAddr = if addr.is_ipv4() {
             (Ipv4Addr::UNSPECIFIED, 0).into()
         } else {

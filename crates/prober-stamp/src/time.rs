@@ -25,14 +25,6 @@ pub enum Format {
 }
 
 impl Format {
-    /// `ntp` or `ptp`, as shown in settings.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Ntp => "ntp",
-            Self::Ptp => "ptp",
-        }
-    }
-
     /// `unix_ns` (ns since the Unix epoch) in this format.
     pub fn encode(self, unix_ns: u64) -> u64 {
         let (secs, ns) = (unix_ns / NS, unix_ns % NS);

@@ -41,21 +41,6 @@ pub mod kind {
     pub const HMAC: u8 = 8;
 }
 
-/// The name of a TLV type, for messages.
-pub fn kind_name(k: u8) -> &'static str {
-    match k {
-        kind::EXTRA_PADDING => "Extra Padding",
-        kind::LOCATION => "Location",
-        kind::TIMESTAMP_INFO => "Timestamp Information",
-        kind::CLASS_OF_SERVICE => "Class of Service",
-        kind::DIRECT_MEASUREMENT => "Direct Measurement",
-        kind::ACCESS_REPORT => "Access Report",
-        kind::FOLLOW_UP => "Follow-Up Telemetry",
-        kind::HMAC => "HMAC",
-        _ => "unknown",
-    }
-}
-
 /// Value length of the fixed-length types; `None` for variable ones.
 fn fixed_len(k: u8) -> Option<usize> {
     match k {

@@ -288,16 +288,10 @@ fn seed_stamp_options(args: &RunArgs, targets: &[Target], env: &BuildEnv) -> any
             None => prober_stamp::TlvChoice::default(),
         },
     };
-    let min = opts.min_size();
     if let Some(size) = args.size
         && targets.iter().any(|t| t.scheme.name == "stamp")
-        && (size < min || (size > min && size < min + 4))
     {
-        bail!(
-            "--size {size}: a STAMP request in {} mode with these TLVs is {min} bytes, or {} and more (Extra Padding has a 4-byte header)",
-            opts.mode().as_str(),
-            min + 4
-        );
+        opts.check_size(size).map_err(|e| anyhow!(e))?;
     }
     let _ = env
         .shared
