@@ -22,7 +22,7 @@ use crate::pb::{PingReply, PingRequest};
 use crate::stamped::StampedConnector;
 use crate::tls::ClientTls;
 use prober_core::clock::unix_now_ns;
-use prober_net::stream::ChannelStamps;
+use prober_net::stream::{ChannelStamps, WindowStamps};
 
 use crate::error_chain;
 
@@ -285,7 +285,7 @@ impl Probe for GrpcProbe {
         let t4 = unix_now_ns();
         match res {
             Ok(resp) => {
-                let prober_net::stream::WindowStamps { t1k, t4k, .. } = window.end();
+                let window = window.end();
                 let r = resp.into_inner();
                 if r.seq != seq {
                     return Err(ProbeError::protocol(format!(
@@ -293,25 +293,13 @@ impl Probe for GrpcProbe {
                         r.seq
                     )));
                 }
-                let mut stamps = user_stamps(t1, t4, dwell(&r));
-                stamps.t1k = t1k;
-                stamps.t4k = t4k;
-                // The responder's turnaround: its kernel's receive stamp to
-                // its handler's return, on its clock (a responder that does
-                // not stamp sends 0). Its send path is in the network part.
-                if let Some(resp) = stamps.responder.as_mut() {
-                    resp.turnaround = turnaround(&r);
-                }
-                Ok(Reply {
-                    sent,
-                    received,
-                    server_dwell: dwell(&r),
-                    rx_wake: prober_net::rx::wake_ns(t4k, t4).map(Duration::from_nanos),
-                    bytes: r.payload.len(),
-                    ttl: None,
-                    stamps,
-                    app: Default::default(),
-                })
+                Ok(stamped_reply(
+                    (sent, t1),
+                    (received, t4),
+                    window,
+                    (dwell(&r), turnaround(&r)),
+                    r.payload.len(),
+                ))
             }
             Err(status) => Err(self.conn.status_error(&status).await),
         }
@@ -448,25 +436,13 @@ impl Probe for GrpcStreamProbe {
             return Err(ProbeError::new(ErrorKind::Reset, "stream closed"));
         }
         match waiter.recv().await {
-            Some(Ok((received, t4, dwell, turn, bytes))) => {
-                let prober_net::stream::WindowStamps { t1k, t4k, .. } = window.end();
-                let mut stamps = user_stamps(t1, t4, dwell);
-                stamps.t1k = t1k;
-                stamps.t4k = t4k;
-                if let Some(resp) = stamps.responder.as_mut() {
-                    resp.turnaround = turn;
-                }
-                Ok(Reply {
-                    sent,
-                    received,
-                    server_dwell: dwell,
-                    rx_wake: prober_net::rx::wake_ns(t4k, t4).map(Duration::from_nanos),
-                    bytes,
-                    ttl: None,
-                    stamps,
-                    app: Default::default(),
-                })
-            }
+            Some(Ok((received, t4, dwell, turn, bytes))) => Ok(stamped_reply(
+                (sent, t1),
+                (received, t4),
+                window.end(),
+                (dwell, turn),
+                bytes,
+            )),
             Some(Err(e)) => {
                 self.conn.broken(e.message()).await;
                 Err(e)
@@ -576,17 +552,37 @@ fn error_kind(msg: &str) -> ErrorKind {
     }
 }
 
-/// The stamps a gRPC probe has so far: its own send and receive on the wall
-/// clock and the responder's dwell (no kernel stamps yet: the connection's
-/// IO is inside hyper).
-fn user_stamps(t1: u64, t4: u64, dwell: Option<Duration>) -> prober_core::Stamps {
-    prober_core::Stamps {
+/// A unary or stream reply: sent at (monotonic, wall), received at
+/// (monotonic, wall), the probe's stamp window, and the responder's dwell
+/// and turnaround (its kernel's receive stamp to its handler's return, on
+/// its clock; its send path is in the network part).
+fn stamped_reply(
+    (sent, t1): (Instant, u64),
+    (received, t4): (Instant, u64),
+    window: WindowStamps,
+    (dwell, turnaround): (Option<Duration>, Option<u64>),
+    bytes: usize,
+) -> Reply {
+    let stamps = prober_core::Stamps {
         t1: Some(t1),
+        t1k: window.t1k,
+        t4k: window.t4k,
         t4: Some(t4),
         responder: dwell.map(|d| prober_core::ResponderTimes {
             dwell: Some(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+            turnaround,
             ..Default::default()
         }),
-        ..Default::default()
+        kernel_peer: false,
+    };
+    Reply {
+        sent,
+        received,
+        server_dwell: dwell,
+        rx_wake: prober_net::rx::wake_ns(window.t4k, t4).map(Duration::from_nanos),
+        bytes,
+        ttl: None,
+        stamps,
+        app: Default::default(),
     }
 }
