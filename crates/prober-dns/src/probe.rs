@@ -1,12 +1,11 @@
 //! The DNS probe: one query per probe, over UDP (IDs matched by the
 //! reader) or over one kept TCP connection.
 
-use std::collections::VecDeque;
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::AsFd;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use hickory_proto::op::{Message, MessageType};
@@ -70,41 +69,27 @@ impl Ids {
     }
 }
 
-/// Transmit stamps: the kernel numbers datagrams (OPT_ID), the probe says
-/// which seq each number was.
+/// Transmit stamps, numbered by the kernel per datagram (OPT_ID) in the
+/// order they were sent.
 #[derive(Debug, Default)]
 struct TxKeys {
     on: bool,
-    next: Mutex<(u32, VecDeque<(u32, u64)>)>,
-    kept: prober_net::rx::TxStamps,
+    next: std::sync::atomic::AtomicU32,
+    stamps: prober_net::rx::KeyedTxStamps,
 }
 
 impl TxKeys {
+    /// Files the number of the datagram just sent for `seq`.
     fn sent(&self, seq: u64) {
-        if !self.on {
-            return;
+        if self.on {
+            self.stamps
+                .expect(self.next.fetch_add(1, Ordering::Relaxed), seq);
         }
-        let mut n = self.next.lock().unwrap_or_else(PoisonError::into_inner);
-        let key = n.0;
-        n.0 = n.0.wrapping_add(1);
-        if n.1.len() == 1024 {
-            n.1.pop_front();
-        }
-        n.1.push_back((key, seq));
     }
 
     fn drain(&self, fd: std::os::fd::BorrowedFd<'_>) {
-        if !self.on {
-            return;
-        }
-        for _ in 0..64 {
-            let Ok(Some((key, stamp))) = prober_net::rx::recv_tx_stamp_id(fd) else {
-                break;
-            };
-            let n = self.next.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some((_, seq)) = n.1.iter().find(|(k, _)| *k == key) {
-                self.kept.put(*seq, stamp);
-            }
+        if self.on {
+            self.stamps.drain(fd);
         }
     }
 }
@@ -204,7 +189,7 @@ impl DnsProbe {
         udp.tx.sent(seq);
         let got = waiter.reply().await?;
         udp.tx.drain(udp.socket.as_fd());
-        Ok((sent, got, udp.tx.kept.take(seq), t1))
+        Ok((sent, got, udp.tx.stamps.take(seq), t1))
     }
 
     /// One query over the kept TCP connection (opened, or reopened after

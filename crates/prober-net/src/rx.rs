@@ -172,8 +172,18 @@ pub fn socket_addr(a: &nix::sys::socket::SockaddrStorage) -> Option<std::net::So
 /// when the kernel or socket type refuses. The parts that need the stamps
 /// (client send, network) then stay unknown; it is never an error.
 pub fn tx_timestamps_or_notice(fd: BorrowedFd<'_>, socket: &str) -> bool {
+    or_notice(enable_tx_timestamps(fd), socket)
+}
+
+/// As [`tx_timestamps_or_notice`], with the stamps numbered
+/// ([`enable_tx_timestamps_id`]).
+pub fn tx_timestamps_id_or_notice(fd: BorrowedFd<'_>, socket: &str) -> bool {
+    or_notice(enable_tx_timestamps_id(fd), socket)
+}
+
+fn or_notice(enabled: io::Result<()>, socket: &str) -> bool {
     static NOTICE: std::sync::Once = std::sync::Once::new();
-    match enable_tx_timestamps(fd) {
+    match enabled {
         Ok(()) => true,
         Err(error) => {
             NOTICE.call_once(|| {
@@ -268,6 +278,65 @@ pub fn recv_tx_stamp_id(fd: BorrowedFd<'_>) -> io::Result<Option<(u32, u64)>> {
     // OPT_TSONLY: no copy of the packet, only the stamp.
     let mut buf = [0u8; 64];
     recv_error_entry(fd, &mut buf).map(|(_, stamp)| stamp)
+}
+
+/// Reads up to `max` entries of the error queue without blocking and hands
+/// each transmit stamp numbered by [`enable_tx_timestamps_id`] to `file`
+/// as (key, ns since the epoch); entries without a stamp are skipped.
+pub fn drain_tx_stamps_id(fd: BorrowedFd<'_>, max: usize, mut file: impl FnMut(u32, u64)) {
+    for _ in 0..max {
+        match recv_tx_stamp_id(fd) {
+            Ok(Some((key, stamp))) => file(key, stamp),
+            Ok(None) => {}
+            Err(_) => break,
+        }
+    }
+}
+
+/// Transmit stamps the kernel numbers ([`enable_tx_timestamps_id`]: by
+/// byte on TCP, by datagram on UDP), filed under the seq of the probe each
+/// number belongs to.
+#[derive(Debug, Default)]
+pub struct KeyedTxStamps {
+    /// (key, seq) of probes whose stamp has not been read yet.
+    keys: std::sync::Mutex<std::collections::VecDeque<(u32, u64)>>,
+    stamps: TxStamps,
+}
+
+impl KeyedTxStamps {
+    /// Says that the stamp numbered `key` is the one of `seq`. Call it
+    /// before the send: the stamp may be read before the send returns.
+    pub fn expect(&self, key: u32, seq: u64) {
+        let mut keys = self
+            .keys
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if keys.len() >= TxStamps::KEPT {
+            keys.pop_front();
+        }
+        keys.push_back((key, seq));
+    }
+
+    /// Reads the error queue without blocking and files each stamp under
+    /// its probe's seq.
+    pub fn drain(&self, fd: BorrowedFd<'_>) {
+        drain_tx_stamps_id(fd, 64, |key, stamp| {
+            let mut keys = self
+                .keys
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(at) = keys.iter().position(|k| k.0 == key)
+                && let Some((_, seq)) = keys.remove(at)
+            {
+                self.stamps.put(seq, stamp);
+            }
+        });
+    }
+
+    /// Takes the stamp of `seq`.
+    pub fn take(&self, seq: u64) -> Option<u64> {
+        self.stamps.take(seq)
+    }
 }
 
 /// Kernel transmit stamps (ns since the epoch) by probe seq, filed as they

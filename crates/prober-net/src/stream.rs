@@ -194,19 +194,13 @@ impl ChannelStamps {
 
     /// Files the transmit stamps waiting on the error queue.
     fn drain(&self, fd: std::os::fd::BorrowedFd<'_>) {
-        for _ in 0..64 {
-            match crate::rx::recv_tx_stamp_id(fd) {
-                Ok(Some(stamp)) => {
-                    let mut s = self.lock();
-                    if s.tx.len() == KEPT {
-                        s.tx.pop_front();
-                    }
-                    s.tx.push_back(stamp);
-                }
-                Ok(None) => {}
-                Err(_) => break,
+        crate::rx::drain_tx_stamps_id(fd, 64, |key, stamp| {
+            let mut s = self.lock();
+            if s.tx.len() == KEPT {
+                s.tx.pop_front();
             }
-        }
+            s.tx.push_back((key, stamp));
+        });
     }
 }
 

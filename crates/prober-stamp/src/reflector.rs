@@ -208,18 +208,13 @@ impl State {
         if !self.tx_on {
             return;
         }
-        for _ in 0..256 {
-            match prober_net::rx::recv_tx_stamp_id(fd) {
-                Ok(Some(stamp)) => {
-                    if self.tx_stamps.len() == KEEP_TX_STAMPS {
-                        self.tx_stamps.pop_front();
-                    }
-                    self.tx_stamps.push_back(stamp);
-                }
-                Ok(None) => {}
-                Err(_) => break,
+        let kept = &mut self.tx_stamps;
+        prober_net::rx::drain_tx_stamps_id(fd, 256, |key, stamp| {
+            if kept.len() == KEEP_TX_STAMPS {
+                kept.pop_front();
             }
-        }
+            kept.push_back((key, stamp));
+        });
     }
 
     /// Builds the reply to `req` in `buf` (a copy of the request); `None`

@@ -52,7 +52,7 @@ pub struct TcpProbe {
 /// follow-up frames.
 #[derive(Debug, Default)]
 struct Stamped {
-    tx: prober_net::rx::TxStamps,
+    tx: prober_net::rx::KeyedTxStamps,
     follow: FollowUps,
 }
 
@@ -62,9 +62,8 @@ struct Conn {
     writer: Mutex<(OwnedWriteHalf, Vec<u8>, u64)>,
     alive: Arc<AtomicBool>,
     matcher: Arc<Matcher<Arrival>>,
-    /// Requests waiting for their transmit stamp: (OPT_ID key of their last
-    /// byte, seq); `None` when the kernel gives no transmit stamps.
-    keys: Option<Keys>,
+    /// The kernel gives transmit stamps on this connection.
+    tx_on: bool,
     /// A duplicate of the socket, to read `TCP_INFO` from.
     info: Option<socket2::Socket>,
     _reader: Reader,
@@ -123,7 +122,8 @@ impl TcpProbe {
         // Transmit stamps numbered by byte (OPT_ID), from the first byte
         // sent after this call: a request's stamp is the one of its last
         // byte. None is no error: the client send part stays unknown.
-        let keys = (self.tx_stamps && tx_stamps_or_notice(&stream)).then(Arc::default);
+        let tx_on =
+            self.tx_stamps && prober_net::rx::tx_timestamps_id_or_notice(stream.as_fd(), "tcp");
         let info = SockRef::from(&stream).try_clone().ok();
         let reconnect = self.connected_once.swap(true, Ordering::Relaxed);
         let matcher = self.matchers.next(reconnect);
@@ -153,7 +153,7 @@ impl TcpProbe {
                 reader_matcher,
                 (nonce, size),
                 flag,
-                keys.clone(),
+                tx_on,
                 Arc::clone(&self.stamps),
             )))),
         };
@@ -161,7 +161,7 @@ impl TcpProbe {
             writer: Mutex::new((writer, Vec::with_capacity(self.size), 0)),
             alive,
             matcher,
-            keys,
+            tx_on,
             info,
             _reader: reader,
         });
@@ -227,7 +227,7 @@ async fn read_replies(
     matcher: Arc<Matcher<Arrival>>,
     (nonce, size): (u64, usize),
     alive: Arc<AtomicBool>,
-    keys: Option<Keys>,
+    tx_on: bool,
     stamps: Arc<Stamped>,
 ) {
     let stream: &TcpStream = reader.as_ref();
@@ -239,8 +239,8 @@ async fn read_replies(
         // reply is handed over.
         let read = stream
             .async_io(Interest::READABLE | Interest::ERROR, || {
-                if let Some(keys) = &keys {
-                    file_tx_stamps(stream.as_fd(), keys, &stamps.tx);
+                if tx_on {
+                    stamps.tx.drain(stream.as_fd());
                 }
                 // Read up to the end of the frame in progress and no
                 // further: the kernel reports the stamp of the last segment
@@ -283,47 +283,6 @@ fn frame_rest(acc: &[u8], size: usize) -> usize {
     }
     let len = u32::from_be_bytes([acc[8], acc[9], acc[10], acc[11]]) as usize;
     len.saturating_sub(acc.len()).max(1)
-}
-
-/// Requests waiting for their transmit stamp: (OPT_ID key, seq).
-type Keys = Arc<std::sync::Mutex<std::collections::VecDeque<(u32, u64)>>>;
-
-/// Turns on transmit stamps numbered by byte for a probe connection; one
-/// notice per process when the kernel refuses.
-fn tx_stamps_or_notice(stream: &TcpStream) -> bool {
-    static NOTICE: std::sync::Once = std::sync::Once::new();
-    match prober_net::rx::enable_tx_timestamps_id(stream.as_fd()) {
-        Ok(()) => true,
-        Err(error) => {
-            NOTICE.call_once(|| {
-                tracing::warn!(
-                    "notice: no kernel transmit stamps on tcp sockets ({error}); the client send and network parts stay unknown"
-                );
-            });
-            false
-        }
-    }
-}
-
-/// Reads the error queue without blocking and files each transmit stamp
-/// under the seq of the request whose last byte it stamps.
-fn file_tx_stamps(fd: std::os::fd::BorrowedFd<'_>, keys: &Keys, tx: &prober_net::rx::TxStamps) {
-    for _ in 0..64 {
-        match prober_net::rx::recv_tx_stamp_id(fd) {
-            Ok(Some((key, t1k))) => {
-                let mut keys = keys
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                if let Some(at) = keys.iter().position(|k| k.0 == key)
-                    && let Some((_, seq)) = keys.remove(at)
-                {
-                    tx.put(seq, t1k);
-                }
-            }
-            Ok(None) => {}
-            Err(_) => break,
-        }
-    }
 }
 
 /// A connection's reader stopped: retire the connection and fail the probes
@@ -408,15 +367,9 @@ impl Probe for TcpProbe {
             // (and before the clock is read): the reader may find the stamp
             // before the write call returns.
             *written += buf.len() as u64;
-            if let Some(keys) = &conn.keys {
-                let mut keys = keys
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                if keys.len() >= prober_net::rx::TxStamps::KEPT {
-                    keys.pop_front();
-                }
+            if conn.tx_on {
                 #[allow(clippy::cast_possible_truncation)] // OPT_ID keys are 32-bit
-                keys.push_back(((*written - 1) as u32, seq));
+                self.stamps.tx.expect((*written - 1) as u32, seq);
             }
             gate.pass().await;
             let sent = Instant::now();
