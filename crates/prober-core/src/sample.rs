@@ -276,6 +276,25 @@ impl Parts {
     /// they are unknown).
     pub const TURNAROUND: &'static str = "responder_turnaround";
 
+    /// The six parts and the responder's turnaround: what summaries and
+    /// metrics keep a distribution of, by name.
+    pub const ALL_NAMES: [&'static str; 7] = [
+        Self::NAMES[0],
+        Self::NAMES[1],
+        Self::NAMES[2],
+        Self::NAMES[3],
+        Self::NAMES[4],
+        Self::NAMES[5],
+        Self::TURNAROUND,
+    ];
+
+    /// The six parts and the responder's turnaround, in
+    /// [`Parts::ALL_NAMES`] order.
+    pub fn list_all(&self) -> [Option<u64>; 7] {
+        let [a, b, c, d, e, f] = self.list();
+        [a, b, c, d, e, f, self.responder_turnaround]
+    }
+
     /// The six parts in [`Parts::NAMES`] order.
     pub fn list(&self) -> [Option<u64>; 6] {
         [

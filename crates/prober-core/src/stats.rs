@@ -248,10 +248,9 @@ pub struct Dists {
     pub rx_wake: Dist,
     /// Kernel transmit to kernel receive (t4k − t1k), where both are known.
     pub kernel_rtt: Dist,
-    /// Each part of the split ([`crate::Parts::NAMES`] order), where known.
-    pub parts: [Dist; 6],
-    /// The responder's turnaround where it reports only that (STAMP).
-    pub turnaround: Dist,
+    /// Each part of the split and the responder's turnaround where it
+    /// reports only that ([`crate::Parts::ALL_NAMES`] order), where known.
+    pub parts: [Dist; 7],
     /// One-way delays, where both clocks say they are synchronised (STAMP).
     pub forward: Dist,
     /// One-way delay back.
@@ -326,13 +325,10 @@ impl TargetStats {
                     d.backward.record_ns(b);
                 }
             }
-            if let Some(t) = parts.responder_turnaround {
-                d.turnaround.record_ns(t);
-            }
             if let Some(k) = parts.kernel_rtt {
                 d.kernel_rtt.record_ns(k);
             }
-            record_each(&mut d.parts, parts.list());
+            record_each(&mut d.parts, parts.list_all());
             if reply.app.phases.any() {
                 record_each(
                     &mut d.phases.get_or_insert_with(Box::default)[..],
@@ -391,14 +387,7 @@ impl TargetStats {
             parts: self
                 .dists
                 .as_deref()
-                .map(|d| {
-                    named(
-                        crate::Parts::NAMES
-                            .iter()
-                            .zip(&d.parts)
-                            .chain([(&crate::Parts::TURNAROUND, &d.turnaround)]),
-                    )
-                })
+                .map(|d| named(crate::Parts::ALL_NAMES.iter().zip(&d.parts)))
                 .unwrap_or_default(),
             phases: self
                 .dists

@@ -54,10 +54,9 @@ struct Series {
     tally: Tally,
     anomalies: AnomalyReader,
     rtt: Histogram,
-    /// One histogram per part of the split, made when the part is first
-    /// known (only with [`PrometheusSink::with_parts`]).
-    /// The seventh is the responder's turnaround where it reports only that
-    /// (STAMP).
+    /// One histogram per part ([`prober_core::Parts::ALL_NAMES`]: the six
+    /// and the responder's turnaround), made when the part is first known
+    /// (only with [`PrometheusSink::with_parts`]).
     parts: [Option<Histogram>; 7],
     /// One histogram per phase of an application request (HTTP), made
     /// when the phase is first known.
@@ -163,9 +162,7 @@ impl Sink for PrometheusSink {
                 series.rtt.observe(r.rtt().as_secs_f64());
                 observe_each(&mut series.phases, r.app.phases.0);
                 if self.parts {
-                    let parts = r.parts();
-                    let all = parts.list().into_iter().chain([parts.responder_turnaround]);
-                    observe_each(&mut series.parts, all);
+                    observe_each(&mut series.parts, r.parts().list_all());
                 }
             }
         }
@@ -360,7 +357,6 @@ impl Collector for TargetsCollector {
         for s in state.series.values() {
             s.rtt.encode(m.encode_family(&s.labels)?)?;
         }
-        let [a, b, c, d, e, f] = prober_core::Parts::NAMES;
         encode_by_label(
             &mut encoder,
             &state,
@@ -369,7 +365,7 @@ impl Collector for TargetsCollector {
                 "Parts of the round trip of answered probes: client_send, network, responder_wake, responder_dwell, responder_send, client_wake, and responder_turnaround where a responder reports only that (docs/timestamps.md)",
                 "part",
             ),
-            &[a, b, c, d, e, f, prober_core::Parts::TURNAROUND],
+            &prober_core::Parts::ALL_NAMES,
             |s| &s.parts,
         )
     }
