@@ -257,6 +257,9 @@ struct Shared {
     session: Mutex<Session>,
     tx: prober_net::rx::TxStamps,
     tx_on: bool,
+    /// Where [`Shared::drain`] reads queued requests: made once, not per
+    /// call (it runs up to three times per probe).
+    scratch: Mutex<Vec<u8>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -331,6 +334,7 @@ impl StampProbe {
             session: Mutex::new(Session::default()),
             tx: prober_net::rx::TxStamps::default(),
             tx_on,
+            scratch: Mutex::new(vec![0u8; size + 128]),
         });
         let socket = Arc::new(socket);
         let reader = tokio::spawn(read_replies(Arc::clone(&socket), Arc::clone(&shared)));
@@ -376,7 +380,7 @@ impl Shared {
         if !self.tx_on {
             return;
         }
-        let mut buf = vec![0u8; self.size + 128];
+        let mut buf = self.scratch.lock().unwrap_or_else(PoisonError::into_inner);
         let mode = self.opts.mode();
         for _ in 0..64 {
             let Ok((n, Some(t1k))) = rx::recv_tx_stamp(fd, &mut buf) else {
