@@ -248,7 +248,7 @@ fn check_options(args: &RunArgs, targets: &[Target]) -> anyhow::Result<()> {
         || args.follow != 0;
     check(
         http_given,
-        "The HTTP options (--method, --header, --expect-status, ...)",
+        "An HTTP option (--method, --header, --expect-status, ...)",
         &|t| t.protocol.path == Some("path"),
         "http://, h2c:// and https:// targets",
     )?;

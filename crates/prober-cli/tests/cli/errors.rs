@@ -1,24 +1,6 @@
 //! Every error a user can cause: one line, exit 2, no panic.
 
-use crate::support::{Server, run};
-
-fn fails(args: &[&str], want: &str) {
-    let out = run(args);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-    assert!(err.contains(want), "{args:?}: {err:?} lacks {want:?}");
-    assert!(!err.contains("panicked"), "{args:?}: {err}");
-    assert!(
-        out.stdout.is_empty(),
-        "{args:?} printed results: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    let lines: Vec<&str> = err
-        .lines()
-        .filter(|l| l.contains("error") || l.starts_with("prober:"))
-        .collect();
-    assert_eq!(lines.len(), 1, "{args:?}: not one error line: {err}");
-}
+use crate::support::{Server, fails, run};
 
 #[test]
 fn bad_settings() {

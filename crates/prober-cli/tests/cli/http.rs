@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::support::{Files, Leaf, make_pki, of_type, prober, run, run_json};
+use crate::support::{Files, Leaf, fails, make_pki, of_type, prober, run_json};
 
 /// `prober serve` with these listeners; its bound addresses by name.
 struct Serve {
@@ -490,25 +490,26 @@ fn misbehaving_servers_give_counted_errors_and_never_hang() {
 
 #[test]
 fn http_options_are_refused_where_nothing_takes_them() {
-    let out = run(&[
-        "run",
-        "-c",
-        "1",
-        "--expect-status",
-        "200",
-        "tcp://127.0.0.1:9",
-    ]);
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("http://"), "{err}");
-    let out = run(&[
-        "run",
-        "-c",
-        "1",
-        "--expect-status",
-        "7xx",
-        "http://127.0.0.1:9/",
-    ]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("status \"7xx\""));
+    fails(
+        &[
+            "run",
+            "-c",
+            "1",
+            "--expect-status",
+            "200",
+            "tcp://127.0.0.1:9",
+        ],
+        "http://",
+    );
+    fails(
+        &[
+            "run",
+            "-c",
+            "1",
+            "--expect-status",
+            "7xx",
+            "http://127.0.0.1:9/",
+        ],
+        "status \"7xx\"",
+    );
 }

@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 
-use crate::support::{Netns, of_type, ok_json, prober, run};
+use crate::support::{Netns, fails, of_type, ok_json, prober, run};
 
 /// A `prober serve --stamp` child; killed on drop.
 struct Reflector {
@@ -119,32 +119,20 @@ fn stamp_run_shows_the_rtt_the_split_and_loss_by_direction() {
 
 #[test]
 fn stamp_options_are_checked_before_any_socket_opens() {
-    let out = run(&["run", "-c", "1", "--stamp-ptp", "udp://127.0.0.1:9"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("applies only to stamp targets"));
-    let out = run(&["run", "-c", "1", "--size", "46", "stamp://127.0.0.1:9"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--size 46"));
-    let out = run(&[
-        "run",
-        "-c",
-        "1",
-        "--stamp-tlv",
-        "bogus",
-        "stamp://127.0.0.1:9",
-    ]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown TLV \"bogus\""));
-    let out = run(&[
-        "run",
-        "-c",
-        "1",
-        "--stamp-key",
-        "/nonexistent/key",
-        "stamp://127.0.0.1:9",
-    ]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("reading the STAMP key"));
+    let t = "stamp://127.0.0.1:9";
+    fails(
+        &["run", "-c", "1", "--stamp-ptp", "udp://127.0.0.1:9"],
+        "applies only to stamp targets",
+    );
+    fails(&["run", "-c", "1", "--size", "46", t], "--size 46");
+    fails(
+        &["run", "-c", "1", "--stamp-tlv", "bogus", t],
+        "unknown TLV \"bogus\"",
+    );
+    fails(
+        &["run", "-c", "1", "--stamp-key", "/nonexistent/key", t],
+        "reading the STAMP key",
+    );
 }
 
 /// Days since 1970-01-01 of a civil date (H. Hinnant's algorithm).

@@ -86,6 +86,27 @@ impl Drop for Server {
     }
 }
 
+/// Asserts that prober, run with `args`, refuses them as a user error
+/// should be: exit 2, one error line that says `want`, no panic, no
+/// results.
+pub(crate) fn fails(args: &[&str], want: &str) {
+    let out = run(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    assert!(err.contains(want), "{args:?}: {err:?} lacks {want:?}");
+    assert!(!err.contains("panicked"), "{args:?}: {err}");
+    assert!(
+        out.stdout.is_empty(),
+        "{args:?} printed results: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("error") || l.starts_with("prober:"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{args:?}: not one error line: {err}");
+}
+
 /// Runs prober and returns its exit status, its JSON lines (none when it
 /// printed nothing) and its stderr, whatever the status.
 pub(crate) fn run_json(args: &[&str]) -> (Option<i32>, Vec<Value>, String) {
