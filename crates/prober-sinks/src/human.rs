@@ -148,9 +148,14 @@ impl HumanSink {
                 // The responder reports its turnaround as a whole (STAMP's
                 // T3 − T2; gRPC's kernel receive stamp to handler return).
                 if name == "responder_wake" {
+                    let how = if s.protocol == "stamp" {
+                        "its receive stamp to its send, as it reports it: STAMP's T3 − T2"
+                    } else {
+                        "its kernel receive stamp to its handler's return, as it reports it"
+                    };
                     writeln!(
                         self.out,
-                        "  {:<16} {:>10}  {:>5.1}%  (its receive stamp to its send, as it reports it: STAMP's T3 − T2)",
+                        "  {:<16} {:>10}  {:>5.1}%  ({how})",
                         "responder",
                         format_ns(d.p50 as f64),
                         d.p50 as f64 * 100.0 / rtt.p50.max(1) as f64
