@@ -76,22 +76,20 @@ prometheus-blackbox-exporter --config.file="$dir/blackbox.yml" \
 pids+=($!)
 sleep 1
 
-median() { python3 -c 'import sys,statistics; print(statistics.median(float(l) for l in sys.stdin if l.strip()))'; }
+# The median of column COL (1 by default) of standard input.
+median() { python3 -c 'import sys,statistics; c=int(sys.argv[1])-1; print(statistics.median(float(l.split()[c]) for l in sys.stdin if l.strip()))' "${1:-1}"; }
 # h2load's mean time per request (min, max, mean, sd follow the label), µs.
 h2load_mean() {
   h2load "$@" 2>/dev/null | awk '/time for request:/ {v=$6; u=v; gsub(/[0-9.]/,"",u); gsub(/[a-z]/,"",v); print (u=="ms" ? v*1000 : (u=="s" ? v*1e6 : v))}'
 }
-# A JSON summary field of prober's only target, µs.
-prober_stat() { # FIELD ARGS...
-  local field=$1; shift
+# The RTT p50 and mean of prober's only target, µs.
+prober_rtt() {
   "$PROBER" run -q -o json "$@" | python3 -c "
 import json,sys
 for l in sys.stdin:
     d=json.loads(l)
     if d['type']=='summary':
-        v=d
-        for k in '$field'.split('.'): v=v[k]
-        print(v/1000)"
+        print(d['rtt']['p50']/1000, d['rtt']['mean']/1000)"
 }
 # blackbox: BB_N probes of MODULE TARGET; the median of each metric, µs.
 blackbox() { # MODULE TARGET
@@ -112,23 +110,23 @@ PY
 for c in h1 h2c h2tls; do : > "$dir/$c.prober"; : > "$dir/$c.h2load"; done
 : > "$dir/dns.prober"; : > "$dir/dns.bb"
 for r in $(seq "$ROUNDS"); do
-  prober_stat rtt.p50 -c "$N" -i 0 http://127.0.0.1:18081/echo >> "$dir/h1.prober"
+  prober_rtt -c "$N" -i 0 http://127.0.0.1:18081/echo >> "$dir/h1.prober"
   h2load_mean -n "$N" -c 1 -m 1 --h1 http://127.0.0.1:18081/echo >> "$dir/h1.h2load"
-  prober_stat rtt.p50 -c "$N" -i 0 h2c://127.0.0.1:18082/echo >> "$dir/h2c.prober"
+  prober_rtt -c "$N" -i 0 h2c://127.0.0.1:18082/echo >> "$dir/h2c.prober"
   h2load_mean -n "$N" -c 1 -m 1 http://127.0.0.1:18082/echo >> "$dir/h2c.h2load"
-  prober_stat rtt.p50 -c "$N" -i 0 --insecure https://127.0.0.1:18443/echo >> "$dir/h2tls.prober"
+  prober_rtt -c "$N" -i 0 --insecure https://127.0.0.1:18443/echo >> "$dir/h2tls.prober"
   h2load_mean -n "$N" -c 1 -m 1 https://127.0.0.1:18443/echo >> "$dir/h2tls.h2load"
-  prober_stat rtt.p50 -c "$BB_N" -i 1ms dns://127.0.0.1:18053/www.test.lan >> "$dir/dns.prober"
+  prober_rtt -c "$BB_N" -i 1ms dns://127.0.0.1:18053/www.test.lan >> "$dir/dns.prober"
   blackbox dns_a 127.0.0.1:18053 | sed 's/.*dns_request=\([0-9.]*\).*/\1/' >> "$dir/dns.bb"
 done
 
 echo "## prober against h2load and curl (nginx, 64-byte file, one connection, 1 in flight)"
 echo
-echo "| protocol | prober p50 (µs) | h2load mean (µs) | prober / h2load |"
-echo "|---|---|---|---|"
+echo "| protocol | prober p50 (µs) | prober mean (µs) | h2load mean (µs) | prober p50 / h2load mean | prober mean / h2load mean |"
+echo "|---|---|---|---|---|---|"
 for c in h1 h2c h2tls; do
-  p=$(median < "$dir/$c.prober"); h=$(median < "$dir/$c.h2load")
-  python3 -c "print(f'| $c | {$p:.1f} | {$h:.1f} | {$p/$h:.2f} |')"
+  p=$(median 1 < "$dir/$c.prober"); pm=$(median 2 < "$dir/$c.prober"); h=$(median < "$dir/$c.h2load")
+  python3 -c "print(f'| $c | {$p:.1f} | {$pm:.1f} | {$h:.1f} | {$p/$h:.2f} | {$pm/$h:.2f} |')"
 done
 urls=$(for i in $(seq 500); do printf -- '-o /dev/null http://127.0.0.1:18081/echo '; done)
 # shellcheck disable=SC2086
@@ -150,7 +148,7 @@ for l in sys.stdin:
 echo
 echo "## dns:// against blackbox_exporter's dns module (dnsmasq, A record, UDP)"
 echo
-p=$(median < "$dir/dns.prober"); b=$(median < "$dir/dns.bb")
+p=$(median 1 < "$dir/dns.prober"); b=$(median < "$dir/dns.bb")
 python3 -c "print(f'prober p50 {$p:.1f} µs, blackbox probe_dns_duration_seconds{{phase=\"request\"}} median {$b:.1f} µs, ratio {$p/$b:.2f}')"
 echo
 echo "(medians of $ROUNDS rounds of $N requests (h2load, prober) and $BB_N probes (DNS), alternating; $(nproc) CPUs)"
