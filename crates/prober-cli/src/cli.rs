@@ -315,14 +315,9 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "LIST")]
     pub(crate) stamp_tlv: Option<String>,
 
-    /// HTTP method of http(s):// requests.
-    #[arg(
-        long,
-        value_name = "METHOD",
-        default_value = "GET",
-        help_heading = "HTTP"
-    )]
-    pub(crate) method: String,
+    /// HTTP method of http(s):// requests [default: GET].
+    #[arg(long, value_name = "METHOD", help_heading = "HTTP")]
+    pub(crate) method: Option<String>,
 
     /// Send this file's bytes as the HTTP request body.
     #[arg(long, value_name = "FILE", help_heading = "HTTP")]
@@ -352,14 +347,9 @@ pub(crate) struct RunArgs {
     pub(crate) new_connection: bool,
 
     /// HTTP status codes that count as valid: codes, classes and ranges,
-    /// e.g. 200,3xx,400-404. Any other is an error of kind status.
-    #[arg(
-        long,
-        value_name = "LIST",
-        default_value = "2xx",
-        help_heading = "HTTP"
-    )]
-    pub(crate) expect_status: String,
+    /// e.g. 200,3xx,400-404. Any other is an error of kind status [default: 2xx].
+    #[arg(long, value_name = "LIST", help_heading = "HTTP")]
+    pub(crate) expect_status: Option<String>,
 
     /// A regex the HTTP body must match (else an error of kind content).
     #[arg(long, value_name = "REGEX", help_heading = "HTTP")]
@@ -375,23 +365,18 @@ pub(crate) struct RunArgs {
     pub(crate) expect_header: Vec<String>,
 
     /// Most HTTP body bytes read; a larger body is an error of kind
-    /// too_large and its connection is closed.
-    #[arg(long, value_name = "BYTES", default_value_t = prober_http::DEFAULT_MAX_BODY, help_heading = "HTTP")]
-    pub(crate) max_body: usize,
+    /// too_large and its connection is closed [default: 1048576].
+    #[arg(long, value_name = "BYTES", help_heading = "HTTP")]
+    pub(crate) max_body: Option<usize>,
 
     /// Follow up to N HTTP redirects (by default a 3xx is the response).
     #[arg(long, value_name = "N", default_value_t = 0, help_heading = "HTTP")]
     pub(crate) follow: u8,
 
     /// DNS rcodes that count as valid, by name or number, e.g.
-    /// NOERROR,NXDOMAIN. Any other is an error of kind status.
-    #[arg(
-        long,
-        value_name = "LIST",
-        default_value = "NOERROR",
-        help_heading = "DNS"
-    )]
-    pub(crate) expect_rcode: String,
+    /// NOERROR,NXDOMAIN. Any other is an error of kind status [default: NOERROR].
+    #[arg(long, value_name = "LIST", help_heading = "DNS")]
+    pub(crate) expect_rcode: Option<String>,
 
     /// A regex one DNS answer record must match, as a zone file line
     /// ('name 300 IN A 192.0.2.1'); else an error of kind content.

@@ -135,6 +135,14 @@ impl fmt::Debug for Shared {
 }
 
 impl Shared {
+    /// Puts `value` as the shared value of its type (replacing any).
+    pub fn put<T: Any + Send + Sync>(&self, value: T) {
+        self.values
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(TypeId::of::<T>(), Arc::new(value));
+    }
+
     /// The shared value of type `T`, made by `init` the first time.
     ///
     /// # Errors
@@ -160,7 +168,7 @@ impl Shared {
 
 /// What building a probe may use besides its target: the run's options and
 /// state shared between probes.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct BuildEnv {
     /// `--busy-poll`.
     pub busy_poll: bool,
@@ -173,8 +181,33 @@ pub struct BuildEnv {
     /// Ask the kernel for transmit stamps (t1k, the client send part):
     /// `prober run` does; the daemon with `kernel_stamps = true`.
     pub tx_stamps: bool,
-    /// Shared state, see [`Shared`].
-    pub shared: Shared,
+    /// State shared by every probe of the run or the daemon (the ICMP
+    /// sockets), see [`Shared`].
+    pub shared: Arc<Shared>,
+    /// A protocol's own options, one value per type (HTTP's, DNS's,
+    /// STAMP's), and what is made from them once (HTTP's TLS
+    /// configuration): `prober run` puts the options of its command line
+    /// here, the daemon a job's tables. A protocol finds its defaults when
+    /// nothing was put.
+    pub options: Arc<Shared>,
+}
+
+impl BuildEnv {
+    /// The same environment with other protocol options (a daemon job's).
+    #[must_use]
+    pub fn with_options(&self, options: Arc<Shared>) -> Self {
+        Self {
+            options,
+            ..self.clone()
+        }
+    }
+
+    /// The protocol options of type `T` put here, or `T`'s defaults.
+    pub fn options<T: Any + Send + Sync + Default>(&self) -> Arc<T> {
+        self.options
+            .get_or_try_init(|| Ok::<_, std::convert::Infallible>(Arc::new(T::default())))
+            .unwrap_or_else(|e| match e {})
+    }
 }
 
 /// One target to build a probe for.

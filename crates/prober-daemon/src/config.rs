@@ -52,6 +52,11 @@ pub struct ServeSection {
     pub udp: Option<SocketAddr>,
     /// gRPC responder address.
     pub grpc: Option<SocketAddr>,
+    /// HTTP responder address (HTTP/1.1 and h2c).
+    pub http: Option<SocketAddr>,
+    /// HTTPS responder address (needs the TLS certificate and key, given
+    /// on the command line).
+    pub https: Option<SocketAddr>,
     /// STAMP reflector address (RFC 8762; the standard port is 862).
     pub stamp: Option<SocketAddr>,
     /// STAMP authenticated mode: the HMAC key is this file's bytes.
@@ -91,6 +96,25 @@ struct JobSettings {
     #[serde(default)]
     labels: BTreeMap<String, String>,
     sinks: Option<SinksSection>,
+    /// `[job.http]`: what HTTP targets send and accept.
+    http: Option<prober_http::HttpSpec>,
+    /// `[job.dns]`: what DNS replies are valid.
+    dns: Option<prober_dns::DnsSpec>,
+    /// `[job.tls]`: how `https://` and `grpcs://` targets check servers.
+    tls: Option<TlsSection>,
+}
+
+/// `[job.tls]`, as `prober run`'s `--ca`, `--cert`, `--key`,
+/// `--tls-server-name` and `--insecure`.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TlsSection {
+    ca: Option<PathBuf>,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    server_name: Option<String>,
+    #[serde(default)]
+    insecure: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -195,13 +219,65 @@ pub struct Job {
     pub labels: BTreeMap<String, String>,
     /// Its files.
     pub sinks: Sinks,
+    /// What its HTTP and DNS targets send and accept.
+    pub options: JobOptions,
+    /// How its TLS targets check servers (`[job.tls]`).
+    pub tls: prober_core::protocol::TlsFiles,
 }
 
 impl Job {
     /// Whether `other` runs its targets the same way (targets aside), so
     /// targets present in both can keep their schedules across a reload.
     pub fn same_settings(&self, other: &Self) -> bool {
-        self.run == other.run && self.size == other.size && self.labels == other.labels
+        self.run == other.run
+            && self.size == other.size
+            && self.labels == other.labels
+            && self.options == other.options
+            && self.tls == other.tls
+    }
+}
+
+/// A job's protocol options (`[job.http]`, `[job.dns]`): as written, to
+/// tell a reload that changed them, and made into the options the probes
+/// are built with.
+#[derive(Clone)]
+pub struct JobOptions {
+    http: prober_http::HttpSpec,
+    dns: prober_dns::DnsSpec,
+    /// The options made from them (see [`prober_core::protocol::BuildEnv::options`]).
+    pub store: std::sync::Arc<prober_core::protocol::Shared>,
+}
+
+impl JobOptions {
+    fn new(http: prober_http::HttpSpec, dns: prober_dns::DnsSpec, key: &str) -> Result<Self> {
+        let store = prober_core::protocol::Shared::default();
+        store.put(http.build().ctx(|| format!("{key}.http"))?);
+        store.put(
+            dns.build()
+                .map_err(|e| DaemonError::Config(format!("{key}.dns.{e}")))?,
+        );
+        Ok(Self {
+            http,
+            dns,
+            store: std::sync::Arc::new(store),
+        })
+    }
+}
+
+impl PartialEq for JobOptions {
+    fn eq(&self, other: &Self) -> bool {
+        self.http == other.http && self.dns == other.dns
+    }
+}
+
+impl Eq for JobOptions {}
+
+impl std::fmt::Debug for JobOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobOptions")
+            .field("http", &self.http)
+            .field("dns", &self.dns)
+            .finish_non_exhaustive()
     }
 }
 
@@ -383,6 +459,35 @@ async fn job(
             size: tsize,
         });
     }
+    let mut http = j
+        .settings
+        .http
+        .clone()
+        .or_else(|| defaults.http.clone())
+        .unwrap_or_default();
+    if let Some(file) = &mut http.body_file {
+        *file = base.join(&*file); // an absolute path stays as it is
+    }
+    let dns = j
+        .settings
+        .dns
+        .clone()
+        .or_else(|| defaults.dns.clone())
+        .unwrap_or_default();
+    let options = JobOptions::new(http, dns, &key)?;
+    let tls = j
+        .settings
+        .tls
+        .clone()
+        .or_else(|| defaults.tls.clone())
+        .map(|t| prober_core::protocol::TlsFiles {
+            ca: t.ca.map(|p| base.join(p)),
+            cert: t.cert.map(|p| base.join(p)),
+            key: t.key.map(|p| base.join(p)),
+            server_name: t.server_name,
+            insecure: t.insecure,
+        })
+        .unwrap_or_default();
     Ok(Job {
         name: j.name.clone(),
         targets,
@@ -390,6 +495,8 @@ async fn job(
         size,
         labels,
         sinks,
+        options,
+        tls,
     })
 }
 

@@ -173,7 +173,11 @@ impl Daemon {
         t: &JobTarget,
     ) -> Result<Box<dyn Runnable>, DaemonError> {
         let spec = t.target.spec(t.addr, t.size, job.run.timeout);
-        (t.target.protocol.build)(spec, &self.env)
+        let mut env = self
+            .env
+            .with_options(std::sync::Arc::clone(&job.options.store));
+        env.tls.clone_from(&job.tls);
+        (t.target.protocol.build)(spec, &env)
             .await
             .map_err(|source| DaemonError::Build {
                 what: format!("job {:?}: target {}: {source}", job.name, t.target),
@@ -337,6 +341,8 @@ pub async fn run(
     responders.tcp = responders.tcp.or(cfg.serve.tcp);
     responders.udp = responders.udp.or(cfg.serve.udp);
     responders.grpc = responders.grpc.or(cfg.serve.grpc);
+    responders.http = responders.http.or(cfg.serve.http);
+    responders.https = responders.https.or(cfg.serve.https);
     if responders.stamp.is_none() && cfg.serve.stamp.is_some() {
         responders.stamp = cfg.serve.stamp;
         let s = &mut responders.stamp_config;

@@ -12,7 +12,7 @@ mod probe;
 mod protocol;
 mod query;
 
-pub use options::DnsOptions;
+pub use options::{DnsOptions, DnsSpec};
 pub use probe::DnsProbe;
 pub use protocol::DNS;
 pub use query::{Question, QuestionError};

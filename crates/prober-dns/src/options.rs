@@ -80,6 +80,46 @@ pub(crate) fn rcode_name(code: u16) -> String {
     }
 }
 
+/// The DNS options as text, the way `prober run`'s flags and a daemon
+/// job's `[job.dns]` table give them; [`DnsSpec::build`] checks them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DnsSpec {
+    /// Valid rcodes, by name or number (`NOERROR`).
+    pub expect_rcode: Option<String>,
+    /// A regex one answer record must match.
+    pub expect_answer: Option<String>,
+    /// Retry a truncated UDP reply over TCP.
+    pub tcp_fallback: bool,
+}
+
+impl DnsSpec {
+    /// True when nothing differs from the defaults.
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Checks the texts and makes the options.
+    ///
+    /// # Errors
+    /// A message naming the option that cannot be used.
+    pub fn build(&self) -> Result<DnsOptions, String> {
+        let d = DnsOptions::default();
+        Ok(DnsOptions {
+            rcodes: match &self.expect_rcode {
+                Some(t) => DnsOptions::parse_rcodes(t).map_err(|e| format!("expect_rcode: {e}"))?,
+                None => d.rcodes,
+            },
+            answer: match &self.expect_answer {
+                Some(re) => Some(Regex::new(re).map_err(|e| format!("expect_answer {re:?}: {e}"))?),
+                None => None,
+            },
+            tcp_fallback: self.tcp_fallback,
+            recursion: d.recursion,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

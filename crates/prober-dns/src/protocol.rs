@@ -1,7 +1,5 @@
 //! The `dns://` and `dns+tcp://` descriptor (see [`prober_core::Protocol`]).
 
-use std::sync::Arc;
-
 use prober_core::protocol::{
     BuildEnv, BuildFuture, Options, ProbeSpec, Protocol, Scheme, Timestamps,
 };
@@ -11,10 +9,7 @@ use crate::{DnsOptions, DnsProbe, Question};
 
 fn build<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
     Box::pin(async move {
-        let opts = env
-            .shared
-            .get_or_try_init(|| Ok::<_, std::convert::Infallible>(Arc::new(DnsOptions::default())))
-            .unwrap_or_else(|e| match e {});
+        let opts = env.options::<DnsOptions>();
         let mut question = Question::parse(spec.path)?;
         question.tcp |= spec.scheme.name == "dns+tcp";
         let probe = DnsProbe::new(spec.addr, question, opts, env.tx_stamps)

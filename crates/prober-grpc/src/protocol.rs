@@ -12,10 +12,11 @@ use crate::{
 };
 
 /// The client configuration of one target; the TLS files are read once per
-/// environment, by the first target over TLS.
+/// set of options (a run, or a daemon job with its own `[job.tls]`), by the
+/// first target over TLS.
 fn config(spec: &ProbeSpec<'_>, env: &BuildEnv) -> Result<ClientConfig, BuildError> {
     let tls = if spec.scheme.tls {
-        let tls = env.shared.get_or_try_init(|| {
+        let tls = env.options.get_or_try_init(|| {
             let t = &env.tls;
             ClientTls::from_files(
                 t.ca.as_deref(),

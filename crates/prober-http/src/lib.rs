@@ -22,7 +22,8 @@ mod tls;
 
 pub use client::HttpProbe;
 pub use options::{
-    DEFAULT_MAX_BODY, HeaderCheck, HttpOptions, HttpVersion, OptionsError, StatusSet, body_regex,
+    DEFAULT_MAX_BODY, HeaderCheck, HttpOptions, HttpSpec, HttpVersion, OptionsError, StatusSet,
+    body_regex,
 };
 pub use protocol::{HTTP, HTTPS};
 pub use server::{HttpServerConfig, SERVER_TIMING, serve_http};

@@ -17,6 +17,17 @@ pub enum OptionsError {
     /// A header that is not `Name: value`.
     #[error("header {0:?}: write it as 'Name: value'")]
     Header(String),
+    /// The request body file cannot be read.
+    #[error("reading the body file {path}: {source}")]
+    BodyFile {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// `http2` and `http1_1` together.
+    #[error("HTTP/2 only and HTTP/1.1 only exclude each other")]
+    Versions,
     /// A regular expression that does not compile.
     #[error("regex {text:?}: {why}")]
     Regex {
@@ -224,6 +235,93 @@ impl HttpOptions {
         let name = HeaderName::from_bytes(n.trim().as_bytes()).map_err(|_| bad())?;
         let value = HeaderValue::from_str(v.trim()).map_err(|_| bad())?;
         Ok((name, value))
+    }
+}
+
+/// The HTTP options as text, the way `prober run`'s flags and a daemon
+/// job's `[job.http]` table give them; [`HttpSpec::build`] checks them and
+/// makes the [`HttpOptions`]. What is not given keeps its default.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpSpec {
+    /// The method (GET).
+    pub method: Option<String>,
+    /// A file whose bytes are the request body.
+    pub body_file: Option<std::path::PathBuf>,
+    /// Extra request headers, `Name: value`.
+    pub headers: Vec<String>,
+    /// HTTP/2 only.
+    pub http2: bool,
+    /// HTTP/1.1 only.
+    pub http1_1: bool,
+    /// A new connection per probe.
+    pub new_connection: bool,
+    /// Valid status codes (`2xx`).
+    pub expect_status: Option<String>,
+    /// A regex the body must match.
+    pub expect_body: Option<String>,
+    /// A regex the body must not match.
+    pub reject_body: Option<String>,
+    /// Headers the response must have, `Name` or `Name: REGEX`.
+    pub expect_header: Vec<String>,
+    /// Most body bytes read (1 MiB).
+    pub max_body: Option<usize>,
+    /// Redirects followed (0).
+    pub follow: u8,
+}
+
+impl HttpSpec {
+    /// True when nothing differs from the defaults.
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Checks the texts and makes the options.
+    ///
+    /// # Errors
+    /// The first option that cannot be used, by name.
+    pub fn build(&self) -> Result<HttpOptions, OptionsError> {
+        let d = HttpOptions::default();
+        Ok(HttpOptions {
+            method: match &self.method {
+                Some(m) => HttpOptions::parse_method(m)?,
+                None => d.method,
+            },
+            body: match &self.body_file {
+                Some(path) => std::fs::read(path)
+                    .map_err(|source| OptionsError::BodyFile {
+                        path: path.display().to_string(),
+                        source,
+                    })?
+                    .into(),
+                None => d.body,
+            },
+            headers: self
+                .headers
+                .iter()
+                .map(|h| HttpOptions::parse_header(h))
+                .collect::<Result<_, _>>()?,
+            version: match (self.http2, self.http1_1) {
+                (true, true) => return Err(OptionsError::Versions),
+                (true, false) => HttpVersion::Http2,
+                (false, true) => HttpVersion::Http1,
+                (false, false) => HttpVersion::Auto,
+            },
+            new_connection: self.new_connection,
+            status: match &self.expect_status {
+                Some(s) => StatusSet::parse(s)?,
+                None => d.status,
+            },
+            body_match: self.expect_body.as_deref().map(body_regex).transpose()?,
+            body_reject: self.reject_body.as_deref().map(body_regex).transpose()?,
+            require_headers: self
+                .expect_header
+                .iter()
+                .map(|h| HeaderCheck::parse(h))
+                .collect::<Result<_, _>>()?,
+            max_body: self.max_body.unwrap_or(d.max_body),
+            follow: self.follow,
+        })
     }
 }
 

@@ -11,22 +11,15 @@ use prober_core::runnable;
 use crate::HttpOptions;
 use crate::client::{HttpProbe, Target};
 
-/// The options `prober run` or the daemon put in the build environment,
-/// or the defaults.
-fn options(env: &BuildEnv) -> Arc<HttpOptions> {
-    env.shared
-        .get_or_try_init(|| Ok::<_, std::convert::Infallible>(Arc::new(HttpOptions::default())))
-        .unwrap_or_else(|e| match e {})
-}
-
-/// The client TLS configuration, loaded once per run.
+/// The client TLS configuration, made once per set of options (its ALPN
+/// follows the HTTP version they ask for).
 struct ClientTls(Arc<rustls::ClientConfig>);
 
 fn build<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
     Box::pin(async move {
-        let opts = options(env);
+        let opts = env.options::<HttpOptions>();
         let tls = if spec.scheme.tls {
-            let cfg = env.shared.get_or_try_init(|| {
+            let cfg = env.options.get_or_try_init(|| {
                 crate::tls::client_config(&env.tls, opts.version)
                     .map(|c| Arc::new(ClientTls(Arc::new(c))))
             })?;

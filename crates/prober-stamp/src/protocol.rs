@@ -1,7 +1,5 @@
 //! The `stamp://` descriptor (see [`prober_core::Protocol`]).
 
-use std::sync::Arc;
-
 use prober_core::protocol::{
     BuildEnv, BuildFuture, Options, ProbeSpec, Protocol, Scheme, SizeRule, Timestamps,
 };
@@ -13,13 +11,7 @@ use crate::{DEFAULT_PORT, SenderOptions, StampProbe};
 fn build<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
     Box::pin(async move {
         // `prober run` puts the --stamp-* options here before building.
-        let opts = env
-            .shared
-            .get_or_try_init(|| {
-                Ok::<_, std::convert::Infallible>(Arc::new(SenderOptions::default()))
-            })
-            .unwrap_or_else(|e| match e {});
-        let opts = SenderOptions::clone(&opts);
+        let opts = SenderOptions::clone(&env.options::<SenderOptions>());
         // An authenticated request is at least 112 octets: the default
         // size grows to fit (a size given on the command line is checked).
         let size = spec.size.max(opts.min_size());

@@ -234,28 +234,14 @@ fn check_options(args: &RunArgs, targets: &[Target]) -> anyhow::Result<()> {
         &|t| t.scheme.name == "stamp",
         "stamp targets",
     )?;
-    let http_given = args.method != "GET"
-        || args.data_file.is_some()
-        || !args.headers.is_empty()
-        || args.http2
-        || args.http1_1
-        || args.new_connection
-        || args.expect_status != "2xx"
-        || args.expect_body.is_some()
-        || args.reject_body.is_some()
-        || !args.expect_header.is_empty()
-        || args.max_body != prober_http::DEFAULT_MAX_BODY
-        || args.follow != 0;
     check(
-        http_given,
+        !http_spec(args).is_default(),
         "An HTTP option (--method, --header, --expect-status, ...)",
         &|t| t.protocol.path == Some("path"),
         "http://, h2c:// and https:// targets",
     )?;
-    let dns_given =
-        args.expect_rcode != "NOERROR" || args.expect_answer.is_some() || args.dns_tcp_fallback;
     check(
-        dns_given,
+        !dns_spec(args).is_default(),
         "--expect-rcode, --expect-answer and --dns-tcp-fallback",
         &|t| t.scheme.name.starts_with("dns"),
         "dns:// and dns+tcp:// targets",
@@ -293,73 +279,35 @@ fn seed_stamp_options(args: &RunArgs, targets: &[Target], env: &BuildEnv) -> any
     {
         opts.check_size(size).map_err(|e| anyhow!(e))?;
     }
-    let _ = env
-        .shared
-        .get_or_try_init(|| Ok::<_, std::convert::Infallible>(std::sync::Arc::new(opts)));
+    env.options.put(opts);
     Ok(())
 }
 
-/// Reads the HTTP options and puts them where the `http(s)://` builder
-/// finds them; a bad status list, header or regex is refused here.
-fn seed_http_options(args: &RunArgs, env: &BuildEnv) -> anyhow::Result<()> {
-    use prober_http::{HeaderCheck, HttpOptions, HttpVersion, StatusSet, body_regex};
-    let opts = HttpOptions {
-        method: HttpOptions::parse_method(&args.method)?,
-        body: match &args.data_file {
-            Some(path) => std::fs::read(path)
-                .with_context(|| format!("reading --data-file {}", path.display()))?
-                .into(),
-            None => Default::default(),
-        },
-        headers: args
-            .headers
-            .iter()
-            .map(|h| HttpOptions::parse_header(h))
-            .collect::<Result<_, _>>()?,
-        version: if args.http2 {
-            HttpVersion::Http2
-        } else if args.http1_1 {
-            HttpVersion::Http1
-        } else {
-            HttpVersion::Auto
-        },
+/// The HTTP options of the command line, as text.
+fn http_spec(args: &RunArgs) -> prober_http::HttpSpec {
+    prober_http::HttpSpec {
+        method: args.method.clone(),
+        body_file: args.data_file.clone(),
+        headers: args.headers.clone(),
+        http2: args.http2,
+        http1_1: args.http1_1,
         new_connection: args.new_connection,
-        status: StatusSet::parse(&args.expect_status)?,
-        body_match: args.expect_body.as_deref().map(body_regex).transpose()?,
-        body_reject: args.reject_body.as_deref().map(body_regex).transpose()?,
-        require_headers: args
-            .expect_header
-            .iter()
-            .map(|h| HeaderCheck::parse(h))
-            .collect::<Result<_, _>>()?,
+        expect_status: args.expect_status.clone(),
+        expect_body: args.expect_body.clone(),
+        reject_body: args.reject_body.clone(),
+        expect_header: args.expect_header.clone(),
         max_body: args.max_body,
         follow: args.follow,
-    };
-    let _ = env
-        .shared
-        .get_or_try_init(|| Ok::<_, std::convert::Infallible>(std::sync::Arc::new(opts)));
-    Ok(())
+    }
 }
 
-/// Reads the DNS options and puts them where the `dns://` builder finds
-/// them.
-fn seed_dns_options(args: &RunArgs, env: &BuildEnv) -> anyhow::Result<()> {
-    let opts = prober_dns::DnsOptions {
-        rcodes: prober_dns::DnsOptions::parse_rcodes(&args.expect_rcode)
-            .map_err(|e| anyhow!("--expect-rcode: {e}"))?,
-        answer: match &args.expect_answer {
-            Some(re) => {
-                Some(regex::Regex::new(re).map_err(|e| anyhow!("--expect-answer {re:?}: {e}"))?)
-            }
-            None => None,
-        },
+/// The DNS options of the command line, as text.
+fn dns_spec(args: &RunArgs) -> prober_dns::DnsSpec {
+    prober_dns::DnsSpec {
+        expect_rcode: args.expect_rcode.clone(),
+        expect_answer: args.expect_answer.clone(),
         tcp_fallback: args.dns_tcp_fallback,
-        recursion: true,
-    };
-    let _ = env
-        .shared
-        .get_or_try_init(|| Ok::<_, std::convert::Infallible>(std::sync::Arc::new(opts)));
-    Ok(())
+    }
 }
 
 /// The exit status the summaries call for, as ping's: 1 when a target got
@@ -435,8 +383,12 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     if !self_test {
         seed_stamp_options(&args, &targets, &env)?;
-        seed_http_options(&args, &env)?;
-        seed_dns_options(&args, &env)?;
+        env.options.put(http_spec(&args).build()?);
+        env.options.put(
+            dns_spec(&args)
+                .build()
+                .map_err(|e| anyhow!("--{}", e.replacen('_', "-", 1)))?,
+        );
     }
     let responder_stop = CancellationToken::new();
     let pki = if self_test {

@@ -513,3 +513,110 @@ fn http_options_are_refused_where_nothing_takes_them() {
         "status \"7xx\"",
     );
 }
+
+#[test]
+fn daemon_jobs_take_http_options_and_export_phases_and_cert_expiry() {
+    let f = Files::new("http-daemon");
+    make_pki(&f, &[("server", Leaf::Server)]);
+    let (cert, key, ca) = (f.path("server.pem"), f.path("server.key"), f.path("ca.pem"));
+    let srv = Serve::start(&[
+        "--http",
+        "127.0.0.1:0",
+        "--https",
+        "127.0.0.1:0",
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+    ]);
+    let http = srv.addr("http");
+    let https_port = srv.addr("https").rsplit(':').next().unwrap();
+    let jobs = format!(
+        r#"
+[[job]]
+name = "web"
+interval = "20ms"
+targets = ["http://{http}/echo", "http://{http}/status/404"]
+[job.http]
+expect_status = "2xx,404"
+
+[[job]]
+name = "strict"
+interval = "20ms"
+targets = ["http://{http}/status/503"]
+
+[[job]]
+name = "tls"
+interval = "20ms"
+targets = ["https://localhost:{https_port}/echo"]
+[job.tls]
+ca = "{ca}"
+"#
+    );
+    let d = crate::daemon::Daemon::start("http", &jobs);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let want = |text: &str| {
+        let line = |all: &[&str]| text.lines().any(|l| all.iter().all(|w| l.contains(w)));
+        line(&[
+            "prober_phase_duration_seconds_count",
+            "status/404",
+            "first_byte",
+        ]) && line(&[
+            "prober_probe_errors_total",
+            "\"strict\"",
+            "reason=\"status\"",
+        ]) && line(&["prober_tls_cert_expiry_timestamp_seconds", "\"tls\""])
+    };
+    let mut text = d.scrape();
+    while !want(&text) {
+        assert!(
+            Instant::now() < deadline,
+            "metrics never showed it all:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+        text = d.scrape();
+    }
+    // The 404 is valid for "web": no errors there.
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.starts_with("prober_probe_errors_total") && l.contains("\"web\"")),
+        "{text}"
+    );
+    let expiry: f64 = text
+        .lines()
+        .find(|l| l.starts_with("prober_tls_cert_expiry_timestamp_seconds{"))
+        .and_then(|l| l.rsplit(' ').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(
+        expiry > now,
+        "rcgen's default certificate is valid for years: {expiry}"
+    );
+    let (code, err) = d.stop();
+    assert_eq!(code, Some(0), "{err}");
+}
+
+#[test]
+fn a_bad_job_http_table_is_a_config_error() {
+    let f = Files::new("http-bad-config");
+    for (table, want) in [
+        (
+            "[job.http]\nexpect_status = \"7xx\"\n",
+            "http: status \"7xx\"",
+        ),
+        ("[job.http]\ncolour = \"red\"\n", "unknown field `colour`"),
+        ("[job.dns]\nexpect_rcode = \"NOPE\"\n", "dns.expect_rcode"),
+    ] {
+        let path = f.write(
+            "prober.toml",
+            &format!("[[job]]\nname = \"a\"\ntargets = [\"http://127.0.0.1:9/\"]\n{table}"),
+        );
+        fails(&["serve", "--config", &path, "--check-config"], want);
+    }
+}

@@ -33,6 +33,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "prober-grpc",
             "prober-stamp",
             "prober-http",
+            "prober-dns",
         ],
     ),
     (
