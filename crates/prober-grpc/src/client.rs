@@ -72,6 +72,9 @@ struct Conn {
     reconnects: AtomicU64,
     /// The connection's kernel stamps (see [`crate::stamped`]).
     stamps: Arc<ChannelStamps>,
+    /// When the server's certificate expires, as last seen (`i64::MIN`:
+    /// not yet, or no TLS).
+    cert_not_after: Arc<std::sync::atomic::AtomicI64>,
 }
 
 fn jitter(d: Duration) -> Duration {
@@ -92,10 +95,11 @@ impl Conn {
             state: Mutex::new(state),
             reconnects: AtomicU64::new(0),
             stamps: Arc::default(),
+            cert_not_after: Arc::new(std::sync::atomic::AtomicI64::new(i64::MIN)),
         }
     }
 
-    fn endpoint(&self) -> Result<Endpoint, tonic::transport::Error> {
+    fn endpoint(&self) -> Result<Endpoint, Box<dyn std::error::Error + Send + Sync>> {
         let scheme = if self.cfg.tls.is_some() {
             "https"
         } else {
@@ -119,7 +123,7 @@ impl Conn {
             .tcp_nodelay(true)
             .connect_timeout(self.cfg.connect_timeout);
         if let Some(tls) = &self.cfg.tls {
-            ep = tls.apply(ep, &self.cfg.host)?;
+            ep = tls.apply(ep, &self.cfg.host, Arc::clone(&self.cert_not_after))?;
         }
         Ok(ep)
     }
@@ -145,7 +149,10 @@ impl Conn {
             tx_stamps: self.cfg.tx_stamps,
         };
         let connected = match self.endpoint() {
-            Ok(ep) => ep.connect_with_connector(connector).await,
+            Ok(ep) => ep
+                .connect_with_connector(connector)
+                .await
+                .map_err(Into::into),
             Err(e) => Err(e),
         };
         match connected {
@@ -164,7 +171,8 @@ impl Conn {
             Err(e) => {
                 st.retry_at = Some(Instant::now() + jitter(st.backoff));
                 st.backoff = (st.backoff * 2).min(MAX_BACKOFF);
-                let mut msg = format!("connect to {}: {}", self.cfg.addr, error_chain(&e));
+                let e: &(dyn std::error::Error + 'static) = &*e;
+                let mut msg = format!("connect to {}: {}", self.cfg.addr, error_chain(e));
                 if self.cfg.tls.is_some()
                     && (msg.contains("InvalidContentType") || msg.contains("corrupt message"))
                 {
@@ -172,7 +180,7 @@ impl Conn {
                     msg = format!(
                         "connect to {}: the server does not speak TLS; try grpc:// instead of grpcs:// ({})",
                         self.cfg.addr,
-                        error_chain(&e)
+                        error_chain(e)
                     );
                 }
                 st.last_error = Some(msg.clone());
@@ -230,6 +238,8 @@ impl Conn {
         Anomalies {
             reconnects: self.reconnects.load(Ordering::Relaxed),
             tcp_rtt: self.stamps.tcp_rtt(),
+            cert_not_after: Some(self.cert_not_after.load(Ordering::Relaxed))
+                .filter(|t| *t != i64::MIN),
             ..Anomalies::default()
         }
     }
@@ -456,10 +466,15 @@ impl Probe for GrpcStreamProbe {
     }
 
     fn anomalies(&self) -> Anomalies {
-        let mut a = self.matchers.anomalies();
-        a.reconnects = self.conn.reconnects.load(Ordering::Relaxed);
-        a.tcp_rtt = self.conn.stamps.tcp_rtt();
-        a
+        // The channel's (reconnects, TCP_INFO, certificate) and the
+        // stream's matcher's counts.
+        let c = self.conn.anomalies();
+        Anomalies {
+            reconnects: c.reconnects,
+            tcp_rtt: c.tcp_rtt,
+            cert_not_after: c.cert_not_after,
+            ..self.matchers.anomalies()
+        }
     }
 }
 

@@ -3,6 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use std::sync::atomic::AtomicI64;
+
 use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
 
 /// A certificate or key file that cannot be used.
@@ -163,24 +165,26 @@ impl ClientTls {
         self
     }
 
+    /// Sets up TLS on `endpoint`; the server certificate's expiry goes to
+    /// `not_after` at each handshake.
     pub(crate) fn apply(
         &self,
         endpoint: tonic::transport::Endpoint,
         host: &str,
-    ) -> Result<tonic::transport::Endpoint, tonic::transport::Error> {
+        not_after: Arc<AtomicI64>,
+    ) -> Result<tonic::transport::Endpoint, Box<dyn std::error::Error + Send + Sync>> {
         let mut cfg = ClientTlsConfig::new()
             .domain_name(self.server_name.clone().unwrap_or_else(|| host.to_owned()));
         if let Some((cert, key)) = &self.identity {
             cfg = cfg.identity(Identity::from_pem(cert, key));
         }
-        if self.insecure {
-            return endpoint
-                .tls_config_with_verifier(cfg, Arc::new(prober_net::tls::NoVerification::new()));
-        }
-        cfg = match &self.ca {
-            Some(ca) => cfg.ca_certificate(Certificate::from_pem(ca)),
-            None => cfg.with_enabled_roots(),
-        };
-        endpoint.tls_config(cfg)
+        // The roots are the verifier's: tonic hands a custom verifier the
+        // whole check (and does not give the peer's certificate back).
+        let verifier = prober_net::tls::ExpiryRecorder::for_roots(
+            self.ca.as_deref(),
+            self.insecure,
+            not_after,
+        )?;
+        Ok(endpoint.tls_config_with_verifier(cfg, Arc::new(verifier))?)
     }
 }

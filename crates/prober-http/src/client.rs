@@ -249,7 +249,7 @@ impl HttpProbe {
                     .map_err(|e| ProbeError::new(ErrorKind::Tls, format!("TLS handshake: {e}")))?;
                 let (_, session) = tls.get_ref();
                 if let Some(leaf) = session.peer_certificates().and_then(|c| c.first())
-                    && let Some(t) = crate::tls::not_after(leaf)
+                    && let Some(t) = prober_net::tls::not_after(leaf)
                 {
                     self.cert_not_after.store(t, Ordering::Relaxed);
                 }

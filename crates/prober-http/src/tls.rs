@@ -117,9 +117,3 @@ pub(crate) fn client_config(
     };
     Ok(cfg)
 }
-
-/// When the leaf certificate expires, in Unix seconds.
-pub(crate) fn not_after(leaf: &CertificateDer<'_>) -> Option<i64> {
-    let (_, cert) = x509_parser::parse_x509_certificate(leaf.as_ref()).ok()?;
-    Some(cert.validity().not_after.timestamp())
-}

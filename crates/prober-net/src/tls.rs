@@ -1,6 +1,7 @@
 //! TLS helpers shared by the protocols over TLS (`grpcs://`, `https://`).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
@@ -66,5 +67,101 @@ impl ServerCertVerifier for NoVerification {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// When a certificate expires, in Unix seconds.
+pub fn not_after(cert: &CertificateDer<'_>) -> Option<i64> {
+    let (_, cert) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
+    Some(cert.validity().not_after.timestamp())
+}
+
+/// Checks a server's certificate as `inner` does, and keeps the expiry of
+/// the last leaf certificate it was shown (for
+/// `prober_tls_cert_expiry_timestamp_seconds`), for TLS stacks that do not
+/// hand the peer's certificates back (tonic's).
+#[derive(Debug)]
+pub struct ExpiryRecorder {
+    inner: Arc<dyn ServerCertVerifier>,
+    not_after: Arc<AtomicI64>,
+}
+
+impl ExpiryRecorder {
+    /// Wraps `inner`; the expiry goes to `not_after` (`i64::MIN`: none yet).
+    pub fn new(inner: Arc<dyn ServerCertVerifier>, not_after: Arc<AtomicI64>) -> Self {
+        Self { inner, not_after }
+    }
+
+    /// A verifier for roots from `ca_pem` (else the Mozilla roots), or
+    /// none at all when `insecure`, wrapped.
+    ///
+    /// # Errors
+    /// A CA file that holds no usable certificate.
+    pub fn for_roots(
+        ca_pem: Option<&[u8]>,
+        insecure: bool,
+        not_after: Arc<AtomicI64>,
+    ) -> Result<Self, rustls::Error> {
+        let inner: Arc<dyn ServerCertVerifier> = if insecure {
+            Arc::new(NoVerification::new())
+        } else {
+            let mut roots = rustls::RootCertStore::empty();
+            match ca_pem {
+                Some(pem) => {
+                    use rustls::pki_types::pem::PemObject as _;
+                    for c in CertificateDer::pem_slice_iter(pem) {
+                        let c = c.map_err(|e| rustls::Error::General(e.to_string()))?;
+                        roots.add(c)?;
+                    }
+                }
+                None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+            }
+            rustls::client::WebPkiServerVerifier::builder_with_provider(
+                Arc::new(roots),
+                Arc::new(rustls::crypto::ring::default_provider()),
+            )
+            .build()
+            .map_err(|e| rustls::Error::General(e.to_string()))?
+        };
+        Ok(Self::new(inner, not_after))
+    }
+}
+
+impl ServerCertVerifier for ExpiryRecorder {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        if let Some(t) = not_after(end_entity) {
+            self.not_after.store(t, Ordering::Relaxed);
+        }
+        self.inner
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
     }
 }

@@ -89,8 +89,13 @@ fn tls_and_mtls_through_the_cli() {
     let (cert, key, ca) = (f.path("server.pem"), f.path("server.key"), f.path("ca.pem"));
     let srv = Server::start(&["--tls-cert", &cert, "--tls-key", &key]);
     let t = format!("grpcs://{}", srv.grpc.replace("127.0.0.1", "localhost"));
-    let (code, err, _) = grpcs(&["--ca", &ca], &t);
+    let (code, err, lines) = grpcs(&["--ca", &ca], &t);
     assert_eq!(code, Some(0), "{err}");
+    let s = of_type(&lines, "summary")[0];
+    assert!(
+        s["cert_not_after"].as_i64().unwrap() > 1_700_000_000,
+        "the server certificate's expiry: {s}"
+    );
     // Without the CA the certificate is unknown, and the error says so.
     let (code, _, lines) = grpcs(&[], &t);
     assert_eq!(code, Some(1));
