@@ -204,39 +204,54 @@ impl DnsProbe {
         framed.extend_from_slice(&u16::try_from(query.len()).unwrap_or(u16::MAX).to_be_bytes());
         framed.extend_from_slice(&query);
         let mut slot = self.tcp.conn.lock().await;
-        if slot.is_none() {
-            let tcp = TcpStream::connect(self.server)
-                .await
-                .map_err(|e| ProbeError::io(format_args!("connecting to {}", self.server), &e))?;
-            let stamps = Arc::new(ChannelStamps::default());
-            let stream = StampedStream::new(tcp, Arc::clone(&stamps), self.tx_stamps)
-                .map_err(|e| ProbeError::io("setting socket options", &e))?;
-            self.tcp.opened.fetch_add(1, Ordering::Relaxed);
-            *slot = Some((stream, stamps));
-        }
-        let Some((stream, stamps)) = slot.as_mut() else {
-            return Err(ProbeError::new(ErrorKind::Other, "no connection"));
-        };
-        if let Some(gate) = gate {
-            gate.pass().await;
-        }
-        let sent = Instant::now();
-        let t1 = unix_now_ns();
-        let window = stamps.begin();
-        let res = async {
-            stream.write_all(&framed).await?;
-            let mut len = [0u8; 2];
-            stream.read_exact(&mut len).await?;
-            let mut body = vec![0u8; usize::from(u16::from_be_bytes(len))];
-            stream.read_exact(&mut body).await?;
-            Ok::<_, io::Error>(body)
-        }
-        .await;
-        let body = match res {
-            Ok(b) => b,
-            Err(e) => {
-                *slot = None;
-                return Err(ProbeError::io("DNS over TCP", &e));
+        let mut gate = gate;
+        let (sent, t1, window, body) = loop {
+            let fresh = slot.is_none();
+            if fresh {
+                let tcp = TcpStream::connect(self.server).await.map_err(|e| {
+                    ProbeError::io(format_args!("connecting to {}", self.server), &e)
+                })?;
+                let stamps = Arc::new(ChannelStamps::default());
+                let stream = StampedStream::new(tcp, Arc::clone(&stamps), self.tx_stamps)
+                    .map_err(|e| ProbeError::io("setting socket options", &e))?;
+                self.tcp.opened.fetch_add(1, Ordering::Relaxed);
+                *slot = Some((stream, stamps));
+            }
+            let Some((stream, stamps)) = slot.as_mut() else {
+                return Err(ProbeError::new(ErrorKind::Other, "no connection"));
+            };
+            if let Some(gate) = gate.take() {
+                gate.pass().await;
+            }
+            let sent = Instant::now();
+            let t1 = unix_now_ns();
+            let window = stamps.begin();
+            let res = async {
+                stream.write_all(&framed).await?;
+                let mut len = [0u8; 2];
+                stream.read_exact(&mut len).await?;
+                let mut body = vec![0u8; usize::from(u16::from_be_bytes(len))];
+                stream.read_exact(&mut body).await?;
+                Ok::<_, io::Error>(body)
+            }
+            .await;
+            match res {
+                Ok(body) => break (sent, t1, window, body),
+                Err(e) => {
+                    *slot = None;
+                    // A server may close a kept connection whenever it likes
+                    // (RFC 7766 §6.2.3): a kept one that turns out closed is
+                    // asked again on a new one, timed from there.
+                    let closed = matches!(
+                        e.kind(),
+                        io::ErrorKind::UnexpectedEof
+                            | io::ErrorKind::ConnectionReset
+                            | io::ErrorKind::BrokenPipe
+                    );
+                    if fresh || !closed {
+                        return Err(ProbeError::io("DNS over TCP", &e));
+                    }
+                }
             }
         };
         let received = Instant::now();
