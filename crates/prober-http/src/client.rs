@@ -93,20 +93,29 @@ impl Conn {
         }
     }
 
-    async fn send(&mut self, req: Request<Full<Bytes>>) -> Result<Response<Incoming>, ProbeError> {
-        let res = match &mut self.sender {
-            Sender::H1(s) => {
-                s.ready().await.map_err(hyper_error)?;
-                s.send_request(req).await
-            }
-            Sender::H2(s) => {
-                s.ready().await.map_err(hyper_error)?;
-                s.send_request(req).await
-            }
+    /// Sends `req`; on failure, the request back if none of it was sent
+    /// (the connection was closed before it), so it can go on another.
+    async fn send(&mut self, req: Request<Full<Bytes>>) -> Result<Response<Incoming>, Unsent> {
+        let ready = match &mut self.sender {
+            Sender::H1(s) => s.ready().await,
+            Sender::H2(s) => s.ready().await,
         };
-        res.map_err(hyper_error)
+        if let Err(e) = ready {
+            return Err((hyper_error(e), Some(req)));
+        }
+        let res = match &mut self.sender {
+            Sender::H1(s) => s.try_send_request(req).await,
+            Sender::H2(s) => s.try_send_request(req).await,
+        };
+        res.map_err(|mut e| {
+            let req = e.take_message();
+            (hyper_error(e.into_error()), req)
+        })
     }
 }
+
+/// A failed send, and the request when none of it went out.
+type Unsent = (ProbeError, Option<Request<Full<Bytes>>>);
 
 /// The phases a connection's opening took: resolve, connect, TLS.
 type OpenPhases = [Option<u64>; 3];
@@ -197,8 +206,13 @@ impl HttpProbe {
     }
 
     fn give_back(&self, c: Conn) {
+        if c.is_closed() {
+            // Closed by the server with its answer: lost as a kept one is.
+            self.lost.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         let mut pool = self.pool();
-        if pool.len() < POOL && !c.is_closed() {
+        if pool.len() < POOL {
             pool.push(c);
         }
     }
@@ -543,7 +557,19 @@ impl Probe for HttpProbe {
             conn.busy = true;
             let t_req = unix_now_ns();
             let window = conn.stamps.begin();
-            let resp = conn.send(req).await?;
+            let resp = match conn.send(req).await {
+                Ok(resp) => resp,
+                // A kept connection the server closed before the request
+                // went out (its keep-alive ran out): the request goes on a
+                // new connection, as a browser's does, and the one lost is
+                // counted in `reconnects`.
+                Err((_, Some(_))) if !opened => {
+                    drop(window);
+                    drop(conn);
+                    continue;
+                }
+                Err((e, _)) => return Err(e),
+            };
             let (parts, body) = resp.into_parts();
             let body = self.body(body).await?;
             let received = Instant::now();

@@ -423,6 +423,13 @@ fn bad_server(mode: &'static str) -> String {
                         while Instant::now() < deadline && c.write_all(&chunk).is_ok() {}
                         Ok(())
                     }
+                    "close-after-one" => {
+                        // A keep-alive the server does not keep: an
+                        // answer, then the connection closes.
+                        let _ = c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+                        let _ = c.shutdown(std::net::Shutdown::Both);
+                        Ok(())
+                    }
                     "endless-headers" => {
                         let _ = c.write_all(b"HTTP/1.1 200 OK\r\n");
                         while Instant::now() < deadline && c.write_all(b"X-More: yes\r\n").is_ok() {
@@ -471,6 +478,18 @@ fn misbehaving_servers_give_counted_errors_and_never_hang() {
             started.elapsed()
         );
     }
+    // A server that closes each kept connection after one answer: every
+    // probe still succeeds, on a new connection, counted as a reconnect.
+    let t = format!("http://{}/", bad_server("close-after-one"));
+    let (code, lines, err) = run_json(&["run", "-c", "20", "-i", "10ms", "-o", "json", &t]);
+    assert_eq!(code, Some(0), "{err}");
+    let s = of_type(&lines, "summary")[0];
+    assert_eq!(
+        (s["ok"].as_u64(), s["error"].as_u64()),
+        (Some(20), Some(0)),
+        "{s}"
+    );
+    assert!(s["reconnects"].as_u64().unwrap() >= 19, "{s}");
     // Headers for ever: the probe ends at its timeout (or the head limit).
     let t = format!("http://{}/", bad_server("endless-headers"));
     let started = Instant::now();
