@@ -51,6 +51,23 @@ impl Drop for Serve {
     }
 }
 
+/// `prober serve --http` and `--https` with a certificate for localhost
+/// and 127.0.0.1 signed by `ca.pem` in `f`.
+fn serve_with_tls(f: &Files) -> Serve {
+    make_pki(f, &[("server", Leaf::Server)]);
+    let (cert, key) = (f.path("server.pem"), f.path("server.key"));
+    Serve::start(&[
+        "--http",
+        "127.0.0.1:0",
+        "--https",
+        "127.0.0.1:0",
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+    ])
+}
+
 fn phases_sum(p: &Value) -> u64 {
     ["resolve", "connect", "tls", "write", "first_byte", "body"]
         .iter()
@@ -61,25 +78,7 @@ fn phases_sum(p: &Value) -> u64 {
 #[test]
 fn http_h2c_and_https_phases_and_split_add_up() {
     let f = Files::new("http-ok");
-    make_pki(
-        &f,
-        &[
-            ("server", Leaf::Server),
-            ("expired", Leaf::Expired),
-            ("self", Leaf::SelfSigned),
-        ],
-    );
-    let (cert, key) = (f.path("server.pem"), f.path("server.key"));
-    let srv = Serve::start(&[
-        "--http",
-        "127.0.0.1:0",
-        "--https",
-        "127.0.0.1:0",
-        "--tls-cert",
-        &cert,
-        "--tls-key",
-        &key,
-    ]);
+    let srv = serve_with_tls(&f);
     let https_port = srv.addr("https").rsplit(':').next().unwrap().to_owned();
     let targets = [
         format!("http://{}/echo?size=100", srv.addr("http")),
@@ -151,25 +150,7 @@ fn http_h2c_and_https_phases_and_split_add_up() {
 #[test]
 fn a_new_connection_per_probe_has_every_phase() {
     let f = Files::new("http-new");
-    make_pki(
-        &f,
-        &[
-            ("server", Leaf::Server),
-            ("expired", Leaf::Expired),
-            ("self", Leaf::SelfSigned),
-        ],
-    );
-    let (cert, key) = (f.path("server.pem"), f.path("server.key"));
-    let srv = Serve::start(&[
-        "--http",
-        "127.0.0.1:0",
-        "--https",
-        "127.0.0.1:0",
-        "--tls-cert",
-        &cert,
-        "--tls-key",
-        &key,
-    ]);
+    let srv = serve_with_tls(&f);
     let https = format!("https://{}/echo", srv.addr("https"));
     let http = format!("http://{}/echo", srv.addr("http"));
     let ca = f.path("ca.pem");
@@ -536,18 +517,8 @@ fn http_options_are_refused_where_nothing_takes_them() {
 #[test]
 fn daemon_jobs_take_http_options_and_export_phases_and_cert_expiry() {
     let f = Files::new("http-daemon");
-    make_pki(&f, &[("server", Leaf::Server)]);
-    let (cert, key, ca) = (f.path("server.pem"), f.path("server.key"), f.path("ca.pem"));
-    let srv = Serve::start(&[
-        "--http",
-        "127.0.0.1:0",
-        "--https",
-        "127.0.0.1:0",
-        "--tls-cert",
-        &cert,
-        "--tls-key",
-        &key,
-    ]);
+    let srv = serve_with_tls(&f);
+    let ca = f.path("ca.pem");
     let http = srv.addr("http");
     let https_port = srv.addr("https").rsplit(':').next().unwrap();
     let jobs = format!(
