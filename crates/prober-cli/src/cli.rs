@@ -33,7 +33,7 @@ pub(crate) struct Cli {
     /// runtime (no cross-thread wake-ups; busy-poll threads come on top).
     /// [default: 1 for `serve --config` (the daemon) and for `run` with
     /// targets and --pacing spin, --pacing hybrid or --busy-poll, else 0]
-    #[arg(long, global = true, value_name = "N")]
+    #[arg(long, global = true, value_name = "N", value_parser = threads)]
     pub(crate) threads: Option<usize>,
 
     #[command(subcommand)]
@@ -203,6 +203,36 @@ pub(crate) fn intervals(s: &str) -> Result<Intervals, String> {
     Ok(Intervals(list))
 }
 
+/// Most runtime worker threads `--threads` takes: each has a stack and a
+/// signal stack, and 100,000 of them exhaust memory maps before the first
+/// probe.
+pub(crate) const MAX_THREADS: usize = 1024;
+
+fn threads(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n <= MAX_THREADS => Ok(n),
+        Ok(_) => Err(format!(
+            "{s} threads is more than {MAX_THREADS}; 0 gives one per CPU"
+        )),
+        Err(_) => Err(format!("{s:?} is not a whole number of threads")),
+    }
+}
+
+/// Most warm-up probes per target.
+pub(crate) const MAX_WARMUP: u64 = 1_000_000;
+
+fn warmup(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(n) if n <= MAX_WARMUP => Ok(n),
+        Ok(_) => Err(format!(
+            "{s} warm-up probes is more than {MAX_WARMUP} per target"
+        )),
+        Err(_) => Err(format!(
+            "warm-up {s:?} is not a whole number from 0 to {MAX_WARMUP}"
+        )),
+    }
+}
+
 fn count(s: &str) -> Result<u64, String> {
     match s.parse::<u64>() {
         Ok(0) => Err("count must be at least 1".to_owned()),
@@ -265,7 +295,7 @@ pub(crate) struct RunArgs {
     pub(crate) timeout: Duration,
 
     /// Probes per target sent before measuring, not recorded.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = warmup, value_name = "N")]
     pub(crate) warmup: u64,
 
     /// Most probes in flight per target; a slot that finds the cap reached is

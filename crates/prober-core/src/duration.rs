@@ -2,6 +2,10 @@
 
 use std::time::Duration;
 
+/// The longest duration accepted, in ns: every duration must fit the u64
+/// nanosecond fields of the outputs.
+pub const MAX_NS: u64 = u64::MAX;
+
 /// Parses a duration written as a decimal number followed by a unit:
 /// `ns`, `us` (or `µs`), `ms`, `s`, `m` or `h`, or as several such parts
 /// (`1m30s`, read by humantime). A bare `0` is accepted.
@@ -11,6 +15,12 @@ use std::time::Duration;
 /// a missing or unknown unit, or a number that does not parse or overflows.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let s = text.trim();
+    if s.len() > crate::quote::MAX_QUOTE {
+        return Err(format!(
+            "duration {:?} is too long to be one",
+            crate::quote::short(s)
+        ));
+    }
     if s.is_empty() {
         return Err("empty duration".to_owned());
     }
@@ -42,16 +52,36 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "h" => 3600e9,
         // `1m30s`, `1h 5m`: several numbers with units.
         other if other.chars().any(|c| c.is_ascii_digit()) => {
-            return humantime::parse_duration(s)
-                .map_err(|e| format!("duration {s:?} is not valid: {e}"));
+            let d = humantime::parse_duration(s)
+                .map_err(|e| format!("duration {s:?} is not valid: {e}"))?;
+            if d.as_nanos() > u128::from(MAX_NS) {
+                return Err(format!(
+                    "duration {s:?} is too large (at most {MAX_NS}ns, 584 years)"
+                ));
+            }
+            return Ok(d);
         }
         other => return Err(format!("duration {s:?} has an unknown unit {other:?}")),
     };
-    let ns = value * scale_ns;
-    if !ns.is_finite() || ns > u64::MAX as f64 {
-        return Err(format!("duration {s:?} is too large"));
+    let too_large = || format!("duration {s:?} is too large (at most {MAX_NS}ns, 584 years)");
+    // Whole numbers are scaled exactly: as an f64, 2^64 ns would round to
+    // u64::MAX and pass.
+    if !number.contains('.') {
+        let whole: u128 = number.parse().map_err(|_| too_large())?;
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // whole ns per unit
+        let ns = whole
+            .checked_mul(scale_ns as u128)
+            .filter(|&ns| ns <= u128::from(MAX_NS))
+            .ok_or_else(too_large)?;
+        #[allow(clippy::cast_possible_truncation)] // checked above
+        return Ok(Duration::from_nanos(ns as u64));
     }
-    Ok(Duration::from_nanos(ns.round() as u64))
+    let ns = (value * scale_ns).round();
+    // u64::MAX as f64 is 2^64, one past the largest u64.
+    if !ns.is_finite() || ns >= u64::MAX as f64 {
+        return Err(too_large());
+    }
+    Ok(Duration::from_nanos(ns as u64))
 }
 
 /// Formats a duration compactly with a unit chosen by its size
@@ -114,6 +144,24 @@ mod tests {
         }
         assert!(parse_duration("-5ms").unwrap_err().contains("negative"));
         assert!(parse_duration("10").unwrap_err().contains("no unit"));
+    }
+
+    #[test]
+    fn refuses_what_does_not_fit_u64_nanoseconds() {
+        assert_eq!(
+            parse_duration("18446744073709551615ns"),
+            Ok(Duration::from_nanos(u64::MAX))
+        );
+        for big in [
+            "18446744073709551616ns",
+            "18446744074s",
+            "18446744073.8s",
+            "99999999999999999999999999999999999999999s",
+            "5124096h 1s",
+        ] {
+            let e = parse_duration(big).unwrap_err();
+            assert!(e.contains("too large"), "{big:?}: {e}");
+        }
     }
 
     #[test]

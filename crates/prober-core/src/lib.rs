@@ -25,7 +25,8 @@
 //! - [`sink`]: the [`Sink`] trait (the sinks are in `prober-sinks`);
 //!   [`entry`]: [`TargetEntry`], a target with its statistics, as sinks see it.
 //! - [`clock`], [`meta`]: wall-clock time and the settings that travel with
-//!   every result; [`duration`]: parses `10ms`, `1m30s`.
+//!   every result; [`duration`]: parses `10ms`, `1m30s`; [`quote`]: caps
+//!   user input quoted in messages.
 //!
 //! Sockets and files live in `prober-net`, `prober-sinks` and the protocol
 //! crates; command-line parsing in `prober-cli`.
@@ -42,6 +43,7 @@ pub mod meta;
 pub mod pacer;
 pub mod probe;
 pub mod protocol;
+pub mod quote;
 pub mod runner;
 pub mod sample;
 pub mod sink;

@@ -162,6 +162,9 @@ impl fmt::Display for Target {
     }
 }
 
+/// The longest host name a target may have (RFC 1035, written out).
+pub const MAX_HOST: usize = 253;
+
 /// Parses one target against `registry`. A bare host means the registry's
 /// protocol without ports (ICMP).
 ///
@@ -170,7 +173,7 @@ impl fmt::Display for Target {
 /// without brackets, a port on a bare host).
 pub fn parse_target(registry: &Registry, text: &str) -> Result<Target, TargetError> {
     let syntax = |why: String| TargetError::Syntax {
-        text: text.to_owned(),
+        text: crate::quote::short(text),
         why,
     };
     let ((protocol, scheme), rest, bare) = match text.split_once("://") {
@@ -178,8 +181,8 @@ pub fn parse_target(registry: &Registry, text: &str) -> Result<Target, TargetErr
             Some(found) => (found, rest, false),
             None => {
                 return Err(TargetError::UnknownScheme {
-                    scheme: s.to_owned(),
-                    text: text.to_owned(),
+                    scheme: crate::quote::short(s),
+                    text: crate::quote::short(text),
                     known: registry.scheme_names().join(", "),
                 });
             }
@@ -205,9 +208,23 @@ pub fn parse_target(registry: &Registry, text: &str) -> Result<Target, TargetErr
             takes.join(", ")
         )));
     }
+    if let Some((user, _)) = authority.rsplit_once('@') {
+        return Err(syntax(format!(
+            "has user information ({user}@); {}:// targets take no user name or password",
+            scheme.name
+        )));
+    }
     let (host, port) = split_host_port(authority).map_err(syntax)?;
     if host.is_empty() {
         return Err(syntax("has no host".into()));
+    }
+    // RFC 1035: a name is at most 253 characters written out; a longer one
+    // is refused here so no message or query carries it.
+    if host.len() > MAX_HOST {
+        return Err(syntax(format!(
+            "has a host of {} characters; a host name has at most {MAX_HOST}",
+            host.len()
+        )));
     }
     let port = match (port, protocol.port) {
         (Some(p), Some(_)) => parse_port(p).map_err(syntax)?,
@@ -328,10 +345,13 @@ mod tests {
 
     #[test]
     fn rejects_bad_targets_with_hints() {
+        let long_host = format!("tcp://{}:1", "h".repeat(254));
         let cases = [
             ("ftp://h:1", "unknown scheme \"ftp\""),
             ("ftp://h:1", "known: icmp, tcp, udp, health"),
             ("tcp://h", "missing a port (tcp://h:8707)"),
+            ("tcp://u:p@127.0.0.1:9", "has user information (u:p@)"),
+            (long_host.as_str(), "a host name has at most 253"),
             ("tcp://h:0", "out of range"),
             ("tcp://h:65536", "out of range"),
             ("tcp://h:http", "not a number"),

@@ -85,25 +85,6 @@ struct StampsSection {
     transmit: bool,
 }
 
-/// Settings a job may set and `[defaults]` may give to every job.
-#[derive(Debug, Default, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct JobSettings {
-    interval: Option<String>,
-    timeout: Option<String>,
-    pacing: Option<String>,
-    size: Option<usize>,
-    #[serde(default)]
-    labels: BTreeMap<String, String>,
-    sinks: Option<SinksSection>,
-    /// `[job.http]`: what HTTP targets send and accept.
-    http: Option<prober_http::HttpSpec>,
-    /// `[job.dns]`: what DNS replies are valid.
-    dns: Option<prober_dns::DnsSpec>,
-    /// `[job.tls]`: how `https://` and `grpcs://` targets check servers.
-    tls: Option<TlsSection>,
-}
-
 /// `[job.tls]`, as `prober run`'s `--ca`, `--cert`, `--key`,
 /// `--tls-server-name` and `--insecure`.
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -117,15 +98,56 @@ struct TlsSection {
     insecure: bool,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct JobSection {
-    name: String,
+/// Declares [`JobSettings`] (what a job may set and `[defaults]` may give
+/// to every job) and [`JobSection`] (a `[[job]]`: its name, targets and
+/// the same settings) from one list of fields. The settings are spelled
+/// into `JobSection` rather than `#[serde(flatten)]`ed: a flattened table
+/// loses the keys' positions, so every error pointed at the `[[job]]`
+/// header.
+macro_rules! job_settings {
+    ($( $(#[$attr:meta])* $field:ident: $ty:ty, )*) => {
+        /// Settings a job may set and `[defaults]` may give to every job.
+        #[derive(Debug, Default, Clone, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct JobSettings {
+            $( $(#[$attr])* $field: $ty, )*
+        }
+
+        #[derive(Debug, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct JobSection {
+            name: String,
+            #[serde(default)]
+            targets: Vec<String>,
+            targets_file: Option<PathBuf>,
+            $( $(#[$attr])* $field: $ty, )*
+            #[serde(skip)]
+            settings: JobSettings,
+        }
+
+        impl JobSection {
+            /// Gathers the settings into [`JobSection::settings`].
+            fn gather(&mut self) {
+                self.settings = JobSettings { $( $field: self.$field.clone(), )* };
+            }
+        }
+    };
+}
+
+job_settings! {
+    interval: Option<String>,
+    timeout: Option<String>,
+    pacing: Option<String>,
+    size: Option<usize>,
     #[serde(default)]
-    targets: Vec<String>,
-    targets_file: Option<PathBuf>,
-    #[serde(flatten)]
-    settings: JobSettings,
+    labels: BTreeMap<String, String>,
+    sinks: Option<SinksSection>,
+    /// `[job.http]`: what HTTP targets send and accept.
+    http: Option<prober_http::HttpSpec>,
+    /// `[job.dns]`: what DNS replies are valid.
+    dns: Option<prober_dns::DnsSpec>,
+    /// `[job.tls]`: how `https://` and `grpcs://` targets check servers.
+    tls: Option<TlsSection>,
 }
 
 #[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
@@ -526,13 +548,46 @@ pub async fn load(path: &Path, registry: &Registry) -> Result<Config> {
     Ok(cfg)
 }
 
+/// The longest piece of the config's text an error quotes.
+const QUOTE_MAX: usize = 80;
+
+/// `line L, column C: reason`, then the line (at most [`QUOTE_MAX`]
+/// characters of it, around the column) and a caret: toml's own message
+/// quotes the whole line and a caret line as long, 100 MB for a 50 MB
+/// line.
+fn toml_error(e: &toml::de::Error, text: &str) -> DaemonError {
+    let reason = e.message().trim_end();
+    let Some(span) = e.span() else {
+        return DaemonError::Config(prober_core::quote::cap(reason, 4 * QUOTE_MAX));
+    };
+    let at = span.start.min(text.len());
+    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[at..].find('\n').map_or(text.len(), |i| at + i);
+    let line_no = text[..line_start].matches('\n').count() + 1;
+    let line = &text[line_start..line_end];
+    let col = text[line_start..at].chars().count();
+    // A window of the line around the column.
+    let skip = col.saturating_sub(QUOTE_MAX / 2);
+    let shown: String = line.chars().skip(skip).take(QUOTE_MAX).collect();
+    let more = line.chars().count() > skip + QUOTE_MAX;
+    let (pre, post) = (if skip > 0 { "…" } else { "" }, if more { "…" } else { "" });
+    let caret = " ".repeat(col - skip + pre.chars().count());
+    DaemonError::Config(format!(
+        "line {line_no}, column {}: {}\n  | {pre}{shown}{post}\n  | {caret}^",
+        col + 1,
+        prober_core::quote::cap(reason, 4 * QUOTE_MAX),
+    ))
+}
+
 /// Parses and validates config text; `path` places relative paths.
 ///
 /// # Errors
 /// [`DaemonError::Config`] naming the key and the reason.
 pub async fn parse(text: &str, path: &Path, registry: &Registry) -> Result<Config> {
-    let raw: FileConfig = toml::from_str(text)
-        .map_err(|e| DaemonError::Config(e.to_string().trim_end().to_owned()))?;
+    let mut raw: FileConfig = toml::from_str(text).map_err(|e| toml_error(&e, text))?;
+    for j in &mut raw.jobs {
+        j.gather();
+    }
     let base = path
         .parent()
         .map_or_else(|| PathBuf::from("."), Path::to_owned);
@@ -557,9 +612,6 @@ pub async fn parse(text: &str, path: &Path, registry: &Registry) -> Result<Confi
                 );
             }
         }
-    }
-    if jobs.is_empty() && raw.serve == ServeSection::default() {
-        bail!("nothing to do: no [[job]] and no [serve] listener");
     }
     Ok(Config {
         serve: raw.serve,
@@ -633,6 +685,39 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn errors_inside_a_job_point_at_the_key_not_the_header() {
+        let job = "[[job]]\nname = \"a\"\ntargets = [\"udp://127.0.0.1:1\"]\n";
+        for (key, at) in [
+            (
+                "interval = 5",
+                "line 4, column 12: invalid type: integer `5`",
+            ),
+            ("bogus = 1", "line 4, column 1: unknown field `bogus`"),
+            ("size = -1", "line 4, column 8: invalid value: integer `-1`"),
+        ] {
+            let e = err(&format!("{job}{key}\n\n")).await;
+            assert!(e.starts_with(at), "{key}: {e}");
+            assert!(e.contains(&format!("| {key}\n")), "{key}: {e}");
+        }
+        let e = err("\n[[job]]\ntargets = []\n").await;
+        assert!(
+            e.starts_with("line 2, column 1: missing field `name`"),
+            "{e}"
+        );
+    }
+
+    #[tokio::test]
+    async fn errors_quote_a_window_of_a_long_line() {
+        let text = format!("[defaults]\ninterval = \"{}", "a".repeat(5_000_000));
+        let e = err(&text).await;
+        assert!(e.len() < 1_000, "{} bytes: {}", e.len(), &e[..200]);
+        assert!(e.starts_with("line 2, column"), "{e}");
+        let text = format!("[[job]]\nname = \"{}\"\ntargets = 7\n", "n".repeat(100_000));
+        let e = err(&text).await;
+        assert!(e.len() < 1_000, "{} bytes", e.len());
+    }
+
+    #[tokio::test]
     async fn errors_name_the_key_and_reason() {
         let cases = [
             (
@@ -672,12 +757,11 @@ mod tests {
                 "[[job]]\nname = \"a\"\ntargets = [\"tcp://no..host:1\"]",
                 "cannot resolve host",
             ),
-            ("", "nothing to do"),
             (
                 "[defaults]\nsinks = { csv = { path = \"x.csv\" } }\n[[job]]\nname = \"a\"\ntargets = [\"udp://127.0.0.1:1\"]\n[[job]]\nname = \"b\"\ntargets = [\"udp://127.0.0.1:2\"]",
                 "is also a sink of job",
             ),
-            ("[serve\n", "TOML parse error"),
+            ("[serve\n", "line 1, column 7: unclosed table"),
             (
                 "[[job]]\nname = \"a\"\ntargets = [\"udp://127.0.0.1:1\"]\nlabels = { le = \"x\" }",
                 "labels.le",

@@ -63,13 +63,30 @@ pub struct DaemonOptions {
 ///
 /// # Errors
 /// [`DaemonError::Config`] naming the file, the key and the reason.
-pub async fn check(path: &std::path::Path, registry: &Registry) -> Result<String, DaemonError> {
+///
+/// `cli_listeners` says whether the command line gives responder
+/// listeners, which count as work as `[serve]`'s do.
+pub async fn check(
+    path: &std::path::Path,
+    registry: &Registry,
+    cli_listeners: bool,
+) -> Result<String, DaemonError> {
     let cfg = config::load(path, registry).await?;
+    if cfg.jobs.is_empty() && cfg.serve == config::ServeSection::default() && !cli_listeners {
+        return Err(nothing_to_do(path));
+    }
     let targets: usize = cfg.jobs.iter().map(|j| j.targets.len()).sum();
     Ok(format!(
         "config {} is valid: {} jobs, {targets} targets",
         path.display(),
         cfg.jobs.len()
+    ))
+}
+
+fn nothing_to_do(path: &std::path::Path) -> DaemonError {
+    DaemonError::Config(format!(
+        "config {}: nothing to do: no [[job]], no [serve] listener and no listener on the command line",
+        path.display()
     ))
 }
 
@@ -351,6 +368,9 @@ pub async fn run(
         if let Some(path) = &cfg.serve.stamp_key {
             s.key = Some(prober_stamp::Key::from_file(path).map_err(DaemonError::Config)?);
         }
+    }
+    if cfg.jobs.is_empty() && !responders.any() {
+        return Err(nothing_to_do(&path));
     }
     let mut listeners = responder::start(&responders, &listeners_stop).await?;
     for (what, addr) in &listeners.bound {

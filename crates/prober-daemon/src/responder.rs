@@ -57,6 +57,17 @@ pub struct ResponderOptions {
     pub stamp_config: ReflectorConfig,
 }
 
+impl ResponderOptions {
+    /// True when any listener is asked for.
+    pub fn any(&self) -> bool {
+        [
+            self.tcp, self.udp, self.grpc, self.http, self.https, self.grpcs, self.stamp,
+        ]
+        .iter()
+        .any(Option::is_some)
+    }
+}
+
 /// Running responders.
 #[derive(Debug)]
 pub struct Responders {

@@ -9,7 +9,7 @@ use crate::fields::{FieldValue, field_value};
 /// Writes the chosen summary fields as CSV (RFC 4180 quoting), times in µs,
 /// percentages as plain numbers. Per-probe data is in the JSON sink.
 pub struct CsvSink {
-    out: Box<dyn Write + Send>,
+    out: crate::Records<Box<dyn crate::Destination>>,
     fields: Vec<String>,
 }
 
@@ -23,8 +23,11 @@ impl std::fmt::Debug for CsvSink {
 
 impl CsvSink {
     /// Writes to `out` with these columns.
-    pub fn new(out: Box<dyn Write + Send>, fields: Vec<String>) -> Self {
-        Self { out, fields }
+    pub fn new(out: Box<dyn crate::Destination>, fields: Vec<String>) -> Self {
+        Self {
+            out: crate::Records::new(out),
+            fields,
+        }
     }
 }
 
@@ -60,7 +63,7 @@ impl Sink for CsvSink {
                 .collect();
             writeln!(self.out, "{}", row.join(","))?;
         }
-        self.out.flush()
+        self.out.flush_all()
     }
 }
 

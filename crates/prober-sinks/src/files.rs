@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -14,6 +14,7 @@ use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
 use prober_core::{Context, Fanout, Sample, Sink, Summary, TargetEntry};
 
 use crate::json::ProbeLine;
+use crate::output::Records;
 
 /// Checks that a sink file can be created or appended to at `path`: its
 /// directory exists and is writable. Nothing is created.
@@ -90,7 +91,7 @@ pub struct RotatingFile {
     path: PathBuf,
     rotation: Rotation,
     header: Option<Header>,
-    out: BufWriter<File>,
+    out: Records<File>,
     size: u64,
     opened: Instant,
 }
@@ -121,10 +122,10 @@ impl RotatingFile {
         })
     }
 
-    fn start(path: &Path, header: Option<&Header>) -> io::Result<(BufWriter<File>, u64)> {
+    fn start(path: &Path, header: Option<&Header>) -> io::Result<(Records<File>, u64)> {
         let file = open_append(path)?;
         let size = file.metadata()?.len();
-        let mut out = BufWriter::new(file);
+        let mut out = Records::new(file);
         if let Some(h) = header {
             h(&mut out, size == 0)?;
         }
@@ -143,7 +144,7 @@ impl RotatingFile {
     }
 
     fn rotate(&mut self) -> io::Result<()> {
-        self.out.flush()?;
+        self.out.flush_all()?;
         for n in (1..self.rotation.keep).rev() {
             let from = self.rotated(n);
             if from.exists() {
@@ -193,12 +194,22 @@ impl RotatingFile {
         Ok(())
     }
 
+    /// Lines dropped because writing them failed (a full disk).
+    pub fn dropped_lines(&self) -> u64 {
+        self.out.dropped_lines()
+    }
+
     /// Flushes the buffer.
     ///
     /// # Errors
     /// The file's.
     pub fn flush(&mut self) -> io::Result<()> {
-        self.out.flush()
+        let res = self.out.flush_all();
+        if res.is_err() {
+            // What reached the file: whole lines only (see `Records`).
+            self.size = self.out.get_ref().metadata().map_or(self.size, |m| m.len());
+        }
+        res
     }
 
     /// True when the path now names another file or none.
@@ -216,7 +227,7 @@ impl RotatingFile {
         if !self.is_moved() {
             return Ok(false);
         }
-        self.out.flush()?;
+        self.out.flush_all()?;
         self.reset()?;
         tracing::info!(path = %self.path.display(), "reopened a moved sink file");
         Ok(true)

@@ -30,7 +30,7 @@ impl std::fmt::Debug for HumanSink {
 
 impl HumanSink {
     /// Writes to `out`; `fields` are the table columns.
-    pub fn new(out: Box<dyn Write + Send>, quiet: bool, fields: Vec<String>) -> Self {
+    pub fn new(out: Box<dyn crate::Destination>, quiet: bool, fields: Vec<String>) -> Self {
         Self {
             out: Output::new(out),
             quiet,

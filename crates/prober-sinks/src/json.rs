@@ -43,7 +43,7 @@ impl std::fmt::Debug for JsonSink {
 
 impl JsonSink {
     /// Writes to `out`; with `quiet`, only the meta and summary lines.
-    pub fn new(out: Box<dyn Write + Send>, quiet: bool) -> Self {
+    pub fn new(out: Box<dyn crate::Destination>, quiet: bool) -> Self {
         Self {
             out: Output::new(out),
             quiet,

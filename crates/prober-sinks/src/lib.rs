@@ -25,7 +25,7 @@ pub mod fields;
 pub mod files;
 pub mod human;
 pub mod json;
-mod output;
+pub mod output;
 pub mod progress;
 pub mod prometheus;
 
@@ -35,5 +35,6 @@ pub use self::fields::{
 };
 pub use self::human::HumanSink;
 pub use self::json::{JsonSink, ProbeLine, SCHEMA_VERSION, SweepTag};
+pub use self::output::{Destination, RawStdout, Records};
 pub use self::progress::ProgressSink;
 pub use self::prometheus::PrometheusSink;

@@ -434,7 +434,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
 
     let quiet = args.quiet || (self_test && args.output == Output::Human);
-    let stdout = || Box::new(std::io::stdout()) as Box<dyn std::io::Write + Send>;
+    let stdout = prober_sinks::RawStdout::boxed;
     let sink: Box<dyn Sink> = match args.output {
         Output::Human => Box::new(
             HumanSink::new(stdout(), quiet, fields)

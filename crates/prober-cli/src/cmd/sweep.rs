@@ -266,7 +266,7 @@ pub(crate) async fn sweep(args: SweepArgs) -> anyhow::Result<ExitCode> {
                 interval_ns: p.interval.as_nanos() as u64,
             };
             sinks.push(Box::new(
-                JsonSink::new(Box::new(std::io::stdout()), false).with_sweep(tag),
+                JsonSink::new(prober_sinks::RawStdout::boxed(), false).with_sweep(tag),
             ));
         }
         let mut meta = RunMeta::new(env!("CARGO_PKG_VERSION"), &cfg)

@@ -419,6 +419,71 @@ fn bad_config_fails_at_start_with_exit_2() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[test]
+fn a_listener_on_the_command_line_is_work_for_the_daemon() {
+    let dir = std::env::temp_dir().join(format!("prober-daemon-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("metrics-only.toml");
+    let metrics = format!("127.0.0.1:{}", free_port());
+    std::fs::write(&path, format!("[metrics]\nlisten = \"{metrics}\"\n")).unwrap();
+    let udp = format!("127.0.0.1:{}", free_port());
+    let check = |extra: &[&str]| {
+        prober()
+            .args(["serve", "--check-config", "--config"])
+            .arg(&path)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = check(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing to do"));
+    assert_eq!(check(&["--udp", &udp]).status.code(), Some(0));
+    let mut child = prober()
+        .args(["serve", "--quiet", "--config"])
+        .arg(&path)
+        .args(["--udp", &udp])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("a listening line").unwrap();
+    assert_eq!(first, format!("listening udp {udp}"));
+    let out = crate::support::run(&["run", "-c", "3", "-i", "10ms", &format!("udp://{udp}")]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    sigterm(child.id());
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn check_config_refuses_sink_paths_that_would_fail_at_start() {
+    let dir = std::env::temp_dir().join(format!("prober-daemon-paths-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("a-directory")).unwrap();
+    std::fs::write(dir.join("a-file"), "").unwrap();
+    for (path, why) in [
+        ("a-directory", "is a directory"),
+        ("a-file/x.jsonl", "is not a directory"),
+    ] {
+        let cfg = dir.join("c.toml");
+        std::fs::write(
+            &cfg,
+            format!("[[job]]\nname = \"a\"\ntargets = [\"udp://127.0.0.1:9\"]\n[job.sinks.jsonl]\npath = \"{path}\"\n"),
+        )
+        .unwrap();
+        let out = prober()
+            .args(["serve", "--check-config", "--config"])
+            .arg(&cfg)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{path}: {err}");
+        assert!(err.to_lowercase().contains(why), "{path}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn curl(url: &str) -> Option<String> {
     let out = Command::new("curl")
         .args(["-sf", "--max-time", "2", url])

@@ -27,6 +27,34 @@ fn bad_settings() {
 }
 
 #[test]
+fn out_of_range_values_are_refused_not_saturated() {
+    let t = "udp://127.0.0.1:1";
+    fails(&["run", "-i", "18446744073709551616ns", t], "too large");
+    fails(&["run", "-W", "18446744074s", t], "too large");
+    fails(
+        &["run", "--warmup", "9223372036854775808", t],
+        "more than 1000000",
+    );
+    // A panic (exit 134) before the bound.
+    fails(
+        &["run", "--threads", "100000", "-c", "1", t],
+        "100000 threads is more than 1024",
+    );
+    fails(
+        &["run", "tcp://u:p@127.0.0.1:9"],
+        "has user information (u:p@)",
+    );
+    let long = format!("tcp://{}:1", "h".repeat(100_000));
+    let out = run(&["run", &long]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        out.stderr.len() < 2_000,
+        "{} bytes of error",
+        out.stderr.len()
+    );
+}
+
+#[test]
 fn bad_sizes() {
     fails(
         &["run", "--size", "10", "tcp://127.0.0.1:1"],
@@ -107,4 +135,61 @@ fn self_test_checks_the_size_too() {
         ],
         "burst 9 is above the in-flight cap 4",
     );
+}
+
+/// A tmpfs of `kib` KiB mounted on a fresh directory, unmounted on drop.
+struct TinyDisk(std::path::PathBuf);
+
+impl TinyDisk {
+    fn mount(tag: &str, kib: u32) -> Option<Self> {
+        if !crate::support::is_root() {
+            eprintln!("SKIPPED: {tag} needs root to mount a tmpfs");
+            return None;
+        }
+        let dir = std::env::temp_dir().join(format!("prober-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={kib}k"), "tmpfs"])
+            .arg(&dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "mounting a tmpfs on {}", dir.display());
+        Some(Self(dir))
+    }
+}
+
+impl Drop for TinyDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn a_full_disk_under_stdout_leaves_whole_records_and_exit_2() {
+    let Some(disk) = TinyDisk::mount("full-stdout", 64) else {
+        return;
+    };
+    let server = Server::start(&[]);
+    let path = disk.0.join("out.jsonl");
+    let out = crate::support::prober()
+        .args(["run", "-o", "json", "-c", "400", "-i", "1ms"])
+        .arg(format!("udp://{}", server.udp))
+        .stdout(std::fs::File::create(&path).unwrap())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("No space left on device"), "{err}");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        text.ends_with('\n'),
+        "torn last record: …{}",
+        &text[text.len() - 80..]
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines.len() > 10, "{} lines", lines.len());
+    for l in lines {
+        serde_json::from_str::<serde_json::Value>(l).expect("every record parses");
+    }
 }
