@@ -144,6 +144,13 @@ fn duration(s: &str) -> Result<Duration, String> {
     prober_core::duration::parse_duration(s)
 }
 
+fn positive_duration(s: &str) -> Result<Duration, String> {
+    match prober_core::duration::parse_duration(s)? {
+        d if d.is_zero() => Err("must be greater than zero".to_owned()),
+        d => Ok(d),
+    }
+}
+
 /// `--since`/`--until` of `prober report`.
 fn time(s: &str) -> Result<u64, String> {
     prober_report::input::parse_time(s)
@@ -701,6 +708,39 @@ pub(crate) struct ServeArgs {
     /// per UDP socket and per TCP connection) instead of sleeping in epoll.
     #[arg(long)]
     pub(crate) busy_poll: bool,
+
+    /// UDP replies per second per source address (a token bucket, one
+    /// second's burst); 0 for no limit. [default: 10000, not for loopback
+    /// sources; a value given applies to every source]
+    #[arg(long, value_name = "PPS")]
+    pub(crate) rate_limit: Option<u32>,
+
+    /// TCP, gRPC and HTTP connections open at once; 0 for no limit.
+    /// [default: 10000]
+    #[arg(long, value_name = "N")]
+    pub(crate) max_conns: Option<usize>,
+
+    /// Connections open at once per source address; 0 for no limit.
+    /// [default: 256, not for loopback sources; a value given applies to
+    /// every source]
+    #[arg(long, value_name = "N")]
+    pub(crate) max_conns_per_source: Option<usize>,
+
+    /// Close a connection that has not sent a whole request this long after
+    /// connecting, or not finished one it started. [default: 10s]
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
+    pub(crate) request_timeout: Option<Duration>,
+
+    /// Close a connection silent this long between requests. [default: 5m]
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
+    pub(crate) idle_timeout: Option<Duration>,
+
+    /// Send UDP follow-up frames (the responder's transmit stamp, 48 bytes
+    /// more than the request) to sources other than loopback too. Off by
+    /// default: the responder never answers a datagram with more bytes than
+    /// it received (docs/security.md).
+    #[arg(long)]
+    pub(crate) udp_follow_ups: bool,
 
     /// Impairment for tests: do not answer every k-th request.
     #[arg(long, hide = true, value_name = "K")]

@@ -67,6 +67,48 @@ pub struct ServeSection {
     /// STAMP replies per second per source address; 0 for no limit
     /// [default: 1000].
     pub stamp_rate: Option<u32>,
+    /// UDP replies per second per source address; 0 for no limit
+    /// (docs/security.md).
+    pub rate_limit: Option<u32>,
+    /// Connections open at once; 0 for no limit.
+    pub max_conns: Option<usize>,
+    /// Connections open at once per source address; 0 for no limit.
+    pub max_conns_per_source: Option<usize>,
+    /// Time to a connection's first whole request (`10s`).
+    pub request_timeout: Option<String>,
+    /// Silence allowed between requests (`5m`).
+    pub idle_timeout: Option<String>,
+    /// UDP follow-up frames to sources other than loopback.
+    #[serde(default)]
+    pub udp_follow_ups: bool,
+}
+
+impl ServeSection {
+    /// The limits this section gives.
+    ///
+    /// # Errors
+    /// A duration that does not parse, or is zero, naming its key.
+    pub fn limit_settings(&self) -> std::result::Result<crate::responder::LimitSettings, String> {
+        let dur = |key: &str,
+                   v: &Option<String>|
+         -> std::result::Result<Option<std::time::Duration>, String> {
+            v.as_deref()
+                .map(|t| match prober_core::duration::parse_duration(t) {
+                    Ok(d) if d.is_zero() => Err(format!("serve.{key}: must be greater than zero")),
+                    Ok(d) => Ok(d),
+                    Err(e) => Err(format!("serve.{key}: {e}")),
+                })
+                .transpose()
+        };
+        Ok(crate::responder::LimitSettings {
+            rate_limit: self.rate_limit,
+            max_conns: self.max_conns,
+            max_conns_per_source: self.max_conns_per_source,
+            request_timeout: dur("request_timeout", &self.request_timeout)?,
+            idle_timeout: dur("idle_timeout", &self.idle_timeout)?,
+            udp_follow_ups: self.udp_follow_ups,
+        })
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -614,7 +656,10 @@ pub async fn parse(text: &str, path: &Path, registry: &Registry) -> Result<Confi
         }
     }
     Ok(Config {
-        serve: raw.serve,
+        serve: {
+            raw.serve.limit_settings().map_err(DaemonError::Config)?;
+            raw.serve
+        },
         metrics: raw.metrics.as_ref().map(|m| m.listen),
         metric_parts: raw.metrics.as_ref().is_some_and(|m| m.parts),
         tx_stamps: raw.stamps.transmit,

@@ -369,6 +369,8 @@ pub async fn run(
             s.key = Some(prober_stamp::Key::from_file(path).map_err(DaemonError::Config)?);
         }
     }
+    let from_file = cfg.serve.limit_settings().map_err(DaemonError::Config)?;
+    responders.limits = responders.limits.or(&from_file);
     if cfg.jobs.is_empty() && !responders.any() {
         return Err(nothing_to_do(&path));
     }
@@ -387,6 +389,9 @@ pub async fn run(
             std::sync::Arc::clone(stats),
         )));
     }
+    prom.register_collector(Box::new(crate::stamp_metrics::GuardCollector(
+        std::sync::Arc::clone(&listeners.guard),
+    )));
     let gauges = ReloadGauges::default();
     gauges.register(&mut prom);
     gauges.loaded(true);

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use prober_grpc::{ServerConfig, ServerTls, serve_grpc};
 use prober_http::serve_http;
+use prober_net::guard::{GuardStats, Limits, PerSource};
 use prober_stamp::{ReflectorConfig, ReflectorStats, serve_stamp};
 use prober_tcp::{ResponderConfig, serve_tcp, serve_udp};
 use std::sync::Arc;
@@ -55,6 +56,55 @@ pub struct ResponderOptions {
     pub stamp: Option<SocketAddr>,
     /// How the STAMP reflector answers.
     pub stamp_config: ReflectorConfig,
+    /// Limits for a public address (docs/security.md), as given.
+    pub limits: LimitSettings,
+}
+
+/// The responders' limits as given on the command line or in `[serve]`;
+/// `None` where not given (docs/security.md has the defaults).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LimitSettings {
+    /// Replies per second per source; 0 for none.
+    pub rate_limit: Option<u32>,
+    /// Connections open at once; 0 for no limit.
+    pub max_conns: Option<usize>,
+    /// Connections open at once per source; 0 for no limit.
+    pub max_conns_per_source: Option<usize>,
+    /// Time to a connection's first whole request.
+    pub request_timeout: Option<Duration>,
+    /// Silence allowed between requests.
+    pub idle_timeout: Option<Duration>,
+    /// Send UDP follow-ups (48 bytes more than a request) to sources other
+    /// than loopback.
+    pub udp_follow_ups: bool,
+}
+
+impl LimitSettings {
+    /// These settings, with `other`'s where these give none.
+    #[must_use]
+    pub fn or(&self, other: &Self) -> Self {
+        Self {
+            rate_limit: self.rate_limit.or(other.rate_limit),
+            max_conns: self.max_conns.or(other.max_conns),
+            max_conns_per_source: self.max_conns_per_source.or(other.max_conns_per_source),
+            request_timeout: self.request_timeout.or(other.request_timeout),
+            idle_timeout: self.idle_timeout.or(other.idle_timeout),
+            udp_follow_ups: self.udp_follow_ups || other.udp_follow_ups,
+        }
+    }
+
+    /// The limits, with the defaults where none was given.
+    pub fn limits(&self) -> Limits {
+        let d = Limits::default();
+        Limits {
+            rate: PerSource::from_option(self.rate_limit),
+            max_conns: self.max_conns.unwrap_or(d.max_conns),
+            max_conns_per_source: PerSource::from_option(self.max_conns_per_source),
+            request_timeout: self.request_timeout.unwrap_or(d.request_timeout),
+            idle_timeout: self.idle_timeout.unwrap_or(d.idle_timeout),
+            max_buffered: d.max_buffered,
+        }
+    }
 }
 
 impl ResponderOptions {
@@ -77,6 +127,8 @@ pub struct Responders {
     pub bound: Vec<(&'static str, SocketAddr)>,
     /// The STAMP reflector's counters, when it runs.
     pub stamp: Option<Arc<ReflectorStats>>,
+    /// What the TCP, UDP, gRPC and HTTP responders' limits refused.
+    pub guard: Arc<GuardStats>,
 }
 
 /// Binds and starts the responders asked for. They stop when `stop` is
@@ -112,6 +164,8 @@ pub async fn start(
         )),
         _ => None,
     };
+    let guard = Arc::new(GuardStats::default());
+    let limits = opts.limits.limits();
     let cfg = ResponderConfig {
         log_clients: opts.log_clients,
         drop_every: opts.drop_every,
@@ -119,6 +173,9 @@ pub async fn start(
         delay_every: opts.delay_every,
         delay: opts.delay,
         busy_poll: opts.busy_poll,
+        limits,
+        stats: Arc::clone(&guard),
+        udp_follow_ups: opts.limits.udp_follow_ups,
     };
     let mut tasks = JoinSet::new();
     let mut bound = Vec::new();
@@ -155,6 +212,8 @@ pub async fn start(
         let grpc_cfg = ServerConfig {
             tls,
             delay: opts.grpc_delay,
+            limits,
+            stats: Arc::clone(&guard),
         };
         let stop = stop.clone();
         tasks.spawn(async move {
@@ -172,6 +231,8 @@ pub async fn start(
         let cfg = prober_http::HttpServerConfig {
             tls,
             log_clients: opts.log_clients,
+            limits,
+            stats: Arc::clone(&guard),
         };
         tasks.spawn(serve_http(listener, cfg, stop.clone()));
     }
@@ -194,5 +255,6 @@ pub async fn start(
         tasks,
         bound,
         stamp,
+        guard,
     })
 }

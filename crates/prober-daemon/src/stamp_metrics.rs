@@ -1,4 +1,5 @@
-//! The STAMP reflector's counters on `/metrics`.
+//! The responders' counters on `/metrics`: the STAMP reflector's, and what
+//! the limits of a public address refused.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -54,6 +55,26 @@ impl Collector for StampCollector {
             ("integrity", s.tlv_integrity.load(Relaxed)),
         ] {
             let labels = [("flag".to_owned(), flag.to_owned())];
+            ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+}
+
+/// Reads what the responders' limits refused at scrape time.
+#[derive(Debug)]
+pub(crate) struct GuardCollector(pub(crate) Arc<prober_net::guard::GuardStats>);
+
+impl Collector for GuardCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let mut m = encoder.encode_descriptor(
+            "prober_responder_refused",
+            "Requests and connections the responders' limits refused, by reason (rate_limited, conns_over_total, conns_over_source, request_timeout, idle_timeout, over_buffer)",
+            None,
+            MetricType::Counter,
+        )?;
+        for (reason, n) in self.0.by_reason() {
+            let labels = [("reason".to_owned(), reason.to_owned())];
             ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
         }
         Ok(())

@@ -34,7 +34,19 @@ pub struct ServerConfig {
     pub tls: Option<ServerTls>,
     /// Hold every request this long before replying (tests and experiments).
     pub delay: Duration,
+    /// Connection caps and timeouts for a public address.
+    pub limits: prober_net::guard::Limits,
+    /// What the limits refused.
+    pub stats: Arc<prober_net::guard::GuardStats>,
 }
+
+/// Streams a client may have open at once on one connection.
+pub const MAX_CONCURRENT_STREAMS: u32 = 100;
+/// Largest header list a client may send (bytes, as HTTP/2 counts them).
+pub const MAX_HEADER_LIST: u32 = 16 * 1024;
+/// Streams a client may open and reset before the server has seen them
+/// (CVE-2023-44487, rapid reset); past it the connection is closed.
+pub const MAX_PENDING_RESETS: usize = 20;
 
 #[derive(Debug)]
 struct EchoService {
@@ -140,17 +152,41 @@ pub async fn serve_grpc(
 ) -> Result<(), tonic::transport::Error> {
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<EchoServer<EchoService>>().await;
-    let mut builder = tonic::transport::Server::builder().tcp_nodelay(true);
+    let mut builder = tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+        .http2_max_header_list_size(MAX_HEADER_LIST)
+        .http2_max_pending_accept_reset_streams(Some(MAX_PENDING_RESETS));
     if let Some(tls) = cfg.tls {
         builder = builder.tls_config(tls.into_config())?;
     }
     // `tcp_nodelay` on the builder applies only to listeners tonic binds
     // itself; with our own listener every accepted socket needs it, or
     // replies wait for delayed ACKs (Nagle): about 40 ms per call on Linux.
-    let incoming = TcpListenerStream::new(listener).map(|conn| {
-        let stream = conn?;
-        stream.set_nodelay(true)?;
-        Ok::<_, std::io::Error>(ServerStream(prober_net::stream::ServerStream::new(stream)))
+    let gate = prober_net::guard::Gate::new(cfg.limits, Arc::clone(&cfg.stats));
+    let logs = prober_net::guard::LogLimiter::default();
+    let incoming = TcpListenerStream::new(listener).filter_map(move |conn| {
+        match conn {
+            Err(e) => Some(Err(e)),
+            Ok(stream) => match stream.peer_addr().map(|p| (gate.admit(p.ip()), p)) {
+                Ok((Some(permit), _)) => Some(stream.set_nodelay(true).map(|()| {
+                    ServerStream::new(
+                        prober_net::stream::ServerStream::new(stream),
+                        permit,
+                        gate.limits(),
+                        Arc::clone(&gate.stats),
+                    )
+                })),
+                Ok((None, peer)) => {
+                    if let Some(held) = logs.check("grpc connection refused", std::time::Instant::now()) {
+                        tracing::warn!(%peer, held_back = held, "grpc connection refused: connection limit reached");
+                    }
+                    None
+                }
+                // Gone before we looked.
+                Err(_) => None,
+            },
+        }
     });
     let serve = builder
         .add_service(health)

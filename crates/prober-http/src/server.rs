@@ -50,7 +50,19 @@ pub struct HttpServerConfig {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Log each connection's end (at debug level).
     pub log_clients: bool,
+    /// Connection caps and timeouts for a public address.
+    pub limits: prober_net::guard::Limits,
+    /// What the limits refused.
+    pub stats: Arc<prober_net::guard::GuardStats>,
 }
+
+/// Streams an HTTP/2 client may have open at once on one connection.
+const MAX_CONCURRENT_STREAMS: u32 = 100;
+/// Largest header list an HTTP/2 client may send.
+const MAX_HEADER_LIST: u32 = 16 * 1024;
+/// Streams an HTTP/2 client may open and reset before the server has seen
+/// them (CVE-2023-44487, rapid reset).
+const MAX_PENDING_RESETS: usize = 20;
 
 /// Serves HTTP on `listener` until `stop` is cancelled.
 ///
@@ -63,6 +75,8 @@ pub async fn serve_http(
     stop: CancellationToken,
 ) -> std::io::Result<()> {
     let acceptor = cfg.tls.clone().map(TlsAcceptor::from);
+    let gate = prober_net::guard::Gate::new(cfg.limits, Arc::clone(&cfg.stats));
+    let logs = prober_net::guard::LogLimiter::default();
     loop {
         let (stream, peer) = tokio::select! {
             () = stop.cancelled() => return Ok(()),
@@ -77,24 +91,54 @@ pub async fn serve_http(
                 }
             },
         };
+        let Some(permit) = gate.admit(peer.ip()) else {
+            if let Some(held) = logs.check("http connection refused", std::time::Instant::now()) {
+                tracing::warn!(%peer, held_back = held, "http connection refused: connection limit reached");
+            }
+            continue;
+        };
         let _ = stream.set_nodelay(true);
-        let stream = ServerStream::new(stream);
-        let rx = stream.rx();
         let (acceptor, stop, log) = (acceptor.clone(), stop.clone(), cfg.log_clients);
+        let (first, stats) = (cfg.limits.request_timeout, Arc::clone(&cfg.stats));
         tokio::spawn(async move {
+            let _permit = permit;
+            // A client that connects and sends nothing (no TLS hello, no
+            // HTTP/2 preface, no request line) is closed.
+            if tokio::time::timeout(first, stream.peek(&mut [0u8; 1]))
+                .await
+                .is_err()
+            {
+                stats
+                    .request_timeouts
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return;
+            }
+            let stream = ServerStream::new(stream);
+            let rx = stream.rx();
             let service = service_fn(move |req| handle(req, Arc::clone(&rx)));
             let mut builder = auto::Builder::new(TokioExecutor::new());
             builder
                 .http1()
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(HEADER_TIMEOUT);
+            builder
+                .http2()
+                .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+                .max_header_list_size(MAX_HEADER_LIST)
+                .max_pending_accept_reset_streams(MAX_PENDING_RESETS);
             let res = match acceptor {
-                Some(a) => match a.accept(stream).await {
-                    Ok(tls) => {
+                Some(a) => match tokio::time::timeout(first, a.accept(stream)).await {
+                    Ok(Ok(tls)) => {
                         let conn = builder.serve_connection(TokioIo::new(tls), service);
                         drive(conn, &stop).await
                     }
-                    Err(e) => Err(format!("TLS handshake: {e}")),
+                    Ok(Err(e)) => Err(format!("TLS handshake: {e}")),
+                    Err(_) => {
+                        stats
+                            .request_timeouts
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        Err("TLS handshake took too long".to_owned())
+                    }
                 },
                 None => {
                     let conn = builder.serve_connection(TokioIo::new(stream), service);

@@ -7,9 +7,13 @@
 //! - [`mod@resolve`]: resolving a target's host once, by address family.
 //! - [`stream`]: a TCP stream for HTTP clients and servers that reads
 //!   with kernel receive stamps and files transmit stamps by byte.
+//! - [`guard`]: a responder's limits on a public address (per-source
+//!   rate, connection caps, buffer budget, log lines a flood cannot
+//!   multiply).
 //! - [`host`]: this machine's host name and kernel, for results.
 
 pub mod busy;
+pub mod guard;
 pub mod resolve;
 pub mod rx;
 pub mod stream;

@@ -130,13 +130,6 @@ struct Session {
     seen: Instant,
 }
 
-/// A token bucket per source address.
-#[derive(Debug)]
-struct Bucket {
-    tokens: f64,
-    at: Instant,
-}
-
 struct State {
     cfg: ReflectorConfig,
     /// The HMAC key, shared so that a packet borrows it cheaply.
@@ -145,7 +138,7 @@ struct State {
     error: ErrorEstimate,
     stats: Arc<ReflectorStats>,
     sessions: HashMap<(SocketAddr, u16), Session>,
-    buckets: HashMap<IpAddr, Bucket>,
+    buckets: prober_net::guard::RateLimiter,
     /// Kernel transmit stamps by send counter (OPT_ID), most recent last.
     tx_stamps: std::collections::VecDeque<(u32, u64)>,
     /// Datagrams sent so far: the next send's OPT_ID.
@@ -159,26 +152,8 @@ const IDLE: Duration = Duration::from_secs(60);
 
 impl State {
     fn allow(&mut self, ip: IpAddr, now: Instant) -> bool {
-        let rate = f64::from(self.cfg.rate);
-        if rate == 0.0 {
-            return true;
-        }
-        if self.buckets.len() >= 65_536 && !self.buckets.contains_key(&ip) {
-            self.buckets
-                .retain(|_, b| now.duration_since(b.at) < Duration::from_secs(1));
-        }
-        let b = self.buckets.entry(ip).or_insert(Bucket {
-            tokens: rate,
-            at: now,
-        });
-        b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * rate).min(rate);
-        b.at = now;
-        if b.tokens >= 1.0 {
-            b.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
+        // 0 turns the limit off.
+        self.buckets.allow(ip, Some(self.cfg.rate), now)
     }
 
     fn session(
@@ -370,7 +345,7 @@ pub async fn serve_stamp(
         cfg,
         stats,
         sessions: HashMap::new(),
-        buckets: HashMap::new(),
+        buckets: prober_net::guard::RateLimiter::default(),
         tx_stamps: std::collections::VecDeque::new(),
         sent: 0,
         tx_on,

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use prober_net::busy::{SpinThread, Step};
+use prober_net::guard::{self, Gate, GuardStats, Limits, LogLimiter, RateLimiter};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::task::JoinSet;
@@ -42,6 +43,15 @@ pub struct ResponderConfig {
     /// of sleeping in epoll (a core per UDP socket and per TCP connection).
     /// `delay_every` is not applied in this mode.
     pub busy_poll: bool,
+    /// Limits for a public address (rate, connections, timeouts, memory).
+    pub limits: Limits,
+    /// What the limits refused.
+    pub stats: Arc<GuardStats>,
+    /// Send UDP follow-up frames (the responder's transmit stamp) to
+    /// sources other than loopback. A follow-up makes the answer 48 bytes
+    /// longer than the request, so it is off by default: a responder on a
+    /// public address never sends more than it received.
+    pub udp_follow_ups: bool,
 }
 
 /// What to do with the n-th request.
@@ -77,8 +87,10 @@ pub async fn serve_tcp(
     cfg: ResponderConfig,
     stop: CancellationToken,
 ) -> io::Result<()> {
+    let gate = Gate::new(cfg.limits, Arc::clone(&cfg.stats));
     let cfg = Arc::new(cfg);
     let counter = Arc::new(AtomicU64::new(0));
+    let logs = Arc::new(LogLimiter::default());
     let mut conns = JoinSet::new();
     let mut spinning: Vec<SpinThread> = Vec::new();
     loop {
@@ -89,6 +101,15 @@ pub async fn serve_tcp(
         };
         match accepted {
             Ok((stream, peer)) => {
+                // Over a cap: closed at once, counted, logged once a minute.
+                let Some(permit) = gate.admit(peer.ip()) else {
+                    if let Some(held) =
+                        logs.check("tcp connection refused", std::time::Instant::now())
+                    {
+                        tracing::warn!(%peer, open = gate.open(), held_back = held, "tcp connection refused: connection limit reached");
+                    }
+                    continue;
+                };
                 if cfg.log_clients {
                     tracing::debug!(%peer, "tcp client connected");
                 }
@@ -103,22 +124,33 @@ pub async fn serve_tcp(
                     }
                     continue;
                 }
-                let (cfg, counter, stop) = (Arc::clone(&cfg), Arc::clone(&counter), stop.clone());
+                let (cfg, counter, stop, gate) = (
+                    Arc::clone(&cfg),
+                    Arc::clone(&counter),
+                    stop.clone(),
+                    Arc::clone(&gate),
+                );
                 conns.spawn(async move {
+                    let _permit = permit;
                     let res = tokio::select! {
                         () = stop.cancelled() => Ok(()),
-                        res = serve_conn(stream, &cfg, &counter) => res,
+                        res = serve_conn(stream, &cfg, &counter, &gate) => res,
                     };
+                    // A client that misbehaves or goes away is its own
+                    // business: debug level only, so a flood cannot flood
+                    // the log.
                     match res {
                         Ok(()) if cfg.log_clients => tracing::debug!(%peer, "tcp client left"),
                         Ok(()) => {}
-                        Err(error) => tracing::warn!(%peer, %error, "closing tcp client"),
+                        Err(error) => tracing::debug!(%peer, %error, "closing tcp client"),
                     }
                 });
             }
             Err(error) => {
                 // EMFILE and friends: back off instead of spinning.
-                tracing::warn!(%error, "accept failed");
+                if let Some(held) = logs.check("accept failed", std::time::Instant::now()) {
+                    tracing::warn!(%error, held_back = held, "accept failed");
+                }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
@@ -208,10 +240,46 @@ enum TcpEvent {
     Nothing,
 }
 
+/// Bytes of a connection's unfinished request held against the gate's
+/// budget; given back on drop.
+struct Held<'a> {
+    gate: &'a Gate,
+    bytes: usize,
+}
+
+impl Held<'_> {
+    /// Holds `now` bytes instead of what was held; false when the budget is
+    /// spent.
+    fn set(&mut self, now: usize) -> bool {
+        if now > self.bytes {
+            if !self.gate.reserve(now - self.bytes) {
+                return false;
+            }
+        } else {
+            self.gate.release(self.bytes - now);
+        }
+        self.bytes = now;
+        true
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.gate.release(self.bytes);
+    }
+}
+
+/// The smallest and largest read buffer of a connection: it starts small,
+/// so an idle or slow connection holds little, and doubles while reads fill
+/// it.
+const READ_MIN: usize = 2048;
+const READ_MAX: usize = 64 * 1024;
+
 async fn serve_conn(
     stream: TcpStream,
     cfg: &ResponderConfig,
     counter: &AtomicU64,
+    gate: &Gate,
 ) -> io::Result<()> {
     use std::os::fd::AsFd as _;
     stream.set_nodelay(true)?;
@@ -224,8 +292,18 @@ async fn serve_conn(
         && prober_net::rx::enable_tx_timestamps_id(stream.as_fd()).is_ok();
     let (reader, mut writer) = stream.into_split();
     let sock: &TcpStream = reader.as_ref();
-    let mut acc: Vec<u8> = Vec::with_capacity(64 * 1024);
-    let mut chunk = vec![0u8; 64 * 1024];
+    // Buffers grow only as bytes arrive: a header that announces a 1 MiB
+    // frame costs what was sent, not 1 MiB.
+    let mut acc: Vec<u8> = Vec::new();
+    let mut chunk = vec![0u8; READ_MIN];
+    let mut held = Held { gate, bytes: 0 };
+    let limits = gate.limits();
+    // When the connection's current wait began (its opening, the first
+    // byte of a request, the end of the last one), and whether it has
+    // finished a request yet: a connection must send a whole request
+    // within the request timeout, and may then idle for the idle timeout.
+    let mut since = Instant::now();
+    let mut served = false;
     // Bytes written so far (OPT_ID counts from the first byte sent after
     // it was set), and responses waiting for their stamp: (key of their
     // last byte, seq, nonce, t3).
@@ -233,8 +311,15 @@ async fn serve_conn(
     let mut waiting: std::collections::VecDeque<(u32, u64, u64, u64)> = Default::default();
     let mut follow = Vec::new();
     loop {
-        let event = sock
-            .async_io(
+        let idle = served && acc.is_empty();
+        let limit = if idle {
+            limits.idle_timeout
+        } else {
+            limits.request_timeout
+        };
+        let event = tokio::time::timeout_at(
+            since + limit,
+            sock.async_io(
                 tokio::io::Interest::READABLE | tokio::io::Interest::ERROR,
                 || {
                     if tx_on {
@@ -254,8 +339,25 @@ async fn serve_conn(
                         t2,
                     ))
                 },
-            )
-            .await;
+            ),
+        )
+        .await;
+        let Ok(event) = event else {
+            let counter = if idle {
+                &gate.stats.idle_timeouts
+            } else {
+                &gate.stats.request_timeouts
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                if idle {
+                    "idle too long"
+                } else {
+                    "no whole request in time"
+                },
+            ));
+        };
         let (n, t2k, t2) = match event {
             Ok(TcpEvent::Data(n, t2k, t2)) => (n, t2k, t2),
             Ok(TcpEvent::Stamp(key, t3k)) => {
@@ -277,7 +379,13 @@ async fn serve_conn(
         }
         let received = Instant::now();
         let wake = prober_net::rx::wake_ns(t2k, t2).filter(|_| rx_on);
+        if acc.is_empty() {
+            since = received;
+        }
         acc.extend_from_slice(&chunk[..n]);
+        if n == chunk.len() && chunk.len() < READ_MAX {
+            chunk.resize(chunk.len() * 2, 0);
+        }
         let mut at = 0;
         while acc.len() - at >= HEADER_LEN {
             let h = Header::decode(&acc[at..], MAX_TCP_FRAME).map_err(invalid)?;
@@ -313,7 +421,19 @@ async fn serve_conn(
                 }
             }
         }
-        acc.drain(..at);
+        if at > 0 {
+            served = true;
+            since = received;
+            acc.drain(..at);
+            if acc.capacity() > READ_MAX && acc.len() < READ_MAX {
+                acc.shrink_to(READ_MAX);
+            }
+        }
+        if !held.set(acc.len()) {
+            return Err(io::Error::other(
+                "buffer budget for unfinished requests spent",
+            ));
+        }
     }
 }
 
@@ -370,6 +490,7 @@ pub async fn serve_udp(
     let mut seen: HashSet<SocketAddr> = HashSet::new();
     let mut delayed = JoinSet::new();
     let mut n = 0u64;
+    let mut limiter = RateLimiter::default();
     loop {
         let got = tokio::select! {
             () = stop.cancelled() => break,
@@ -426,6 +547,11 @@ pub async fn serve_udp(
         if cfg.log_clients && seen.len() < MAX_LOGGED_PEERS && seen.insert(peer) {
             tracing::debug!(%peer, "udp client seen");
         }
+        let rate = cfg.limits.rate.for_source(peer.ip(), guard::DEFAULT_RATE);
+        if !limiter.allow(peer.ip(), rate, received.into_std()) {
+            cfg.stats.rate_limited.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
         n += 1;
         let plan = cfg.plan(n);
         if !plan.answer {
@@ -441,7 +567,10 @@ pub async fn serve_udp(
             });
             continue;
         }
-        wire::make_followed_response(frame, elapsed_ns(received), wake, tx_on);
+        // A follow-up is 48 bytes more than the request: only where that
+        // cannot amplify (loopback), unless allowed.
+        let may_follow = tx_on && (cfg.udp_follow_ups || guard::is_loopback(peer.ip()));
+        wire::make_followed_response(frame, elapsed_ns(received), wake, may_follow);
         let follows = wire::follow_up_promised(frame);
         for copy in 0..plan.copies {
             let t3 = prober_core::clock::unix_now_ns();
@@ -505,6 +634,7 @@ fn spin_udp(socket: std::net::UdpSocket, cfg: ResponderConfig) -> io::Result<Spi
     let stamps = prober_net::rx::enable_timestamps(std::os::fd::AsFd::as_fd(&socket)).is_ok();
     let mut buf = vec![0u8; MAX_UDP_FRAME + 1];
     let mut n = 0u64;
+    let mut limiter = RateLimiter::default();
     SpinThread::spawn("prober-serve-udp-poll", move || {
         let (len, peer, wake) = match recv_from_stamped(std::os::fd::AsFd::as_fd(&socket), &mut buf)
         {
@@ -518,6 +648,11 @@ fn spin_udp(socket: std::net::UdpSocket, cfg: ResponderConfig) -> io::Result<Spi
         match Header::decode(frame, MAX_UDP_FRAME) {
             Ok(h) if h.kind == Kind::Request && h.len as usize == len => {}
             _ => return Step::Busy,
+        }
+        let rate = cfg.limits.rate.for_source(peer.ip(), guard::DEFAULT_RATE);
+        if !limiter.allow(peer.ip(), rate, received.into_std()) {
+            cfg.stats.rate_limited.fetch_add(1, Ordering::Relaxed);
+            return Step::Busy;
         }
         n += 1;
         let plan = cfg.plan(n);

@@ -46,6 +46,27 @@ fn responder_options(args: &ServeArgs) -> ResponderOptions {
             clock_synced: args.clock_synced,
             ..prober_stamp::ReflectorConfig::default()
         },
+        limits: prober_daemon::responder::LimitSettings {
+            rate_limit: args.rate_limit,
+            max_conns: args.max_conns,
+            max_conns_per_source: args.max_conns_per_source,
+            request_timeout: args.request_timeout,
+            idle_timeout: args.idle_timeout,
+            udp_follow_ups: args.udp_follow_ups,
+        },
+    }
+}
+
+/// Says what the responders' limits refused, at exit, if anything.
+fn log_guard_stats(stats: &prober_net::guard::GuardStats) {
+    let refused: Vec<String> = stats
+        .by_reason()
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(r, n)| format!("{r} {n}"))
+        .collect();
+    if !refused.is_empty() {
+        tracing::warn!("limits refused: {}", refused.join(", "));
     }
 }
 
@@ -149,6 +170,7 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if let Some(stats) = &responders.stamp {
         log_stamp_stats(stats);
     }
+    log_guard_stats(&responders.guard);
     tracing::info!("responder stopped");
     Ok(ExitCode::SUCCESS)
 }

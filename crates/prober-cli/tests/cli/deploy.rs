@@ -112,8 +112,47 @@ fn systemd_unit_runs_the_daemon() {
         "[Install]",
         "ExecStart=/usr/local/bin/prober --threads 1 serve --quiet --config",
         "ExecReload=/bin/kill -HUP $MAINPID",
+        // The sandbox docs/security.md promises.
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+        "CapabilityBoundingSet=CAP_NET_RAW\n",
+        "SystemCallFilter=@system-service",
+        "RestrictAddressFamilies=AF_INET AF_INET6 AF_NETLINK AF_UNIX",
     ] {
         assert!(text.contains(needed), "{needed}");
+    }
+    // systemd's own reading of the unit, where systemd is installed: an
+    // unknown or misspelt directive is a warning there.
+    if std::process::Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+        .is_ok()
+    {
+        let dir = std::env::temp_dir().join(format!("prober-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let unit = dir.join("prober.service");
+        // The binary's path must exist for `verify`.
+        std::fs::write(
+            &unit,
+            text.replace("/usr/local/bin/prober", env!("CARGO_BIN_EXE_prober")),
+        )
+        .unwrap();
+        let out = std::process::Command::new("systemd-analyze")
+            .args(["verify", "--man=no"])
+            .arg(&unit)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        let ours: Vec<&str> = err
+            .lines()
+            .filter(|l| l.contains("prober.service"))
+            .collect();
+        assert!(ours.is_empty(), "systemd-analyze: {err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    } else {
+        eprintln!(
+            "SKIPPED: systemd-analyze is not installed; the unit's directives were not checked by systemd"
+        );
     }
 }
 

@@ -10,6 +10,7 @@ mod grpc;
 mod http;
 mod icmp;
 mod layout;
+mod limits;
 mod report;
 mod run;
 mod stamp;

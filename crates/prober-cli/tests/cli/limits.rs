@@ -1,0 +1,307 @@
+//! The responder on a public address (docs/security.md): every limit it
+//! promises, tried the way an abuser would.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::{Server, of_type, prober, run_json};
+
+/// `prober serve` with these arguments; its listening lines read back as
+/// `(what, addr)`, its stderr kept for the test to read.
+struct Serve {
+    child: Child,
+    bound: Vec<(String, String)>,
+}
+
+impl Serve {
+    fn start(args: &[&str], listeners: usize) -> Self {
+        let mut child = prober()
+            .arg("serve")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("prober serve starts");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let bound = (0..listeners)
+            .map(|_| {
+                let line = lines.next().expect("a listening line").unwrap();
+                let mut w = line.split_whitespace().skip(1);
+                (w.next().unwrap().to_owned(), w.next().unwrap().to_owned())
+            })
+            .collect();
+        Self { child, bound }
+    }
+
+    fn addr(&self, what: &str) -> &str {
+        &self.bound.iter().find(|(w, _)| w == what).expect(what).1
+    }
+
+    fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
+    /// Stops it with SIGTERM and returns its stderr.
+    fn stop(mut self) -> String {
+        crate::support::sigterm(self.child.id());
+        let mut err = String::new();
+        self.child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        assert_eq!(self.child.wait().unwrap().code(), Some(0), "{err}");
+        err
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// True when the server closed `s` (end of file or reset), reading and
+/// discarding whatever it sent first (gRPC's SETTINGS frame).
+fn closed(s: &mut TcpStream, wait: Duration) -> bool {
+    s.set_read_timeout(Some(wait)).unwrap();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) => {
+                return !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                );
+            }
+        }
+    }
+}
+
+/// A v1 request header that announces a frame of `len` bytes.
+fn header(len: u32) -> Vec<u8> {
+    let mut h = b"PRBR".to_vec();
+    h.extend_from_slice(&[1, 1, 0, 0]);
+    h.extend_from_slice(&len.to_be_bytes());
+    h.resize(40, 0);
+    h
+}
+
+#[test]
+fn idle_connections_are_closed_on_every_protocol() {
+    let s = Serve::start(
+        &[
+            "--tcp",
+            "127.0.0.1:0",
+            "--grpc",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+            "--request-timeout",
+            "1s",
+            "-q",
+        ],
+        3,
+    );
+    let start = Instant::now();
+    let mut conns: Vec<(&str, TcpStream)> = Vec::new();
+    for what in ["tcp", "grpc", "http"] {
+        for _ in 0..100 {
+            conns.push((what, TcpStream::connect(s.addr(what)).unwrap()));
+        }
+    }
+    // Half a request: a header that announces more than ever comes.
+    for _ in 0..50 {
+        let mut c = TcpStream::connect(s.addr("tcp")).unwrap();
+        c.write_all(&header(1000)).unwrap();
+        conns.push(("tcp, half a request", c));
+    }
+    for (what, c) in &mut conns {
+        assert!(closed(c, Duration::from_secs(5)), "{what} still open");
+    }
+    let took = start.elapsed();
+    assert!(took < Duration::from_secs(4), "closing took {took:?}");
+    // A client that does send is served after the idle ones went.
+    let (code, lines, err) = run_json(&[
+        "run",
+        "-o",
+        "json",
+        "-c",
+        "5",
+        "-i",
+        "10ms",
+        &format!("tcp://{}", s.addr("tcp")),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(of_type(&lines, "summary")[0]["ok"], 5);
+    let err = s.stop();
+    assert!(err.contains("request_timeout 350"), "{err}");
+}
+
+#[test]
+fn a_header_announcing_a_large_frame_costs_what_was_sent() {
+    let s = Serve::start(&["--tcp", "127.0.0.1:0", "-q"], 1);
+    let before = s.rss_kib();
+    let conns: Vec<TcpStream> = (0..300)
+        .map(|_| {
+            let mut c = TcpStream::connect(s.addr("tcp")).unwrap();
+            c.write_all(&header(1 << 20)).unwrap();
+            c
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let grown = s.rss_kib().saturating_sub(before);
+    // 300 × 1 MiB would be 300 MiB; the bound allows each connection its
+    // task, its small read buffer and the 40 bytes it sent.
+    assert!(
+        grown < 32 * 1024,
+        "RSS grew by {grown} KiB for 300 x 40 bytes"
+    );
+    drop(conns);
+}
+
+#[test]
+fn connection_caps_refuse_past_the_limit() {
+    let s = Serve::start(
+        &["--tcp", "127.0.0.1:0", "--max-conns-per-source", "5", "-q"],
+        1,
+    );
+    let mut held: Vec<TcpStream> = (0..5)
+        .map(|_| TcpStream::connect(s.addr("tcp")).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let mut sixth = TcpStream::connect(s.addr("tcp")).unwrap();
+    assert!(
+        closed(&mut sixth, Duration::from_secs(2)),
+        "the sixth was kept"
+    );
+    for c in &mut held {
+        assert!(
+            !closed(c, Duration::from_millis(50)),
+            "one of the five was closed"
+        );
+    }
+    drop(held);
+    std::thread::sleep(Duration::from_millis(200));
+    let (code, _, err) = run_json(&[
+        "run",
+        "-o",
+        "json",
+        "-c",
+        "3",
+        "-i",
+        "10ms",
+        &format!("tcp://{}", s.addr("tcp")),
+    ]);
+    assert_eq!(
+        code,
+        Some(0),
+        "places come back when connections close: {err}"
+    );
+    let err = s.stop();
+    assert!(err.contains("conns_over_source 1"), "{err}");
+    assert_eq!(
+        err.matches("connection refused").count(),
+        1,
+        "one log line, not one per refusal: {err}"
+    );
+}
+
+#[test]
+fn udp_replies_are_rate_limited_per_source() {
+    let s = Serve::start(&["--udp", "127.0.0.1:0", "--rate-limit", "50", "-q"], 1);
+    let (code, lines, err) = run_json(&[
+        "run",
+        "-o",
+        "json",
+        "-c",
+        "300",
+        "-i",
+        "1ms",
+        "-W",
+        "200ms",
+        &format!("udp://{}", s.addr("udp")),
+    ]);
+    // Some answered: exit 0, as ping's rule.
+    assert_eq!(code, Some(0), "{err}");
+    let sum = of_type(&lines, "summary")[0];
+    let ok = sum["ok"].as_u64().unwrap();
+    // A burst of 50, then 50/s for the run's 0.3 s (and its drain).
+    assert!((50..=80).contains(&ok), "{ok} ok of 300");
+    assert_eq!(
+        sum["ok"].as_u64().unwrap() + sum["timeout"].as_u64().unwrap(),
+        300
+    );
+    let err = s.stop();
+    let refused: u64 = err
+        .split("rate_limited ")
+        .nth(1)
+        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no rate_limited count: {err}"));
+    assert_eq!(refused, 300 - ok, "every refused request is counted");
+}
+
+#[test]
+fn quiet_does_not_log_a_line_per_aborted_client() {
+    let s = Serve::start(&["--tcp", "127.0.0.1:0", "-q"], 1);
+    for _ in 0..300 {
+        let mut c = TcpStream::connect(s.addr("tcp")).unwrap();
+        // Half a header, then a reset (linger 0).
+        c.write_all(b"PRBR\x01").unwrap();
+        socket2::SockRef::from(&c)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let err = s.stop();
+    assert!(
+        err.lines().count() <= 2,
+        "{} lines for 300 aborted clients: {err}",
+        err.lines().count()
+    );
+}
+
+#[test]
+fn a_slow_loris_leaves_others_served() {
+    let server = Server::start(&[]);
+    let target = format!("tcp://{}", server.tcp);
+    let p99 = |args: &[&str]| {
+        let (code, lines, err) = run_json(args);
+        assert_eq!(code, Some(0), "{err}");
+        let s = of_type(&lines, "summary")[0];
+        assert_eq!(s["ok"], 200);
+        s["rtt"]["p99"].as_f64().unwrap()
+    };
+    let args = [
+        "run",
+        "-o",
+        "json",
+        "-c",
+        "200",
+        "-i",
+        "2ms",
+        target.as_str(),
+    ];
+    let quiet = p99(&args);
+    let idle: Vec<TcpStream> = (0..1000)
+        .map(|_| TcpStream::connect(&server.tcp).unwrap())
+        .collect();
+    let loaded = p99(&args);
+    drop(idle);
+    // The idle connections cost the responder nothing per request: its p99
+    // stays within this machine's noise (a few times the quiet one), not
+    // the seconds a thread-per-connection server would show.
+    assert!(
+        loaded < 5.0 * quiet + 2e6,
+        "p99 {loaded} ns with 1000 idle connections, {quiet} ns without"
+    );
+}
