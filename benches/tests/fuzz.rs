@@ -1,0 +1,337 @@
+//! Fuzzing every parser that reads bytes from the network or from a user,
+//! on stable Rust: proptest feeds each parser random byte strings and
+//! mutations (byte sets, bit flips, cuts, growth, splices) of valid inputs,
+//! the seeds, which are built by prober's own encoders and read from
+//! `benches/fuzz/corpus/<target>/`.
+//!
+//! A case fails on a panic, on taking longer than [`CASE_TIME`], or on a
+//! single allocation larger than [`MAX_ALLOC`]. proptest then shrinks it to
+//! a smallest input; add that input to the target's corpus folder, where
+//! every later run replays it.
+//!
+//! CI runs each target for `PROBER_FUZZ_CASES` cases (default 5,000); a
+//! soak is `PROBER_FUZZ_SECS=3600 cargo test --release -p prober-benches
+//! --test fuzz -- --test-threads 1` (benches/fuzz/README.md).
+#![allow(unsafe_code)] // the counting allocator below
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+
+/// The longest one case may take.
+const CASE_TIME: Duration = Duration::from_secs(1);
+/// The largest single allocation one case may make.
+const MAX_ALLOC: usize = 16 << 20;
+
+thread_local! {
+    static LARGEST: Cell<usize> = const { Cell::new(0) };
+}
+
+/// The system allocator, noting the largest allocation of this thread.
+struct Counting;
+
+// SAFETY: every call is passed to the system allocator unchanged; the
+// thread-local is a const-initialised Cell, which never allocates.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let _ = LARGEST.try_with(|l| l.set(l.get().max(layout.size())));
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let _ = LARGEST.try_with(|l| l.set(l.get().max(new_size)));
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+/// One mutation of a seed.
+#[derive(Debug, Clone)]
+enum Edit {
+    Set(usize, u8),
+    Flip(usize, u8),
+    Cut(usize),
+    Grow(Vec<u8>),
+    Splice(usize, usize),
+}
+
+fn apply(mut b: Vec<u8>, edits: &[Edit]) -> Vec<u8> {
+    for e in edits {
+        let n = b.len().max(1);
+        match *e {
+            Edit::Set(i, v) if !b.is_empty() => b[i % n] = v,
+            Edit::Flip(i, bit) if !b.is_empty() => b[i % n] ^= 1 << (bit % 8),
+            Edit::Cut(at) => b.truncate(at % (n + 1)),
+            Edit::Grow(ref more) => b.extend_from_slice(more),
+            Edit::Splice(from, len) if !b.is_empty() => {
+                let from = from % n;
+                let part = b[from..(from + len % 64).min(b.len())].to_vec();
+                b.splice(from..from, part);
+            }
+            _ => {}
+        }
+    }
+    b
+}
+
+fn edit() -> impl Strategy<Value = Edit> {
+    prop_oneof![
+        4 => (any::<usize>(), any::<u8>()).prop_map(|(i, v)| Edit::Set(i, v)),
+        4 => (any::<usize>(), any::<u8>()).prop_map(|(i, b)| Edit::Flip(i, b)),
+        1 => any::<usize>().prop_map(Edit::Cut),
+        1 => proptest::collection::vec(any::<u8>(), 1..64).prop_map(Edit::Grow),
+        1 => (any::<usize>(), any::<usize>()).prop_map(|(a, l)| Edit::Splice(a, l)),
+    ]
+}
+
+/// The seeds of `target`: those built here, and the corpus files.
+fn seeds(target: &str, mut built: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/corpus")
+        .join(target);
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "{}: no seed files", dir.display());
+    built.extend(files.iter().map(|p| std::fs::read(p).unwrap()));
+    built
+}
+
+fn cases() -> u32 {
+    std::env::var("PROBER_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5_000)
+}
+
+/// Runs `parse` on random and mutated inputs (see the module docs).
+fn fuzz(target: &str, seeds: Vec<Vec<u8>>, parse: impl Fn(&[u8])) {
+    let deadline = std::env::var("PROBER_FUZZ_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(|s| Instant::now() + Duration::from_secs(s));
+    let inputs = prop_oneof![
+        1 => proptest::collection::vec(any::<u8>(), 0..600),
+        3 => (proptest::sample::select(seeds), proptest::collection::vec(edit(), 1..6))
+            .prop_map(|(s, e)| apply(s, &e)),
+    ];
+    let mut round = 0u64;
+    let mut total = 0u64;
+    loop {
+        // A fixed seed per round: a CI failure replays as it happened.
+        let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes(target, round));
+        let mut runner = TestRunner::new_with_rng(
+            Config {
+                cases: cases(),
+                failure_persistence: None,
+                ..Config::default()
+            },
+            rng,
+        );
+        let res = runner.run(&inputs, |input| {
+            LARGEST.with(|l| l.set(0));
+            let t = Instant::now();
+            parse(&input);
+            let took = t.elapsed();
+            let largest = LARGEST.with(Cell::get);
+            prop_assert!(
+                took < CASE_TIME,
+                "{target}: {took:?} for {} bytes",
+                input.len()
+            );
+            prop_assert!(
+                largest <= MAX_ALLOC,
+                "{target}: allocated {largest} bytes at once for {} bytes of input",
+                input.len()
+            );
+            Ok(())
+        });
+        if let Err(e) = res {
+            panic!("{target}: {e}");
+        }
+        round += 1;
+        total += u64::from(cases());
+        if deadline.is_none_or(|d| Instant::now() >= d) {
+            break;
+        }
+    }
+    eprintln!("fuzz {target}: {total} cases, 0 failures");
+}
+
+fn seed_bytes(target: &str, round: u64) -> [u8; 32] {
+    let mut s = [0u8; 32];
+    for (i, b) in target.bytes().chain(round.to_le_bytes()).enumerate() {
+        s[i % 32] ^= b;
+    }
+    s
+}
+
+// === the targets ===
+
+#[test]
+fn tcp_udp_wire_frames() {
+    use prober_tcp::wire;
+    let mut built = Vec::new();
+    for size in [40, 64, 200] {
+        let mut req = Vec::new();
+        wire::encode_request(&mut req, size, 7, 99);
+        let mut stamped = req.clone();
+        wire::want_stamps(&mut stamped);
+        wire::want_follow_up(&mut stamped);
+        let mut resp = stamped.clone();
+        wire::make_followed_response(&mut resp, 1_000, Some(2_000), true);
+        let mut follow = Vec::new();
+        wire::encode_follow_up(&mut follow, 7, 99, Some(3_000));
+        built.extend([req, stamped, resp, follow]);
+    }
+    fuzz("wire", seeds("wire", built), |b| {
+        for max in [wire::MAX_TCP_FRAME, wire::MAX_UDP_FRAME] {
+            if wire::Header::decode(b, max).is_ok() {
+                let _ = wire::flags(b);
+                let _ = wire::responder_wake(b);
+                let _ = wire::follow_up_send(b);
+                let _ = wire::follow_up_promised(b);
+            }
+        }
+    });
+}
+
+#[test]
+fn icmp_replies_and_errors() {
+    use prober_icmp::packet;
+    let mut payload = [0u8; 56];
+    packet::encode_payload(&mut payload, 0xfeed, 42);
+    let v4 = packet::echo_request_v4(7, 42, &payload);
+    let v6 = packet::echo_request_v6(7, 42, &payload);
+    let mut reply4 = v4.clone();
+    reply4[0] = 0;
+    let mut reply6 = v6.clone();
+    reply6[0] = 129;
+    // An IPv4 header in front (raw sockets), and an ICMP error quoting it.
+    let mut ip = vec![
+        0x45, 0, 0, 84, 0, 0, 0, 0, 64, 1, 0, 0, 127, 0, 0, 1, 127, 0, 0, 1,
+    ];
+    ip.extend_from_slice(&reply4);
+    let mut unreach = vec![3, 1, 0, 0, 0, 0, 0, 0];
+    unreach.extend_from_slice(&ip[..20]);
+    unreach.extend_from_slice(&v4);
+    let built = vec![v4, v6, reply4, reply6, ip, unreach, payload.to_vec()];
+    fuzz("icmp", seeds("icmp", built), |b| {
+        let _ = packet::parse_v4(b, true, Ipv4Addr::LOCALHOST);
+        let _ = packet::parse_v4(b, false, Ipv4Addr::LOCALHOST);
+        let _ = packet::parse_v6(b, Ipv6Addr::LOCALHOST);
+        let _ = packet::find_payload(b);
+        let _ = packet::check_payload(b);
+    });
+}
+
+#[test]
+fn stamp_packets_and_tlvs() {
+    use prober_stamp::packet::{ReflectorPacket, SenderPacket};
+    use prober_stamp::{Key, Mode, tlv};
+    let key = Key::new(b"fuzz key");
+    let mut built = Vec::new();
+    for (mode, k) in [(Mode::Open, None), (Mode::Authenticated, Some(&key))] {
+        let p = SenderPacket {
+            seq: 5,
+            timestamp: 0x0123_4567_89ab_cdef,
+            error: prober_stamp::time::ErrorEstimate(0x8001),
+            ssid: 9,
+        };
+        let mut buf = vec![0u8; mode.base_len() + 12];
+        p.write(&mut buf, mode, k);
+        // A TLV after the base packet: type 1 (padding), length 8.
+        let at = mode.base_len();
+        buf[at..at + 4].copy_from_slice(&[0x00, 1, 0, 8]);
+        built.push(buf);
+    }
+    fuzz("stamp", seeds("stamp", built), |b| {
+        for (mode, k) in [
+            (Mode::Open, None),
+            (Mode::Authenticated, Some(&key)),
+            (Mode::Authenticated, None),
+        ] {
+            let _ = SenderPacket::read(b, mode, k);
+            let _ = ReflectorPacket::read(b, mode, k);
+            if b.len() >= mode.base_len() {
+                let _ = tlv::walk(b, mode.base_len());
+            }
+        }
+    });
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn durations() {
+    let built = [
+        "10ms",
+        "1m30s",
+        "0",
+        "2.5us",
+        "18446744073709551615ns",
+        "1h 5m",
+    ]
+    .map(|s| s.as_bytes().to_vec())
+    .to_vec();
+    fuzz("duration", seeds("duration", built), |b| {
+        let _ = prober_core::duration::parse_duration(&text(b));
+    });
+}
+
+#[test]
+fn target_urls() {
+    let reg = &prober_core::testutil::REGISTRY;
+    let built = [
+        "tcp://127.0.0.1:8707",
+        "udp://[::1]:9",
+        "icmp://localhost",
+        "127.0.0.1",
+        "health://h:50051/my.Service",
+    ]
+    .map(|s| s.as_bytes().to_vec())
+    .to_vec();
+    fuzz("target", seeds("target", built), |b| {
+        let _ = prober_core::target::parse_target(reg, &text(b));
+    });
+}
+
+#[test]
+fn dns_questions() {
+    let built = [
+        "/example.com?type=A",
+        "/_sip._udp.example.com?type=SRV&tcp",
+        "/x?type=TYPE65",
+    ]
+    .map(|s| s.as_bytes().to_vec())
+    .to_vec();
+    fuzz("dns-question", seeds("dns-question", built), |b| {
+        let _ = prober_dns::Question::parse(&text(b));
+    });
+}
+
+#[test]
+fn report_inputs() {
+    let filter = prober_report::input::Filter::default();
+    fuzz("report", seeds("report", Vec::new()), |b| {
+        let _ = prober_report::input::read_bytes(Path::new("fuzz"), b, &filter);
+    });
+}
