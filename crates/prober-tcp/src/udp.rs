@@ -206,12 +206,22 @@ fn on_datagram(
             };
             matcher.deliver(h.seq, Ok(got));
         }
+        // Ours (our nonce) but not what a reply can be: altered on the way.
+        Ok(h) if h.nonce == nonce => {
+            tracing::debug!(seq = h.seq, len = buf.len(), kind = %h.kind, "a corrupt reply");
+            matcher.count_corrupt();
+        }
         Ok(h) => tracing::debug!(
             seq = h.seq,
             len = buf.len(),
             "ignoring a datagram of another run"
         ),
-        Err(error) => tracing::debug!(%error, "ignoring a datagram that is not a reply"),
+        // Our socket is connected to the responder: a datagram that is not
+        // a frame came from it, altered on the way.
+        Err(error) => {
+            tracing::debug!(%error, "a corrupt reply");
+            matcher.count_corrupt();
+        }
     }
 }
 
