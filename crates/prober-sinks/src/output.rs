@@ -1,5 +1,5 @@
 //! Buffered writers that write whole records (lines) or none: [`Records`],
-//! under every file sink, and [`Output`], for streaming sinks.
+//! under every file sink, and `Output`, for streaming sinks.
 
 use std::fs::File;
 use std::io::{self, Write};
