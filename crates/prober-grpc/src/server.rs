@@ -164,12 +164,11 @@ pub async fn serve_grpc(
     // itself; with our own listener every accepted socket needs it, or
     // replies wait for delayed ACKs (Nagle): about 40 ms per call on Linux.
     let gate = prober_net::guard::Gate::new(cfg.limits, Arc::clone(&cfg.stats));
-    let logs = prober_net::guard::LogLimiter::default();
     let incoming = TcpListenerStream::new(listener).filter_map(move |conn| {
         match conn {
             Err(e) => Some(Err(e)),
-            Ok(stream) => match stream.peer_addr().map(|p| (gate.admit(p.ip()), p)) {
-                Ok((Some(permit), _)) => Some(stream.set_nodelay(true).map(|()| {
+            Ok(stream) => match stream.peer_addr().map(|p| gate.admit_or_warn(p, "grpc")) {
+                Ok(Some(permit)) => Some(stream.set_nodelay(true).map(|()| {
                     ServerStream::new(
                         prober_net::stream::ServerStream::new(stream),
                         permit,
@@ -177,12 +176,7 @@ pub async fn serve_grpc(
                         Arc::clone(&gate.stats),
                     )
                 })),
-                Ok((None, peer)) => {
-                    if let Some(held) = logs.check("grpc connection refused", std::time::Instant::now()) {
-                        tracing::warn!(%peer, held_back = held, "grpc connection refused: connection limit reached");
-                    }
-                    None
-                }
+                Ok(None) => None,
                 // Gone before we looked.
                 Err(_) => None,
             },

@@ -76,7 +76,6 @@ pub async fn serve_http(
 ) -> std::io::Result<()> {
     let acceptor = cfg.tls.clone().map(TlsAcceptor::from);
     let gate = prober_net::guard::Gate::new(cfg.limits, Arc::clone(&cfg.stats));
-    let logs = prober_net::guard::LogLimiter::default();
     loop {
         let (stream, peer) = tokio::select! {
             () = stop.cancelled() => return Ok(()),
@@ -91,10 +90,7 @@ pub async fn serve_http(
                 }
             },
         };
-        let Some(permit) = gate.admit(peer.ip()) else {
-            if let Some(held) = logs.check("http connection refused", std::time::Instant::now()) {
-                tracing::warn!(%peer, held_back = held, "http connection refused: connection limit reached");
-            }
+        let Some(permit) = gate.admit_or_warn(peer, "http") else {
             continue;
         };
         let _ = stream.set_nodelay(true);

@@ -181,6 +181,8 @@ pub struct Gate {
     open: AtomicUsize,
     per_source: Mutex<HashMap<IpAddr, usize>>,
     buffered: AtomicUsize,
+    /// The refusals' log line, once a minute at most.
+    logs: LogLimiter,
     /// What was refused.
     pub stats: Arc<GuardStats>,
 }
@@ -201,6 +203,7 @@ impl Gate {
             open: AtomicUsize::new(0),
             per_source: Mutex::new(HashMap::new()),
             buffered: AtomicUsize::new(0),
+            logs: LogLimiter::default(),
             stats,
         })
     }
@@ -214,13 +217,10 @@ impl Gate {
     /// is reached.
     pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<Permit> {
         let max = self.limits.max_conns;
-        if max > 0 && self.open.fetch_add(1, Ordering::AcqRel) >= max {
+        if self.open.fetch_add(1, Ordering::AcqRel) >= max && max > 0 {
             self.open.fetch_sub(1, Ordering::AcqRel);
             self.stats.conns_over_total.fetch_add(1, Ordering::Relaxed);
             return None;
-        }
-        if max == 0 {
-            self.open.fetch_add(1, Ordering::AcqRel);
         }
         let cap = self
             .limits
@@ -244,6 +244,23 @@ impl Gate {
             ip,
             counted,
         })
+    }
+
+    /// [`Gate::admit`] for a `what` connection (`tcp`, `grpc`, `http`) from
+    /// `peer`, with a warning when a cap refuses it: the first, then at
+    /// most one a minute, saying how many were held back.
+    pub fn admit_or_warn(
+        self: &Arc<Self>,
+        peer: std::net::SocketAddr,
+        what: &'static str,
+    ) -> Option<Permit> {
+        let permit = self.admit(peer.ip());
+        if permit.is_none()
+            && let Some(held) = self.logs.check(what, Instant::now())
+        {
+            tracing::warn!(%peer, open = self.open(), held_back = held, "{what} connection refused: connection limit reached");
+        }
+        permit
     }
 
     /// Takes `n` bytes of the buffer budget; false (counted) when it is

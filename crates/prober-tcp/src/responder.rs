@@ -90,7 +90,7 @@ pub async fn serve_tcp(
     let gate = Gate::new(cfg.limits, Arc::clone(&cfg.stats));
     let cfg = Arc::new(cfg);
     let counter = Arc::new(AtomicU64::new(0));
-    let logs = Arc::new(LogLimiter::default());
+    let logs = LogLimiter::default();
     let mut conns = JoinSet::new();
     let mut spinning: Vec<SpinThread> = Vec::new();
     loop {
@@ -102,12 +102,7 @@ pub async fn serve_tcp(
         match accepted {
             Ok((stream, peer)) => {
                 // Over a cap: closed at once, counted, logged once a minute.
-                let Some(permit) = gate.admit(peer.ip()) else {
-                    if let Some(held) =
-                        logs.check("tcp connection refused", std::time::Instant::now())
-                    {
-                        tracing::warn!(%peer, open = gate.open(), held_back = held, "tcp connection refused: connection limit reached");
-                    }
+                let Some(permit) = gate.admit_or_warn(peer, "tcp") else {
                     continue;
                 };
                 if cfg.log_clients {
