@@ -384,6 +384,9 @@ pub async fn run(
     };
     let mut prom = prometheus_client::registry::Registry::default();
     prom.register_collector(sinks.metrics.collector());
+    prom.register_collector(Box::new(crate::metrics::SinkCollector(
+        sinks.files.failures(),
+    )));
     if let Some(stats) = &listeners.stamp {
         prom.register_collector(Box::new(crate::stamp_metrics::StampCollector(
             std::sync::Arc::clone(stats),

@@ -90,3 +90,41 @@ pub(crate) async fn serve_metrics(
         .with_graceful_shutdown(stop.cancelled_owned())
         .await
 }
+
+/// Reads the failures of the jobs' sink files at scrape time.
+#[derive(Debug)]
+pub(crate) struct SinkCollector(pub(crate) Arc<prober_sinks::files::SinkFailures>);
+
+impl prometheus_client::collector::Collector for SinkCollector {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder<'_>,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric;
+        use prometheus_client::metrics::MetricType;
+        use prometheus_client::metrics::counter::ConstCounter;
+        use prometheus_client::metrics::gauge::ConstGauge;
+        let snap = self.0.snapshot();
+        let mut m = encoder.encode_descriptor(
+            "prober_sink_write_errors",
+            "Writes to a job's sink files that failed (a full disk, a removed directory); probing goes on",
+            None,
+            MetricType::Counter,
+        )?;
+        for (job, f) in &snap {
+            let labels = [("job".to_owned(), job.clone())];
+            ConstCounter::new(f.errors).encode(m.encode_family(&labels)?)?;
+        }
+        let mut m = encoder.encode_descriptor(
+            "prober_sink_failing",
+            "Whether the last write to a job's sink files failed (1) or worked (0)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (job, f) in &snap {
+            let labels = [("job".to_owned(), job.clone())];
+            ConstGauge::new(i64::from(f.failing)).encode(m.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+}

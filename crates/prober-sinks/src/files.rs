@@ -520,13 +520,71 @@ impl Sink for HlogFile {
     }
 }
 
-/// The daemon's file sinks: one [`Fanout`] per job, each sample routed to
-/// its target's job. A job whose files fail is logged once per streak of
-/// failures, and its files are tried again on every sample.
+/// How often a job whose files keep failing is logged again.
+pub const FAILURE_LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// Per job, the writes its files failed: shared with the daemon's metrics,
+/// which read it at scrape time.
 #[derive(Debug, Default)]
+pub struct SinkFailures(std::sync::Mutex<std::collections::BTreeMap<String, JobFailures>>);
+
+/// One job's failed writes.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct JobFailures {
+    /// Operations on the job's files that failed (a write of samples, a
+    /// flush, a reopen), since the daemon started.
+    pub errors: u64,
+    /// Whether the last operation failed.
+    pub failing: bool,
+}
+
+impl SinkFailures {
+    /// Every job seen so far, by name.
+    pub fn snapshot(&self) -> Vec<(String, JobFailures)> {
+        self.lock().iter().map(|(j, f)| (j.clone(), *f)).collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<String, JobFailures>> {
+        // A panic elsewhere leaves plain counters behind: still good.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A streak of failures of one job's files.
+#[derive(Debug)]
+struct Streak {
+    last_logged: Instant,
+    since_logged: u64,
+}
+
+/// The daemon's file sinks: one [`Fanout`] per job, each sample routed to
+/// its target's job. Each file of a job is tried on every sample even when
+/// another fails, so a full disk under one file costs only that file's
+/// lines. A job whose files fail is logged when the failures start, then at
+/// most once per [`FAILURE_LOG_EVERY`] while they go on, and once when
+/// writing works again; every failure is counted in [`SinkFailures`].
+#[derive(Debug)]
 pub struct ByJob {
     jobs: HashMap<String, Fanout>,
-    failing: std::collections::HashSet<String>,
+    failing: HashMap<String, Streak>,
+    failures: std::sync::Arc<SinkFailures>,
+    log_every: Duration,
+    /// Lines logged about failures (for tests).
+    logged: u64,
+}
+
+impl Default for ByJob {
+    fn default() -> Self {
+        Self {
+            jobs: HashMap::new(),
+            failing: HashMap::new(),
+            failures: std::sync::Arc::default(),
+            log_every: FAILURE_LOG_EVERY,
+            logged: 0,
+        }
+    }
 }
 
 impl ByJob {
@@ -544,6 +602,9 @@ impl ByJob {
         {
             tracing::error!(%job, %error, "closing sinks failed");
         }
+        // Its series go with it, as those of removed targets do.
+        self.failing.remove(job);
+        self.failures.lock().remove(job);
     }
 
     /// True when `job` has sinks.
@@ -551,27 +612,77 @@ impl ByJob {
         self.jobs.contains_key(job)
     }
 
+    /// The failure counters, for the daemon's metrics.
+    pub fn failures(&self) -> std::sync::Arc<SinkFailures> {
+        std::sync::Arc::clone(&self.failures)
+    }
+
     fn note(&mut self, job: &str, res: io::Result<()>, what: &str) {
+        let failed = res.is_err();
+        {
+            let mut all = self.failures.lock();
+            let f = all.entry(job.to_owned()).or_default();
+            f.errors += u64::from(failed);
+            f.failing = failed;
+        }
         match res {
             Ok(()) => {
-                self.failing.remove(job);
-            }
-            Err(error) => {
-                if self.failing.insert(job.to_owned()) {
-                    tracing::error!(%job, %error, "{what} failed");
+                if let Some(streak) = self.failing.remove(job) {
+                    self.logged += 1;
+                    tracing::warn!(
+                        %job,
+                        failed_since_last_log = streak.since_logged,
+                        "sink files are written again"
+                    );
                 }
             }
+            Err(error) => match self.failing.get_mut(job) {
+                None => {
+                    self.logged += 1;
+                    tracing::error!(%job, %error, "{what} failed; probing goes on, and the files are tried again on every sample");
+                    self.failing.insert(
+                        job.to_owned(),
+                        Streak {
+                            last_logged: Instant::now(),
+                            since_logged: 0,
+                        },
+                    );
+                }
+                Some(streak) => {
+                    streak.since_logged += 1;
+                    if streak.last_logged.elapsed() >= self.log_every {
+                        self.logged += 1;
+                        tracing::error!(
+                            %job,
+                            %error,
+                            failed_since_last_log = streak.since_logged,
+                            "{what} still failing"
+                        );
+                        streak.last_logged = Instant::now();
+                        streak.since_logged = 0;
+                    }
+                }
+            },
         }
     }
 
-    fn each(&mut self, what: &str, mut f: impl FnMut(&mut Fanout) -> io::Result<()>) {
+    /// Runs `f` on every job's files; with `flushed`, success means the
+    /// lines reached the files, and ends a streak of failures.
+    fn each(
+        &mut self,
+        what: &str,
+        flushed: bool,
+        mut f: impl FnMut(&mut Fanout) -> io::Result<()>,
+    ) {
         let results: Vec<(String, io::Result<()>)> = self
             .jobs
             .iter_mut()
             .map(|(job, s)| (job.clone(), f(s)))
             .collect();
         for (job, res) in results {
-            self.note(&job, res, what);
+            if flushed || res.is_err() {
+                self.note(&job, res, what);
+            }
         }
     }
 }
@@ -582,9 +693,10 @@ impl Sink for ByJob {
             return Ok(());
         };
         if let Some(sinks) = self.jobs.get_mut(job) {
-            let res = sinks.record(cx, t, s);
-            if res.is_err() || self.failing.contains(job) {
-                self.note(job, res, "writing samples");
+            // A sample that only reached a buffer proves nothing: the
+            // flush on the next tick tells whether writing works again.
+            if let Err(e) = sinks.record(cx, t, s) {
+                self.note(job, Err(e), "writing samples");
             }
         }
         Ok(())
@@ -598,17 +710,17 @@ impl Sink for ByJob {
     }
 
     fn tick(&mut self, cx: &Context<'_>, now: tokio::time::Instant) -> io::Result<()> {
-        self.each("flushing sinks", |s| s.tick(cx, now));
+        self.each("flushing sinks", true, |s| s.tick(cx, now));
         Ok(())
     }
 
     fn reopen(&mut self, cx: &Context<'_>) -> io::Result<()> {
-        self.each("reopening sink files", |s| s.reopen(cx));
+        self.each("reopening sink files", false, |s| s.reopen(cx));
         Ok(())
     }
 
     fn finish(&mut self, cx: &Context<'_>, summaries: &[Summary]) -> io::Result<()> {
-        self.each("closing sinks", |s| s.finish(cx, summaries));
+        self.each("closing sinks", true, |s| s.finish(cx, summaries));
         Ok(())
     }
 }
@@ -690,6 +802,108 @@ mod tests {
         assert!(!dir.exists());
         std::fs::create_dir_all(&dir).unwrap();
         check_writable(&dir.join("x.jsonl")).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A sink that fails while its switch is on, like a file on a full disk.
+    struct Flaky(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+    impl Sink for Flaky {
+        fn record(&mut self, _: &Context<'_>, _: &TargetEntry, _: &Sample) -> io::Result<()> {
+            if self.0.load(std::sync::atomic::Ordering::Relaxed) {
+                Err(io::Error::from_raw_os_error(28))
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    #[test]
+    fn a_failing_file_is_logged_once_a_period_counted_and_spares_the_others() {
+        use prober_core::{Clock, Collector, Event, Outcome, RunConfig, RunMeta, TargetInfo};
+        use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+        let dir = std::env::temp_dir().join(format!("prober-byjob-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let full = std::sync::Arc::new(AtomicBool::new(false));
+        let csv = CsvLinesFile::open(&dir.join("ok.csv"), Rotation::default()).unwrap();
+        let mut by_job = ByJob {
+            log_every: Duration::from_millis(200),
+            ..ByJob::default()
+        };
+        let failures = by_job.failures();
+        let meta = RunMeta::new("test", &RunConfig::default());
+        let fanout = Fanout::retrying(vec![
+            Box::new(Flaky(std::sync::Arc::clone(&full))),
+            Box::new(csv),
+        ]);
+        by_job.jobs.insert("j".to_owned(), fanout);
+        let mut c = Collector::new(meta, Clock::now(), by_job, true);
+        let mut info = TargetInfo::new(1, "udp://h:1", "udp", "h:1", None);
+        info.job = Some("j".to_owned());
+        c.add_target(info, std::sync::Arc::new(Default::default))
+            .unwrap();
+        c.start().unwrap();
+        let mut seq = 0;
+        let mut probe = |c: &mut Collector<ByJob>| {
+            let now = tokio::time::Instant::now();
+            c.event(Event::Sample(Sample {
+                target: 1,
+                seq,
+                scheduled: now,
+                sent: now,
+                outcome: Outcome::Timeout,
+                bytes: 0,
+            }))
+            .unwrap();
+            seq += 1;
+        };
+        for _ in 0..3 {
+            probe(&mut c);
+        }
+        full.store(true, Relaxed);
+        for _ in 0..50 {
+            probe(&mut c);
+        }
+        // 50 failures, one line about them.
+        assert_eq!(c.sink_mut().logged, 1);
+        let snap = failures.snapshot();
+        assert_eq!(
+            snap,
+            vec![(
+                "j".to_owned(),
+                JobFailures {
+                    errors: 50,
+                    failing: true
+                }
+            )]
+        );
+        // A period later, still failing: one more line.
+        std::thread::sleep(Duration::from_millis(250));
+        for _ in 0..50 {
+            probe(&mut c);
+        }
+        assert_eq!(c.sink_mut().logged, 2);
+        // Space again: one line says so, and the counter keeps its total.
+        full.store(false, Relaxed);
+        for _ in 0..5 {
+            probe(&mut c);
+        }
+        // Buffered samples prove nothing; the flush on the tick does.
+        assert_eq!(c.sink_mut().logged, 2);
+        c.tick(tokio::time::Instant::now()).unwrap();
+        assert_eq!(c.sink_mut().logged, 3);
+        assert_eq!(
+            failures.snapshot()[0].1,
+            JobFailures {
+                errors: 100,
+                failing: false
+            }
+        );
+        let _ = c.finish();
+        // The other file of the job missed nothing.
+        let text = std::fs::read_to_string(dir.join("ok.csv")).unwrap();
+        assert_eq!(text.lines().count(), 1 + 108, "{text}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

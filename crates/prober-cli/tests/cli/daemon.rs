@@ -97,8 +97,13 @@ impl Daemon {
         }
     }
 
-    pub(crate) fn stop(mut self) -> (Option<i32>, String) {
-        sigterm(self.child.id());
+    pub(crate) fn stop(self) -> (Option<i32>, String) {
+        self.stop_with("TERM")
+    }
+
+    /// Stops it with `kill -SIG` and returns its exit code and stderr.
+    pub(crate) fn stop_with(mut self, sig: &str) -> (Option<i32>, String) {
+        crate::faults::signal(self.child.id(), sig);
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Some(st) = self.child.try_wait().unwrap() {
@@ -171,20 +176,29 @@ labels = { site = "lab" }
 sinks = { jsonl = { path = "loop.jsonl" }, csv = { path = "loop.csv" }, hlog = { path = "loop.hlog", interval = "200ms" } }
 "#;
 
+/// SIGTERM or SIGINT at 20 random moments: every probe once in every
+/// sink, whole lines, an interval log that parses.
 #[test]
-fn sigterm_loses_no_probe_in_any_sink() {
-    for wait_ms in [350, 1130] {
-        let d = Daemon::start(&format!("term{wait_ms}"), JOBS);
-        std::thread::sleep(Duration::from_millis(wait_ms));
+fn sigterm_or_sigint_at_random_moments_loses_no_probe_in_any_sink() {
+    let mut m = crate::faults::Moments::new("daemon stopped at random moments");
+    for trial in 0..20 {
+        let sig = ["TERM", "INT"][(m.next() % 2) as usize];
+        let wait = m.millis(150, 1200);
+        let d = Daemon::start(&format!("term{trial}"), JOBS);
+        std::thread::sleep(wait);
         let dir = d.dir.clone();
-        let (code, err) = d.stop();
-        assert_eq!(code, Some(0), "{err}");
+        let (code, err) = d.stop_with(sig);
+        assert_eq!(
+            code,
+            Some(0),
+            "trial {trial}, SIG{sig} after {wait:?}: {err}"
+        );
         let lines = jsonl(&dir.join("loop.jsonl"));
         let seqs = seqs_once(&lines);
         assert_eq!(seqs.len(), 3, "{seqs:?}");
         for (t, s) in &seqs {
             assert!(contiguous(s), "{t}: {s:?}");
-            assert!(s.len() >= 5, "{t}: {}", s.len());
+            assert!(!s.is_empty(), "{t}: trial {trial}");
         }
         assert!(
             lines
@@ -380,6 +394,18 @@ sinks = { jsonl = { path = "loop.jsonl" } }
     std::thread::sleep(Duration::from_millis(300));
     let still = d.scrape();
     assert!(sent(&still, &udp_target).unwrap() > sent(&changed, &udp_target).unwrap());
+    // The metric says so too, and the last good load's time stays.
+    assert_eq!(
+        series(&changed, "prober_config_last_reload_successful "),
+        Some(1.0)
+    );
+    assert_eq!(
+        series(&still, "prober_config_last_reload_successful "),
+        Some(0.0),
+        "{still}"
+    );
+    let good_at = "prober_config_last_reload_success_timestamp_seconds ";
+    assert_eq!(series(&still, good_at), series(&changed, good_at));
     let dir = d.dir.clone();
     let (code, err) = d.stop();
     assert_eq!(code, Some(0));
@@ -624,5 +650,110 @@ targets = ["tcp-connect://RESPONDER"]
     let dir = d.dir.clone();
     let (code, _) = d.stop();
     assert_eq!(code, Some(0));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The value of the series `name{labels}` in a scrape.
+fn series(text: &str, name_and_labels: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(name_and_labels))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// A sink file on a full disk: probing and the job's other file go on, the
+/// failure is logged once (not per sample) and counted, and writing
+/// resumes when space returns.
+#[test]
+fn a_full_disk_under_one_sink_file_spares_probing_and_the_other_files() {
+    let Some(disk) = crate::support::TinyDisk::mount("tiny-sink-disk", 128) else {
+        return;
+    };
+    // Leave a few KiB free: the JSON lines fill it within a second.
+    let filler = disk.0.join("filler");
+    std::fs::write(&filler, vec![0u8; 120 * 1024]).unwrap();
+    let jsonl_path = disk.0.join("loop.jsonl");
+    let d = Daemon::start(
+        "full",
+        &format!(
+            r#"
+[[job]]
+name = "loop"
+interval = "10ms"
+timeout = "200ms"
+targets = ["udp://RESPONDER"]
+sinks = {{ jsonl = {{ path = "{}" }}, csv = {{ path = "loop.csv" }} }}
+"#,
+            jsonl_path.display()
+        ),
+    );
+    let failing = r#"prober_sink_failing{job="loop"}"#;
+    let wait_for = |want: f64| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let text = d.scrape();
+            if series(&text, failing) == Some(want) {
+                return text;
+            }
+            assert!(Instant::now() < deadline, "{failing} never {want}:\n{text}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let full = wait_for(1.0);
+    // Full for a while longer: many failed writes, still one log line.
+    std::thread::sleep(Duration::from_millis(700));
+    let errors_full = series(&full, r#"prober_sink_write_errors_total{job="loop"}"#).unwrap();
+    assert!(errors_full >= 1.0, "{full}");
+    std::fs::remove_file(&filler).unwrap();
+    let again = wait_for(0.0);
+    std::thread::sleep(Duration::from_millis(300));
+    let errors = series(&again, r#"prober_sink_write_errors_total{job="loop"}"#).unwrap();
+    assert!(errors > errors_full, "{errors} after {errors_full}");
+    let sent = series(&again, r#"prober_probes_sent_total{job="loop""#).unwrap();
+    let dir = d.dir.clone();
+    let (code, err) = d.stop();
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        err.matches("probing goes on").count(),
+        1,
+        "one line when the failures start:\n{err}"
+    );
+    assert_eq!(
+        err.matches("sink files are written again").count(),
+        1,
+        "{err}"
+    );
+    // The CSV has every probe, the JSON lines file whole lines with a gap.
+    let csv = std::fs::read_to_string(dir.join("loop.csv")).unwrap();
+    let csv_seqs: Vec<u64> = csv
+        .lines()
+        .skip(1)
+        .map(|r| r.split(',').nth(4).unwrap().parse().unwrap())
+        .collect();
+    assert!(csv_seqs.len() as f64 >= sent, "{} < {sent}", csv_seqs.len());
+    assert!(
+        csv_seqs.iter().enumerate().all(|(i, &s)| s == i as u64),
+        "the csv has every seq once, in order"
+    );
+    let text = std::fs::read_to_string(&jsonl_path).unwrap();
+    assert!(
+        text.ends_with('\n'),
+        "torn: …{}",
+        &text[text.len().saturating_sub(80)..]
+    );
+    let seqs: Vec<u64> = text
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).expect("whole records");
+            v["seq"].as_u64().unwrap()
+        })
+        .collect();
+    let last = *csv_seqs.last().unwrap();
+    assert!(
+        seqs.len() < csv_seqs.len() && seqs.last() == Some(&last),
+        "a gap, then writing resumed up to the last probe ({} of {} lines, last {:?} vs {last})",
+        seqs.len(),
+        csv_seqs.len(),
+        seqs.last()
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -5,6 +5,7 @@ mod daemon;
 mod deploy;
 mod dns;
 mod errors;
+mod faults;
 mod first_hour;
 mod grpc;
 mod http;

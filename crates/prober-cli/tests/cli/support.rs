@@ -347,3 +347,31 @@ impl Drop for Netns {
             .status();
     }
 }
+
+/// A tmpfs of `kib` KiB mounted on a fresh directory, unmounted on drop.
+pub(crate) struct TinyDisk(pub(crate) std::path::PathBuf);
+
+impl TinyDisk {
+    pub(crate) fn mount(tag: &str, kib: u32) -> Option<Self> {
+        if !crate::support::is_root() {
+            eprintln!("SKIPPED: {tag} needs root to mount a tmpfs");
+            return None;
+        }
+        let dir = std::env::temp_dir().join(format!("prober-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={kib}k"), "tmpfs"])
+            .arg(&dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "mounting a tmpfs on {}", dir.display());
+        Some(Self(dir))
+    }
+}
+
+impl Drop for TinyDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
