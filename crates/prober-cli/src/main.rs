@@ -26,15 +26,29 @@ fn main() -> ExitCode {
     let default_level = match &cli.command {
         // Lifecycle messages (started, config reloaded, stopping) stay with
         // --quiet; client connections are logged at debug level only.
-        Command::Serve(args) if args.quiet => "warn,prober_daemon=info",
-        Command::Serve(_) => "info",
-        Command::Run(_) | Command::Report(_) | Command::Sweep(_) => "warn",
+        // h2 warns once per peer connection it closes for a protocol
+        // violation (a rapid-reset client makes hundreds a second): the
+        // peer's fault, not news for the operator; RUST_LOG=h2=warn shows them.
+        Command::Serve(args) if args.quiet => "warn,prober_daemon=info,h2=error",
+        Command::Serve(_) => "info,h2=error",
+        Command::Run(_) | Command::Report(_) | Command::Sweep(_) => "warn,h2=error",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    // Log lines go to stderr from a thread of their own, dropped (and
+    // counted) when 10,000 wait: a stderr nobody reads (a full pipe, a
+    // stalled journald) must never stop probing or answering. Measured: a
+    // responder logging to a full pipe stopped answering gRPC altogether
+    // (tests/cli/limits.rs, rapid reset).
+    let (log_writer, log_guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(true)
+        .buffered_lines_limit(10_000)
+        .thread_name("prober-log")
+        .finish(std::io::stderr());
+    let log_dropped = log_writer.error_counter();
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(log_writer)
         // Colour only for a person at a terminal, not in files or pipes.
         .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
@@ -80,6 +94,13 @@ fn main() -> ExitCode {
             Command::Sweep(args) => cmd::sweep::sweep(args).await,
         }
     });
+    // Every log line is out before the last words below.
+    drop(runtime);
+    drop(log_guard);
+    let dropped = log_dropped.dropped_lines();
+    if dropped > 0 {
+        eprintln!("prober: {dropped} log lines dropped: stderr was not read fast enough");
+    }
     match result {
         Ok(code) => code,
         Err(err) => {

@@ -84,6 +84,7 @@ fn capture(ns: &Netns, args: &[&str]) -> (Vec<Value>, Vec<Captured>) {
 
 #[test]
 fn icmp_split_agrees_with_a_packet_capture() {
+    let _machine = crate::support::times_things();
     if Command::new("tcpdump").arg("--version").output().is_err() {
         eprintln!("SKIPPED capture check: tcpdump is not installed (.ci/run installs it)");
         return;
@@ -237,6 +238,7 @@ impl Drop for BusyProcesses {
 
 #[test]
 fn udp_splits_into_all_six_parts() {
+    let _machine = crate::support::times_things();
     let srv = crate::support::Server::start(&[]);
     let t = format!("udp://{}", srv.udp);
     let out = crate::support::run(&["run", "-c", "50", "-i", "2ms", "-o", "json", &t]);
@@ -329,6 +331,7 @@ fn tcp_split_agrees_with_a_packet_capture() {
 }
 
 fn frames_split_agrees_with_a_packet_capture(proto: &str) {
+    let _machine = crate::support::times_things();
     if Command::new("tcpdump").arg("--version").output().is_err() {
         eprintln!("SKIPPED {proto} capture check: tcpdump is not installed (.ci/run installs it)");
         return;
@@ -455,6 +458,7 @@ fn http_split_agrees_with_a_packet_capture() {
 /// turnaround (gRPC, HTTP): 300 probes at 10 ms against `prober serve
 /// SERVE 127.0.0.1:8708` in a namespace, checked against tcpdump there.
 fn http_stack_split_agrees_with_a_packet_capture(name: &str, serve: &str, target: &str) {
+    let _machine = crate::support::times_things();
     if Command::new("tcpdump").arg("--version").output().is_err() {
         eprintln!("SKIPPED {name} capture check: tcpdump is not installed (.ci/run installs it)");
         return;

@@ -161,6 +161,7 @@ fn accounted(lines: &[Value]) -> BTreeMap<String, (Value, Vec<Value>)> {
 /// connection-based ones count their reconnects.
 #[test]
 fn a_responder_killed_and_restarted_is_found_again_within_a_second() {
+    let _machine = crate::support::times_things();
     let (port, grpc, stamp) = (free_port(), free_port(), free_port());
     let first = Responder::start(port, grpc, stamp);
     let targets = first.targets();
@@ -218,6 +219,7 @@ fn a_responder_killed_and_restarted_is_found_again_within_a_second() {
 /// scheduled time) shows the whole stall.
 #[test]
 fn a_responder_stopped_for_two_seconds_shows_in_latency_and_loses_no_slot() {
+    let _machine = crate::support::times_things();
     let srv = Server::start(&[]);
     let targets = [
         format!("udp://{}", srv.udp),

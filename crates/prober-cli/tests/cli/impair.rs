@@ -23,6 +23,7 @@ fn n(v: &serde_json::Value) -> u64 {
 
 #[test]
 fn an_injected_delay_moves_the_median_by_that_delay() {
+    let _machine = crate::support::times_things();
     let server = Server::start(&[]);
     let args = ["-c", "200", "-i", "5ms", "-W", "1s"];
     let d = std::time::Duration::from_millis(10);

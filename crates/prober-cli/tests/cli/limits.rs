@@ -272,6 +272,7 @@ fn quiet_does_not_log_a_line_per_aborted_client() {
 
 #[test]
 fn a_slow_loris_leaves_others_served() {
+    let _machine = crate::support::times_things();
     let server = Server::start(&[]);
     let target = format!("tcp://{}", server.tcp);
     let p99 = |args: &[&str]| {
@@ -304,4 +305,218 @@ fn a_slow_loris_leaves_others_served() {
         loaded < 5.0 * quiet + 2e6,
         "p99 {loaded} ns with 1000 idle connections, {quiet} ns without"
     );
+}
+
+/// An HTTP/2 frame: 9 bytes of header, then `payload`.
+fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(payload.len()).unwrap().to_be_bytes();
+    let mut f = vec![len[1], len[2], len[3], kind, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// The rapid-reset pattern (CVE-2023-44487) for one stream: HEADERS that
+/// open a gRPC call, then RST_STREAM(CANCEL) at once.
+fn rapid_reset(stream: u32) -> Vec<u8> {
+    // HPACK: :method POST and :scheme http from the static table, the rest
+    // literal without indexing (so every HEADERS frame is the same bytes).
+    let mut block = vec![0x83, 0x86];
+    let mut literal = |name_index: u8, name: &str, value: &str| {
+        block.push(name_index);
+        if name_index == 0 {
+            block.push(u8::try_from(name.len()).unwrap());
+            block.extend_from_slice(name.as_bytes());
+        }
+        block.push(u8::try_from(value.len()).unwrap());
+        block.extend_from_slice(value.as_bytes());
+    };
+    literal(4, "", "/prober.v1.Echo/Ping");
+    literal(1, "", "127.0.0.1");
+    literal(0, "content-type", "application/grpc");
+    literal(0, "te", "trailers");
+    let mut out = h2_frame(0x1, 0x4, stream, &block);
+    out.extend(h2_frame(0x3, 0, stream, &8u32.to_be_bytes()));
+    out
+}
+
+/// CPU seconds (user + system) a process has used.
+fn cpu_secs(pid: u32) -> f64 {
+    stat_cpu_secs(&format!("/proc/{pid}/stat"))
+}
+
+/// CPU seconds (user + system) from a `stat` file of /proc.
+fn stat_cpu_secs(path: &str) -> f64 {
+    let stat = std::fs::read_to_string(path).unwrap();
+    // Fields after the command name, which is in parentheses.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .map(|v| v.parse().unwrap())
+        .collect();
+    (f[0] + f[1]) as f64 / 100.0
+}
+
+/// A client that opens and cancels gRPC streams as fast as it can, on one
+/// connection after another, for 3 s: the responder closes each connection
+/// after a few resets (GOAWAY), spends a few microseconds per cancelled
+/// stream, does not flood its log, and a prober beside it is still
+/// answered. (Before its log went through a thread of its own, this test
+/// found the responder stalled on a full stderr pipe by h2's warnings.)
+#[test]
+fn rapid_reset_is_cut_off_and_the_responder_keeps_serving() {
+    let _machine = crate::support::loads_machine();
+    let s = Serve::start(&["--quiet", "--grpc", "127.0.0.1:0"], 1);
+    let addr = s.addr("grpc").to_owned();
+    let pid = s.child.id();
+    let prober_run = prober()
+        .args(["run", "-o", "json", "-i", "10ms", "-d", "3s"])
+        .arg(format!("grpc://{addr}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let cpu_before = cpu_secs(pid);
+    let own_before = stat_cpu_secs("/proc/thread-self/stat");
+    let started = Instant::now();
+    let (mut conns, mut streams, mut cut_off) = (0u64, 0u64, 0u64);
+    let mut buf = [0u8; 65536];
+    while started.elapsed() < Duration::from_secs(3) {
+        let Ok(mut c) = TcpStream::connect(&addr) else {
+            continue;
+        };
+        conns += 1;
+        c.set_read_timeout(Some(Duration::from_micros(200)))
+            .unwrap();
+        let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        hello.extend(h2_frame(0x4, 0, 0, &[]));
+        if c.write_all(&hello).is_err() {
+            continue;
+        }
+        // Up to 10,000 streams a connection, 50 a write.
+        let mut id = 1u32;
+        'conn: while id < 20_000 && started.elapsed() < Duration::from_secs(3) {
+            let batch: Vec<u8> = (0..50).flat_map(|k| rapid_reset(id + 2 * k)).collect();
+            if c.write_all(&batch).is_err() {
+                cut_off += 1;
+                break;
+            }
+            streams += 50;
+            id += 100;
+            loop {
+                match c.read(&mut buf) {
+                    Ok(0) => {
+                        cut_off += 1;
+                        break 'conn;
+                    }
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::TimedOut => break,
+                    Err(_) => {
+                        cut_off += 1;
+                        break 'conn;
+                    }
+                }
+            }
+        }
+    }
+    let wall = started.elapsed().as_secs_f64();
+    let cpu = (cpu_secs(pid) - cpu_before) / wall;
+    let own = (stat_cpu_secs("/proc/thread-self/stat") - own_before) / wall;
+    let out = prober_run.wait_with_output().unwrap();
+    let lines = crate::support::json_lines(&out);
+    let summary = of_type(&lines, "summary")[0];
+    eprintln!(
+        "rapid reset: {streams} streams on {conns} connections ({cut_off} cut off) in {wall:.2} s; \
+         responder CPU {:.1}% of a core, the attacker's {:.1}%; prober beside it: {} of {} ok, p99 {} ns",
+        cpu * 100.0,
+        own * 100.0,
+        summary["ok"],
+        summary["sent"],
+        summary["rtt"]["p99"]
+    );
+    assert!(conns > 0 && streams > 0);
+    assert!(
+        cut_off * 10 >= conns * 9,
+        "the responder closes rapid-reset connections: {cut_off} of {conns}"
+    );
+    assert!(
+        streams / conns.max(1) < 2_000,
+        "cut off after a few resets, not thousands: {streams} streams on {conns} connections"
+    );
+    // The bound: what a cancelled stream costs the responder. Each connection
+    // is cut off after 20 resets, so the attacker must pay for a new
+    // connection (handshake and SETTINGS) every few dozen streams, and no
+    // stream reaches a handler. Seen here: 2.5 µs a stream (0.9 of a core
+    // for 360,000 streams in 3 s, against the attacker's 0.33).
+    let per_stream_us = cpu * wall / streams as f64 * 1e6;
+    assert!(
+        per_stream_us < 10.0,
+        "{per_stream_us:.1} µs of responder CPU per cancelled stream"
+    );
+    let (ok, sent) = (
+        summary["ok"].as_u64().unwrap(),
+        summary["sent"].as_u64().unwrap(),
+    );
+    assert!(
+        ok * 100 >= sent * 95,
+        "{ok} of {sent} answered during the attack: {summary}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = s.stop();
+    assert!(err.lines().count() < 10, "{}", &err[..err.len().min(2000)]);
+}
+
+/// A responder whose stderr nobody reads (a full pipe, a stalled journald)
+/// keeps answering: log lines wait on a thread of their own (and are
+/// dropped past 10,000, the count printed at exit).
+#[test]
+fn a_stderr_nobody_reads_never_stalls_the_responder() {
+    let _machine = crate::support::loads_machine();
+    let mut child = prober()
+        .args(["serve", "--tcp", "127.0.0.1:0"])
+        .env("RUST_LOG", "trace")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let line = BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .next()
+        .unwrap()
+        .unwrap();
+    let addr = line.split_whitespace().nth(2).unwrap().to_owned();
+    // Far more than a pipe's 64 KiB of trace lines, none of them read.
+    for _ in 0..3000 {
+        let mut c = TcpStream::connect(&addr).unwrap();
+        let _ = c.write_all(b"PRBR");
+    }
+    let (code, lines, err) = run_json(&[
+        "run",
+        "-o",
+        "json",
+        "-c",
+        "100",
+        "-i",
+        "2ms",
+        "-W",
+        "500ms",
+        &format!("tcp://{addr}"),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(of_type(&lines, "summary")[0]["ok"], 100);
+    crate::support::sigterm(child.id());
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    // Every line written or counted as dropped; the run above was answered
+    // while thousands waited.
+    assert!(err.lines().count() > 3000, "{} lines", err.lines().count());
 }

@@ -375,3 +375,23 @@ impl Drop for TinyDisk {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// Tests that load the machine (both cores, for seconds) and tests whose
+/// assertions are timings: the first hold this for writing, the second for
+/// reading, so no timing is measured while a flood runs. Other tests run
+/// beside either.
+static MACHINE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// Held by a test that floods the machine.
+pub(crate) fn loads_machine() -> std::sync::RwLockWriteGuard<'static, ()> {
+    MACHINE
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Held by a test that asserts on timings.
+pub(crate) fn times_things() -> std::sync::RwLockReadGuard<'static, ()> {
+    MACHINE
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
