@@ -15,8 +15,8 @@ use serde_json::Value;
 use crate::daemon::free_port;
 use crate::support::{Server, json_lines, of_type, prober};
 
-/// A small seeded generator (SplitMix64): enough for picking moments.
-pub(crate) struct Moments(u64);
+/// Random moments from a printed seed.
+pub(crate) struct Moments(crate::relay::Rng);
 
 impl Moments {
     pub(crate) fn new(test: &str) -> Self {
@@ -31,15 +31,11 @@ impl Moments {
                     .into()
             });
         eprintln!("{test}: PROBER_FAULT_SEED={seed}");
-        Self(seed)
+        Self(crate::relay::Rng(seed))
     }
 
     pub(crate) fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in `lo..hi` milliseconds.

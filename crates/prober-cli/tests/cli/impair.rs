@@ -148,3 +148,217 @@ fn a_blackhole_and_a_stall_are_accounted_for_slot_by_slot() {
         "latency p99 {p99} ns under a 2 s stall"
     );
 }
+
+/// The `p`-quantile of sorted nanoseconds.
+fn quantile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+/// A uniform and a Pareto jitter: prober's RTT quantiles are the relay's
+/// drawn delays' quantiles plus the unimpaired median, within ±5% or
+/// ±300 µs.
+#[test]
+fn jittered_delays_show_in_the_rtt_quantiles() {
+    use crate::relay::Jitter;
+    use std::time::Duration;
+    let _machine = crate::support::times_things();
+    let server = Server::start(&[]);
+    let mut m = crate::faults::Moments::new("jitter");
+    let args = ["-c", "400", "-i", "5ms", "-W", "2s"];
+    let plain = Relay::start(&server.udp, Impair::default());
+    let base = through(&plain, &args)["rtt"]["p50"].as_f64().unwrap();
+    drop(plain);
+    for jitter in [
+        Jitter::Uniform(Duration::from_millis(10)),
+        Jitter::Pareto {
+            scale: Duration::from_millis(1),
+            shape: 1.5,
+        },
+    ] {
+        let relay = Relay::start(
+            &server.udp,
+            Impair {
+                jitter: Some(jitter),
+                seed: m.next(),
+                ..Impair::default()
+            },
+        );
+        let s = through(&relay, &args);
+        assert_eq!(n(&s["ok"]), 400, "{s}");
+        let mut drawn: Vec<f64> = relay
+            .counts
+            .jitters
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_nanos() as f64)
+            .collect();
+        drawn.sort_by(f64::total_cmp);
+        assert_eq!(drawn.len(), 400);
+        for (q, key) in [(0.1, "p10"), (0.5, "p50"), (0.9, "p90")] {
+            let want = quantile(&drawn, q) + base;
+            let got = s["rtt"][key].as_f64().unwrap();
+            eprintln!("{jitter:?} {key}: rtt {got:.0} ns, relay drew {want:.0} ns (+ base)");
+            assert!(
+                (got - want).abs() <= (0.05 * want).max(300_000.0),
+                "{jitter:?} {key}: rtt {got} ns, want {want} ns"
+            );
+        }
+    }
+}
+
+/// Loss in bursts (Gilbert-Elliott): every lost reply is a timeout, and the
+/// runs of consecutive timeouts in prober's probe lines are the relay's
+/// bursts, one for one.
+#[test]
+fn bursty_loss_gives_the_relays_bursts_exactly() {
+    let server = Server::start(&[]);
+    let mut m = crate::faults::Moments::new("bursty loss");
+    let relay = Relay::start(
+        &server.udp,
+        Impair {
+            loss: Some(crate::relay::GilbertElliott { p: 0.03, r: 0.25 }),
+            seed: m.next(),
+            ..Impair::default()
+        },
+    );
+    let target = format!("udp://{}", relay.addr);
+    let (code, lines, err) = run_json(&[
+        "run",
+        "-o",
+        "json",
+        "--no-tx-stamps",
+        "-c",
+        "1000",
+        "-i",
+        "2ms",
+        "-W",
+        "300ms",
+        &target,
+    ]);
+    assert!(matches!(code, Some(0 | 1)), "{err}");
+    let s = of_type(&lines, "summary")[0];
+    let lost = Counts::get(&relay.counts.lost);
+    assert_eq!(n(&s["timeout"]), lost, "{s}");
+    assert_eq!(
+        n(&s["sent"]),
+        n(&s["ok"]) + n(&s["timeout"]) + n(&s["error"])
+    );
+    let mut probes: Vec<(u64, bool)> = of_type(&lines, "probe")
+        .iter()
+        .map(|p| (n(&p["seq"]), p["outcome"] == "timeout"))
+        .collect();
+    probes.sort_unstable();
+    let mut runs = Vec::new();
+    let mut run = 0u64;
+    for (_, timed_out) in &probes {
+        if *timed_out {
+            run += 1;
+        } else if run > 0 {
+            runs.push(run);
+            run = 0;
+        }
+    }
+    if run > 0 {
+        runs.push(run);
+    }
+    let bursts = relay.counts.bursts.lock().unwrap().clone();
+    eprintln!(
+        "{lost} lost in {} bursts (mean {:.2}, longest {:?})",
+        bursts.len(),
+        lost as f64 / bursts.len().max(1) as f64,
+        bursts.iter().max()
+    );
+    assert!(bursts.len() >= 5, "{bursts:?}");
+    assert_eq!(runs, bursts, "prober's timeout runs are the relay's bursts");
+}
+
+/// TCP through the relay: a 10 ms delay moves the median by 10 ms ± 2%, a
+/// 2 s stall shows in the latency with every slot accounted for, and
+/// connections closed under the prober are reopened and counted.
+#[test]
+fn tcp_through_the_relay_delay_stall_and_closed_connections() {
+    use crate::relay::{TcpImpair, TcpRelay};
+    use std::time::Duration;
+    let _machine = crate::support::times_things();
+    let server = Server::start(&[]);
+    let run_tcp = |relay: &TcpRelay, args: &[&str]| {
+        let target = format!("tcp://{}", relay.addr);
+        let mut all = vec!["run", "-o", "json", "-q"];
+        all.extend_from_slice(args);
+        all.push(&target);
+        let (code, lines, err) = run_json(&all);
+        assert!(matches!(code, Some(0 | 1)), "{err}");
+        of_type(&lines, "summary")[0].clone()
+    };
+    let args = ["-c", "200", "-i", "5ms", "-W", "1s"];
+    let d = Duration::from_millis(10);
+    let mut diffs = Vec::new();
+    for _ in 0..3 {
+        let plain = TcpRelay::start(&server.tcp, TcpImpair::default());
+        let base = run_tcp(&plain, &args)["rtt"]["p50"].as_f64().unwrap();
+        drop(plain);
+        let slow = TcpRelay::start(
+            &server.tcp,
+            TcpImpair {
+                delay: d,
+                ..TcpImpair::default()
+            },
+        );
+        diffs.push(run_tcp(&slow, &args)["rtt"]["p50"].as_f64().unwrap() - base);
+    }
+    diffs.sort_by(f64::total_cmp);
+    eprintln!("tcp: median moved by {diffs:?} ns for a {d:?} delay");
+    let want = d.as_nanos() as f64;
+    assert!(
+        (diffs[1] - want).abs() <= (0.02 * want).max(20_000.0),
+        "median moved by {} ns",
+        diffs[1]
+    );
+    // A 2 s stall of the replies.
+    let s2 = Duration::from_secs(2);
+    let stall = TcpRelay::start(
+        &server.tcp,
+        TcpImpair {
+            stall: Some((Duration::from_millis(500), s2)),
+            ..TcpImpair::default()
+        },
+    );
+    let s = run_tcp(&stall, &["-c", "400", "-i", "10ms", "-W", "3s"]);
+    assert_eq!(n(&s["ok"]), 400, "{s}");
+    let p99 = s["latency"]["p99"].as_f64().unwrap();
+    eprintln!("tcp stall: latency p99 {p99} ns");
+    assert!(p99 >= 0.95 * s2.as_nanos() as f64, "{s}");
+    // Connections closed under the prober at 0.5 s: it reconnects, counts
+    // it, and every slot is accounted for.
+    let closing = TcpRelay::start(
+        &server.tcp,
+        TcpImpair {
+            reset_at: Some(Duration::from_millis(500)),
+            ..TcpImpair::default()
+        },
+    );
+    let s = run_tcp(&closing, &["-c", "200", "-i", "5ms", "-W", "500ms"]);
+    eprintln!(
+        "tcp closed: {} reconnects, relay accepted {} and closed {}; ok {} timeout {} error {}",
+        s["reconnects"],
+        Counts::get(&closing.accepted),
+        Counts::get(&closing.reset),
+        s["ok"],
+        s["timeout"],
+        s["error"]
+    );
+    assert_eq!(Counts::get(&closing.reset), 1);
+    assert!(n(&s["reconnects"]) >= 1, "{s}");
+    assert_eq!(
+        n(&s["reconnects"]) + 1,
+        Counts::get(&closing.accepted),
+        "{s}"
+    );
+    assert_eq!(n(&s["sent"]), 200);
+    assert_eq!(
+        n(&s["sent"]),
+        n(&s["ok"]) + n(&s["timeout"]) + n(&s["error"])
+    );
+    assert!(n(&s["ok"]) >= 190, "{s}");
+}
