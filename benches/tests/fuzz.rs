@@ -335,3 +335,48 @@ fn report_inputs() {
         let _ = prober_report::input::read_bytes(Path::new("fuzz"), b, &filter);
     });
 }
+
+/// The daemon's config file: TOML, then every key's validation, with host
+/// names refused rather than resolved (no DNS query leaves the machine).
+#[test]
+fn config_files() {
+    use prober_daemon::config::{Resolution, parse_with};
+    static REGISTRY: prober_core::Registry = prober_core::Registry::new(&[
+        &prober_tcp::TCP,
+        &prober_tcp::TCP_CONNECT,
+        &prober_tcp::TCP_CRR,
+        &prober_tcp::UDP,
+        &prober_grpc::GRPC,
+        &prober_grpc::GRPC_STREAM,
+        &prober_grpc::GRPC_HEALTH,
+        &prober_stamp::STAMP,
+        &prober_dns::DNS,
+        &prober_icmp::ICMP,
+    ]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let path =
+        std::env::temp_dir().join(format!("prober-fuzz-config-{}/x.toml", std::process::id()));
+    let seeds = seeds("config", Vec::new());
+    // The seeds are valid: mutations of them reach every key's checks, not
+    // only TOML's.
+    for seed in &seeds {
+        let parsed = rt.block_on(parse_with(
+            &text(seed),
+            &path,
+            &REGISTRY,
+            Resolution::LiteralsOnly,
+        ));
+        assert!(parsed.is_ok(), "{:?}", parsed.err());
+    }
+    fuzz("config", seeds, |b| {
+        let text = text(b);
+        let _ = rt.block_on(parse_with(
+            &text,
+            &path,
+            &REGISTRY,
+            Resolution::LiteralsOnly,
+        ));
+    });
+}

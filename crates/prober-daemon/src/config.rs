@@ -435,6 +435,7 @@ async fn job(
     defaults: &JobSettings,
     base: &Path,
     registry: &Registry,
+    resolution: Resolution,
 ) -> Result<Job> {
     let key = format!("job[{i}] ({:?})", j.name);
     if j.name.is_empty() {
@@ -491,7 +492,7 @@ async fn job(
     let mut texts = j.targets.clone();
     if let Some(file) = &j.targets_file {
         let file = base.join(file); // an absolute path stays as it is
-        let body = std::fs::read_to_string(&file)
+        let body = read_capped(&file, MAX_TARGETS_FILE)
             .ctx(|| format!("{key}.targets_file: reading {}", file.display()))?;
         texts.extend(
             body.lines()
@@ -514,9 +515,15 @@ async fn job(
         if let Some(s) = tsize {
             target.check_size(s).ctx(|| format!("{key}.size"))?;
         }
-        let addr = resolve(&target, Family::Any)
-            .await
-            .ctx(|| format!("{key}.targets"))?;
+        let addr = match resolution {
+            Resolution::System => resolve(&target, Family::Any)
+                .await
+                .ctx(|| format!("{key}.targets"))?,
+            Resolution::LiteralsOnly => match target.host.parse::<std::net::IpAddr>() {
+                Ok(ip) => std::net::SocketAddr::new(ip, target.port),
+                Err(_) => bail!("{key}.targets: {target}: host names are not resolved here"),
+            },
+        };
         targets.push(JobTarget {
             target,
             addr,
@@ -590,6 +597,26 @@ pub async fn load(path: &Path, registry: &Registry) -> Result<Config> {
     Ok(cfg)
 }
 
+/// The largest `targets_file` read: a million targets of 16 bytes; a path
+/// such as /dev/zero must not fill the memory.
+const MAX_TARGETS_FILE: u64 = 16 << 20;
+
+/// The file at `path` as text, refused when longer than `max` bytes.
+fn read_capped(path: &Path, max: u64) -> std::io::Result<String> {
+    use std::io::Read as _;
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(max + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > max {
+        return Err(std::io::Error::other(format!(
+            "longer than {} MiB",
+            max >> 20
+        )));
+    }
+    Ok(text)
+}
+
 /// The longest piece of the config's text an error quotes.
 const QUOTE_MAX: usize = 80;
 
@@ -626,6 +653,29 @@ fn toml_error(e: &toml::de::Error, text: &str) -> DaemonError {
 /// # Errors
 /// [`DaemonError::Config`] naming the key and the reason.
 pub async fn parse(text: &str, path: &Path, registry: &Registry) -> Result<Config> {
+    parse_with(text, path, registry, Resolution::System).await
+}
+
+/// How [`parse_with`] finds the addresses of targets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolution {
+    /// The system resolver, as the daemon does.
+    System,
+    /// Address literals only; a host name is an error. For checking text
+    /// that must not cause DNS queries (the config fuzzer).
+    LiteralsOnly,
+}
+
+/// [`parse`], resolving as `resolution` says.
+///
+/// # Errors
+/// [`DaemonError::Config`] naming the key and the reason.
+pub async fn parse_with(
+    text: &str,
+    path: &Path,
+    registry: &Registry,
+    resolution: Resolution,
+) -> Result<Config> {
     let mut raw: FileConfig = toml::from_str(text).map_err(|e| toml_error(&e, text))?;
     for j in &mut raw.jobs {
         j.gather();
@@ -639,7 +689,7 @@ pub async fn parse(text: &str, path: &Path, registry: &Registry) -> Result<Confi
         if !names.insert(j.name.clone()) {
             bail!("job[{i}].name: job {:?} is defined twice", j.name);
         }
-        jobs.push(job(j, i, &raw.defaults, &base, registry).await?);
+        jobs.push(job(j, i, &raw.defaults, &base, registry, resolution).await?);
     }
     // Two writers on one file would interleave rows and rotate each
     // other's files away.
@@ -684,6 +734,39 @@ mod tests {
 
     async fn err(text: &str) -> String {
         p(text).await.unwrap_err().to_string()
+    }
+
+    #[tokio::test]
+    async fn an_endless_targets_file_is_refused_not_read_to_the_end() {
+        let e = err("[[job]]\nname = \"a\"\ntargets_file = \"/dev/zero\"\n").await;
+        assert!(
+            e.contains("targets_file") && e.contains("longer than 16 MiB"),
+            "{e}"
+        );
+    }
+
+    #[tokio::test]
+    async fn literals_only_resolves_nothing() {
+        let text = "[[job]]\nname = \"a\"\ntargets = [\"udp://localhost:1\"]\n";
+        let e = parse_with(
+            text,
+            Path::new("/x.toml"),
+            &REGISTRY,
+            Resolution::LiteralsOnly,
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("host names are not resolved here"), "{e}");
+        let ok = text.replace("localhost", "127.0.0.1");
+        parse_with(
+            &ok,
+            Path::new("/x.toml"),
+            &REGISTRY,
+            Resolution::LiteralsOnly,
+        )
+        .await
+        .unwrap();
     }
 
     #[tokio::test]
