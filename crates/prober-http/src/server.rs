@@ -40,8 +40,6 @@ const MAX_ECHO: usize = 16 << 20;
 const MAX_REQUEST_BODY: usize = 1 << 20;
 /// The default `GET /echo` body.
 const DEFAULT_ECHO: usize = 64;
-/// How long a connection may take to send a request's headers.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How the HTTP responder answers.
 #[derive(Debug, Clone, Default)]
@@ -116,7 +114,9 @@ pub async fn serve_http(
             builder
                 .http1()
                 .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT);
+                // Half a request line or header block: closed after the
+                // request timeout too (hyper's own default is 30 s).
+                .header_read_timeout(first);
             builder
                 .http2()
                 .max_concurrent_streams(MAX_CONCURRENT_STREAMS)

@@ -124,6 +124,12 @@ fn idle_connections_are_closed_on_every_protocol() {
         c.write_all(&header(1000)).unwrap();
         conns.push(("tcp, half a request", c));
     }
+    // Half an HTTP/1.1 request: a request line and a header, no end.
+    for _ in 0..50 {
+        let mut c = TcpStream::connect(s.addr("http")).unwrap();
+        c.write_all(b"GET /echo HTTP/1.1\r\nHost: x\r\n").unwrap();
+        conns.push(("http, half a header block", c));
+    }
     for (what, c) in &mut conns {
         assert!(closed(c, Duration::from_secs(5)), "{what} still open");
     }
@@ -519,4 +525,173 @@ fn a_stderr_nobody_reads_never_stalls_the_responder() {
     // Every line written or counted as dropped; the run above was answered
     // while thousands waited.
     assert!(err.lines().count() > 3000, "{} lines", err.lines().count());
+}
+
+/// Reads HTTP/2 frames from `s` until `want` says stop or `wait` passes;
+/// true if `want` did.
+fn h2_until(
+    s: &mut TcpStream,
+    wait: Duration,
+    mut want: impl FnMut(u8, u8, u32, &[u8]) -> bool,
+) -> bool {
+    let deadline = Instant::now() + wait;
+    s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 65536];
+    while Instant::now() < deadline {
+        match s.read(&mut chunk) {
+            Ok(0) => return false,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return false,
+        }
+        while buf.len() >= 9 {
+            let len = u32::from_be_bytes([0, buf[0], buf[1], buf[2]]) as usize;
+            if buf.len() < 9 + len {
+                break;
+            }
+            let (kind, flags) = (buf[3], buf[4]);
+            let stream = u32::from_be_bytes([buf[5], buf[6], buf[7], buf[8]]) & 0x7fff_ffff;
+            if want(kind, flags, stream, &buf[9..9 + len]) {
+                return true;
+            }
+            buf.drain(..9 + len);
+        }
+    }
+    false
+}
+
+/// The HTTP/2 limits of docs/security.md as a client meets them: the
+/// gRPC responder advertises 100 streams and a 16 KiB header list, refuses
+/// the 101st open stream, and rejects a 20 KiB header; HTTP/1.1 refuses a
+/// request body over 1 MiB with 413.
+#[test]
+fn http2_stream_and_header_caps_and_the_http_body_cap_hold() {
+    let s = Serve::start(
+        &["--quiet", "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"],
+        2,
+    );
+    let grpc = s.addr("grpc").to_owned();
+    let hello = || {
+        let mut c = TcpStream::connect(&grpc).unwrap();
+        let mut h = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        h.extend(h2_frame(0x4, 0, 0, &[]));
+        c.write_all(&h).unwrap();
+        c
+    };
+    // The server's SETTINGS.
+    let mut c = hello();
+    let mut settings = Vec::new();
+    assert!(h2_until(
+        &mut c,
+        Duration::from_secs(2),
+        |kind, flags, _, p| {
+            if kind == 0x4 && flags & 1 == 0 {
+                settings = p
+                    .chunks(6)
+                    .map(|e| {
+                        (
+                            u16::from_be_bytes([e[0], e[1]]),
+                            u32::from_be_bytes([e[2], e[3], e[4], e[5]]),
+                        )
+                    })
+                    .collect();
+                return true;
+            }
+            false
+        }
+    ));
+    assert!(
+        settings.contains(&(0x3, 100)),
+        "MAX_CONCURRENT_STREAMS: {settings:?}"
+    );
+    assert!(
+        settings.contains(&(0x6, 16 * 1024)),
+        "MAX_HEADER_LIST_SIZE: {settings:?}"
+    );
+    // Acknowledge them (the cap applies from then on), then 101 streams
+    // left open: the 101st (stream 201) is refused.
+    c.write_all(&h2_frame(0x4, 1, 0, &[])).unwrap();
+    let mut streams = Vec::new();
+    for k in 0..101u32 {
+        let mut f = rapid_reset(2 * k + 1);
+        f.truncate(f.len() - 13); // the HEADERS frame only, no RST_STREAM
+        streams.extend(f);
+    }
+    c.write_all(&streams).unwrap();
+    let refused = h2_until(&mut c, Duration::from_secs(3), |kind, _, stream, p| {
+        kind == 0x3 && stream == 201 && p == 7u32.to_be_bytes()
+    });
+    assert!(
+        refused,
+        "the 101st open stream gets RST_STREAM(REFUSED_STREAM)"
+    );
+    // A header of `len` bytes, in HEADERS and CONTINUATION frames: 1 KiB
+    // passes (no answer yet: the call waits for its body), 20 KiB is
+    // rejected.
+    let big_header = |len: usize| {
+        let mut c = hello();
+        let mut block = rapid_reset(1);
+        block.truncate(block.len() - 13);
+        let mut block = block.split_off(9);
+        let string = |b: &mut Vec<u8>, n: usize, fill: u8| {
+            // HPACK string length: a 7-bit prefix, then base 128.
+            if n < 127 {
+                b.push(u8::try_from(n).unwrap());
+            } else {
+                b.push(0x7f);
+                let mut rest = n - 127;
+                while rest >= 128 {
+                    b.push((rest & 0x7f) as u8 | 0x80);
+                    rest >>= 7;
+                }
+                b.push(u8::try_from(rest).unwrap());
+            }
+            b.extend(std::iter::repeat_n(fill, n));
+        };
+        block.push(0); // a literal header with a new name
+        string(&mut block, 8, b'x');
+        string(&mut block, len, b'y');
+        let cut = block.len().min(16_000);
+        let (first, second) = block.split_at(cut);
+        let mut frames = h2_frame(0x1, 0, 1, first);
+        frames.extend(h2_frame(0x9, 0x4, 1, second));
+        c.write_all(&frames).unwrap();
+        let mut seen = Vec::new();
+        let rejected = h2_until(&mut c, Duration::from_millis(1500), |kind, _, stream, p| {
+            seen.push((kind, stream, p.iter().take(8).copied().collect::<Vec<u8>>()));
+            // RST_STREAM on it, a GOAWAY, or a response that is not 200.
+            (kind == 0x3 && stream == 1)
+                || kind == 0x7
+                || (kind == 0x1 && stream == 1 && p.first() != Some(&0x88))
+        });
+        eprintln!(
+            "a {len}-byte header: rejected {rejected}, frames (kind, stream, payload) {seen:?}"
+        );
+        rejected
+    };
+    assert!(!big_header(1024), "a 1 KiB header passes");
+    assert!(big_header(20 * 1024), "a 20 KiB header is rejected");
+    // HTTP/1.1: a 2 MiB body.
+    let mut h = TcpStream::connect(s.addr("http")).unwrap();
+    let body = vec![b'z'; 2 << 20];
+    let head = format!(
+        "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    h.write_all(head.as_bytes()).unwrap();
+    let _ = h.write_all(&body);
+    h.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let mut status = [0u8; 12];
+    h.read_exact(&mut status).unwrap();
+    assert_eq!(
+        &status,
+        b"HTTP/1.1 413",
+        "{}",
+        String::from_utf8_lossy(&status)
+    );
 }
