@@ -10,11 +10,7 @@ use crate::info::TargetInfo;
 use crate::matcher::Anomalies;
 use crate::sample::{Outcome, Sample};
 
-/// Highest value the histograms track (100 s in ns); larger values saturate.
-pub const MAX_TRACKABLE_NS: u64 = 100_000_000_000;
-
-/// Significant decimal digits kept by every histogram.
-pub const SIGNIFICANT_DIGITS: u8 = 3;
+pub use crate::hist::{MAX_TRACKABLE_NS, SIGNIFICANT_DIGITS, histogram};
 
 /// The quantiles reported, with their field names.
 pub const QUANTILES: [(&str, f64); 10] = [
@@ -29,13 +25,6 @@ pub const QUANTILES: [(&str, f64); 10] = [
     ("p99", 0.99),
     ("p99.9", 0.999),
 ];
-
-/// A new empty histogram with prober's bounds and precision; every
-/// histogram of RTTs (statistics, interval logs) is made here.
-pub fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, MAX_TRACKABLE_NS, SIGNIFICANT_DIGITS)
-        .expect("static histogram bounds are valid")
-}
 
 /// One distribution: an HdrHistogram for quantiles, exact count, mean,
 /// standard deviation, minimum and maximum.
@@ -274,6 +263,9 @@ pub struct Dists {
 pub struct TargetStats {
     /// The counts.
     pub tally: Tally,
+    /// Loss bursts and IPDV, from the probes in sequence order (with the
+    /// IPDV distribution only where `dists` are kept).
+    pub seq: crate::sequence::Sequence,
     /// The distributions, unless counts only are kept.
     pub dists: Option<Box<Dists>>,
 }
@@ -282,6 +274,7 @@ impl Default for TargetStats {
     fn default() -> Self {
         Self {
             tally: Tally::default(),
+            seq: crate::sequence::Sequence::with_distribution(),
             dists: Some(Box::default()),
         }
     }
@@ -294,6 +287,7 @@ impl TargetStats {
     pub fn counts_only() -> Self {
         Self {
             tally: Tally::default(),
+            seq: crate::sequence::Sequence::default(),
             dists: None,
         }
     }
@@ -301,6 +295,11 @@ impl TargetStats {
     /// Records one finished probe.
     pub fn record(&mut self, s: &Sample) {
         self.tally.record(&s.outcome);
+        let rtt = match &s.outcome {
+            Outcome::Ok(reply) => Some(u64::try_from(reply.rtt().as_nanos()).unwrap_or(u64::MAX)),
+            _ => None,
+        };
+        self.seq.push(s.seq, s.scheduled, rtt);
         let Some(d) = &mut self.dists else {
             return;
         };
@@ -395,6 +394,8 @@ impl TargetStats {
                 .and_then(|d| d.phases.as_deref())
                 .map(|phases| named(crate::Phases::NAMES.iter().zip(phases)))
                 .unwrap_or_default(),
+            loss_bursts: self.seq.burst_summary(),
+            jitter: self.seq.ipdv.summary(),
             split: self.dists.as_deref().map(|d| SplitCounts {
                 complete: d.split_complete,
                 partial: d.split_partial,
@@ -481,6 +482,13 @@ pub struct Summary {
     pub parts: std::collections::BTreeMap<String, DistSummary>,
     /// How many replies had their split complete, partial or unknown.
     pub split: Option<SplitCounts>,
+    /// Runs of consecutive lost probes (timeouts and errors), in sequence
+    /// order.
+    pub loss_bursts: crate::sequence::BurstSummary,
+    /// Delay variation between consecutive answered probes (RFC 3393
+    /// IPDV on RTTs, and RFC 3550's jitter estimate); `None` before two
+    /// consecutive probes were answered.
+    pub jitter: Option<crate::sequence::JitterSummary>,
     /// The distribution of each phase of an application request
     /// (`resolve`, `connect`, `tls`, `write`, `first_byte`, `body`) that was
     /// ever known, by name (HTTP).

@@ -33,6 +33,11 @@ const PLAIN_FIELDS: &[&str] = &[
     "burst",
     "size",
     "probe_timeout",
+    "jitter",
+    "ipdv",
+    "bursts",
+    "longest_burst",
+    "outage",
 ];
 
 /// The statistics each distribution field takes.
@@ -82,6 +87,11 @@ pub const DEFAULT_CSV_FIELDS: &[&str] = &[
     "size",
     "probe_timeout",
     "receive",
+    "jitter",
+    "ipdv",
+    "bursts",
+    "longest_burst",
+    "outage",
 ];
 
 /// A field's value, typed so each sink can format it in its own way.
@@ -131,6 +141,11 @@ pub fn field_value(name: &str, s: &Summary, meta: &RunMeta) -> Option<FieldValue
         "burst" => Int(u64::from(meta.burst)),
         "size" => s.size.map_or(Missing, |n| Int(n as u64)),
         "probe_timeout" => Nanos(meta.timeout_ns as f64),
+        "jitter" => s.jitter.map_or(Missing, |j| Nanos(j.rfc3550)),
+        "ipdv" => s.jitter.map_or(Missing, |j| Nanos(j.mean_abs)),
+        "bursts" => Int(s.loss_bursts.count),
+        "longest_burst" => Int(s.loss_bursts.longest),
+        "outage" => Nanos(s.loss_bursts.outage_s * 1e9),
         _ => {
             let (dist, stat): (&Option<DistSummary>, _) = match name.split_once('.') {
                 Some(("lat", stat)) => (&s.latency, stat),

@@ -283,6 +283,39 @@ impl HumanSink {
             writeln!(self.out, "{}", dist_line("rtt", s.rtt.as_ref()))?;
             writeln!(self.out, "{}", dist_line("latency", s.latency.as_ref()))?;
             writeln!(self.out, "{}", dist_line("send lag", s.send_lag.as_ref()))?;
+            if let Some(j) = &s.jitter {
+                let spread = j.ipdv.map_or_else(String::new, |d| {
+                    let f = |ns: i64| {
+                        let sign = if ns < 0 { "-" } else { "" };
+                        format!("{sign}{}", format_ns(ns.unsigned_abs() as f64))
+                    };
+                    format!(
+                        ", min/p50/p99/max {}/{}/{}/{}",
+                        f(d.min),
+                        f(d.p50),
+                        f(d.p99),
+                        f(d.max)
+                    )
+                });
+                writeln!(
+                    self.out,
+                    "jitter    ipdv mean |Δ| {}{spread}; rfc3550 {}",
+                    format_ns(j.mean_abs),
+                    format_ns(j.rfc3550)
+                )?;
+            }
+            let b = &s.loss_bursts;
+            if b.count > 0 {
+                let by: Vec<String> = b.lengths.iter().map(|(k, n)| format!("{k}: {n}")).collect();
+                writeln!(
+                    self.out,
+                    "bursts    {} loss bursts, longest {}, outage {:.3}s; by length {}",
+                    b.count,
+                    b.longest,
+                    b.outage_s,
+                    by.join(", ")
+                )?;
+            }
             if let Some(d) = &s.server_dwell {
                 writeln!(self.out, "{}", dist_line("dwell", Some(d)))?;
             }

@@ -17,6 +17,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use prober_core::sequence::{BURST_BUCKETS, LossBursts};
 use prober_core::stats::Tally;
 use prober_core::{Anomalies, AnomalyReader, Context, Outcome, Sample, Sink, TargetEntry};
 use prometheus_client::collector::Collector;
@@ -61,6 +62,12 @@ struct Series {
     /// One histogram per phase of an application request (HTTP), made
     /// when the phase is first known.
     phases: [Option<Histogram>; 6],
+    /// Loss bursts that ended (copied from the core's sequence tracker).
+    bursts: LossBursts,
+    /// |IPDV| between consecutive answered probes.
+    ipdv: Histogram,
+    /// RFC 3550 jitter, ns; `None` before two consecutive answers.
+    jitter: Option<f64>,
 }
 
 #[derive(Default)]
@@ -131,6 +138,9 @@ impl PrometheusSink {
             rtt: Histogram::new(RTT_BUCKETS),
             parts: Default::default(),
             phases: Default::default(),
+            bursts: t.stats.seq.bursts,
+            ipdv: Histogram::new(RTT_BUCKETS),
+            jitter: None,
         };
         lock(&self.state).series.insert(info.id, series);
     }
@@ -158,6 +168,14 @@ impl Sink for PrometheusSink {
         let mut state = lock(&self.state);
         if let Some(series) = state.series.get_mut(&t.info.id) {
             series.tally = t.stats.tally;
+            let seq = &t.stats.seq;
+            series.bursts = seq.bursts;
+            for d in &seq.last_ipdvs {
+                series.ipdv.observe(d.unsigned_abs() as f64 / 1e9);
+            }
+            if seq.ipdv.count > 0 {
+                series.jitter = Some(seq.ipdv.rfc3550);
+            }
             if let Outcome::Ok(r) = &s.outcome {
                 series.rtt.observe(r.rtt().as_secs_f64());
                 observe_each(&mut series.phases, r.app.phases.0);
@@ -357,6 +375,7 @@ impl Collector for TargetsCollector {
         for s in state.series.values() {
             s.rtt.encode(m.encode_family(&s.labels)?)?;
         }
+        encode_sequence(&mut encoder, &state)?;
         encode_by_label(
             &mut encoder,
             &state,
@@ -369,6 +388,73 @@ impl Collector for TargetsCollector {
             |s| &s.parts,
         )
     }
+}
+
+/// Loss bursts and delay variation (prober_core::sequence), per target.
+fn encode_sequence(
+    encoder: &mut DescriptorEncoder<'_>,
+    state: &State,
+) -> Result<(), std::fmt::Error> {
+    let mut m = encoder.encode_descriptor(
+        "prober_loss_burst_length",
+        "Runs of consecutive lost probes (timeouts and errors) that ended, by length in probes; _count is the number of bursts, _sum the probes lost in them",
+        None,
+        MetricType::Histogram,
+    )?;
+    for s in state.series.values() {
+        let b = &s.bursts;
+        // Bucket i holds bursts of 2^i to 2^(i+1) - 1 probes; the last is
+        // open-ended (+Inf).
+        let buckets: Vec<(f64, u64)> = (0..BURST_BUCKETS)
+            .map(|i| {
+                let le = if i == BURST_BUCKETS - 1 {
+                    f64::INFINITY
+                } else {
+                    ((2u64 << i) - 1) as f64
+                };
+                (le, b.lengths[i])
+            })
+            .collect();
+        m.encode_family(&s.labels)?
+            .encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                b.lost as f64,
+                b.count,
+                &buckets,
+                None,
+            )?;
+    }
+    let mut m = encoder.encode_descriptor(
+        "prober_loss_outage_seconds",
+        "Scheduled time from the first probe of each ended loss burst to the next answered probe, added up",
+        None,
+        MetricType::Counter,
+    )?;
+    for s in state.series.values() {
+        ConstCounter::new(s.bursts.outage_s).encode(m.encode_family(&s.labels)?)?;
+    }
+    let mut m = encoder.encode_descriptor(
+        "prober_ipdv_seconds",
+        "Absolute delay variation between the RTTs of consecutive answered probes (RFC 3393 IPDV); _sum / _count is the mean |IPDV|",
+        None,
+        MetricType::Histogram,
+    )?;
+    for s in state.series.values() {
+        s.ipdv.encode(m.encode_family(&s.labels)?)?;
+    }
+    if state.series.values().any(|s| s.jitter.is_some()) {
+        let mut m = encoder.encode_descriptor(
+            "prober_jitter_seconds",
+            "Interarrival jitter estimate of RFC 3550 (J += (|D| - J) / 16) over consecutive answered probes' RTTs",
+            None,
+            MetricType::Gauge,
+        )?;
+        for s in state.series.values() {
+            if let Some(j) = s.jitter {
+                ConstGauge::new(j / 1e9).encode(m.encode_family(&s.labels)?)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Observes each known value (ns) in its histogram, made on first use.
@@ -547,5 +633,53 @@ mod tests {
             !text.contains("part=\"responder_wake\""),
             "unknown parts have no series"
         );
+    }
+
+    #[test]
+    fn renders_loss_bursts_and_delay_variation() {
+        let sink = PrometheusSink::new();
+        let mut registry = Registry::default();
+        registry.register_collector(sink.collector());
+        let meta = RunMeta::new("test", &RunConfig::default());
+        let mut c = CoreCollector::new(meta, Clock::now(), sink, true);
+        let info = TargetInfo::new(7, "udp://h:1", "udp", "h:1", Some(64));
+        c.add_target(info, Arc::new(Anomalies::default)).unwrap();
+        c.start().unwrap();
+        let now = Instant::now();
+        // ok 100 µs, ok 300 µs, lost, lost, ok, lost, ok: bursts of 2 and
+        // 1; one IPDV pair (+200 µs).
+        let outcomes = [Some(100), Some(300), None, None, Some(200), None, Some(200)];
+        for (seq, us) in outcomes.into_iter().enumerate() {
+            let outcome = us.map_or(Outcome::Timeout, |us| {
+                Outcome::Ok(Reply {
+                    sent: now,
+                    received: now + Duration::from_micros(us),
+                    server_dwell: None,
+                    rx_wake: None,
+                    bytes: 64,
+                    ttl: None,
+                    stamps: prober_core::sample::Stamps::default(),
+                    app: Default::default(),
+                })
+            });
+            let mut s = sample(outcome);
+            s.seq = seq as u64;
+            c.event(Event::Sample(s)).unwrap();
+        }
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let l = r#"job="",target="udp://h:1",protocol="udp""#;
+        for want in [
+            format!("prober_loss_burst_length_bucket{{le=\"1.0\",{l}}} 1"),
+            format!("prober_loss_burst_length_bucket{{le=\"3.0\",{l}}} 2"),
+            format!("prober_loss_burst_length_bucket{{le=\"+Inf\",{l}}} 2"),
+            format!("prober_loss_burst_length_count{{{l}}} 2"),
+            format!("prober_loss_burst_length_sum{{{l}}} 3.0"),
+            format!("prober_ipdv_seconds_count{{{l}}} 1"),
+            format!("prober_ipdv_seconds_sum{{{l}}} 0.0002"),
+            format!("prober_jitter_seconds{{{l}}} 0.0000125"),
+        ] {
+            assert!(text.contains(&want), "{want} missing from\n{text}");
+        }
     }
 }

@@ -279,3 +279,72 @@ fn icmp_size_is_checked_first() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("size 10 is out of range for icmp"));
 }
+
+/// A deterministic loss pattern (nft `numgen inc`: of every 20 echo
+/// requests, the 1st and the 11th to 13th are dropped) gives exactly the
+/// expected loss bursts in every output: 50 bursts of 1 and 50 of 3 in
+/// 1,000 probes, and an outage of 50 × 1 ms + 50 × 3 ms.
+#[test]
+fn a_deterministic_loss_pattern_gives_exactly_its_bursts() {
+    if !have_nft("a_deterministic_loss_pattern_gives_exactly_its_bursts") {
+        return;
+    }
+    let Some(ns) = Netns::new("bursts") else {
+        return;
+    };
+    ns.sh(
+        "nft add table ip t && nft add chain ip t in '{ type filter hook input priority 0; }' \
+           && nft add rule ip t in icmp type echo-request numgen inc mod 20 '{ 0, 10-12 }' counter drop",
+    );
+    let args = [
+        "run",
+        "-c",
+        "1000",
+        "-i",
+        "1ms",
+        "-W",
+        "200ms",
+        "--icmp-socket",
+        "raw",
+    ];
+    let out = ns.prober(&[], &[&args[..], &["-o", "json", "127.0.0.1"]].concat());
+    assert_eq!(out.status.code(), Some(0));
+    let s = summary(&out);
+    assert_eq!(s["timeout"].as_u64(), Some(200), "{s}");
+    let b = &s["loss_bursts"];
+    assert_eq!(b["count"].as_u64(), Some(100), "{b}");
+    assert_eq!(b["longest"].as_u64(), Some(3), "{b}");
+    assert_eq!(b["lengths"], serde_json::json!({"1": 50, "2-3": 50}), "{b}");
+    let outage = b["outage_s"].as_f64().unwrap();
+    assert!((outage - 0.200).abs() < 1e-6, "{outage}");
+    // The CSV and the human summary say the same.
+    ns.sh("nft reset counters >/dev/null");
+    let out = ns.prober(
+        &[],
+        &[
+            &args[..],
+            &[
+                "-o",
+                "csv",
+                "-f",
+                "target,bursts,longest_burst,outage",
+                "127.0.0.1",
+            ],
+        ]
+        .concat(),
+    );
+    let csv = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        csv.lines().nth(1),
+        Some("icmp://127.0.0.1,100,3,200000.000"),
+        "{csv}"
+    );
+    let out = ns.prober(&[], &[&args[..], &["-q", "127.0.0.1"]].concat());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains(
+            "bursts    100 loss bursts, longest 3, outage 0.200s; by length 1: 50, 2-3: 50"
+        ),
+        "{text}"
+    );
+}

@@ -195,6 +195,24 @@ fn jittered_delays_show_in_the_rtt_quantiles() {
             .collect();
         drawn.sort_by(f64::total_cmp);
         assert_eq!(drawn.len(), 400);
+        // The mean |IPDV| is the mean difference of consecutive draws (the
+        // base RTT's own variation, tens of µs, on top).
+        let order: Vec<f64> = relay
+            .counts
+            .jitters
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_nanos() as f64)
+            .collect();
+        let want = order.windows(2).map(|w| (w[1] - w[0]).abs()).sum::<f64>() / 399.0;
+        let got = s["jitter"]["mean_abs"].as_f64().unwrap();
+        eprintln!("{jitter:?}: mean |ipdv| {got:.0} ns, relay's draws {want:.0} ns");
+        assert_eq!(n(&s["jitter"]["count"]), 399, "{s}");
+        assert!(
+            (got - want).abs() <= (0.05 * want).max(100_000.0),
+            "{jitter:?}: mean |ipdv| {got} ns, want {want} ns"
+        );
         for (q, key) in [(0.1, "p10"), (0.5, "p50"), (0.9, "p90")] {
             let want = quantile(&drawn, q) + base;
             let got = s["rtt"][key].as_f64().unwrap();
@@ -271,6 +289,24 @@ fn bursty_loss_gives_the_relays_bursts_exactly() {
     );
     assert!(bursts.len() >= 5, "{bursts:?}");
     assert_eq!(runs, bursts, "prober's timeout runs are the relay's bursts");
+    // And the summary's burst histogram is theirs, bucket by bucket.
+    let mut want = std::collections::BTreeMap::new();
+    for &len in &bursts {
+        let i = 63 - len.leading_zeros();
+        let lo = 1u64 << i;
+        let name = if lo == 1 {
+            "1".to_owned()
+        } else {
+            format!("{lo}-{}", 2 * lo - 1)
+        };
+        *want.entry(name).or_insert(0u64) += 1;
+    }
+    assert_eq!(s["loss_bursts"]["lengths"], serde_json::json!(want), "{s}");
+    assert_eq!(n(&s["loss_bursts"]["count"]), bursts.len() as u64);
+    assert_eq!(
+        n(&s["loss_bursts"]["longest"]),
+        *bursts.iter().max().unwrap()
+    );
 }
 
 /// TCP through the relay: a 10 ms delay moves the median by 10 ms ± 2%, a
