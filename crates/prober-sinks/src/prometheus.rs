@@ -509,6 +509,35 @@ mod tests {
 
     use super::*;
 
+    /// A core collector feeding `sink` with one target, and the registry
+    /// that reads the sink.
+    fn collecting(
+        sink: PrometheusSink,
+        info: TargetInfo,
+    ) -> (CoreCollector<PrometheusSink>, Registry) {
+        let mut registry = Registry::default();
+        registry.register_collector(sink.collector());
+        let meta = RunMeta::new("test", &RunConfig::default());
+        let mut c = CoreCollector::new(meta, Clock::now(), sink, true);
+        c.add_target(info, Arc::new(Anomalies::default)).unwrap();
+        c.start().unwrap();
+        (c, registry)
+    }
+
+    /// A reply `us` µs after `now`, with `stamps`.
+    fn reply(now: Instant, us: u64, stamps: prober_core::sample::Stamps) -> Reply {
+        Reply {
+            sent: now,
+            received: now + Duration::from_micros(us),
+            server_dwell: None,
+            rx_wake: None,
+            bytes: 64,
+            ttl: None,
+            stamps,
+            app: Default::default(),
+        }
+    }
+
     fn sample(outcome: Outcome) -> Sample {
         let now = Instant::now();
         Sample {
@@ -593,14 +622,8 @@ mod tests {
 
     #[test]
     fn parts_get_a_histogram_each_when_asked() {
-        let sink = PrometheusSink::new().with_parts(true);
-        let mut registry = Registry::default();
-        registry.register_collector(sink.collector());
-        let meta = RunMeta::new("test", &RunConfig::default());
-        let mut c = CoreCollector::new(meta, Clock::now(), sink, true);
         let info = TargetInfo::new(7, "icmp://h", "icmp", "h", Some(56));
-        c.add_target(info, Arc::new(Anomalies::default)).unwrap();
-        c.start().unwrap();
+        let (mut c, registry) = collecting(PrometheusSink::new().with_parts(true), info);
         let now = Instant::now();
         let stamps = prober_core::Stamps {
             t1: Some(1_000_000),
@@ -610,16 +633,7 @@ mod tests {
             responder: None,
             kernel_peer: true,
         };
-        let r = Reply {
-            sent: now,
-            received: now + Duration::from_micros(40),
-            server_dwell: None,
-            rx_wake: None,
-            bytes: 64,
-            ttl: None,
-            stamps,
-            app: Default::default(),
-        };
+        let r = reply(now, 40, stamps);
         c.event(Event::Sample(sample(Outcome::Ok(r)))).unwrap();
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
@@ -637,30 +651,15 @@ mod tests {
 
     #[test]
     fn renders_loss_bursts_and_delay_variation() {
-        let sink = PrometheusSink::new();
-        let mut registry = Registry::default();
-        registry.register_collector(sink.collector());
-        let meta = RunMeta::new("test", &RunConfig::default());
-        let mut c = CoreCollector::new(meta, Clock::now(), sink, true);
         let info = TargetInfo::new(7, "udp://h:1", "udp", "h:1", Some(64));
-        c.add_target(info, Arc::new(Anomalies::default)).unwrap();
-        c.start().unwrap();
+        let (mut c, registry) = collecting(PrometheusSink::new(), info);
         let now = Instant::now();
         // ok 100 µs, ok 300 µs, lost, lost, ok, lost, ok: bursts of 2 and
         // 1; one IPDV pair (+200 µs).
         let outcomes = [Some(100), Some(300), None, None, Some(200), None, Some(200)];
         for (seq, us) in outcomes.into_iter().enumerate() {
             let outcome = us.map_or(Outcome::Timeout, |us| {
-                Outcome::Ok(Reply {
-                    sent: now,
-                    received: now + Duration::from_micros(us),
-                    server_dwell: None,
-                    rx_wake: None,
-                    bytes: 64,
-                    ttl: None,
-                    stamps: prober_core::sample::Stamps::default(),
-                    app: Default::default(),
-                })
+                Outcome::Ok(reply(now, us, prober_core::sample::Stamps::default()))
             });
             let mut s = sample(outcome);
             s.seq = seq as u64;

@@ -3,7 +3,7 @@
 //! output, options refused rather than ignored, errors that point the right
 //! way, clean logs and help.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -395,15 +395,7 @@ fn the_responder_does_not_log_every_connection() {
         &format!("tcp-crr://{addr}"),
     ]);
     assert_eq!(out.status.code(), Some(0));
-    crate::support::sigterm(child.id());
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    child.wait().unwrap();
+    let (_, err) = crate::support::term_and_stderr(&mut child);
     assert!(err.lines().count() <= 2, "{err}");
 }
 

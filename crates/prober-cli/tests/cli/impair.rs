@@ -27,30 +27,39 @@ fn an_injected_delay_moves_the_median_by_that_delay() {
     let server = Server::start(&[]);
     let args = ["-c", "200", "-i", "5ms", "-W", "1s"];
     let d = std::time::Duration::from_millis(10);
-    let mut diffs = Vec::new();
-    // Alternating, three rounds each: the relay's own cost is in both.
-    for _ in 0..3 {
-        let plain = Relay::start(&server.udp, Impair::default());
-        let base = through(&plain, &args)["rtt"]["p50"].as_f64().unwrap();
-        drop(plain);
-        let slow = Relay::start(
+    median_moves_by(d, "udp", |delay| {
+        let relay = Relay::start(
             &server.udp,
             Impair {
-                delay: d,
+                delay,
                 ..Impair::default()
             },
         );
-        let delayed = through(&slow, &args)["rtt"]["p50"].as_f64().unwrap();
-        diffs.push(delayed - base);
-    }
+        through(&relay, &args)["rtt"]["p50"].as_f64().unwrap()
+    });
+}
+
+/// Runs `median(delay)` without and with delay `d`, alternating, three
+/// rounds each (the relay's own cost is in both), and asserts that the
+/// median of the three shifts is d ± 2% or ± 20 µs, whichever is larger.
+fn median_moves_by(
+    d: std::time::Duration,
+    what: &str,
+    median: impl Fn(std::time::Duration) -> f64,
+) {
+    let mut diffs: Vec<f64> = (0..3)
+        .map(|_| {
+            let base = median(std::time::Duration::ZERO);
+            median(d) - base
+        })
+        .collect();
     diffs.sort_by(f64::total_cmp);
     let moved = diffs[1];
-    eprintln!("median moved by {diffs:?} ns for a {d:?} delay");
+    eprintln!("{what}: median moved by {diffs:?} ns for a {d:?} delay");
     let want = d.as_nanos() as f64;
-    // d ± 2% or ± 20 µs, whichever is larger.
     assert!(
         (moved - want).abs() <= (0.02 * want).max(20_000.0),
-        "median moved by {moved} ns, not {want}"
+        "{what}: median moved by {moved} ns, not {want}"
     );
 }
 
@@ -328,29 +337,16 @@ fn tcp_through_the_relay_delay_stall_and_closed_connections() {
         of_type(&lines, "summary")[0].clone()
     };
     let args = ["-c", "200", "-i", "5ms", "-W", "1s"];
-    let d = Duration::from_millis(10);
-    let mut diffs = Vec::new();
-    for _ in 0..3 {
-        let plain = TcpRelay::start(&server.tcp, TcpImpair::default());
-        let base = run_tcp(&plain, &args)["rtt"]["p50"].as_f64().unwrap();
-        drop(plain);
-        let slow = TcpRelay::start(
+    median_moves_by(Duration::from_millis(10), "tcp", |delay| {
+        let relay = TcpRelay::start(
             &server.tcp,
             TcpImpair {
-                delay: d,
+                delay,
                 ..TcpImpair::default()
             },
         );
-        diffs.push(run_tcp(&slow, &args)["rtt"]["p50"].as_f64().unwrap() - base);
-    }
-    diffs.sort_by(f64::total_cmp);
-    eprintln!("tcp: median moved by {diffs:?} ns for a {d:?} delay");
-    let want = d.as_nanos() as f64;
-    assert!(
-        (diffs[1] - want).abs() <= (0.02 * want).max(20_000.0),
-        "median moved by {} ns",
-        diffs[1]
-    );
+        run_tcp(&relay, &args)["rtt"]["p50"].as_f64().unwrap()
+    });
     // A 2 s stall of the replies.
     let s2 = Duration::from_secs(2);
     let stall = TcpRelay::start(

@@ -47,15 +47,8 @@ impl Serve {
 
     /// Stops it with SIGTERM and returns its stderr.
     fn stop(mut self) -> String {
-        crate::support::sigterm(self.child.id());
-        let mut err = String::new();
-        self.child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut err)
-            .unwrap();
-        assert_eq!(self.child.wait().unwrap().code(), Some(0), "{err}");
+        let (code, err) = crate::support::term_and_stderr(&mut self.child);
+        assert_eq!(code, Some(0), "{err}");
         err
     }
 }
@@ -513,15 +506,8 @@ fn a_stderr_nobody_reads_never_stalls_the_responder() {
     ]);
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(of_type(&lines, "summary")[0]["ok"], 100);
-    crate::support::sigterm(child.id());
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    assert_eq!(child.wait().unwrap().code(), Some(0));
+    let (code, err) = crate::support::term_and_stderr(&mut child);
+    assert_eq!(code, Some(0));
     // Every line written or counted as dropped; the run above was answered
     // while thousands waited.
     assert!(err.lines().count() > 3000, "{} lines", err.lines().count());

@@ -226,6 +226,21 @@ pub(crate) fn stop(mut child: std::process::Child) {
     let _ = child.wait();
 }
 
+/// Stops a child with SIGTERM and returns its exit code and stderr (which
+/// must be piped).
+pub(crate) fn term_and_stderr(child: &mut std::process::Child) -> (Option<i32>, String) {
+    use std::io::Read as _;
+    sigterm(child.id());
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr is piped")
+        .read_to_string(&mut err)
+        .unwrap();
+    (child.wait().unwrap().code(), err)
+}
+
 pub(crate) fn sigterm(pid: u32) {
     let ok = Command::new("kill")
         .args(["-TERM", &pid.to_string()])
