@@ -396,7 +396,7 @@ pub async fn run(
         std::sync::Arc::clone(&listeners.guard),
     )));
     let gauges = ReloadGauges::default();
-    gauges.register(&mut prom);
+    gauges.register(&mut prom, &opts.version);
     gauges.loaded(true);
     let prom = Arc::new(prom);
     if let Some(addr) = opts.metrics.or(cfg.metrics) {

@@ -17,7 +17,16 @@ pub(crate) struct ReloadGauges {
 }
 
 impl ReloadGauges {
-    pub(crate) fn register(&self, registry: &mut Registry) {
+    pub(crate) fn register(&self, registry: &mut Registry, version: &str) {
+        let info = prometheus_client::metrics::info::Info::new(vec![(
+            "version".to_owned(),
+            version.to_owned(),
+        )]);
+        registry.register(
+            "prober_build",
+            "The prober that serves these metrics (always 1)",
+            info,
+        );
         registry.register(
             "prober_config_last_reload_successful",
             "Whether the last configuration load or reload succeeded (1) or was rejected (0)",

@@ -27,10 +27,11 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::Histogram;
 
-/// Upper bounds of the RTT histogram buckets, in seconds: 25 µs to 10 s.
-pub const RTT_BUCKETS: [f64; 18] = [
-    0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1,
-    0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+/// Upper bounds of the RTT histogram buckets, in seconds: 5 µs to 10 s
+/// (loopback RTTs are 5-100 µs, a datacenter's 50-500 µs).
+pub const RTT_BUCKETS: [f64; 20] = [
+    0.000_005, 0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005,
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
 /// Label names every series has; job labels may not reuse them, nor the
@@ -68,6 +69,10 @@ struct Series {
     ipdv: Histogram,
     /// RFC 3550 jitter, ns; `None` before two consecutive answers.
     jitter: Option<f64>,
+    /// Reply minus scheduled send (the coordinated-omission view).
+    latency: Histogram,
+    /// Actual send minus scheduled send, of every probe sent.
+    send_lag: Histogram,
 }
 
 #[derive(Default)]
@@ -141,6 +146,8 @@ impl PrometheusSink {
             bursts: t.stats.seq.bursts,
             ipdv: Histogram::new(RTT_BUCKETS),
             jitter: None,
+            latency: Histogram::new(RTT_BUCKETS),
+            send_lag: Histogram::new(RTT_BUCKETS),
         };
         lock(&self.state).series.insert(info.id, series);
     }
@@ -176,6 +183,10 @@ impl Sink for PrometheusSink {
             if seq.ipdv.count > 0 {
                 series.jitter = Some(seq.ipdv.rfc3550);
             }
+            series.send_lag.observe(s.send_lag().as_secs_f64());
+            if let Some(lat) = s.latency() {
+                series.latency.observe(lat.as_secs_f64());
+            }
             if let Outcome::Ok(r) = &s.outcome {
                 series.rtt.observe(r.rtt().as_secs_f64());
                 observe_each(&mut series.phases, r.app.phases.0);
@@ -205,7 +216,8 @@ pub fn encode_openmetrics(
 /// not ask for OpenMetrics (curl, promtool, older scrapers). prometheus
 /// client_rust writes only OpenMetrics; the two differ, for what we expose,
 /// in that a counter family is named without `_total` in OpenMetrics'
-/// `# HELP`/`# TYPE` lines and that OpenMetrics ends with `# EOF`.
+/// `# HELP`/`# TYPE` lines, an info family is OpenMetrics' own type (a gauge
+/// named `_info` here), and that OpenMetrics ends with `# EOF`.
 ///
 /// # Errors
 /// A metric that fails to encode.
@@ -228,7 +240,12 @@ pub fn encode_text(
                 .trim_end()
                 .split_once(' ')
                 .unwrap_or_else(|| (rest.trim_end(), ""));
-            let suffix = if kind == "counter" { "_total" } else { "" };
+            // An OpenMetrics info family is a gauge of 1 named `_info`.
+            let (suffix, kind) = match kind {
+                "counter" => ("_total", kind),
+                "info" => ("_info", "gauge"),
+                _ => ("", kind),
+            };
             if let Some(h) = help.take() {
                 let text = h["# HELP ".len()..]
                     .split_once(' ')
@@ -251,6 +268,9 @@ impl std::fmt::Debug for TargetsCollector {
         f.write_str("TargetsCollector")
     }
 }
+
+/// A histogram family's name, help text and which of a series' it is.
+type HistogramDef = (&'static str, &'static str, fn(&Series) -> &Histogram);
 
 /// A counter's name (without `_total`), help text and how to read it.
 type CounterDef<T> = (&'static str, &'static str, fn(&T) -> u64);
@@ -304,7 +324,7 @@ impl Collector for TargetsCollector {
             .values()
             .map(|s| (&s.labels, (s.anomalies)()))
             .collect();
-        let extra: [CounterDef<Anomalies>; 2] = [
+        let extra: [CounterDef<Anomalies>; 5] = [
             (
                 "prober_replies_late",
                 "Replies that arrived after their probe timed out",
@@ -314,6 +334,21 @@ impl Collector for TargetsCollector {
                 "prober_replies_duplicate",
                 "Second and later replies to one probe",
                 |a| a.duplicate,
+            ),
+            (
+                "prober_replies_reordered",
+                "Replies that arrived after a reply to a later probe",
+                |a| a.reordered,
+            ),
+            (
+                "prober_replies_corrupt",
+                "Replies that could not be decoded (counted as corrupt, never as ok)",
+                |a| a.corrupt,
+            ),
+            (
+                "prober_reconnects",
+                "Connections the probe opened again after losing one (tcp, grpc, http, dns over tcp)",
+                |a| a.reconnects,
             ),
         ];
         for (name, help, get) in extra {
@@ -374,6 +409,24 @@ impl Collector for TargetsCollector {
         )?;
         for s in state.series.values() {
             s.rtt.encode(m.encode_family(&s.labels)?)?;
+        }
+        let views: [HistogramDef; 2] = [
+            (
+                "prober_latency_seconds",
+                "Reply minus scheduled send of answered probes: the RTT plus any send lag, the coordinated-omission view",
+                |s| &s.latency,
+            ),
+            (
+                "prober_send_lag_seconds",
+                "Actual send minus scheduled send of every probe sent",
+                |s| &s.send_lag,
+            ),
+        ];
+        for (name, help, pick) in views {
+            let mut m = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
+            for s in state.series.values() {
+                pick(s).encode(m.encode_family(&s.labels)?)?;
+            }
         }
         encode_sequence(&mut encoder, &state)?;
         encode_by_label(
@@ -677,6 +730,12 @@ mod tests {
             format!("prober_ipdv_seconds_count{{{l}}} 1"),
             format!("prober_ipdv_seconds_sum{{{l}}} 0.0002"),
             format!("prober_jitter_seconds{{{l}}} 0.0000125"),
+            format!("prober_latency_seconds_count{{{l}}} 4"),
+            format!("prober_send_lag_seconds_count{{{l}}} 7"),
+            format!("prober_replies_reordered_total{{{l}}} 0"),
+            format!("prober_replies_corrupt_total{{{l}}} 0"),
+            format!("prober_reconnects_total{{{l}}} 0"),
+            format!("prober_rtt_seconds_bucket{{le=\"0.000005\",{l}}} 0"),
         ] {
             assert!(text.contains(&want), "{want} missing from\n{text}");
         }

@@ -293,6 +293,18 @@ fn metrics_agree_with_the_files_and_pass_promtool() {
         "{text}"
     );
     assert!(text.contains("site=\"lab\""));
+    assert!(text.contains("# TYPE prober_build_info gauge"), "{text}");
+    assert!(text.contains("prober_build_info{version=\""), "{text}");
+    for family in [
+        "prober_latency_seconds",
+        "prober_send_lag_seconds",
+        "prober_loss_burst_length",
+    ] {
+        assert!(
+            text.contains(&format!("# TYPE {family} histogram")),
+            "{family}"
+        );
+    }
     if let Ok(out) = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
