@@ -91,6 +91,10 @@ pub(crate) async fn serve_metrics(
                 }
             }),
         )
+        // For Kubernetes: alive while this answers; ready once serving,
+        // which happens only after the config loaded and the jobs started.
+        .route("/healthz", axum::routing::get(|| async { "ok\n" }))
+        .route("/readyz", axum::routing::get(|| async { "ready\n" }))
         .route(
             "/",
             axum::routing::get(|| async { "prober daemon: metrics at /metrics\n" }),

@@ -294,6 +294,8 @@ fn metrics_agree_with_the_files_and_pass_promtool() {
     );
     assert!(text.contains("site=\"lab\""));
     assert!(text.contains("# TYPE prober_build_info gauge"), "{text}");
+    assert_eq!(http_get(&d.metrics, "/healthz").trim_end(), "ok");
+    assert_eq!(http_get(&d.metrics, "/readyz").trim_end(), "ready");
     assert!(text.contains("prober_build_info{version=\""), "{text}");
     for family in [
         "prober_latency_seconds",

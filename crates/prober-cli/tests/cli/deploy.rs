@@ -59,6 +59,16 @@ fn kubernetes_manifests_parse_and_carry_a_valid_config() {
         .map(|a| a.as_str().unwrap())
         .collect();
     assert_eq!(args[2..4], ["serve", "--quiet"]);
+    // Its probes ask the daemon's own health endpoints (tested in daemon.rs).
+    let c = &docs[1]["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        c["livenessProbe"]["httpGet"]["path"].as_str(),
+        Some("/healthz")
+    );
+    assert_eq!(
+        c["readinessProbe"]["httpGet"]["path"].as_str(),
+        Some("/readyz")
+    );
     // The ConfigMap's prober.toml is a valid config (with its targets file).
     let dir = std::env::temp_dir().join(format!("prober-k8s-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
