@@ -162,6 +162,11 @@ macro_rules! job_settings {
             #[serde(default)]
             targets: Vec<String>,
             targets_file: Option<PathBuf>,
+            /// Prometheus `file_sd` files (JSON or YAML) with more targets.
+            #[serde(default)]
+            file_sd: Vec<PathBuf>,
+            /// The scheme of `file_sd` entries written `host:port`.
+            file_sd_scheme: Option<String>,
             $( $(#[$attr])* $field: $ty, )*
             #[serde(skip)]
             settings: JobSettings,
@@ -266,6 +271,9 @@ pub struct JobTarget {
     pub addr: SocketAddr,
     /// Its request size, where its protocol sends a payload.
     pub size: Option<usize>,
+    /// Labels of this target alone (from its `file_sd` group), added to
+    /// the job's.
+    pub labels: BTreeMap<String, String>,
 }
 
 /// A validated job.
@@ -287,6 +295,9 @@ pub struct Job {
     pub options: JobOptions,
     /// How its TLS targets check servers (`[job.tls]`).
     pub tls: prober_core::protocol::TlsFiles,
+    /// Files its targets come from (`targets_file`, `file_sd`): the daemon
+    /// reloads when one changes.
+    pub watched: Vec<PathBuf>,
 }
 
 impl Job {
@@ -489,7 +500,12 @@ async fn job(
         &format!("{key}.sinks"),
         base,
     )?;
-    let mut texts = j.targets.clone();
+    let mut texts: Vec<(String, BTreeMap<String, String>)> = j
+        .targets
+        .iter()
+        .map(|t| (t.clone(), BTreeMap::new()))
+        .collect();
+    let mut watched = Vec::new();
     if let Some(file) = &j.targets_file {
         let file = base.join(file); // an absolute path stays as it is
         let body = read_capped(&file, MAX_TARGETS_FILE)
@@ -498,16 +514,35 @@ async fn job(
             body.lines()
                 .map(str::trim)
                 .filter(|l| !l.is_empty() && !l.starts_with('#'))
-                .map(str::to_owned),
+                .map(|t| (t.to_owned(), BTreeMap::new())),
         );
+        watched.push(file);
+    }
+    for file in &j.file_sd {
+        let file = base.join(file);
+        let what = format!("{key}.file_sd: {}", file.display());
+        for (target, labels) in crate::file_sd::read(&file, j.file_sd_scheme.as_deref())
+            .map_err(|e| DaemonError::Config(format!("{what}: {e}")))?
+        {
+            for name in labels.keys() {
+                if !valid_label_name(name) || RESERVED_LABELS.contains(&name.as_str()) {
+                    bail!(
+                        "{what}: label {name:?} of {target} is not a usable Prometheus label name ({} are reserved)",
+                        RESERVED_LABELS.join(", ")
+                    );
+                }
+            }
+            texts.push((target, labels));
+        }
+        watched.push(file);
     }
     if texts.is_empty() {
         bail!("{key}.targets: no targets");
     }
     let mut targets = Vec::with_capacity(texts.len());
     let mut seen = std::collections::HashSet::new();
-    for text in &texts {
-        let target = parse_target(registry, text).ctx(|| format!("{key}.targets"))?;
+    for (text, target_labels) in texts {
+        let target = parse_target(registry, &text).ctx(|| format!("{key}.targets"))?;
         if !seen.insert(target.to_string()) {
             bail!("{key}.targets: {target} is listed twice");
         }
@@ -528,6 +563,7 @@ async fn job(
             target,
             addr,
             size: tsize,
+            labels: target_labels,
         });
     }
     let mut http = j
@@ -568,6 +604,7 @@ async fn job(
         sinks,
         options,
         tls,
+        watched,
     })
 }
 

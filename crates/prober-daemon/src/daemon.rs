@@ -90,6 +90,29 @@ fn nothing_to_do(path: &std::path::Path) -> DaemonError {
     ))
 }
 
+/// How often target files are checked for changes.
+const WATCH_EVERY: Duration = Duration::from_secs(2);
+
+/// What identifies the content of every watched target file: its inode,
+/// size and modification time (`None`: it cannot be read).
+type Fingerprint = Vec<(
+    std::path::PathBuf,
+    Option<(u64, u64, std::time::SystemTime)>,
+)>;
+
+fn fingerprint(cfg: &Config) -> Fingerprint {
+    use std::os::unix::fs::MetadataExt as _;
+    cfg.jobs
+        .iter()
+        .flat_map(|j| &j.watched)
+        .map(|p| {
+            let m = std::fs::metadata(p).ok();
+            let id = m.and_then(|m| Some((m.ino(), m.len(), m.modified().ok()?)));
+            (p.clone(), id)
+        })
+        .collect()
+}
+
 /// The daemon's sinks: every job's files, and Prometheus.
 #[derive(Debug, Default)]
 struct DaemonSinks {
@@ -209,6 +232,8 @@ impl Daemon {
         let mut info = t.target.info(id, t.addr, t.size);
         info.job = Some(job.name.clone());
         info.labels.clone_from(&job.labels);
+        info.labels
+            .extend(t.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
         let stop = self.root.child_token();
         let launch = Launch {
             id,
@@ -238,12 +263,13 @@ impl Daemon {
     async fn apply(&mut self, new: Config) -> Result<(), DaemonError> {
         // Where each (job, target URL) resolves, first listing wins: built
         // once per reload so that `keep` is a lookup, not a scan per target.
-        fn addrs(cfg: &Config) -> HashMap<(&str, String), SocketAddr> {
+        type Labels = std::collections::BTreeMap<String, String>;
+        fn addrs(cfg: &Config) -> HashMap<(&str, String), (SocketAddr, &Labels)> {
             let mut m = HashMap::new();
             for j in &cfg.jobs {
                 for t in &j.targets {
                     m.entry((j.name.as_str(), t.target.to_string()))
-                        .or_insert(t.addr);
+                        .or_insert((t.addr, &t.labels));
                 }
             }
             m
@@ -256,7 +282,8 @@ impl Daemon {
             ) else {
                 return false;
             };
-            // Same URL resolving elsewhere now counts as a change.
+            // Same URL resolving elsewhere now, or with other labels (from
+            // its file_sd group), counts as a change.
             let k = (job, key.to_owned());
             o.same_settings(n)
                 && new_addrs.contains_key(&k)
@@ -447,6 +474,11 @@ pub async fn run(
     tracing::info!(targets = d.running.len(), "daemon started");
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Target files (targets_file, file_sd) are polled: a change reloads the
+    // config, as SIGHUP does (without reopening sink files).
+    let mut watch = tokio::time::interval(WATCH_EVERY);
+    watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut seen = fingerprint(&d.cfg);
     // The new config is read and resolved in a task of its own, so events
     // keep flowing (and schedules keep running) while it loads.
     let mut loading: Option<tokio::task::JoinHandle<Result<Config, DaemonError>>> = None;
@@ -476,6 +508,7 @@ pub async fn run(
                         }
                         match d.apply(new).await {
                             Ok(()) => {
+                                seen = fingerprint(&d.cfg);
                                 gauges.loaded(true);
                                 tracing::info!(targets = d.by_key.len(), "config reloaded");
                             }
@@ -489,6 +522,16 @@ pub async fn run(
                         gauges.loaded(false);
                         tracing::error!("config rejected, keeping the old one: {error}");
                     }
+                }
+            }
+            _ = watch.tick() => {
+                let now_seen = fingerprint(&d.cfg);
+                if now_seen != seen && loading.is_none() {
+                    seen = now_seen;
+                    tracing::info!("a target file changed: reloading the config");
+                    let path = path.clone();
+                    let registry = d.registry;
+                    loading = Some(tokio::spawn(async move { config::load(&path, registry).await }));
                 }
             }
             now = tick.tick() => {

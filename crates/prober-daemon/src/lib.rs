@@ -16,6 +16,7 @@
 pub mod config;
 mod daemon;
 mod error;
+pub mod file_sd;
 mod metrics;
 pub mod responder;
 mod stamp_metrics;

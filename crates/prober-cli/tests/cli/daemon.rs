@@ -30,11 +30,20 @@ impl Daemon {
     /// Writes `jobs` (TOML `[[job]]` tables) after a header that serves UDP
     /// and TCP and metrics on fresh loopback ports, and starts the daemon.
     pub(crate) fn start(tag: &str, jobs: &str) -> Self {
+        Self::start_with_files(tag, jobs, &[])
+    }
+
+    /// As [`Daemon::start`], with `files` (name, text) written beside the
+    /// config first; RESPONDER in them is the responder's address too.
+    pub(crate) fn start_with_files(tag: &str, jobs: &str, files: &[(&str, &str)]) -> Self {
         let dir = std::env::temp_dir().join(format!("prober-daemon-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let (p, m) = (free_port(), free_port());
         let udp = format!("127.0.0.1:{p}");
+        for (name, text) in files {
+            std::fs::write(dir.join(name), text.replace("RESPONDER", &udp)).unwrap();
+        }
         let tcp = udp.clone();
         let metrics = format!("127.0.0.1:{m}");
         let header = format!(
@@ -769,5 +778,83 @@ sinks = {{ jsonl = {{ path = "{}" }}, csv = {{ path = "loop.csv" }} }}
         csv_seqs.len(),
         seqs.last()
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Targets from a Prometheus file_sd file, with their group's labels; the
+/// file changed under the running daemon adds and removes targets without
+/// a restart (the others keep their counters), and a broken file keeps
+/// the last good set and says so in the reload metric.
+#[test]
+fn file_sd_targets_follow_the_file() {
+    let d = Daemon::start_with_files(
+        "file-sd",
+        r#"
+[[job]]
+name = "sd"
+interval = "20ms"
+timeout = "200ms"
+file_sd = ["targets.json"]
+file_sd_scheme = "udp"
+"#,
+        &[(
+            "targets.json",
+            r#"[{"targets": ["RESPONDER"], "labels": {"zone": "a", "__meta_ignored": "x"}}]"#,
+        )],
+    );
+    let udp = format!(
+        r#"prober_probes_sent_total{{job="sd",target="udp://{}",protocol="udp",zone="a"}}"#,
+        d.udp
+    );
+    let tcp = format!(
+        r#"prober_probes_sent_total{{job="sd",target="tcp://{}",protocol="tcp",zone="b"}}"#,
+        d.udp
+    );
+    let wait_for = |what: &str, ok: &dyn Fn(&str) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let text = d.scrape();
+            if ok(&text) {
+                return text;
+            }
+            assert!(Instant::now() < deadline, "{what}:\n{text}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let first = wait_for("the udp target with its label", &|t| {
+        series(t, &udp).is_some_and(|n| n > 0.0)
+    });
+    assert!(!first.contains("__meta_ignored"), "{first}");
+    // Replaced atomically (as Prometheus recommends): a second group.
+    let replace = |text: &str| {
+        let tmp = d.dir.join("targets.json.tmp");
+        std::fs::write(&tmp, text.replace("RESPONDER", &d.udp)).unwrap();
+        std::fs::rename(&tmp, d.dir.join("targets.json")).unwrap();
+    };
+    let before = series(&first, &udp).unwrap();
+    replace(
+        r#"[{"targets": ["RESPONDER"], "labels": {"zone": "a"}}, {"targets": ["tcp://RESPONDER"], "labels": {"zone": "b"}}]"#,
+    );
+    let both = wait_for("the tcp target added", &|t| series(t, &tcp).is_some());
+    assert!(
+        series(&both, &udp).unwrap() > before,
+        "the udp target kept its counters"
+    );
+    // A broken file: the last good set runs on, and the metric says so.
+    replace(r#"[{"targets": ["RESPONDER"]"#);
+    let broken = wait_for("the reload rejected", &|t| {
+        series(t, "prober_config_last_reload_successful ") == Some(0.0)
+    });
+    assert!(series(&broken, &tcp).is_some(), "{broken}");
+    // The tcp group removed: its target goes.
+    replace(r#"[{"targets": ["RESPONDER"], "labels": {"zone": "a"}}]"#);
+    let after = wait_for("the tcp target removed", &|t| {
+        series(t, &tcp).is_none() && series(t, "prober_config_last_reload_successful ") == Some(1.0)
+    });
+    assert!(series(&after, &udp).unwrap() > series(&both, &udp).unwrap());
+    let dir = d.dir.clone();
+    let (code, err) = d.stop();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("a target file changed"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
