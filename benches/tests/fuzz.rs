@@ -380,3 +380,23 @@ fn config_files() {
         ));
     });
 }
+
+/// Prometheus file_sd files, as JSON and as YAML (every input is tried as
+/// both).
+#[test]
+fn file_sd_files() {
+    use prober_daemon::file_sd::parse;
+    let seeds = seeds("file-sd", Vec::new());
+    for seed in &seeds {
+        let t = text(seed);
+        assert!(
+            parse(&t, false, Some("udp")).is_ok() || parse(&t, true, Some("udp")).is_ok(),
+            "a seed that parses: {t}"
+        );
+    }
+    fuzz("file-sd", seeds, |b| {
+        let t = text(b);
+        let _ = parse(&t, false, Some("udp"));
+        let _ = parse(&t, true, None);
+    });
+}

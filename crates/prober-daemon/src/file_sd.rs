@@ -34,10 +34,7 @@ pub type Labelled = (String, BTreeMap<String, String>);
 /// # Errors
 /// The file cannot be read or parsed, or an entry has no scheme and none
 /// is given.
-pub fn read(
-    path: &Path,
-    scheme: Option<&str>,
-) -> Result<Vec<Labelled>, String> {
+pub fn read(path: &Path, scheme: Option<&str>) -> Result<Vec<Labelled>, String> {
     use std::io::Read as _;
     let mut text = String::new();
     std::fs::File::open(path)
@@ -50,10 +47,18 @@ pub fn read(
         .extension()
         .and_then(|e| e.to_str())
         .is_some_and(|e| e.eq_ignore_ascii_case("yml") || e.eq_ignore_ascii_case("yaml"));
+    parse(&text, yaml, scheme)
+}
+
+/// The targets of a `file_sd` file's text, JSON or (with `yaml`) YAML.
+///
+/// # Errors
+/// As [`read`], for the text.
+pub fn parse(text: &str, yaml: bool, scheme: Option<&str>) -> Result<Vec<Labelled>, String> {
     let groups: Vec<Group> = if yaml {
-        parse_yaml(&text)?
+        parse_yaml(text)?
     } else {
-        serde_json::from_str(&text).map_err(|e| prober_core::quote::cap(&e.to_string(), 300))?
+        serde_json::from_str(text).map_err(|e| prober_core::quote::cap(&e.to_string(), 300))?
     };
     let mut out = Vec::new();
     for g in groups {
