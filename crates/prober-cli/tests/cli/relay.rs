@@ -105,6 +105,10 @@ pub(crate) struct Counts {
     pub(crate) lost: AtomicU64,
     /// The extra delay drawn for each reply, in order.
     pub(crate) jitters: Mutex<Vec<Duration>>,
+    /// How long each reply was actually held, from its arrival to its
+    /// send, by its order of arrival: the draw plus the relay's own
+    /// lateness (a busy machine wakes its threads late).
+    pub(crate) held: Mutex<Vec<(u64, Duration)>>,
     /// The length of each loss burst, in order (the last may be open).
     pub(crate) bursts: Mutex<Vec<u64>>,
 }
@@ -124,7 +128,7 @@ pub(crate) struct Relay {
 
 /// A reply due at a time; the heap pops the earliest first, in order of
 /// arrival among equals.
-struct Due(Instant, u64, Vec<u8>);
+struct Due(Instant, u64, Vec<u8>, Instant);
 
 impl PartialEq for Due {
     fn eq(&self, o: &Self) -> bool {
@@ -248,7 +252,7 @@ impl Relay {
                     }
                     for _ in 0..copies {
                         order += 1;
-                        let _ = tx.send(Due(due, order, reply.clone()));
+                        let _ = tx.send(Due(due, order, reply.clone(), now));
                     }
                     // The held reply goes out right behind this one: a
                     // reorder, as the client sees it, if this one reached it.
@@ -257,14 +261,15 @@ impl Relay {
                             counts.reordered.fetch_add(1, Ordering::Relaxed);
                         }
                         order += 1;
-                        let _ = tx.send(Due(due, order, h));
+                        let _ = tx.send(Due(due, order, h, now));
                     }
                 }
             }));
         }
         // Sending replies when they are due.
         {
-            let (stop, client) = (Arc::clone(&stop), Arc::clone(&client));
+            let (stop, client, counts) =
+                (Arc::clone(&stop), Arc::clone(&client), Arc::clone(&counts));
             threads.push(std::thread::spawn(move || {
                 let mut queue = BinaryHeap::new();
                 while !stop.load(Ordering::Relaxed) {
@@ -281,6 +286,7 @@ impl Relay {
                         let d = queue.pop().unwrap();
                         if let Some(to) = *client.lock().unwrap() {
                             let _ = down.send_to(&d.2, to);
+                            counts.held.lock().unwrap().push((d.1, d.3.elapsed()));
                         }
                     }
                 }
