@@ -292,6 +292,16 @@ pub(crate) struct RunArgs {
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=255))]
     pub(crate) ttl: Option<u32>,
 
+    /// The TOS byte (IPv6 traffic class) of requests, 0..=255, for icmp,
+    /// udp and tcp targets (refused for others).
+    #[arg(long, value_parser = clap::value_parser!(u8), conflicts_with = "dscp")]
+    pub(crate) tos: Option<u8>,
+
+    /// DSCP of requests, by name (ef, af11..af43, cs0..cs7, va) or number
+    /// 0..=63: the TOS byte is the code point shifted past the ECN bits.
+    #[arg(long, value_parser = prober_net::mark::tos_of_dscp, value_name = "DSCP")]
+    pub(crate) dscp: Option<u8>,
+
     /// ICMP socket: the unprivileged datagram socket, a raw socket, or the
     /// first of those that opens.
     #[arg(long, value_enum, default_value_t = IcmpSocketArg::Auto)]

@@ -80,6 +80,8 @@ pub struct Options {
     pub busy_poll: bool,
     /// `--icmp-socket`: datagram or raw ICMP socket.
     pub icmp_socket: bool,
+    /// `--tos`/`--dscp`: the TOS byte (traffic class) of requests.
+    pub tos: bool,
 }
 
 /// ICMP socket choice (`--icmp-socket`), passed to protocols as plain data.
@@ -176,6 +178,8 @@ pub struct BuildEnv {
     pub ttl: Option<u32>,
     /// `--icmp-socket`.
     pub icmp_socket: SocketChoice,
+    /// `--tos` or `--dscp`: the TOS byte (IPv6 traffic class) of requests.
+    pub tos: Option<u8>,
     /// `--ca`, `--cert`, `--key`, `--tls-server-name`, `--insecure`.
     pub tls: TlsFiles,
     /// Ask the kernel for transmit stamps (t1k, the client send part):

@@ -99,6 +99,7 @@ const FAKE: Protocol = Protocol {
         ttl: false,
         busy_poll: false,
         icmp_socket: false,
+        tos: false,
     },
     help: "fake",
     build: no_build,

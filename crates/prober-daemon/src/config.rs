@@ -182,6 +182,10 @@ macro_rules! job_settings {
 }
 
 job_settings! {
+    /// `dscp = "ef"` or a number 0..=63: the TOS byte of requests.
+    dscp: Option<String>,
+    /// The TOS byte itself, 0..=255 (not with `dscp`).
+    tos: Option<u8>,
     interval: Option<String>,
     timeout: Option<String>,
     pacing: Option<String>,
@@ -298,6 +302,8 @@ pub struct Job {
     /// Files its targets come from (`targets_file`, `file_sd`): the daemon
     /// reloads when one changes.
     pub watched: Vec<PathBuf>,
+    /// The TOS byte of its requests (`dscp`, `tos`).
+    pub tos: Option<u8>,
 }
 
 impl Job {
@@ -309,6 +315,7 @@ impl Job {
             && self.labels == other.labels
             && self.options == other.options
             && self.tls == other.tls
+            && self.tos == other.tos
     }
 }
 
@@ -485,6 +492,17 @@ async fn job(
     };
     run.validate().ctx(|| key.clone())?;
     let size = j.settings.size.or(defaults.size);
+    let tos = match (
+        pick(&j.settings.dscp, &defaults.dscp),
+        j.settings.tos.or(defaults.tos),
+    ) {
+        (Some(_), Some(_)) => bail!("{key}: give dscp or tos, not both"),
+        (Some(d), None) => Some(
+            prober_net::mark::tos_of_dscp(&d)
+                .map_err(|e| DaemonError::Config(format!("{key}.dscp: {e}")))?,
+        ),
+        (None, t) => t,
+    };
     let mut labels = defaults.labels.clone();
     labels.extend(j.settings.labels.clone());
     for name in labels.keys() {
@@ -546,6 +564,9 @@ async fn job(
         if !seen.insert(target.to_string()) {
             bail!("{key}.targets: {target} is listed twice");
         }
+        if tos.is_some() && !target.protocol.options.tos {
+            bail!("{key}: dscp/tos apply only to icmp, udp and tcp targets, not {target}");
+        }
         let tsize = target.size(size);
         if let Some(s) = tsize {
             target.check_size(s).ctx(|| format!("{key}.size"))?;
@@ -605,6 +626,7 @@ async fn job(
         options,
         tls,
         watched,
+        tos,
     })
 }
 
@@ -780,6 +802,22 @@ mod tests {
             e.contains("targets_file") && e.contains("longer than 16 MiB"),
             "{e}"
         );
+    }
+
+    #[tokio::test]
+    async fn dscp_and_tos_per_job() {
+        let c = p("[defaults]\ndscp = \"ef\"\n[[job]]\nname = \"a\"\ntargets = [\"udp://127.0.0.1:1\"]\n[[job]]\nname = \"b\"\ntos = 32\ntargets = [\"udp://127.0.0.1:1\"]\n")
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(c.contains("give dscp or tos, not both"), "{c}");
+        let c = p("[[job]]\nname = \"a\"\ndscp = \"af41\"\ntargets = [\"udp://127.0.0.1:1\"]\n")
+            .await
+            .unwrap();
+        assert_eq!(c.jobs[0].tos, Some(34 << 2));
+        let e = err("[[job]]\nname = \"a\"\ndscp = \"gold\"\ntargets = [\"udp://127.0.0.1:1\"]\n")
+            .await;
+        assert!(e.contains(".dscp: DSCP \"gold\""), "{e}");
     }
 
     #[tokio::test]

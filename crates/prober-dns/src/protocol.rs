@@ -32,6 +32,7 @@ pub const DNS: Protocol = Protocol {
         ttl: false,
         busy_poll: false,
         icmp_socket: false,
+        tos: false,
     },
     help: "DNS query to its reply (UDP, or TCP with dns+tcp:// or &tcp), rcode and answers checked",
     build,

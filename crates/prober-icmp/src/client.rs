@@ -67,6 +67,7 @@ struct Family {
 pub struct IcmpClient {
     kind: SocketKind,
     ttl: Option<u32>,
+    tos: Option<u8>,
     busy_poll: bool,
     tx_stamps: bool,
     v4: Mutex<Option<Arc<Family>>>,
@@ -82,20 +83,23 @@ impl IcmpClient {
     /// As [`IcmpClient::new`]; with `busy_poll` each socket is read by a
     /// thread spinning on it (a core per address family in use).
     pub fn with_busy_poll(kind: SocketKind, ttl: Option<u32>, busy_poll: bool) -> Arc<Self> {
-        Self::with_options(kind, ttl, busy_poll, true)
+        Self::with_options(kind, ttl, None, busy_poll, true)
     }
 
-    /// As [`IcmpClient::with_busy_poll`]; `tx_stamps` asks the kernel for
+    /// As [`IcmpClient::with_busy_poll`]; `tos` marks the requests (the
+    /// TOS byte, IPv6 traffic class), and `tx_stamps` asks the kernel for
     /// transmit stamps (the client send part of the split).
     pub fn with_options(
         kind: SocketKind,
         ttl: Option<u32>,
+        tos: Option<u8>,
         busy_poll: bool,
         tx_stamps: bool,
     ) -> Arc<Self> {
         Arc::new(Self {
             kind,
             ttl,
+            tos,
             busy_poll,
             tx_stamps,
             v4: Mutex::new(None),
@@ -109,7 +113,13 @@ impl IcmpClient {
         if let Some(f) = guard.as_ref() {
             return Ok(Arc::clone(f));
         }
-        let socket = Arc::new(IcmpSocket::open(v6, self.kind, self.ttl, self.tx_stamps)?);
+        let socket = Arc::new(IcmpSocket::open(
+            v6,
+            self.kind,
+            self.ttl,
+            self.tos,
+            self.tx_stamps,
+        )?);
         tracing::debug!(
             v6,
             raw = socket.raw,

@@ -21,6 +21,7 @@ fn build<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
             Ok::<_, std::convert::Infallible>(IcmpClient::with_options(
                 kind,
                 env.ttl,
+                env.tos,
                 env.busy_poll,
                 env.tx_stamps,
             ))
@@ -50,6 +51,7 @@ pub const ICMP: Protocol = Protocol {
         ttl: true,
         busy_poll: true,
         icmp_socket: true,
+        tos: true,
     },
     help: "ICMP echo, like ping",
     build,

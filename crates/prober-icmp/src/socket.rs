@@ -80,6 +80,7 @@ impl IcmpSocket {
         v6: bool,
         kind: SocketKind,
         ttl: Option<u32>,
+        tos: Option<u8>,
         want_tx: bool,
     ) -> Result<Self, IcmpError> {
         let (sock, raw) = match kind {
@@ -122,6 +123,9 @@ impl IcmpSocket {
             } else {
                 sock.set_ttl_v4(ttl).map_err(setup("TTL"))?;
             }
+        }
+        if let Some(tos) = tos {
+            prober_net::mark::set_tos(&sock, v6, tos).map_err(setup("the TOS byte"))?;
         }
         rx::enable_timestamps(sock.as_fd()).map_err(setup("SO_TIMESTAMPNS"))?;
         rx::enable_ttl(sock.as_fd(), v6).map_err(setup("IP_RECVTTL"))?;

@@ -10,10 +10,12 @@
 //! - [`guard`]: a responder's limits on a public address (per-source
 //!   rate, connection caps, buffer budget, log lines a flood cannot
 //!   multiply).
+//! - [`mark`]: the TOS byte / traffic class that carries DSCP.
 //! - [`host`]: this machine's host name and kernel, for results.
 
 pub mod busy;
 pub mod guard;
+pub mod mark;
 pub mod resolve;
 pub mod rx;
 pub mod stream;

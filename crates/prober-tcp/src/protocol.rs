@@ -18,17 +18,22 @@ fn build_tcp<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
     Box::pin(async move {
         Ok(runnable(
             TcpProbe::with_busy_poll(spec.addr, spec.size, env.busy_poll)
-                .with_stamps(env.tx_stamps, spec.timeout),
+                .with_stamps(env.tx_stamps, spec.timeout)
+                .with_tos(env.tos),
         ))
     })
 }
 
-fn build_connect<'a>(spec: ProbeSpec<'a>, _env: &'a BuildEnv) -> BuildFuture<'a> {
-    Box::pin(async move { Ok(runnable(TcpConnectProbe::new(spec.addr))) })
+fn build_connect<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
+    Box::pin(async move { Ok(runnable(TcpConnectProbe::new(spec.addr).with_tos(env.tos))) })
 }
 
-fn build_crr<'a>(spec: ProbeSpec<'a>, _env: &'a BuildEnv) -> BuildFuture<'a> {
-    Box::pin(async move { Ok(runnable(TcpCrrProbe::new(spec.addr, spec.size))) })
+fn build_crr<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
+    Box::pin(async move {
+        Ok(runnable(
+            TcpCrrProbe::new(spec.addr, spec.size).with_tos(env.tos),
+        ))
+    })
 }
 
 fn build_udp<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
@@ -37,6 +42,14 @@ fn build_udp<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
             .await
             .map_err(|e| format!("opening a udp socket to {}: {e}", spec.addr))?
             .with_timeout(spec.timeout);
+        if let Some(tos) = env.tos {
+            probe.set_tos(tos).map_err(|e| {
+                format!(
+                    "setting the TOS byte of the udp socket to {}: {e}",
+                    spec.addr
+                )
+            })?;
+        }
         Ok(runnable(probe))
     })
 }
@@ -54,6 +67,7 @@ pub const TCP: Protocol = Protocol {
         ttl: false,
         busy_poll: true,
         icmp_socket: false,
+        tos: true,
     },
     help: "request/response on one connection (netperf TCP_RR)",
     build: build_tcp,
@@ -68,6 +82,7 @@ pub const TCP_CONNECT: Protocol = Protocol {
         ttl: false,
         busy_poll: false,
         icmp_socket: false,
+        tos: true,
     },
     help: "TCP handshake time, against any TCP server",
     build: build_connect,
@@ -81,6 +96,7 @@ pub const TCP_CRR: Protocol = Protocol {
         ttl: false,
         busy_poll: false,
         icmp_socket: false,
+        tos: true,
     },
     help: "connect, request, response, close (netperf TCP_CRR)",
     build: build_crr,

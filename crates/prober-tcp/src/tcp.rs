@@ -45,6 +45,8 @@ pub struct TcpProbe {
     timeout: Duration,
     /// Transmit stamps (t1k) and follow-up frames (t3k − t3) by seq.
     stamps: Arc<Stamped>,
+    /// The TOS byte (traffic class) of its packets, SYN included.
+    tos: Option<u8>,
 }
 
 /// What a connection's reader files for the probes: transmit stamps by
@@ -90,7 +92,15 @@ impl TcpProbe {
             tx_stamps: false,
             timeout: Duration::from_secs(1),
             stamps: Arc::default(),
+            tos: None,
         }
+    }
+
+    /// Marks its packets with this TOS byte (`--tos`, `--dscp`).
+    #[must_use]
+    pub fn with_tos(mut self, tos: Option<u8>) -> Self {
+        self.tos = tos;
+        self
     }
 
     /// Asks for kernel transmit stamps (the client send part of the split;
@@ -111,7 +121,8 @@ impl TcpProbe {
             return Ok(Arc::clone(conn));
         }
         *slot = None;
-        let stream = TcpStream::connect(self.addr)
+        let stream = new_socket(self.addr, self.tos)?
+            .connect(self.addr)
             .await
             .map_err(|e| ProbeError::io(format_args!("connect to {}", self.addr), &e))?;
         stream
@@ -405,13 +416,19 @@ impl Probe for TcpProbe {
     }
 }
 
-fn new_socket(addr: SocketAddr) -> Result<TcpSocket, ProbeError> {
+/// A socket for `addr`, its packets marked with `tos` from the SYN on.
+fn new_socket(addr: SocketAddr, tos: Option<u8>) -> Result<TcpSocket, ProbeError> {
     let socket = if addr.is_ipv4() {
         TcpSocket::new_v4()
     } else {
         TcpSocket::new_v6()
     };
-    socket.map_err(|e| ProbeError::io("creating socket", &e))
+    let socket = socket.map_err(|e| ProbeError::io("creating socket", &e))?;
+    if let Some(tos) = tos {
+        prober_net::mark::set_tos(&socket, addr.is_ipv6(), tos)
+            .map_err(|e| ProbeError::io("setting the TOS byte", &e))?;
+    }
+    Ok(socket)
 }
 
 /// Closes with RST (SO_LINGER 0) so that thousands of probes do not leave
@@ -426,18 +443,26 @@ fn reset(stream: &TcpStream) {
 #[derive(Debug)]
 pub struct TcpConnectProbe {
     addr: SocketAddr,
+    tos: Option<u8>,
 }
 
 impl TcpConnectProbe {
     /// A probe of `addr`.
     pub fn new(addr: SocketAddr) -> Self {
-        Self { addr }
+        Self { addr, tos: None }
+    }
+
+    /// Marks its SYNs with this TOS byte (`--tos`, `--dscp`).
+    #[must_use]
+    pub fn with_tos(mut self, tos: Option<u8>) -> Self {
+        self.tos = tos;
+        self
     }
 }
 
 impl Probe for TcpConnectProbe {
     async fn probe_at(&self, _seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
-        let socket = new_socket(self.addr)?;
+        let socket = new_socket(self.addr, self.tos)?;
         gate.pass().await;
         let sent = Instant::now();
         let stream = socket
@@ -467,6 +492,7 @@ pub struct TcpCrrProbe {
     addr: SocketAddr,
     size: usize,
     nonce: u64,
+    tos: Option<u8>,
 }
 
 impl TcpCrrProbe {
@@ -476,14 +502,22 @@ impl TcpCrrProbe {
             addr,
             size,
             nonce: fastrand::u64(..),
+            tos: None,
         }
+    }
+
+    /// Marks its packets with this TOS byte (`--tos`, `--dscp`).
+    #[must_use]
+    pub fn with_tos(mut self, tos: Option<u8>) -> Self {
+        self.tos = tos;
+        self
     }
 }
 
 impl Probe for TcpCrrProbe {
     async fn probe_at(&self, seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
         let io_err = |what: &str, e: io::Error| ProbeError::io(what, &e);
-        let socket = new_socket(self.addr)?;
+        let socket = new_socket(self.addr, self.tos)?;
         let mut frame = Vec::with_capacity(self.size);
         wire::encode_request(&mut frame, self.size, seq, self.nonce);
         gate.pass().await;

@@ -88,6 +88,15 @@ impl UdpProbe {
         self
     }
 
+    /// Marks its datagrams with this TOS byte (`--tos`, `--dscp`).
+    ///
+    /// # Errors
+    /// The kernel's.
+    pub fn set_tos(&self, tos: u8) -> io::Result<()> {
+        let v6 = self.socket.local_addr()?.is_ipv6();
+        prober_net::mark::set_tos(&*self.socket, v6, tos)
+    }
+
     /// Binds an ephemeral port of `addr`'s family, connects it to `addr` and
     /// starts the receive loop.
     ///

@@ -209,6 +209,16 @@ fn check_options(args: &RunArgs, targets: &[Target]) -> anyhow::Result<()> {
         "icmp targets",
     )?;
     check(
+        args.tos.is_some() || args.dscp.is_some(),
+        if args.tos.is_some() {
+            "--tos"
+        } else {
+            "--dscp"
+        },
+        &|t| t.protocol.options.tos,
+        "icmp, udp and tcp targets",
+    )?;
+    check(
         args.size.is_some(),
         "--size",
         &|t| t.protocol.size.is_some(),
@@ -368,6 +378,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let env = BuildEnv {
         busy_poll,
         ttl: args.ttl,
+        tos: args.tos.or(args.dscp),
         icmp_socket: match args.icmp_socket {
             IcmpSocketArg::Auto => SocketChoice::Auto,
             IcmpSocketArg::Dgram => SocketChoice::Dgram,

@@ -348,3 +348,108 @@ fn a_deterministic_loss_pattern_gives_exactly_its_bursts() {
         "{text}"
     );
 }
+
+/// `--dscp ef` marks every request of icmp, udp, tcp, tcp-connect and
+/// tcp-crr targets on the wire (a capture in a namespace reads the TOS
+/// byte of each, SYNs included); `--tos` is refused where it cannot apply.
+#[test]
+fn dscp_marks_every_request_on_the_wire() {
+    if std::process::Command::new("tcpdump")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("SKIPPED: tcpdump is not installed (.ci/run installs it)");
+        return;
+    }
+    let Some(ns) = Netns::new("dscp") else {
+        return;
+    };
+    let mut serve = std::process::Command::new("ip")
+        .args(["netns", "exec", &ns.name, env!("CARGO_BIN_EXE_prober")])
+        .args([
+            "serve",
+            "-q",
+            "--tcp",
+            "127.0.0.1:8707",
+            "--udp",
+            "127.0.0.1:8707",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::BufRead as _;
+        let mut lines = std::io::BufReader::new(serve.stdout.take().unwrap()).lines();
+        for _ in 0..2 {
+            assert!(lines.next().unwrap().unwrap().starts_with("listening "));
+        }
+    }
+    let file = std::env::temp_dir().join(format!("prober-dscp-{}.pcap", std::process::id()));
+    // Immediate mode: a run this short ends before libpcap's buffer
+    // timeout would hand the packets over, and they would be lost at stop.
+    let dump = ns.tcpdump(&file, &["--immediate-mode"], "icmp or port 8707");
+    let out = ns.prober(
+        &[],
+        &[
+            "run",
+            "--dscp",
+            "ef",
+            "-c",
+            "5",
+            "-i",
+            "5ms",
+            "-o",
+            "json",
+            "--icmp-socket",
+            "raw",
+            "icmp://127.0.0.1",
+            "udp://127.0.0.1:8707",
+            "tcp://127.0.0.1:8707",
+            "tcp-connect://127.0.0.1:8707",
+            "tcp-crr://127.0.0.1:8707",
+        ],
+    );
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    crate::support::stop(dump);
+    let _ = serve.kill();
+    let _ = serve.wait();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for s in of_type(&json_lines(&out), "summary") {
+        assert_eq!(s["ok"].as_u64(), Some(5), "{s}");
+    }
+    // Read the TOS byte of every captured IPv4 packet: tcpdump -r -v.
+    // Requests only: echo requests, and packets to the responder's port.
+    let text = std::process::Command::new("tcpdump")
+        .args(["-nv", "-r"])
+        .arg(&file)
+        .arg("icmp[icmptype] == icmp-echo or dst port 8707")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&file);
+    let err = String::from_utf8_lossy(&text.stderr).into_owned();
+    let text = String::from_utf8_lossy(&text.stdout);
+    let tos: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.split("tos ").nth(1)?.split(',').next())
+        .collect();
+    // 5 echo requests, 5 datagrams, and for each tcp target a SYN and more.
+    assert!(
+        tos.len() >= 5 + 5 + 3 * 5,
+        "{} packets:\n{text}{err}",
+        tos.len()
+    );
+    assert!(tos.iter().all(|t| *t == "0xb8"), "{tos:?}\n{text}");
+    // Where it cannot apply, it is refused, not ignored.
+    let out = run(&["run", "--tos", "184", "-c", "1", "grpc://127.0.0.1:1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("--tos applies only to icmp, udp and tcp targets")
+    );
+}
