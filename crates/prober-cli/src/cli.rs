@@ -302,6 +302,11 @@ pub(crate) struct RunArgs {
     #[arg(long, value_parser = prober_net::mark::tos_of_dscp, value_name = "DSCP")]
     pub(crate) dscp: Option<u8>,
 
+    /// Send from this local address (like ping -I ADDR), for icmp, udp and
+    /// tcp targets; it must be of each target's address family.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) source: Option<std::net::IpAddr>,
+
     /// ICMP socket: the unprivileged datagram socket, a raw socket, or the
     /// first of those that opens.
     #[arg(long, value_enum, default_value_t = IcmpSocketArg::Auto)]

@@ -80,7 +80,8 @@ pub struct Options {
     pub busy_poll: bool,
     /// `--icmp-socket`: datagram or raw ICMP socket.
     pub icmp_socket: bool,
-    /// `--tos`/`--dscp`: the TOS byte (traffic class) of requests.
+    /// `--tos`/`--dscp`: the TOS byte (traffic class) of requests; and
+    /// `--source`: the local address requests leave from.
     pub tos: bool,
 }
 
@@ -180,6 +181,9 @@ pub struct BuildEnv {
     pub icmp_socket: SocketChoice,
     /// `--tos` or `--dscp`: the TOS byte (IPv6 traffic class) of requests.
     pub tos: Option<u8>,
+    /// `--source`: the local address to send from (protocols that take
+    /// `tos` take this too).
+    pub source: Option<std::net::IpAddr>,
     /// `--ca`, `--cert`, `--key`, `--tls-server-name`, `--insecure`.
     pub tls: TlsFiles,
     /// Ask the kernel for transmit stamps (t1k, the client send part):

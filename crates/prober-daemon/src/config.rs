@@ -186,6 +186,8 @@ job_settings! {
     dscp: Option<String>,
     /// The TOS byte itself, 0..=255 (not with `dscp`).
     tos: Option<u8>,
+    /// The local address requests leave from.
+    source: Option<std::net::IpAddr>,
     interval: Option<String>,
     timeout: Option<String>,
     pacing: Option<String>,
@@ -304,6 +306,8 @@ pub struct Job {
     pub watched: Vec<PathBuf>,
     /// The TOS byte of its requests (`dscp`, `tos`).
     pub tos: Option<u8>,
+    /// The local address its requests leave from.
+    pub source: Option<std::net::IpAddr>,
 }
 
 impl Job {
@@ -316,6 +320,7 @@ impl Job {
             && self.options == other.options
             && self.tls == other.tls
             && self.tos == other.tos
+            && self.source == other.source
     }
 }
 
@@ -492,6 +497,7 @@ async fn job(
     };
     run.validate().ctx(|| key.clone())?;
     let size = j.settings.size.or(defaults.size);
+    let source = j.settings.source.or(defaults.source);
     let tos = match (
         pick(&j.settings.dscp, &defaults.dscp),
         j.settings.tos.or(defaults.tos),
@@ -564,8 +570,10 @@ async fn job(
         if !seen.insert(target.to_string()) {
             bail!("{key}.targets: {target} is listed twice");
         }
-        if tos.is_some() && !target.protocol.options.tos {
-            bail!("{key}: dscp/tos apply only to icmp, udp and tcp targets, not {target}");
+        if (tos.is_some() || source.is_some()) && !target.protocol.options.tos {
+            bail!(
+                "{key}: dscp, tos and source apply only to icmp, udp and tcp targets, not {target}"
+            );
         }
         let tsize = target.size(size);
         if let Some(s) = tsize {
@@ -580,6 +588,14 @@ async fn job(
                 Err(_) => bail!("{key}.targets: {target}: host names are not resolved here"),
             },
         };
+        if let Some(src) = source
+            && src.is_ipv4() != addr.is_ipv4()
+        {
+            bail!(
+                "{key}.source: {src} is not of the address family of {target} ({})",
+                addr.ip()
+            );
+        }
         targets.push(JobTarget {
             target,
             addr,
@@ -627,6 +643,7 @@ async fn job(
         tls,
         watched,
         tos,
+        source,
     })
 }
 

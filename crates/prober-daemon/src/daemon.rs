@@ -218,6 +218,7 @@ impl Daemon {
             .with_options(std::sync::Arc::clone(&job.options.store));
         env.tls.clone_from(&job.tls);
         env.tos = job.tos;
+        env.source = job.source;
         (t.target.protocol.build)(spec, &env)
             .await
             .map_err(|source| DaemonError::Build {

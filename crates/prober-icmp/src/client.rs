@@ -68,6 +68,7 @@ pub struct IcmpClient {
     kind: SocketKind,
     ttl: Option<u32>,
     tos: Option<u8>,
+    source: Option<IpAddr>,
     busy_poll: bool,
     tx_stamps: bool,
     v4: Mutex<Option<Arc<Family>>>,
@@ -83,16 +84,18 @@ impl IcmpClient {
     /// As [`IcmpClient::new`]; with `busy_poll` each socket is read by a
     /// thread spinning on it (a core per address family in use).
     pub fn with_busy_poll(kind: SocketKind, ttl: Option<u32>, busy_poll: bool) -> Arc<Self> {
-        Self::with_options(kind, ttl, None, busy_poll, true)
+        Self::with_options(kind, ttl, None, None, busy_poll, true)
     }
 
     /// As [`IcmpClient::with_busy_poll`]; `tos` marks the requests (the
-    /// TOS byte, IPv6 traffic class), and `tx_stamps` asks the kernel for
-    /// transmit stamps (the client send part of the split).
+    /// TOS byte, IPv6 traffic class), `source` is the address they leave
+    /// from, and `tx_stamps` asks the kernel for transmit stamps (the
+    /// client send part of the split).
     pub fn with_options(
         kind: SocketKind,
         ttl: Option<u32>,
         tos: Option<u8>,
+        source: Option<IpAddr>,
         busy_poll: bool,
         tx_stamps: bool,
     ) -> Arc<Self> {
@@ -100,6 +103,7 @@ impl IcmpClient {
             kind,
             ttl,
             tos,
+            source,
             busy_poll,
             tx_stamps,
             v4: Mutex::new(None),
@@ -118,6 +122,7 @@ impl IcmpClient {
             self.kind,
             self.ttl,
             self.tos,
+            self.source,
             self.tx_stamps,
         )?);
         tracing::debug!(

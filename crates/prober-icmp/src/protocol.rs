@@ -22,6 +22,7 @@ fn build<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
                 kind,
                 env.ttl,
                 env.tos,
+                env.source,
                 env.busy_poll,
                 env.tx_stamps,
             ))

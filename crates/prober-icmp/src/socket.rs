@@ -81,6 +81,7 @@ impl IcmpSocket {
         kind: SocketKind,
         ttl: Option<u32>,
         tos: Option<u8>,
+        source: Option<IpAddr>,
         want_tx: bool,
     ) -> Result<Self, IcmpError> {
         let (sock, raw) = match kind {
@@ -142,12 +143,17 @@ impl IcmpSocket {
                     .map_err(|e| setup("IP_RECVERR")(e.into()))?;
             }
             // Binding picks the echo identifier the kernel will use.
-            let any: SocketAddr = if v6 {
-                (Ipv6Addr::UNSPECIFIED, 0).into()
-            } else {
-                (Ipv4Addr::UNSPECIFIED, 0).into()
+            let any: SocketAddr = match source {
+                Some(ip) => (ip, 0).into(),
+                None if v6 => (Ipv6Addr::UNSPECIFIED, 0).into(),
+                None => (Ipv4Addr::UNSPECIFIED, 0).into(),
             };
             sock.bind(&any.into()).map_err(setup("bind"))?;
+        } else if let Some(ip) = source {
+            // A raw socket sends from the address it is bound to.
+            let at: SocketAddr = (ip, 0).into();
+            sock.bind(&at.into())
+                .map_err(setup("binding the source address"))?;
             ident = sock
                 .local_addr()
                 .ok()

@@ -19,29 +19,44 @@ fn build_tcp<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
         Ok(runnable(
             TcpProbe::with_busy_poll(spec.addr, spec.size, env.busy_poll)
                 .with_stamps(env.tx_stamps, spec.timeout)
-                .with_tos(env.tos),
+                .with_tos(env.tos)
+                .with_source(env.source),
         ))
     })
 }
 
 fn build_connect<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
-    Box::pin(async move { Ok(runnable(TcpConnectProbe::new(spec.addr).with_tos(env.tos))) })
+    Box::pin(async move {
+        Ok(runnable(
+            TcpConnectProbe::new(spec.addr)
+                .with_tos(env.tos)
+                .with_source(env.source),
+        ))
+    })
 }
 
 fn build_crr<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
     Box::pin(async move {
         Ok(runnable(
-            TcpCrrProbe::new(spec.addr, spec.size).with_tos(env.tos),
+            TcpCrrProbe::new(spec.addr, spec.size)
+                .with_tos(env.tos)
+                .with_source(env.source),
         ))
     })
 }
 
 fn build_udp<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
     Box::pin(async move {
-        let probe = UdpProbe::connect_stamped(spec.addr, spec.size, env.busy_poll, env.tx_stamps)
-            .await
-            .map_err(|e| format!("opening a udp socket to {}: {e}", spec.addr))?
-            .with_timeout(spec.timeout);
+        let probe = UdpProbe::connect_stamped(
+            spec.addr,
+            spec.size,
+            env.busy_poll,
+            env.tx_stamps,
+            env.source,
+        )
+        .await
+        .map_err(|e| format!("opening a udp socket to {}: {e}", spec.addr))?
+        .with_timeout(spec.timeout);
         if let Some(tos) = env.tos {
             probe.set_tos(tos).map_err(|e| {
                 format!(

@@ -47,6 +47,8 @@ pub struct TcpProbe {
     stamps: Arc<Stamped>,
     /// The TOS byte (traffic class) of its packets, SYN included.
     tos: Option<u8>,
+    /// The local address it connects from.
+    source: Option<std::net::IpAddr>,
 }
 
 /// What a connection's reader files for the probes: transmit stamps by
@@ -93,6 +95,7 @@ impl TcpProbe {
             timeout: Duration::from_secs(1),
             stamps: Arc::default(),
             tos: None,
+            source: None,
         }
     }
 
@@ -100,6 +103,13 @@ impl TcpProbe {
     #[must_use]
     pub fn with_tos(mut self, tos: Option<u8>) -> Self {
         self.tos = tos;
+        self
+    }
+
+    /// Connects from this local address (`--source`).
+    #[must_use]
+    pub fn with_source(mut self, source: Option<std::net::IpAddr>) -> Self {
+        self.source = source;
         self
     }
 
@@ -121,7 +131,7 @@ impl TcpProbe {
             return Ok(Arc::clone(conn));
         }
         *slot = None;
-        let stream = new_socket(self.addr, self.tos)?
+        let stream = new_socket(self.addr, self.tos, self.source)?
             .connect(self.addr)
             .await
             .map_err(|e| ProbeError::io(format_args!("connect to {}", self.addr), &e))?;
@@ -416,8 +426,13 @@ impl Probe for TcpProbe {
     }
 }
 
-/// A socket for `addr`, its packets marked with `tos` from the SYN on.
-fn new_socket(addr: SocketAddr, tos: Option<u8>) -> Result<TcpSocket, ProbeError> {
+/// A socket for `addr`, its packets marked with `tos` from the SYN on,
+/// bound to `source` when given.
+fn new_socket(
+    addr: SocketAddr,
+    tos: Option<u8>,
+    source: Option<std::net::IpAddr>,
+) -> Result<TcpSocket, ProbeError> {
     let socket = if addr.is_ipv4() {
         TcpSocket::new_v4()
     } else {
@@ -427,6 +442,11 @@ fn new_socket(addr: SocketAddr, tos: Option<u8>) -> Result<TcpSocket, ProbeError
     if let Some(tos) = tos {
         prober_net::mark::set_tos(&socket, addr.is_ipv6(), tos)
             .map_err(|e| ProbeError::io("setting the TOS byte", &e))?;
+    }
+    if let Some(ip) = source {
+        socket
+            .bind((ip, 0).into())
+            .map_err(|e| ProbeError::io(format_args!("binding source address {ip}"), &e))?;
     }
     Ok(socket)
 }
@@ -444,12 +464,17 @@ fn reset(stream: &TcpStream) {
 pub struct TcpConnectProbe {
     addr: SocketAddr,
     tos: Option<u8>,
+    source: Option<std::net::IpAddr>,
 }
 
 impl TcpConnectProbe {
     /// A probe of `addr`.
     pub fn new(addr: SocketAddr) -> Self {
-        Self { addr, tos: None }
+        Self {
+            addr,
+            tos: None,
+            source: None,
+        }
     }
 
     /// Marks its SYNs with this TOS byte (`--tos`, `--dscp`).
@@ -458,11 +483,18 @@ impl TcpConnectProbe {
         self.tos = tos;
         self
     }
+
+    /// Connects from this local address (`--source`).
+    #[must_use]
+    pub fn with_source(mut self, source: Option<std::net::IpAddr>) -> Self {
+        self.source = source;
+        self
+    }
 }
 
 impl Probe for TcpConnectProbe {
     async fn probe_at(&self, _seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
-        let socket = new_socket(self.addr, self.tos)?;
+        let socket = new_socket(self.addr, self.tos, self.source)?;
         gate.pass().await;
         let sent = Instant::now();
         let stream = socket
@@ -493,6 +525,7 @@ pub struct TcpCrrProbe {
     size: usize,
     nonce: u64,
     tos: Option<u8>,
+    source: Option<std::net::IpAddr>,
 }
 
 impl TcpCrrProbe {
@@ -503,6 +536,7 @@ impl TcpCrrProbe {
             size,
             nonce: fastrand::u64(..),
             tos: None,
+            source: None,
         }
     }
 
@@ -512,12 +546,19 @@ impl TcpCrrProbe {
         self.tos = tos;
         self
     }
+
+    /// Connects from this local address (`--source`).
+    #[must_use]
+    pub fn with_source(mut self, source: Option<std::net::IpAddr>) -> Self {
+        self.source = source;
+        self
+    }
 }
 
 impl Probe for TcpCrrProbe {
     async fn probe_at(&self, seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
         let io_err = |what: &str, e: io::Error| ProbeError::io(what, &e);
-        let socket = new_socket(self.addr, self.tos)?;
+        let socket = new_socket(self.addr, self.tos, self.source)?;
         let mut frame = Vec::with_capacity(self.size);
         wire::encode_request(&mut frame, self.size, seq, self.nonce);
         gate.pass().await;

@@ -112,11 +112,12 @@ impl UdpProbe {
     /// # Errors
     /// If the socket cannot be bound or connected, or the thread started.
     pub async fn connect_with(addr: SocketAddr, size: usize, busy_poll: bool) -> io::Result<Self> {
-        Self::connect_stamped(addr, size, busy_poll, true).await
+        Self::connect_stamped(addr, size, busy_poll, true, None).await
     }
 
     /// As [`UdpProbe::connect_with`]; `tx_stamps` asks the kernel for
-    /// transmit stamps (the client send part of the split).
+    /// transmit stamps (the client send part of the split), and `source`
+    /// is the local address to send from.
     ///
     /// # Errors
     /// If the socket cannot be bound or connected, or the thread started.
@@ -125,11 +126,12 @@ impl UdpProbe {
         size: usize,
         busy_poll: bool,
         tx_stamps: bool,
+        source: Option<std::net::IpAddr>,
     ) -> io::Result<Self> {
-        let local: SocketAddr = if addr.is_ipv4() {
-            (Ipv4Addr::UNSPECIFIED, 0).into()
-        } else {
-            (Ipv6Addr::UNSPECIFIED, 0).into()
+        let local: SocketAddr = match source {
+            Some(ip) => (ip, 0).into(),
+            None if addr.is_ipv4() => (Ipv4Addr::UNSPECIFIED, 0).into(),
+            None => (Ipv6Addr::UNSPECIFIED, 0).into(),
         };
         let socket = UdpSocket::bind(local).await?;
         socket.connect(addr).await?;

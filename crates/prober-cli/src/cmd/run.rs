@@ -209,6 +209,12 @@ fn check_options(args: &RunArgs, targets: &[Target]) -> anyhow::Result<()> {
         "icmp targets",
     )?;
     check(
+        args.source.is_some(),
+        "--source",
+        &|t| t.protocol.options.tos,
+        "icmp, udp and tcp targets",
+    )?;
+    check(
         args.tos.is_some() || args.dscp.is_some(),
         if args.tos.is_some() {
             "--tos"
@@ -379,6 +385,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         busy_poll,
         ttl: args.ttl,
         tos: args.tos.or(args.dscp),
+        source: args.source,
         icmp_socket: match args.icmp_socket {
             IcmpSocketArg::Auto => SocketChoice::Auto,
             IcmpSocketArg::Dgram => SocketChoice::Dgram,
@@ -426,7 +433,16 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let mut addrs = Vec::with_capacity(targets.len());
     for t in &targets {
-        addrs.push(resolve(t, family).await?);
+        let addr = resolve(t, family).await?;
+        if let Some(src) = args.source
+            && src.is_ipv4() != addr.is_ipv4()
+        {
+            bail!(
+                "--source {src} is not of the address family of {t} ({})",
+                addr.ip()
+            );
+        }
+        addrs.push(addr);
     }
     // Build every probe before any runs, so a bad target stops the run
     // before the first probe. The self-test goes on without ICMP where the

@@ -349,11 +349,12 @@ fn a_deterministic_loss_pattern_gives_exactly_its_bursts() {
     );
 }
 
-/// `--dscp ef` marks every request of icmp, udp, tcp, tcp-connect and
-/// tcp-crr targets on the wire (a capture in a namespace reads the TOS
-/// byte of each, SYNs included); `--tos` is refused where it cannot apply.
+/// `--dscp ef --source 127.0.0.2` marks every request of icmp, udp, tcp,
+/// tcp-connect and tcp-crr targets on the wire and sends it from that
+/// address (a capture in a namespace reads the TOS byte and the source of
+/// each, SYNs included); `--tos` is refused where it cannot apply.
 #[test]
-fn dscp_marks_every_request_on_the_wire() {
+fn dscp_and_source_hold_for_every_request_on_the_wire() {
     if std::process::Command::new("tcpdump")
         .arg("--version")
         .output()
@@ -395,6 +396,8 @@ fn dscp_marks_every_request_on_the_wire() {
             "run",
             "--dscp",
             "ef",
+            "--source",
+            "127.0.0.2",
             "-c",
             "5",
             "-i",
@@ -445,6 +448,27 @@ fn dscp_marks_every_request_on_the_wire() {
         tos.len()
     );
     assert!(tos.iter().all(|t| *t == "0xb8"), "{tos:?}\n{text}");
+    // -v puts "SRC > DST:" on the line after each header.
+    let sources: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with(' ') && l.contains(" > "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(sources.len(), tos.len(), "{text}");
+    assert!(
+        sources
+            .iter()
+            .all(|s| *s == "127.0.0.2" || s.starts_with("127.0.0.2.")),
+        "{sources:?}"
+    );
+    // A source of the other address family is refused before any probe.
+    let out = run(&["run", "--source", "::1", "-c", "1", "udp://127.0.0.1:1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is not of the address family"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // Where it cannot apply, it is refused, not ignored.
     let out = run(&["run", "--tos", "184", "-c", "1", "grpc://127.0.0.1:1"]);
     assert_eq!(out.status.code(), Some(2));
