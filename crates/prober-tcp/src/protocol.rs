@@ -14,13 +14,20 @@ const TCP_SIZES: SizeRule = SizeRule {
     max: MAX_TCP_FRAME,
 };
 
+/// The run's marks for a TCP probe's packets.
+fn marks(env: &BuildEnv) -> crate::tcp::Marks {
+    crate::tcp::Marks {
+        tos: env.tos,
+        source: env.source,
+    }
+}
+
 fn build_tcp<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
     Box::pin(async move {
         Ok(runnable(
             TcpProbe::with_busy_poll(spec.addr, spec.size, env.busy_poll)
                 .with_stamps(env.tx_stamps, spec.timeout)
-                .with_tos(env.tos)
-                .with_source(env.source),
+                .with_marks(marks(env)),
         ))
     })
 }
@@ -28,9 +35,7 @@ fn build_tcp<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
 fn build_connect<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
     Box::pin(async move {
         Ok(runnable(
-            TcpConnectProbe::new(spec.addr)
-                .with_tos(env.tos)
-                .with_source(env.source),
+            TcpConnectProbe::new(spec.addr).with_marks(marks(env)),
         ))
     })
 }
@@ -38,9 +43,7 @@ fn build_connect<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> 
 fn build_crr<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
     Box::pin(async move {
         Ok(runnable(
-            TcpCrrProbe::new(spec.addr, spec.size)
-                .with_tos(env.tos)
-                .with_source(env.source),
+            TcpCrrProbe::new(spec.addr, spec.size).with_marks(marks(env)),
         ))
     })
 }

@@ -45,10 +45,8 @@ pub struct TcpProbe {
     timeout: Duration,
     /// Transmit stamps (t1k) and follow-up frames (t3k − t3) by seq.
     stamps: Arc<Stamped>,
-    /// The TOS byte (traffic class) of its packets, SYN included.
-    tos: Option<u8>,
-    /// The local address it connects from.
-    source: Option<std::net::IpAddr>,
+    /// Its packets' TOS byte and source address.
+    marks: Marks,
 }
 
 /// What a connection's reader files for the probes: transmit stamps by
@@ -94,22 +92,15 @@ impl TcpProbe {
             tx_stamps: false,
             timeout: Duration::from_secs(1),
             stamps: Arc::default(),
-            tos: None,
-            source: None,
+            marks: Marks::default(),
         }
     }
 
-    /// Marks its packets with this TOS byte (`--tos`, `--dscp`).
+    /// Marks its packets and picks their source address (`--tos`,
+    /// `--dscp`, `--source`).
     #[must_use]
-    pub fn with_tos(mut self, tos: Option<u8>) -> Self {
-        self.tos = tos;
-        self
-    }
-
-    /// Connects from this local address (`--source`).
-    #[must_use]
-    pub fn with_source(mut self, source: Option<std::net::IpAddr>) -> Self {
-        self.source = source;
+    pub fn with_marks(mut self, marks: Marks) -> Self {
+        self.marks = marks;
         self
     }
 
@@ -131,7 +122,7 @@ impl TcpProbe {
             return Ok(Arc::clone(conn));
         }
         *slot = None;
-        let stream = new_socket(self.addr, self.tos, self.source)?
+        let stream = new_socket(self.addr, self.marks)?
             .connect(self.addr)
             .await
             .map_err(|e| ProbeError::io(format_args!("connect to {}", self.addr), &e))?;
@@ -426,13 +417,19 @@ impl Probe for TcpProbe {
     }
 }
 
-/// A socket for `addr`, its packets marked with `tos` from the SYN on,
-/// bound to `source` when given.
-fn new_socket(
-    addr: SocketAddr,
-    tos: Option<u8>,
-    source: Option<std::net::IpAddr>,
-) -> Result<TcpSocket, ProbeError> {
+/// The TOS byte and source address of a probe's packets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Marks {
+    /// The TOS byte (IPv6 traffic class), SYN included.
+    pub tos: Option<u8>,
+    /// The local address to connect from.
+    pub source: Option<std::net::IpAddr>,
+}
+
+/// A socket for `addr`, its packets marked from the SYN on, bound to the
+/// source address when one is given.
+fn new_socket(addr: SocketAddr, marks: Marks) -> Result<TcpSocket, ProbeError> {
+    let Marks { tos, source } = marks;
     let socket = if addr.is_ipv4() {
         TcpSocket::new_v4()
     } else {
@@ -463,8 +460,7 @@ fn reset(stream: &TcpStream) {
 #[derive(Debug)]
 pub struct TcpConnectProbe {
     addr: SocketAddr,
-    tos: Option<u8>,
-    source: Option<std::net::IpAddr>,
+    marks: Marks,
 }
 
 impl TcpConnectProbe {
@@ -472,29 +468,22 @@ impl TcpConnectProbe {
     pub fn new(addr: SocketAddr) -> Self {
         Self {
             addr,
-            tos: None,
-            source: None,
+            marks: Marks::default(),
         }
     }
 
-    /// Marks its SYNs with this TOS byte (`--tos`, `--dscp`).
+    /// Marks its SYNs and picks their source address (`--tos`, `--dscp`,
+    /// `--source`).
     #[must_use]
-    pub fn with_tos(mut self, tos: Option<u8>) -> Self {
-        self.tos = tos;
-        self
-    }
-
-    /// Connects from this local address (`--source`).
-    #[must_use]
-    pub fn with_source(mut self, source: Option<std::net::IpAddr>) -> Self {
-        self.source = source;
+    pub fn with_marks(mut self, marks: Marks) -> Self {
+        self.marks = marks;
         self
     }
 }
 
 impl Probe for TcpConnectProbe {
     async fn probe_at(&self, _seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
-        let socket = new_socket(self.addr, self.tos, self.source)?;
+        let socket = new_socket(self.addr, self.marks)?;
         gate.pass().await;
         let sent = Instant::now();
         let stream = socket
@@ -524,8 +513,7 @@ pub struct TcpCrrProbe {
     addr: SocketAddr,
     size: usize,
     nonce: u64,
-    tos: Option<u8>,
-    source: Option<std::net::IpAddr>,
+    marks: Marks,
 }
 
 impl TcpCrrProbe {
@@ -535,22 +523,15 @@ impl TcpCrrProbe {
             addr,
             size,
             nonce: fastrand::u64(..),
-            tos: None,
-            source: None,
+            marks: Marks::default(),
         }
     }
 
-    /// Marks its packets with this TOS byte (`--tos`, `--dscp`).
+    /// Marks its packets and picks their source address (`--tos`,
+    /// `--dscp`, `--source`).
     #[must_use]
-    pub fn with_tos(mut self, tos: Option<u8>) -> Self {
-        self.tos = tos;
-        self
-    }
-
-    /// Connects from this local address (`--source`).
-    #[must_use]
-    pub fn with_source(mut self, source: Option<std::net::IpAddr>) -> Self {
-        self.source = source;
+    pub fn with_marks(mut self, marks: Marks) -> Self {
+        self.marks = marks;
         self
     }
 }
@@ -558,7 +539,7 @@ impl TcpCrrProbe {
 impl Probe for TcpCrrProbe {
     async fn probe_at(&self, seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
         let io_err = |what: &str, e: io::Error| ProbeError::io(what, &e);
-        let socket = new_socket(self.addr, self.tos, self.source)?;
+        let socket = new_socket(self.addr, self.marks)?;
         let mut frame = Vec::with_capacity(self.size);
         wire::encode_request(&mut frame, self.size, seq, self.nonce);
         gate.pass().await;
