@@ -307,6 +307,17 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "ADDR")]
     pub(crate) source: Option<std::net::IpAddr>,
 
+    /// Send through this network interface (SO_BINDTODEVICE, like ping
+    /// -I IF), for icmp, udp and tcp targets.
+    #[arg(long, value_name = "IF")]
+    pub(crate) interface: Option<String>,
+
+    /// Firewall mark of requests (SO_MARK, decimal or 0x hex) for policy
+    /// routing and nftables, for icmp, udp and tcp targets; needs
+    /// CAP_NET_ADMIN.
+    #[arg(long, value_name = "MARK", value_parser = prober_net::mark::parse_fwmark)]
+    pub(crate) fwmark: Option<u32>,
+
     /// ICMP socket: the unprivileged datagram socket, a raw socket, or the
     /// first of those that opens.
     #[arg(long, value_enum, default_value_t = IcmpSocketArg::Auto)]

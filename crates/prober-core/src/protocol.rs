@@ -80,9 +80,33 @@ pub struct Options {
     pub busy_poll: bool,
     /// `--icmp-socket`: datagram or raw ICMP socket.
     pub icmp_socket: bool,
-    /// `--tos`/`--dscp`: the TOS byte (traffic class) of requests; and
-    /// `--source`: the local address requests leave from.
-    pub tos: bool,
+    /// [`Marks`]: `--tos`/`--dscp`, `--source`, `--interface`, `--fwmark`.
+    pub marks: bool,
+}
+
+/// Where and how a probe's requests leave: the TOS byte (IPv6 traffic
+/// class), the local address, the interface, and the firewall mark.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Marks {
+    /// `--tos` or `--dscp`.
+    pub tos: Option<u8>,
+    /// `--source`: the local address to send from.
+    pub source: Option<std::net::IpAddr>,
+    /// `--interface`: the device to send through (`SO_BINDTODEVICE`).
+    pub interface: Option<String>,
+    /// `--fwmark`: the packets' firewall mark (`SO_MARK`), for policy
+    /// routing and nftables.
+    pub fwmark: Option<u32>,
+}
+
+impl Marks {
+    /// Whether any is set.
+    pub fn any(&self) -> bool {
+        self.tos.is_some()
+            || self.source.is_some()
+            || self.interface.is_some()
+            || self.fwmark.is_some()
+    }
 }
 
 /// ICMP socket choice (`--icmp-socket`), passed to protocols as plain data.
@@ -179,11 +203,9 @@ pub struct BuildEnv {
     pub ttl: Option<u32>,
     /// `--icmp-socket`.
     pub icmp_socket: SocketChoice,
-    /// `--tos` or `--dscp`: the TOS byte (IPv6 traffic class) of requests.
-    pub tos: Option<u8>,
-    /// `--source`: the local address to send from (protocols that take
-    /// `tos` take this too).
-    pub source: Option<std::net::IpAddr>,
+    /// Where and how requests leave ([`Marks`]), for protocols whose
+    /// [`Options::marks`] is set.
+    pub marks: Marks,
     /// `--ca`, `--cert`, `--key`, `--tls-server-name`, `--insecure`.
     pub tls: TlsFiles,
     /// Ask the kernel for transmit stamps (t1k, the client send part):

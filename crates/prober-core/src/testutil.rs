@@ -99,7 +99,7 @@ const FAKE: Protocol = Protocol {
         ttl: false,
         busy_poll: false,
         icmp_socket: false,
-        tos: false,
+        marks: false,
     },
     help: "fake",
     build: no_build,

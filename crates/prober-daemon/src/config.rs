@@ -188,6 +188,10 @@ job_settings! {
     tos: Option<u8>,
     /// The local address requests leave from.
     source: Option<std::net::IpAddr>,
+    /// The interface requests leave through.
+    interface: Option<String>,
+    /// The firewall mark of requests (a number, or a string "0x2a").
+    fwmark: Option<FwMark>,
     interval: Option<String>,
     timeout: Option<String>,
     pacing: Option<String>,
@@ -304,10 +308,9 @@ pub struct Job {
     /// Files its targets come from (`targets_file`, `file_sd`): the daemon
     /// reloads when one changes.
     pub watched: Vec<PathBuf>,
-    /// The TOS byte of its requests (`dscp`, `tos`).
-    pub tos: Option<u8>,
-    /// The local address its requests leave from.
-    pub source: Option<std::net::IpAddr>,
+    /// Where and how its requests leave: `dscp`/`tos`, `source`,
+    /// `interface`, `fwmark`.
+    pub marks: prober_core::protocol::Marks,
 }
 
 impl Job {
@@ -319,8 +322,7 @@ impl Job {
             && self.labels == other.labels
             && self.options == other.options
             && self.tls == other.tls
-            && self.tos == other.tos
-            && self.source == other.source
+            && self.marks == other.marks
     }
 }
 
@@ -509,6 +511,25 @@ async fn job(
         ),
         (None, t) => t,
     };
+    let fwmark = match j
+        .settings
+        .fwmark
+        .clone()
+        .or_else(|| defaults.fwmark.clone())
+    {
+        None => None,
+        Some(FwMark::Number(n)) => Some(n),
+        Some(FwMark::Text(t)) => Some(
+            prober_net::mark::parse_fwmark(&t)
+                .map_err(|e| DaemonError::Config(format!("{key}.fwmark: {e}")))?,
+        ),
+    };
+    let marks = prober_core::protocol::Marks {
+        tos,
+        source,
+        interface: pick(&j.settings.interface, &defaults.interface),
+        fwmark,
+    };
     let mut labels = defaults.labels.clone();
     labels.extend(j.settings.labels.clone());
     for name in labels.keys() {
@@ -570,9 +591,9 @@ async fn job(
         if !seen.insert(target.to_string()) {
             bail!("{key}.targets: {target} is listed twice");
         }
-        if (tos.is_some() || source.is_some()) && !target.protocol.options.tos {
+        if marks.any() && !target.protocol.options.marks {
             bail!(
-                "{key}: dscp, tos and source apply only to icmp, udp and tcp targets, not {target}"
+                "{key}: dscp, tos, source, interface and fwmark apply only to icmp, udp and tcp targets, not {target}"
             );
         }
         let tsize = target.size(size);
@@ -642,9 +663,16 @@ async fn job(
         options,
         tls,
         watched,
-        tos,
-        source,
+        marks,
     })
+}
+
+/// A firewall mark as TOML gives it: a number, or text such as "0x2a".
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum FwMark {
+    Number(u32),
+    Text(String),
 }
 
 /// Reads and validates `path`. Relative sink and target-file paths are
@@ -831,10 +859,26 @@ mod tests {
         let c = p("[[job]]\nname = \"a\"\ndscp = \"af41\"\ntargets = [\"udp://127.0.0.1:1\"]\n")
             .await
             .unwrap();
-        assert_eq!(c.jobs[0].tos, Some(34 << 2));
+        assert_eq!(c.jobs[0].marks.tos, Some(34 << 2));
         let e = err("[[job]]\nname = \"a\"\ndscp = \"gold\"\ntargets = [\"udp://127.0.0.1:1\"]\n")
             .await;
         assert!(e.contains(".dscp: DSCP \"gold\""), "{e}");
+        let e = err("[[job]]\nname = \"a\"\nsource = \"::1\"\ntargets = [\"udp://127.0.0.1:1\"]\n")
+            .await;
+        assert!(
+            e.contains(".source: ::1 is not of the address family"),
+            "{e}"
+        );
+        let c = p(
+            "[[job]]\nname = \"a\"\nsource = \"127.0.0.2\"\ninterface = \"lo\"\nfwmark = \"0x2a\"\ntargets = [\"udp://127.0.0.1:1\"]\n",
+        )
+        .await
+        .unwrap();
+        let m = &c.jobs[0].marks;
+        assert_eq!(
+            (m.source, m.interface.as_deref(), m.fwmark),
+            (Some([127, 0, 0, 2].into()), Some("lo"), Some(42))
+        );
     }
 
     #[tokio::test]

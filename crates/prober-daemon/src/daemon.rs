@@ -217,8 +217,7 @@ impl Daemon {
             .env
             .with_options(std::sync::Arc::clone(&job.options.store));
         env.tls.clone_from(&job.tls);
-        env.tos = job.tos;
-        env.source = job.source;
+        env.marks.clone_from(&job.marks);
         (t.target.protocol.build)(spec, &env)
             .await
             .map_err(|source| DaemonError::Build {

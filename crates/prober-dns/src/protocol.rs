@@ -32,7 +32,7 @@ pub const DNS: Protocol = Protocol {
         ttl: false,
         busy_poll: false,
         icmp_socket: false,
-        tos: false,
+        marks: false,
     },
     help: "DNS query to its reply (UDP, or TCP with dns+tcp:// or &tcp), rcode and answers checked",
     build,

@@ -77,7 +77,7 @@ pub const GRPC: Protocol = Protocol {
         ttl: false,
         busy_poll: false,
         icmp_socket: false,
-        tos: false,
+        marks: false,
     },
     help: "unary Ping on one HTTP/2 channel",
     build: build_unary,

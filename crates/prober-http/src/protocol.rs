@@ -48,7 +48,7 @@ const OPTIONS: Options = Options {
     ttl: false,
     busy_poll: false,
     icmp_socket: false,
-    tos: false,
+    marks: false,
 };
 
 /// `http://` (HTTP/1.1, or h2c with `--http2`) and `h2c://` (HTTP/2 with

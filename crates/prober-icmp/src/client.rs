@@ -67,8 +67,7 @@ struct Family {
 pub struct IcmpClient {
     kind: SocketKind,
     ttl: Option<u32>,
-    tos: Option<u8>,
-    source: Option<IpAddr>,
+    marks: prober_core::protocol::Marks,
     busy_poll: bool,
     tx_stamps: bool,
     v4: Mutex<Option<Arc<Family>>>,
@@ -84,26 +83,30 @@ impl IcmpClient {
     /// As [`IcmpClient::new`]; with `busy_poll` each socket is read by a
     /// thread spinning on it (a core per address family in use).
     pub fn with_busy_poll(kind: SocketKind, ttl: Option<u32>, busy_poll: bool) -> Arc<Self> {
-        Self::with_options(kind, ttl, None, None, busy_poll, true)
+        Self::with_options(
+            kind,
+            ttl,
+            prober_core::protocol::Marks::default(),
+            busy_poll,
+            true,
+        )
     }
 
-    /// As [`IcmpClient::with_busy_poll`]; `tos` marks the requests (the
-    /// TOS byte, IPv6 traffic class), `source` is the address they leave
-    /// from, and `tx_stamps` asks the kernel for transmit stamps (the
-    /// client send part of the split).
+    /// As [`IcmpClient::with_busy_poll`]; `marks` say where and how the
+    /// requests leave (TOS byte, source, interface, firewall mark), and
+    /// `tx_stamps` asks the kernel for transmit stamps (the client send
+    /// part of the split).
     pub fn with_options(
         kind: SocketKind,
         ttl: Option<u32>,
-        tos: Option<u8>,
-        source: Option<IpAddr>,
+        marks: prober_core::protocol::Marks,
         busy_poll: bool,
         tx_stamps: bool,
     ) -> Arc<Self> {
         Arc::new(Self {
             kind,
             ttl,
-            tos,
-            source,
+            marks,
             busy_poll,
             tx_stamps,
             v4: Mutex::new(None),
@@ -121,8 +124,7 @@ impl IcmpClient {
             v6,
             self.kind,
             self.ttl,
-            self.tos,
-            self.source,
+            &self.marks,
             self.tx_stamps,
         )?);
         tracing::debug!(

@@ -21,8 +21,7 @@ fn build<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
             Ok::<_, std::convert::Infallible>(IcmpClient::with_options(
                 kind,
                 env.ttl,
-                env.tos,
-                env.source,
+                env.marks.clone(),
                 env.busy_poll,
                 env.tx_stamps,
             ))
@@ -52,7 +51,7 @@ pub const ICMP: Protocol = Protocol {
         ttl: true,
         busy_poll: true,
         icmp_socket: true,
-        tos: true,
+        marks: true,
     },
     help: "ICMP echo, like ping",
     build,

@@ -80,10 +80,10 @@ impl IcmpSocket {
         v6: bool,
         kind: SocketKind,
         ttl: Option<u32>,
-        tos: Option<u8>,
-        source: Option<IpAddr>,
+        marks: &prober_core::protocol::Marks,
         want_tx: bool,
     ) -> Result<Self, IcmpError> {
+        let source = marks.source;
         let (sock, raw) = match kind {
             SocketKind::Dgram => (
                 new_socket(v6, Type::DGRAM).map_err(|e| IcmpError::Open {
@@ -125,9 +125,7 @@ impl IcmpSocket {
                 sock.set_ttl_v4(ttl).map_err(setup("TTL"))?;
             }
         }
-        if let Some(tos) = tos {
-            prober_net::mark::set_tos(&sock, v6, tos).map_err(setup("the TOS byte"))?;
-        }
+        prober_net::mark::apply(&sock, v6, marks).map_err(setup("marking the socket"))?;
         rx::enable_timestamps(sock.as_fd()).map_err(setup("SO_TIMESTAMPNS"))?;
         rx::enable_ttl(sock.as_fd(), v6).map_err(setup("IP_RECVTTL"))?;
         // Transmit stamps give the client send part (t1k − t1); a kernel

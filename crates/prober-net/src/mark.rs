@@ -1,5 +1,6 @@
-//! Packet marking: the IP TOS byte (IPv6 traffic class) that carries DSCP,
-//! for `--tos` and `--dscp`.
+//! Packet marking: the IP TOS byte (IPv6 traffic class) that carries DSCP
+//! (`--tos`, `--dscp`), the interface (`--interface`) and the firewall
+//! mark (`--fwmark`) of a socket's packets.
 
 use std::io;
 use std::os::fd::AsFd;
@@ -62,6 +63,51 @@ pub fn set_tos(socket: &impl AsFd, v6: bool, tos: u8) -> io::Result<()> {
     }
 }
 
+/// Sets the TOS byte, the interface and the firewall mark of `marks` on a
+/// socket (its source address is for the caller to bind: a UDP or ICMP
+/// socket binds once, to the source or to any address).
+///
+/// # Errors
+/// The kernel's, naming what failed (`SO_BINDTODEVICE` and `SO_MARK` need
+/// `CAP_NET_RAW` or `CAP_NET_ADMIN`).
+pub fn apply(socket: &impl AsFd, v6: bool, marks: &prober_core::protocol::Marks) -> io::Result<()> {
+    let what = |what: &str| {
+        let what = what.to_owned();
+        move |e: io::Error| io::Error::new(e.kind(), format!("{what}: {e}"))
+    };
+    if let Some(tos) = marks.tos {
+        set_tos(socket, v6, tos).map_err(what("setting the TOS byte"))?;
+    }
+    let s = socket2::SockRef::from(socket);
+    if let Some(dev) = &marks.interface {
+        s.bind_device(Some(dev.as_bytes()))
+            .map_err(what(&format!("binding to interface {dev:?}")))?;
+    }
+    if let Some(mark) = marks.fwmark {
+        s.set_mark(mark)
+            .map_err(what(&format!("setting firewall mark {mark:#x}")))?;
+    }
+    Ok(())
+}
+
+/// A firewall mark: decimal, or hexadecimal after `0x`.
+///
+/// # Errors
+/// Names what is wrong.
+pub fn parse_fwmark(text: &str) -> Result<u32, String> {
+    let t = text.trim();
+    let n = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        Some(hex) => u32::from_str_radix(hex, 16),
+        None => t.parse(),
+    };
+    n.map_err(|_| {
+        format!(
+            "firewall mark {:?} is not a 32-bit number (decimal or 0x hex)",
+            prober_core::quote::short(text)
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -74,6 +120,25 @@ mod tests {
         assert_eq!(tos_of_dscp("0"), Ok(0));
         assert!(tos_of_dscp("64").unwrap_err().contains("0..=63"));
         assert!(tos_of_dscp("gold").is_err());
+    }
+
+    #[test]
+    fn fwmarks_in_decimal_and_hex() {
+        assert_eq!(parse_fwmark("42"), Ok(42));
+        assert_eq!(parse_fwmark("0x2a"), Ok(42));
+        assert!(parse_fwmark("0x1_0000_0000").is_err());
+        assert!(parse_fwmark("-1").unwrap_err().contains("32-bit"));
+    }
+
+    #[test]
+    fn an_unknown_interface_is_named_in_the_error() {
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let marks = prober_core::protocol::Marks {
+            interface: Some("nosuch0".to_owned()),
+            ..Default::default()
+        };
+        let e = apply(&s, false, &marks).unwrap_err().to_string();
+        assert!(e.contains("binding to interface \"nosuch0\""), "{e}");
     }
 
     #[test]

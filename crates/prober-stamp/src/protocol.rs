@@ -39,7 +39,7 @@ pub const STAMP: Protocol = Protocol {
         ttl: false,
         busy_poll: false,
         icmp_socket: false,
-        tos: false,
+        marks: false,
     },
     help: "STAMP sender (RFC 8762/8972), against a router's or prober's reflector",
     build,

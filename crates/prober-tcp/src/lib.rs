@@ -23,7 +23,7 @@ pub mod wire;
 
 pub use protocol::{TCP, TCP_CONNECT, TCP_CRR, UDP};
 pub use responder::{ResponderConfig, serve_tcp, serve_udp};
-pub use tcp::{Marks, TcpConnectProbe, TcpCrrProbe, TcpProbe};
+pub use tcp::{TcpConnectProbe, TcpCrrProbe, TcpProbe};
 pub use udp::UdpProbe;
 
 /// Default port of `prober serve` for TCP and UDP.

@@ -14,20 +14,12 @@ const TCP_SIZES: SizeRule = SizeRule {
     max: MAX_TCP_FRAME,
 };
 
-/// The run's marks for a TCP probe's packets.
-fn marks(env: &BuildEnv) -> crate::tcp::Marks {
-    crate::tcp::Marks {
-        tos: env.tos,
-        source: env.source,
-    }
-}
-
 fn build_tcp<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
     Box::pin(async move {
         Ok(runnable(
             TcpProbe::with_busy_poll(spec.addr, spec.size, env.busy_poll)
                 .with_stamps(env.tx_stamps, spec.timeout)
-                .with_marks(marks(env)),
+                .with_marks(env.marks.clone()),
         ))
     })
 }
@@ -35,7 +27,7 @@ fn build_tcp<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
 fn build_connect<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
     Box::pin(async move {
         Ok(runnable(
-            TcpConnectProbe::new(spec.addr).with_marks(marks(env)),
+            TcpConnectProbe::new(spec.addr).with_marks(env.marks.clone()),
         ))
     })
 }
@@ -43,7 +35,7 @@ fn build_connect<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> 
 fn build_crr<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
     Box::pin(async move {
         Ok(runnable(
-            TcpCrrProbe::new(spec.addr, spec.size).with_marks(marks(env)),
+            TcpCrrProbe::new(spec.addr, spec.size).with_marks(env.marks.clone()),
         ))
     })
 }
@@ -55,19 +47,11 @@ fn build_udp<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
             spec.size,
             env.busy_poll,
             env.tx_stamps,
-            env.source,
+            &env.marks,
         )
         .await
         .map_err(|e| format!("opening a udp socket to {}: {e}", spec.addr))?
         .with_timeout(spec.timeout);
-        if let Some(tos) = env.tos {
-            probe.set_tos(tos).map_err(|e| {
-                format!(
-                    "setting the TOS byte of the udp socket to {}: {e}",
-                    spec.addr
-                )
-            })?;
-        }
         Ok(runnable(probe))
     })
 }
@@ -85,7 +69,7 @@ pub const TCP: Protocol = Protocol {
         ttl: false,
         busy_poll: true,
         icmp_socket: false,
-        tos: true,
+        marks: true,
     },
     help: "request/response on one connection (netperf TCP_RR)",
     build: build_tcp,
@@ -100,7 +84,7 @@ pub const TCP_CONNECT: Protocol = Protocol {
         ttl: false,
         busy_poll: false,
         icmp_socket: false,
-        tos: true,
+        marks: true,
     },
     help: "TCP handshake time, against any TCP server",
     build: build_connect,
@@ -114,7 +98,7 @@ pub const TCP_CRR: Protocol = Protocol {
         ttl: false,
         busy_poll: false,
         icmp_socket: false,
-        tos: true,
+        marks: true,
     },
     help: "connect, request, response, close (netperf TCP_CRR)",
     build: build_crr,

@@ -3,6 +3,8 @@
 
 use std::io;
 use std::net::SocketAddr;
+
+use prober_core::protocol::Marks;
 use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -122,7 +124,7 @@ impl TcpProbe {
             return Ok(Arc::clone(conn));
         }
         *slot = None;
-        let stream = new_socket(self.addr, self.marks)?
+        let stream = new_socket(self.addr, &self.marks)?
             .connect(self.addr)
             .await
             .map_err(|e| ProbeError::io(format_args!("connect to {}", self.addr), &e))?;
@@ -417,30 +419,18 @@ impl Probe for TcpProbe {
     }
 }
 
-/// The TOS byte and source address of a probe's packets.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Marks {
-    /// The TOS byte (IPv6 traffic class), SYN included.
-    pub tos: Option<u8>,
-    /// The local address to connect from.
-    pub source: Option<std::net::IpAddr>,
-}
-
 /// A socket for `addr`, its packets marked from the SYN on, bound to the
 /// source address when one is given.
-fn new_socket(addr: SocketAddr, marks: Marks) -> Result<TcpSocket, ProbeError> {
-    let Marks { tos, source } = marks;
+fn new_socket(addr: SocketAddr, marks: &Marks) -> Result<TcpSocket, ProbeError> {
     let socket = if addr.is_ipv4() {
         TcpSocket::new_v4()
     } else {
         TcpSocket::new_v6()
     };
     let socket = socket.map_err(|e| ProbeError::io("creating socket", &e))?;
-    if let Some(tos) = tos {
-        prober_net::mark::set_tos(&socket, addr.is_ipv6(), tos)
-            .map_err(|e| ProbeError::io("setting the TOS byte", &e))?;
-    }
-    if let Some(ip) = source {
+    prober_net::mark::apply(&socket, addr.is_ipv6(), marks)
+        .map_err(|e| ProbeError::io("marking the socket", &e))?;
+    if let Some(ip) = marks.source {
         socket
             .bind((ip, 0).into())
             .map_err(|e| ProbeError::io(format_args!("binding source address {ip}"), &e))?;
@@ -483,7 +473,7 @@ impl TcpConnectProbe {
 
 impl Probe for TcpConnectProbe {
     async fn probe_at(&self, _seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
-        let socket = new_socket(self.addr, self.marks)?;
+        let socket = new_socket(self.addr, &self.marks)?;
         gate.pass().await;
         let sent = Instant::now();
         let stream = socket
@@ -539,7 +529,7 @@ impl TcpCrrProbe {
 impl Probe for TcpCrrProbe {
     async fn probe_at(&self, seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
         let io_err = |what: &str, e: io::Error| ProbeError::io(what, &e);
-        let socket = new_socket(self.addr, self.marks)?;
+        let socket = new_socket(self.addr, &self.marks)?;
         let mut frame = Vec::with_capacity(self.size);
         wire::encode_request(&mut frame, self.size, seq, self.nonce);
         gate.pass().await;

@@ -2,6 +2,8 @@
 
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use prober_core::protocol::Marks;
 use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Duration;
@@ -88,15 +90,6 @@ impl UdpProbe {
         self
     }
 
-    /// Marks its datagrams with this TOS byte (`--tos`, `--dscp`).
-    ///
-    /// # Errors
-    /// The kernel's.
-    pub fn set_tos(&self, tos: u8) -> io::Result<()> {
-        let v6 = self.socket.local_addr()?.is_ipv6();
-        prober_net::mark::set_tos(&*self.socket, v6, tos)
-    }
-
     /// Binds an ephemeral port of `addr`'s family, connects it to `addr` and
     /// starts the receive loop.
     ///
@@ -112,12 +105,12 @@ impl UdpProbe {
     /// # Errors
     /// If the socket cannot be bound or connected, or the thread started.
     pub async fn connect_with(addr: SocketAddr, size: usize, busy_poll: bool) -> io::Result<Self> {
-        Self::connect_stamped(addr, size, busy_poll, true, None).await
+        Self::connect_stamped(addr, size, busy_poll, true, &Marks::default()).await
     }
 
     /// As [`UdpProbe::connect_with`]; `tx_stamps` asks the kernel for
-    /// transmit stamps (the client send part of the split), and `source`
-    /// is the local address to send from.
+    /// transmit stamps (the client send part of the split), and `marks`
+    /// say where and how its datagrams leave.
     ///
     /// # Errors
     /// If the socket cannot be bound or connected, or the thread started.
@@ -126,14 +119,15 @@ impl UdpProbe {
         size: usize,
         busy_poll: bool,
         tx_stamps: bool,
-        source: Option<std::net::IpAddr>,
+        marks: &Marks,
     ) -> io::Result<Self> {
-        let local: SocketAddr = match source {
+        let local: SocketAddr = match marks.source {
             Some(ip) => (ip, 0).into(),
             None if addr.is_ipv4() => (Ipv4Addr::UNSPECIFIED, 0).into(),
             None => (Ipv6Addr::UNSPECIFIED, 0).into(),
         };
         let socket = UdpSocket::bind(local).await?;
+        prober_net::mark::apply(&socket, addr.is_ipv6(), marks)?;
         socket.connect(addr).await?;
         // Kernel receive timestamps, for the receive wake-up (`rx_wake`),
         // and transmit stamps for the client send part, where the kernel has

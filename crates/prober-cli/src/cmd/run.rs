@@ -208,22 +208,20 @@ fn check_options(args: &RunArgs, targets: &[Target]) -> anyhow::Result<()> {
         &|t| t.protocol.options.ttl,
         "icmp targets",
     )?;
-    check(
-        args.source.is_some(),
-        "--source",
-        &|t| t.protocol.options.tos,
-        "icmp, udp and tcp targets",
-    )?;
-    check(
-        args.tos.is_some() || args.dscp.is_some(),
-        if args.tos.is_some() {
-            "--tos"
-        } else {
-            "--dscp"
-        },
-        &|t| t.protocol.options.tos,
-        "icmp, udp and tcp targets",
-    )?;
+    for (given, flag) in [
+        (args.source.is_some(), "--source"),
+        (args.interface.is_some(), "--interface"),
+        (args.fwmark.is_some(), "--fwmark"),
+        (args.tos.is_some(), "--tos"),
+        (args.dscp.is_some(), "--dscp"),
+    ] {
+        check(
+            given,
+            flag,
+            &|t| t.protocol.options.marks,
+            "icmp, udp and tcp targets",
+        )?;
+    }
     check(
         args.size.is_some(),
         "--size",
@@ -384,8 +382,12 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let env = BuildEnv {
         busy_poll,
         ttl: args.ttl,
-        tos: args.tos.or(args.dscp),
-        source: args.source,
+        marks: prober_core::protocol::Marks {
+            tos: args.tos.or(args.dscp),
+            source: args.source,
+            interface: args.interface.clone(),
+            fwmark: args.fwmark,
+        },
         icmp_socket: match args.icmp_socket {
             IcmpSocketArg::Auto => SocketChoice::Auto,
             IcmpSocketArg::Dgram => SocketChoice::Dgram,

@@ -349,10 +349,11 @@ fn a_deterministic_loss_pattern_gives_exactly_its_bursts() {
     );
 }
 
-/// `--dscp ef --source 127.0.0.2` marks every request of icmp, udp, tcp,
-/// tcp-connect and tcp-crr targets on the wire and sends it from that
-/// address (a capture in a namespace reads the TOS byte and the source of
-/// each, SYNs included); `--tos` is refused where it cannot apply.
+/// `--dscp ef --source 127.0.0.2 --interface lo --fwmark 42` marks every
+/// request of icmp, udp, tcp, tcp-connect and tcp-crr targets on the wire
+/// and sends it from that address (a capture in a namespace reads the TOS
+/// byte and the source of each, SYNs included; an nftables rule counts the
+/// firewall mark on each); the options are refused where they cannot apply.
 #[test]
 fn dscp_and_source_hold_for_every_request_on_the_wire() {
     if std::process::Command::new("tcpdump")
@@ -387,6 +388,14 @@ fn dscp_and_source_hold_for_every_request_on_the_wire() {
         }
     }
     let file = std::env::temp_dir().join(format!("prober-dscp-{}.pcap", std::process::id()));
+    // Counts the packets leaving with firewall mark 42.
+    let nft = have_nft("dscp_and_source_hold_for_every_request_on_the_wire");
+    if nft {
+        ns.sh(
+            "nft add table ip m && nft add chain ip m out '{ type filter hook output priority 0; }' \
+               && nft add rule ip m out meta mark 42 counter",
+        );
+    }
     // Immediate mode: a run this short ends before libpcap's buffer
     // timeout would hand the packets over, and they would be lost at stop.
     let dump = ns.tcpdump(&file, &["--immediate-mode"], "icmp or port 8707");
@@ -398,6 +407,10 @@ fn dscp_and_source_hold_for_every_request_on_the_wire() {
             "ef",
             "--source",
             "127.0.0.2",
+            "--interface",
+            "lo",
+            "--fwmark",
+            "0x2a",
             "-c",
             "5",
             "-i",
@@ -461,6 +474,21 @@ fn dscp_and_source_hold_for_every_request_on_the_wire() {
             .all(|s| *s == "127.0.0.2" || s.starts_with("127.0.0.2.")),
         "{sources:?}"
     );
+    if nft {
+        let list = std::process::Command::new("ip")
+            .args([
+                "netns", "exec", &ns.name, "nft", "list", "chain", "ip", "m", "out",
+            ])
+            .output()
+            .unwrap();
+        let list = String::from_utf8_lossy(&list.stdout);
+        let marked: usize = list
+            .split("counter packets ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("{list}"));
+        assert_eq!(marked, tos.len(), "every request marked 42:\n{list}");
+    }
     // A source of the other address family is refused before any probe.
     let out = run(&["run", "--source", "::1", "-c", "1", "udp://127.0.0.1:1"]);
     assert_eq!(out.status.code(), Some(2));
