@@ -26,7 +26,8 @@
 //!   [`entry`]: [`TargetEntry`], a target with its statistics, as sinks see it.
 //! - [`clock`], [`meta`]: wall-clock time and the settings that travel with
 //!   every result; [`duration`]: parses `10ms`, `1m30s`; [`quote`]: caps
-//!   user input quoted in messages.
+//!   user input quoted in messages; [`logs`]: log lines a flood cannot
+//!   multiply.
 //!
 //! Sockets and files live in `prober-net`, `prober-sinks` and the protocol
 //! crates; command-line parsing in `prober-cli`.
@@ -39,6 +40,7 @@ pub mod entry;
 pub mod error;
 pub mod hist;
 pub mod info;
+pub mod logs;
 pub mod matcher;
 pub mod meta;
 pub mod pacer;

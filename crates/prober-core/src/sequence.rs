@@ -177,12 +177,12 @@ pub struct BurstSummary {
     pub lengths: BTreeMap<String, u64>,
 }
 
-/// A burst in progress.
+/// A burst in progress: always the tail of the order, so its last lost
+/// probe is [`Sequence::prev`].
 #[derive(Debug, Clone, Copy)]
 struct Open {
     len: u64,
     first: Instant,
-    last: Instant,
 }
 
 /// Puts a target's outcomes back in sequence order and derives loss
@@ -204,8 +204,6 @@ pub struct Sequence {
     /// IPDV values produced by the last [`Sequence::push`] (for sinks that
     /// keep their own distributions).
     pub last_ipdvs: Vec<i64>,
-    /// Burst lengths ended by the last push.
-    pub last_bursts: Vec<u64>,
 }
 
 impl Sequence {
@@ -225,7 +223,6 @@ impl Sequence {
     /// answered (`None`: lost, a timeout or an error).
     pub fn push(&mut self, seq: u64, scheduled: Instant, rtt_ns: Option<u64>) {
         self.last_ipdvs.clear();
-        self.last_bursts.clear();
         if seq < self.next {
             return; // a seq already taken (or skipped past): not ours
         }
@@ -253,21 +250,16 @@ impl Sequence {
             }
         }
         match (rtt, &mut self.open) {
-            (None, Some(open)) => {
-                open.len += 1;
-                open.last = scheduled;
-            }
+            (None, Some(open)) => open.len += 1,
             (None, None) => {
                 self.open = Some(Open {
                     len: 1,
                     first: scheduled,
-                    last: scheduled,
                 });
             }
             (Some(_), Some(open)) => {
                 let outage = scheduled.saturating_duration_since(open.first);
                 self.bursts.add(open.len, outage.as_secs_f64());
-                self.last_bursts.push(open.len);
                 self.open = None;
             }
             (Some(_), None) => {}
@@ -278,8 +270,8 @@ impl Sequence {
     /// The bursts so far, the open one included.
     pub fn burst_summary(&self) -> BurstSummary {
         let mut all = self.bursts;
-        if let Some(open) = self.open {
-            let to = open.last + self.spacing.unwrap_or_default();
+        if let (Some(open), Some((last, _))) = (self.open, self.prev) {
+            let to = last + self.spacing.unwrap_or_default();
             all.add(
                 open.len,
                 to.saturating_duration_since(open.first).as_secs_f64(),

@@ -14,6 +14,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub use prober_core::logs::LogLimiter;
+
 /// Replies per second per source address by default (not for loopback).
 pub const DEFAULT_RATE: u32 = 10_000;
 /// Connections open at once by default.
@@ -305,53 +307,6 @@ impl Drop for Permit {
     }
 }
 
-/// Log lines that repeat: the first of each kind is written at once, then
-/// at most one per period, saying how many were held back.
-#[derive(Debug)]
-pub struct LogLimiter {
-    period: Duration,
-    seen: Mutex<HashMap<&'static str, (Instant, u64)>>,
-}
-
-impl LogLimiter {
-    /// At most one line per kind per `period`.
-    pub fn new(period: Duration) -> Self {
-        Self {
-            period,
-            seen: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// `Some(held back since the last line)` when a line of `kind` may be
-    /// written now, else `None` (and it is counted).
-    pub fn check(&self, kind: &'static str, now: Instant) -> Option<u64> {
-        let mut seen = self.seen.lock().expect("log limiter lock never poisoned");
-        match seen.get_mut(kind) {
-            None => {
-                seen.insert(kind, (now, 0));
-                Some(0)
-            }
-            Some((last, held)) if now.duration_since(*last) >= self.period => {
-                let n = *held;
-                *last = now;
-                *held = 0;
-                Some(n)
-            }
-            Some((_, held)) => {
-                *held += 1;
-                None
-            }
-        }
-    }
-}
-
-impl Default for LogLimiter {
-    /// One line per kind per minute.
-    fn default() -> Self {
-        Self::new(Duration::from_secs(60))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -414,16 +369,5 @@ mod tests {
         assert!(!gate.reserve(50));
         gate.release(60);
         assert!(gate.reserve(100));
-    }
-
-    #[test]
-    fn repeated_log_lines_are_held_back() {
-        let l = LogLimiter::new(Duration::from_secs(60));
-        let t0 = Instant::now();
-        assert_eq!(l.check("x", t0), Some(0));
-        assert_eq!(l.check("x", t0 + Duration::from_secs(1)), None);
-        assert_eq!(l.check("x", t0 + Duration::from_secs(2)), None);
-        assert_eq!(l.check("y", t0), Some(0));
-        assert_eq!(l.check("x", t0 + Duration::from_secs(61)), Some(2));
     }
 }

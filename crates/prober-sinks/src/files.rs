@@ -15,6 +15,7 @@ use prober_core::{Context, Fanout, Sample, Sink, Summary, TargetEntry};
 
 use crate::json::ProbeLine;
 use crate::output::Records;
+use prober_core::logs::LogLimiter;
 
 /// Checks that a sink file can be created or appended to at `path`: its
 /// directory exists and is writable. Nothing is created.
@@ -544,19 +545,21 @@ impl SinkFailures {
         self.lock().iter().map(|(j, f)| (j.clone(), *f)).collect()
     }
 
+    /// Counts one operation on `job`'s files; whether the one before it
+    /// failed.
+    fn record(&self, job: &str, failed: bool) -> bool {
+        let mut all = self.lock();
+        let f = all.entry(job.to_owned()).or_default();
+        f.errors += u64::from(failed);
+        std::mem::replace(&mut f.failing, failed)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<String, JobFailures>> {
         // A panic elsewhere leaves plain counters behind: still good.
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
-}
-
-/// A streak of failures of one job's files.
-#[derive(Debug)]
-struct Streak {
-    last_logged: Instant,
-    since_logged: u64,
 }
 
 /// The daemon's file sinks: one [`Fanout`] per job, each sample routed to
@@ -568,9 +571,9 @@ struct Streak {
 #[derive(Debug)]
 pub struct ByJob {
     jobs: HashMap<String, Fanout>,
-    failing: HashMap<String, Streak>,
+    /// Jobs whose files are failing, with their log lines held back.
+    failing: LogLimiter<String>,
     failures: std::sync::Arc<SinkFailures>,
-    log_every: Duration,
     /// Lines logged about failures (for tests).
     logged: u64,
 }
@@ -579,9 +582,8 @@ impl Default for ByJob {
     fn default() -> Self {
         Self {
             jobs: HashMap::new(),
-            failing: HashMap::new(),
+            failing: LogLimiter::new(FAILURE_LOG_EVERY),
             failures: std::sync::Arc::default(),
-            log_every: FAILURE_LOG_EVERY,
             logged: 0,
         }
     }
@@ -603,7 +605,7 @@ impl ByJob {
             tracing::error!(%job, %error, "closing sinks failed");
         }
         // Its series go with it, as those of removed targets do.
-        self.failing.remove(job);
+        self.failing.forget(job);
         self.failures.lock().remove(job);
     }
 
@@ -618,51 +620,34 @@ impl ByJob {
     }
 
     fn note(&mut self, job: &str, res: io::Result<()>, what: &str) {
-        let failed = res.is_err();
-        {
-            let mut all = self.failures.lock();
-            let f = all.entry(job.to_owned()).or_default();
-            f.errors += u64::from(failed);
-            f.failing = failed;
-        }
+        let was_failing = self.failures.record(job, res.is_err());
         match res {
             Ok(()) => {
-                if let Some(streak) = self.failing.remove(job) {
+                if let Some(held) = self.failing.forget(job) {
                     self.logged += 1;
                     tracing::warn!(
                         %job,
-                        failed_since_last_log = streak.since_logged,
+                        failed_since_last_log = held,
                         "sink files are written again"
                     );
                 }
             }
-            Err(error) => match self.failing.get_mut(job) {
-                None => {
-                    self.logged += 1;
-                    tracing::error!(%job, %error, "{what} failed; probing goes on, and the files are tried again on every sample");
-                    self.failing.insert(
-                        job.to_owned(),
-                        Streak {
-                            last_logged: Instant::now(),
-                            since_logged: 0,
-                        },
+            Err(error) => {
+                let Some(held) = self.failing.check(job.to_owned(), Instant::now()) else {
+                    return;
+                };
+                self.logged += 1;
+                if was_failing {
+                    tracing::error!(
+                        %job,
+                        %error,
+                        failed_since_last_log = held,
+                        "{what} still failing"
                     );
+                } else {
+                    tracing::error!(%job, %error, "{what} failed; probing goes on, and the files are tried again on every sample");
                 }
-                Some(streak) => {
-                    streak.since_logged += 1;
-                    if streak.last_logged.elapsed() >= self.log_every {
-                        self.logged += 1;
-                        tracing::error!(
-                            %job,
-                            %error,
-                            failed_since_last_log = streak.since_logged,
-                            "{what} still failing"
-                        );
-                        streak.last_logged = Instant::now();
-                        streak.since_logged = 0;
-                    }
-                }
-            },
+            }
         }
     }
 
@@ -828,7 +813,7 @@ mod tests {
         let full = std::sync::Arc::new(AtomicBool::new(false));
         let csv = CsvLinesFile::open(&dir.join("ok.csv"), Rotation::default()).unwrap();
         let mut by_job = ByJob {
-            log_every: Duration::from_millis(200),
+            failing: LogLimiter::new(Duration::from_millis(200)),
             ..ByJob::default()
         };
         let failures = by_job.failures();

@@ -401,16 +401,12 @@ impl Collector for TargetsCollector {
             &prober_core::Phases::NAMES,
             |s| &s.phases,
         )?;
-        let mut m = encoder.encode_descriptor(
-            "prober_rtt_seconds",
-            "Round-trip time of answered probes",
-            None,
-            MetricType::Histogram,
-        )?;
-        for s in state.series.values() {
-            s.rtt.encode(m.encode_family(&s.labels)?)?;
-        }
-        let views: [HistogramDef; 2] = [
+        let views: [HistogramDef; 4] = [
+            (
+                "prober_rtt_seconds",
+                "Round-trip time of answered probes",
+                |s| &s.rtt,
+            ),
             (
                 "prober_latency_seconds",
                 "Reply minus scheduled send of answered probes: the RTT plus any send lag, the coordinated-omission view",
@@ -420,6 +416,11 @@ impl Collector for TargetsCollector {
                 "prober_send_lag_seconds",
                 "Actual send minus scheduled send of every probe sent",
                 |s| &s.send_lag,
+            ),
+            (
+                "prober_ipdv_seconds",
+                "Absolute delay variation between the RTTs of consecutive answered probes (RFC 3393 IPDV); _sum / _count is the mean |IPDV|",
+                |s| &s.ipdv,
             ),
         ];
         for (name, help, pick) in views {
@@ -443,7 +444,7 @@ impl Collector for TargetsCollector {
     }
 }
 
-/// Loss bursts and delay variation (prober_core::sequence), per target.
+/// Loss bursts and RFC 3550 jitter (prober_core::sequence), per target.
 fn encode_sequence(
     encoder: &mut DescriptorEncoder<'_>,
     state: &State,
@@ -484,15 +485,6 @@ fn encode_sequence(
     )?;
     for s in state.series.values() {
         ConstCounter::new(s.bursts.outage_s).encode(m.encode_family(&s.labels)?)?;
-    }
-    let mut m = encoder.encode_descriptor(
-        "prober_ipdv_seconds",
-        "Absolute delay variation between the RTTs of consecutive answered probes (RFC 3393 IPDV); _sum / _count is the mean |IPDV|",
-        None,
-        MetricType::Histogram,
-    )?;
-    for s in state.series.values() {
-        s.ipdv.encode(m.encode_family(&s.labels)?)?;
     }
     if state.series.values().any(|s| s.jitter.is_some()) {
         let mut m = encoder.encode_descriptor(
