@@ -100,6 +100,20 @@ pub struct Marks {
 }
 
 impl Marks {
+    /// Refuses a source address of another family than `addr`'s.
+    ///
+    /// # Errors
+    /// Says which address is not of which family.
+    pub fn check_family(&self, addr: std::net::SocketAddr) -> Result<(), String> {
+        match self.source {
+            Some(src) if src.is_ipv4() != addr.is_ipv4() => Err(format!(
+                "{src} is not of the address family of {}",
+                addr.ip()
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// Whether any is set.
     pub fn any(&self) -> bool {
         self.tos.is_some()

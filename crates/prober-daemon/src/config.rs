@@ -399,6 +399,17 @@ fn pacing(value: Option<&String>, key: &str) -> Result<Pacing> {
     }
 }
 
+/// A label name a job or a file_sd group may give its series.
+fn check_label(name: &str) -> std::result::Result<(), String> {
+    if valid_label_name(name) && !RESERVED_LABELS.contains(&name) {
+        return Ok(());
+    }
+    Err(format!(
+        "not a usable Prometheus label name (letters, digits and _, not starting with __; {} are reserved)",
+        RESERVED_LABELS.join(", ")
+    ))
+}
+
 fn valid_label_name(name: &str) -> bool {
     let mut chars = name.chars();
     chars
@@ -499,7 +510,6 @@ async fn job(
     };
     run.validate().ctx(|| key.clone())?;
     let size = j.settings.size.or(defaults.size);
-    let source = j.settings.source.or(defaults.source);
     let tos = match (
         pick(&j.settings.dscp, &defaults.dscp),
         j.settings.tos.or(defaults.tos),
@@ -526,19 +536,14 @@ async fn job(
     };
     let marks = prober_core::protocol::Marks {
         tos,
-        source,
+        source: j.settings.source.or(defaults.source),
         interface: pick(&j.settings.interface, &defaults.interface),
         fwmark,
     };
     let mut labels = defaults.labels.clone();
     labels.extend(j.settings.labels.clone());
     for name in labels.keys() {
-        if !valid_label_name(name) || RESERVED_LABELS.contains(&name.as_str()) {
-            bail!(
-                "{key}.labels.{name}: not a usable Prometheus label name (letters, digits and _, not starting with __; {} are reserved)",
-                RESERVED_LABELS.join(", ")
-            );
-        }
+        check_label(name).map_err(|e| DaemonError::Config(format!("{key}.labels.{name}: {e}")))?;
     }
     let sinks = sinks(
         j.settings.sinks.as_ref().or(defaults.sinks.as_ref()),
@@ -553,7 +558,7 @@ async fn job(
     let mut watched = Vec::new();
     if let Some(file) = &j.targets_file {
         let file = base.join(file); // an absolute path stays as it is
-        let body = read_capped(&file, MAX_TARGETS_FILE)
+        let body = crate::file_sd::read_capped(&file)
             .ctx(|| format!("{key}.targets_file: reading {}", file.display()))?;
         texts.extend(
             body.lines()
@@ -570,12 +575,9 @@ async fn job(
             .map_err(|e| DaemonError::Config(format!("{what}: {e}")))?
         {
             for name in labels.keys() {
-                if !valid_label_name(name) || RESERVED_LABELS.contains(&name.as_str()) {
-                    bail!(
-                        "{what}: label {name:?} of {target} is not a usable Prometheus label name ({} are reserved)",
-                        RESERVED_LABELS.join(", ")
-                    );
-                }
+                check_label(name).map_err(|e| {
+                    DaemonError::Config(format!("{what}: label {name:?} of {target}: {e}"))
+                })?;
             }
             texts.push((target, labels));
         }
@@ -609,14 +611,9 @@ async fn job(
                 Err(_) => bail!("{key}.targets: {target}: host names are not resolved here"),
             },
         };
-        if let Some(src) = source
-            && src.is_ipv4() != addr.is_ipv4()
-        {
-            bail!(
-                "{key}.source: {src} is not of the address family of {target} ({})",
-                addr.ip()
-            );
-        }
+        marks.check_family(addr).map_err(|e| {
+            DaemonError::Config(format!("{key}.source: {e}, the address of {target}"))
+        })?;
         targets.push(JobTarget {
             target,
             addr,
@@ -699,26 +696,6 @@ pub async fn load(path: &Path, registry: &Registry) -> Result<Config> {
         }
     }
     Ok(cfg)
-}
-
-/// The largest `targets_file` read: a million targets of 16 bytes; a path
-/// such as /dev/zero must not fill the memory.
-const MAX_TARGETS_FILE: u64 = 16 << 20;
-
-/// The file at `path` as text, refused when longer than `max` bytes.
-fn read_capped(path: &Path, max: u64) -> std::io::Result<String> {
-    use std::io::Read as _;
-    let mut text = String::new();
-    std::fs::File::open(path)?
-        .take(max + 1)
-        .read_to_string(&mut text)?;
-    if text.len() as u64 > max {
-        return Err(std::io::Error::other(format!(
-            "longer than {} MiB",
-            max >> 20
-        )));
-    }
-    Ok(text)
 }
 
 /// The longest piece of the config's text an error quotes.

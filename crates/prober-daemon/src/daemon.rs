@@ -83,6 +83,16 @@ pub async fn check(
     ))
 }
 
+/// Reads and resolves the config at `path` in a task of its own, so that
+/// events keep flowing (and schedules keep running) while it loads.
+fn load_in_background(
+    path: &std::path::Path,
+    registry: &'static Registry,
+) -> tokio::task::JoinHandle<Result<Config, DaemonError>> {
+    let path = path.to_owned();
+    tokio::spawn(async move { config::load(&path, registry).await })
+}
+
 fn nothing_to_do(path: &std::path::Path) -> DaemonError {
     DaemonError::Config(format!(
         "config {}: nothing to do: no [[job]], no [serve] listener and no listener on the command line",
@@ -492,9 +502,7 @@ pub async fn run(
                     // once, whether or not the new config turns out valid.
                     let _ = d.collector.reopen();
                     if loading.is_none() {
-                        let path = path.clone();
-                        let registry = d.registry;
-                        loading = Some(tokio::spawn(async move { config::load(&path, registry).await }));
+                        loading = Some(load_in_background(&path, d.registry));
                     }
                 }
                 Some(Control::Stop) | None => break,
@@ -530,9 +538,7 @@ pub async fn run(
                 if now_seen != seen && loading.is_none() {
                     seen = now_seen;
                     tracing::info!("a target file changed: reloading the config");
-                    let path = path.clone();
-                    let registry = d.registry;
-                    loading = Some(tokio::spawn(async move { config::load(&path, registry).await }));
+                    loading = Some(load_in_background(&path, d.registry));
                 }
             }
             now = tick.tick() => {

@@ -13,8 +13,28 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-/// The largest file read (as `targets_file`).
+/// The largest target file read (`file_sd`, `targets_file`): a million
+/// targets of 16 bytes; a path such as /dev/zero must not fill the memory.
 const MAX_FILE: u64 = 16 << 20;
+
+/// The target file at `path` as text, refused past [`MAX_FILE`] bytes.
+///
+/// # Errors
+/// The file's, or that it is too long.
+pub(crate) fn read_capped(path: &Path) -> std::io::Result<String> {
+    use std::io::Read as _;
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(MAX_FILE + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_FILE {
+        return Err(std::io::Error::other(format!(
+            "longer than {} MiB",
+            MAX_FILE >> 20
+        )));
+    }
+    Ok(text)
+}
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -35,14 +55,7 @@ pub type Labelled = (String, BTreeMap<String, String>);
 /// The file cannot be read or parsed, or an entry has no scheme and none
 /// is given.
 pub fn read(path: &Path, scheme: Option<&str>) -> Result<Vec<Labelled>, String> {
-    use std::io::Read as _;
-    let mut text = String::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(MAX_FILE + 1).read_to_string(&mut text))
-        .map_err(|e| e.to_string())?;
-    if text.len() as u64 > MAX_FILE {
-        return Err(format!("longer than {} MiB", MAX_FILE >> 20));
-    }
+    let text = read_capped(path).map_err(|e| e.to_string())?;
     let yaml = path
         .extension()
         .and_then(|e| e.to_str())

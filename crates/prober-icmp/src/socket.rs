@@ -2,7 +2,7 @@
 //! timestamps and, on datagram sockets, the error queue.
 
 use std::io::{self, IoSliceMut};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsFd, AsRawFd};
 use std::time::SystemTime;
 
@@ -83,7 +83,6 @@ impl IcmpSocket {
         marks: &prober_core::protocol::Marks,
         want_tx: bool,
     ) -> Result<Self, IcmpError> {
-        let source = marks.source;
         let (sock, raw) = match kind {
             SocketKind::Dgram => (
                 new_socket(v6, Type::DGRAM).map_err(|e| IcmpError::Open {
@@ -141,16 +140,11 @@ impl IcmpSocket {
                     .map_err(|e| setup("IP_RECVERR")(e.into()))?;
             }
             // Binding picks the echo identifier the kernel will use.
-            let any: SocketAddr = match source {
-                Some(ip) => (ip, 0).into(),
-                None if v6 => (Ipv6Addr::UNSPECIFIED, 0).into(),
-                None => (Ipv4Addr::UNSPECIFIED, 0).into(),
-            };
-            sock.bind(&any.into()).map_err(setup("bind"))?;
-        } else if let Some(ip) = source {
+            sock.bind(&prober_net::mark::bind_addr(marks, v6).into())
+                .map_err(setup("bind"))?;
+        } else if marks.source.is_some() {
             // A raw socket sends from the address it is bound to.
-            let at: SocketAddr = (ip, 0).into();
-            sock.bind(&at.into())
+            sock.bind(&prober_net::mark::bind_addr(marks, v6).into())
                 .map_err(setup("binding the source address"))?;
             ident = sock
                 .local_addr()

@@ -90,6 +90,17 @@ pub fn apply(socket: &impl AsFd, v6: bool, marks: &prober_core::protocol::Marks)
     Ok(())
 }
 
+/// The local address a socket of this family binds to: `marks`' source,
+/// or the unspecified address, port 0 (the kernel picks).
+pub fn bind_addr(marks: &prober_core::protocol::Marks, v6: bool) -> std::net::SocketAddr {
+    use std::net::{Ipv4Addr, Ipv6Addr};
+    match marks.source {
+        Some(ip) => (ip, 0).into(),
+        None if v6 => (Ipv6Addr::UNSPECIFIED, 0).into(),
+        None => (Ipv4Addr::UNSPECIFIED, 0).into(),
+    }
+}
+
 /// A firewall mark: decimal, or hexadecimal after `0x`.
 ///
 /// # Errors

@@ -1,7 +1,7 @@
 //! `udp://host:port`: datagram request/response matched by seq and nonce.
 
 use std::io;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 
 use prober_core::protocol::Marks;
 use std::os::fd::AsFd;
@@ -121,12 +121,7 @@ impl UdpProbe {
         tx_stamps: bool,
         marks: &Marks,
     ) -> io::Result<Self> {
-        let local: SocketAddr = match marks.source {
-            Some(ip) => (ip, 0).into(),
-            None if addr.is_ipv4() => (Ipv4Addr::UNSPECIFIED, 0).into(),
-            None => (Ipv6Addr::UNSPECIFIED, 0).into(),
-        };
-        let socket = UdpSocket::bind(local).await?;
+        let socket = UdpSocket::bind(prober_net::mark::bind_addr(marks, addr.is_ipv6())).await?;
         prober_net::mark::apply(&socket, addr.is_ipv6(), marks)?;
         socket.connect(addr).await?;
         // Kernel receive timestamps, for the receive wake-up (`rx_wake`),

@@ -436,13 +436,8 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut addrs = Vec::with_capacity(targets.len());
     for t in &targets {
         let addr = resolve(t, family).await?;
-        if let Some(src) = args.source
-            && src.is_ipv4() != addr.is_ipv4()
-        {
-            bail!(
-                "--source {src} is not of the address family of {t} ({})",
-                addr.ip()
-            );
+        if let Err(e) = env.marks.check_family(addr) {
+            bail!("--source {e}, the address of {t}");
         }
         addrs.push(addr);
     }
