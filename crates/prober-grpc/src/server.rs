@@ -40,14 +40,6 @@ pub struct ServerConfig {
     pub stats: Arc<prober_net::guard::GuardStats>,
 }
 
-/// Streams a client may have open at once on one connection.
-pub const MAX_CONCURRENT_STREAMS: u32 = 100;
-/// Largest header list a client may send (bytes, as HTTP/2 counts them).
-pub const MAX_HEADER_LIST: u32 = 16 * 1024;
-/// Streams a client may open and reset before the server has seen them
-/// (CVE-2023-44487, rapid reset); past it the connection is closed.
-pub const MAX_PENDING_RESETS: usize = 20;
-
 #[derive(Debug)]
 struct EchoService {
     delay: Duration,
@@ -154,9 +146,9 @@ pub async fn serve_grpc(
     reporter.set_serving::<EchoServer<EchoService>>().await;
     let mut builder = tonic::transport::Server::builder()
         .tcp_nodelay(true)
-        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
-        .http2_max_header_list_size(MAX_HEADER_LIST)
-        .http2_max_pending_accept_reset_streams(Some(MAX_PENDING_RESETS));
+        .max_concurrent_streams(prober_net::guard::H2_MAX_CONCURRENT_STREAMS)
+        .http2_max_header_list_size(prober_net::guard::H2_MAX_HEADER_LIST)
+        .http2_max_pending_accept_reset_streams(Some(prober_net::guard::H2_MAX_PENDING_RESETS));
     if let Some(tls) = cfg.tls {
         builder = builder.tls_config(tls.into_config())?;
     }

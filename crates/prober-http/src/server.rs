@@ -54,14 +54,6 @@ pub struct HttpServerConfig {
     pub stats: Arc<prober_net::guard::GuardStats>,
 }
 
-/// Streams an HTTP/2 client may have open at once on one connection.
-const MAX_CONCURRENT_STREAMS: u32 = 100;
-/// Largest header list an HTTP/2 client may send.
-const MAX_HEADER_LIST: u32 = 16 * 1024;
-/// Streams an HTTP/2 client may open and reset before the server has seen
-/// them (CVE-2023-44487, rapid reset).
-const MAX_PENDING_RESETS: usize = 20;
-
 /// Serves HTTP on `listener` until `stop` is cancelled.
 ///
 /// # Errors
@@ -119,9 +111,9 @@ pub async fn serve_http(
                 .header_read_timeout(first);
             builder
                 .http2()
-                .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
-                .max_header_list_size(MAX_HEADER_LIST)
-                .max_pending_accept_reset_streams(MAX_PENDING_RESETS);
+                .max_concurrent_streams(prober_net::guard::H2_MAX_CONCURRENT_STREAMS)
+                .max_header_list_size(prober_net::guard::H2_MAX_HEADER_LIST)
+                .max_pending_accept_reset_streams(prober_net::guard::H2_MAX_PENDING_RESETS);
             let res = match acceptor {
                 Some(a) => match tokio::time::timeout(first, a.accept(stream)).await {
                     Ok(Ok(tls)) => {

@@ -31,6 +31,15 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 /// Bytes of unfinished requests held for all connections together by
 /// default.
 pub const DEFAULT_MAX_BUFFERED: usize = 64 << 20;
+/// HTTP/2 (gRPC, h2c, HTTPS): streams a client may have open at once on one
+/// connection.
+pub const H2_MAX_CONCURRENT_STREAMS: u32 = 100;
+/// HTTP/2: the largest header list a client may send (bytes, as HTTP/2
+/// counts them).
+pub const H2_MAX_HEADER_LIST: u32 = 16 * 1024;
+/// HTTP/2: streams a client may open and reset before the server has seen
+/// them (CVE-2023-44487, rapid reset); past it the connection is closed.
+pub const H2_MAX_PENDING_RESETS: usize = 20;
 /// Source addresses a rate limiter remembers at most; past that, buckets
 /// idle for a second are forgotten first.
 const MAX_BUCKETS: usize = 65_536;
