@@ -210,7 +210,8 @@ pub fn parse_target(registry: &Registry, text: &str) -> Result<Target, TargetErr
     }
     if let Some((user, _)) = authority.rsplit_once('@') {
         return Err(syntax(format!(
-            "has user information ({user}@); {}:// targets take no user name or password",
+            "has user information ({}@); {}:// targets take no user name or password",
+            crate::quote::short(user),
             scheme.name
         )));
     }
@@ -372,6 +373,15 @@ mod tests {
             let err = p(text).unwrap_err().to_string();
             assert!(err.contains(want), "{text}: {err}");
         }
+        // Every part of a long target is quoted capped, user information
+        // too (it was echoed whole: 100 kB for a 100 kB user name).
+        let long_user = format!("tcp://{}@h:1", "u".repeat(100_000));
+        let err = p(&long_user).unwrap_err().to_string();
+        assert!(
+            err.contains("has user information") && err.len() < 2_000,
+            "{}",
+            err.len()
+        );
     }
 
     #[test]

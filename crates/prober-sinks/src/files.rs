@@ -195,11 +195,6 @@ impl RotatingFile {
         Ok(())
     }
 
-    /// Lines dropped because writing them failed (a full disk).
-    pub fn dropped_lines(&self) -> u64 {
-        self.out.dropped_lines()
-    }
-
     /// Flushes the buffer.
     ///
     /// # Errors
