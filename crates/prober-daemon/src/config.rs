@@ -543,7 +543,12 @@ async fn job(
     let mut labels = defaults.labels.clone();
     labels.extend(j.settings.labels.clone());
     for name in labels.keys() {
-        check_label(name).map_err(|e| DaemonError::Config(format!("{key}.labels.{name}: {e}")))?;
+        check_label(name).map_err(|e| {
+            DaemonError::Config(format!(
+                "{key}.labels.{}: {e}",
+                prober_core::quote::short(name)
+            ))
+        })?;
     }
     let sinks = sinks(
         j.settings.sinks.as_ref().or(defaults.sinks.as_ref()),
@@ -576,7 +581,11 @@ async fn job(
         {
             for name in labels.keys() {
                 check_label(name).map_err(|e| {
-                    DaemonError::Config(format!("{what}: label {name:?} of {target}: {e}"))
+                    DaemonError::Config(format!(
+                        "{what}: label {:?} of {}: {e}",
+                        prober_core::quote::short(name),
+                        prober_core::quote::short(&target)
+                    ))
                 })?;
             }
             texts.push((target, labels));

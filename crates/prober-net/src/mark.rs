@@ -80,8 +80,10 @@ pub fn apply(socket: &impl AsFd, v6: bool, marks: &prober_core::protocol::Marks)
     }
     let s = socket2::SockRef::from(socket);
     if let Some(dev) = &marks.interface {
-        s.bind_device(Some(dev.as_bytes()))
-            .map_err(what(&format!("binding to interface {dev:?}")))?;
+        s.bind_device(Some(dev.as_bytes())).map_err(what(&format!(
+            "binding to interface {:?}",
+            prober_core::quote::short(dev)
+        )))?;
     }
     if let Some(mark) = marks.fwmark {
         s.set_mark(mark)
