@@ -88,12 +88,7 @@ impl Daemon {
     }
 
     pub(crate) fn hup(&self) {
-        let ok = Command::new("kill")
-            .args(["-HUP", &self.child.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok);
+        crate::support::signal(self.child.id(), "HUP");
     }
 
     pub(crate) fn scrape(&self) -> String {
@@ -112,7 +107,7 @@ impl Daemon {
 
     /// Stops it with `kill -SIG` and returns its exit code and stderr.
     pub(crate) fn stop_with(mut self, sig: &str) -> (Option<i32>, String) {
-        crate::faults::signal(self.child.id(), sig);
+        crate::support::signal(self.child.id(), sig);
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Some(st) = self.child.try_wait().unwrap() {

@@ -6,14 +6,13 @@
 //! `PROBER_FAULT_SEED=N` repeats a run.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
 use crate::daemon::free_port;
-use crate::support::{Server, json_lines, of_type, prober};
+use crate::support::{Serve, Server, json_lines, of_type, prober, signal};
 
 /// Random moments from a printed seed.
 pub(crate) struct Moments(crate::relay::Rng);
@@ -44,15 +43,6 @@ impl Moments {
     }
 }
 
-pub(crate) fn signal(pid: u32, sig: &str) {
-    let ok = std::process::Command::new("kill")
-        .args([&format!("-{sig}"), &pid.to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill -{sig} {pid}");
-}
-
 fn unix_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -65,7 +55,7 @@ fn unix_ns() -> u64 {
 /// A responder on fixed loopback ports, so that a restarted one is found
 /// where the first was: TCP and UDP on one port, gRPC and STAMP on others.
 struct Responder {
-    child: Child,
+    serve: Serve,
     port: u16,
     grpc: u16,
     stamp: u16,
@@ -74,20 +64,15 @@ struct Responder {
 impl Responder {
     fn start(port: u16, grpc: u16, stamp: u16) -> Self {
         let a = |p: u16| format!("127.0.0.1:{p}");
-        let mut child = prober()
-            .args(["serve", "--quiet", "--tcp", &a(port), "--udp", &a(port)])
-            .args(["--grpc", &a(grpc), "--stamp", &a(stamp)])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("prober serve starts");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        for _ in 0..4 {
-            let l = lines.next().expect("a listening line").unwrap();
-            assert!(l.starts_with("listening "), "{l}");
-        }
+        let (tcp, grpc_at, stamp_at) = (a(port), a(grpc), a(stamp));
+        let serve = Serve::start(
+            &[
+                "--quiet", "--tcp", &tcp, "--udp", &tcp, "--grpc", &grpc_at, "--stamp", &stamp_at,
+            ],
+            4,
+        );
         Self {
-            child,
+            serve,
             port,
             grpc,
             stamp,
@@ -103,18 +88,9 @@ impl Responder {
         ]
     }
 
-    /// `kill -9`, and reaps it.
-    fn kill9(mut self) {
-        signal(self.child.id(), "KILL");
-        let _ = self.child.wait();
-        std::mem::forget(self);
-    }
-}
-
-impl Drop for Responder {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    /// `kill -9`; dropping it reaps it.
+    fn kill9(self) {
+        signal(self.serve.child.id(), "KILL");
     }
 }
 

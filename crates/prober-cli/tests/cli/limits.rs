@@ -3,62 +3,10 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use crate::support::{Server, of_type, prober, run_json};
-
-/// `prober serve` with these arguments; its listening lines read back as
-/// `(what, addr)`, its stderr kept for the test to read.
-struct Serve {
-    child: Child,
-    bound: Vec<(String, String)>,
-}
-
-impl Serve {
-    fn start(args: &[&str], listeners: usize) -> Self {
-        let mut child = prober()
-            .arg("serve")
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("prober serve starts");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let bound = (0..listeners)
-            .map(|_| {
-                let line = lines.next().expect("a listening line").unwrap();
-                let mut w = line.split_whitespace().skip(1);
-                (w.next().unwrap().to_owned(), w.next().unwrap().to_owned())
-            })
-            .collect();
-        Self { child, bound }
-    }
-
-    fn addr(&self, what: &str) -> &str {
-        &self.bound.iter().find(|(w, _)| w == what).expect(what).1
-    }
-
-    fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-        line.split_whitespace().nth(1).unwrap().parse().unwrap()
-    }
-
-    /// Stops it with SIGTERM and returns its stderr.
-    fn stop(mut self) -> String {
-        let (code, err) = crate::support::term_and_stderr(&mut self.child);
-        assert_eq!(code, Some(0), "{err}");
-        err
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use crate::support::{Serve, Server, of_type, prober, run_json};
 
 /// True when the server closed `s` (end of file or reset), reading and
 /// discarding whatever it sent first (gRPC's SETTINGS frame).

@@ -86,6 +86,58 @@ impl Drop for Server {
     }
 }
 
+/// `prober serve` with these arguments; its listening lines read back as
+/// `(what, addr)`, its stderr kept for the test to read.
+pub(crate) struct Serve {
+    pub(crate) child: Child,
+    bound: Vec<(String, String)>,
+}
+
+impl Serve {
+    pub(crate) fn start(args: &[&str], listeners: usize) -> Self {
+        let mut child = prober()
+            .arg("serve")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("prober serve starts");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let bound = (0..listeners)
+            .map(|_| {
+                let line = lines.next().expect("a listening line").unwrap();
+                let mut w = line.split_whitespace().skip(1);
+                (w.next().unwrap().to_owned(), w.next().unwrap().to_owned())
+            })
+            .collect();
+        Self { child, bound }
+    }
+
+    pub(crate) fn addr(&self, what: &str) -> &str {
+        &self.bound.iter().find(|(w, _)| w == what).expect(what).1
+    }
+
+    pub(crate) fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
+    /// Stops it with SIGTERM and returns its stderr.
+    pub(crate) fn stop(mut self) -> String {
+        let (code, err) = term_and_stderr(&mut self.child);
+        assert_eq!(code, Some(0), "{err}");
+        err
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// Asserts that prober, run with `args`, refuses them as a user error
 /// should be: exit 2, one error line that says `want`, no panic, no
 /// results.
@@ -242,12 +294,17 @@ pub(crate) fn term_and_stderr(child: &mut std::process::Child) -> (Option<i32>, 
 }
 
 pub(crate) fn sigterm(pid: u32) {
+    signal(pid, "TERM");
+}
+
+/// Sends `pid` the signal `sig` (`TERM`, `KILL`, `STOP`, ...) with kill(1).
+pub(crate) fn signal(pid: u32, sig: &str) {
     let ok = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
+        .args([&format!("-{sig}"), &pid.to_string()])
         .status()
         .unwrap()
         .success();
-    assert!(ok, "kill -TERM {pid}");
+    assert!(ok, "kill -{sig} {pid}");
 }
 
 /// A loopback TCP port with nothing listening.
