@@ -226,6 +226,12 @@ impl Sequence {
         if seq < self.next {
             return; // a seq already taken (or skipped past): not ours
         }
+        if seq == self.next && self.pending.is_empty() {
+            // In order, the common case: no detour through the map.
+            self.next += 1;
+            self.take(scheduled, rtt_ns);
+            return;
+        }
         self.pending.insert(seq, (scheduled, rtt_ns));
         if self.pending.len() > MAX_PENDING
             && let Some((&first, _)) = self.pending.first_key_value()
