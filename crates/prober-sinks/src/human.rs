@@ -283,23 +283,37 @@ impl HumanSink {
             writeln!(self.out, "{}", dist_line("rtt", s.rtt.as_ref()))?;
             writeln!(self.out, "{}", dist_line("latency", s.latency.as_ref()))?;
             writeln!(self.out, "{}", dist_line("send lag", s.send_lag.as_ref()))?;
+            if let Some(d) = &s.server_dwell {
+                writeln!(self.out, "{}", dist_line("dwell", Some(d)))?;
+            }
+            if let Some(d) = &s.rx_wake {
+                writeln!(self.out, "{}", dist_line("rx wake", Some(d)))?;
+            }
+            if let Some(d) = &s.forward {
+                writeln!(self.out, "{}", dist_line("forward", Some(d)))?;
+            }
+            if let Some(d) = &s.backward {
+                writeln!(self.out, "{}", dist_line("backward", Some(d)))?;
+            }
             if let Some(j) = &s.jitter {
+                // The same five statistics as the lines above, signed.
                 let spread = j.ipdv.map_or_else(String::new, |d| {
                     let f = |ns: i64| {
                         let sign = if ns < 0 { "-" } else { "" };
                         format!("{sign}{}", format_ns(ns.unsigned_abs() as f64))
                     };
                     format!(
-                        ", min/p50/p99/max {}/{}/{}/{}",
+                        "min/p50/p90/p99/max = {}/{}/{}/{}/{}, ",
                         f(d.min),
                         f(d.p50),
+                        f(d.p90),
                         f(d.p99),
                         f(d.max)
                     )
                 });
                 writeln!(
                     self.out,
-                    "jitter    ipdv mean |Δ| {}{spread}; rfc3550 {}",
+                    "ipdv      {spread}mean |Δ| {}; rfc3550 jitter {}",
                     format_ns(j.mean_abs),
                     format_ns(j.rfc3550)
                 )?;
@@ -315,18 +329,6 @@ impl HumanSink {
                     b.outage_s,
                     by.join(", ")
                 )?;
-            }
-            if let Some(d) = &s.server_dwell {
-                writeln!(self.out, "{}", dist_line("dwell", Some(d)))?;
-            }
-            if let Some(d) = &s.rx_wake {
-                writeln!(self.out, "{}", dist_line("rx wake", Some(d)))?;
-            }
-            if let Some(d) = &s.forward {
-                writeln!(self.out, "{}", dist_line("forward", Some(d)))?;
-            }
-            if let Some(d) = &s.backward {
-                writeln!(self.out, "{}", dist_line("backward", Some(d)))?;
             }
             if let Some(t) = &s.tcp_info {
                 writeln!(
