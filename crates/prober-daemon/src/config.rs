@@ -38,6 +38,8 @@ struct FileConfig {
     metrics: Option<MetricsSection>,
     #[serde(default)]
     stamps: StampsSection,
+    #[serde(default)]
+    discovery: DiscoverySection,
     #[serde(default, rename = "job")]
     jobs: Vec<JobSection>,
 }
@@ -119,6 +121,55 @@ struct MetricsSection {
     parts: bool,
 }
 
+/// `[discovery]`: the DNS server and TTL bounds of jobs' `dns_sd` names.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DiscoverySection {
+    /// `"10.0.0.53"` or `"10.0.0.53:5353"`; the system's if absent.
+    server: Option<String>,
+    ttl_floor: Option<String>,
+    ttl_ceiling: Option<String>,
+}
+
+impl DiscoverySection {
+    fn settings(&self) -> Result<crate::dns_sd::Settings> {
+        let d = crate::dns_sd::Settings::default();
+        let server = match &self.server {
+            None => None,
+            Some(text) => Some(
+                text.parse::<SocketAddr>()
+                    .or_else(|_| {
+                        text.parse::<std::net::IpAddr>()
+                            .map(|ip| SocketAddr::new(ip, 53))
+                    })
+                    .map_err(|_| {
+                        DaemonError::Config(format!(
+                            "discovery.server: {} is not an address (10.0.0.53 or 10.0.0.53:5353)",
+                            prober_core::quote::short(text)
+                        ))
+                    })?,
+            ),
+        };
+        let floor = duration(self.ttl_floor.as_ref(), "discovery.ttl_floor", d.ttl_floor)?;
+        let ceiling = duration(
+            self.ttl_ceiling.as_ref(),
+            "discovery.ttl_ceiling",
+            d.ttl_ceiling,
+        )?;
+        if floor.is_zero() {
+            bail!("discovery.ttl_floor: must be greater than zero");
+        }
+        if ceiling < floor {
+            bail!("discovery.ttl_ceiling: must not be below ttl_floor");
+        }
+        Ok(crate::dns_sd::Settings {
+            server,
+            ttl_floor: floor,
+            ttl_ceiling: ceiling,
+        })
+    }
+}
+
 /// `[stamps]`: kernel timestamps the daemon asks for.
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -167,6 +218,10 @@ macro_rules! job_settings {
             file_sd: Vec<PathBuf>,
             /// The scheme of `file_sd` entries written `host:port`.
             file_sd_scheme: Option<String>,
+            /// Targets from DNS: `udp://peers.example:7` (every A/AAAA
+            /// address, port 7) or `udp://_prober._udp.example` (SRV).
+            #[serde(default)]
+            dns_sd: Vec<String>,
             $( $(#[$attr])* $field: $ty, )*
             #[serde(skip)]
             settings: JobSettings,
@@ -182,6 +237,11 @@ macro_rules! job_settings {
 }
 
 job_settings! {
+    /// At most this many targets (static and discovered): the rest are
+    /// dropped, logged and counted [default: 10,000].
+    max_targets: Option<usize>,
+    /// Skip discovered addresses that are this host's own (mesh mode).
+    exclude_self: Option<bool>,
     /// `dscp = "ef"` or a number 0..=63: the TOS byte of requests.
     dscp: Option<String>,
     /// The TOS byte itself, 0..=255 (not with `dscp`).
@@ -311,6 +371,8 @@ pub struct Job {
     /// Where and how its requests leave: `dscp`/`tos`, `source`,
     /// `interface`, `fwmark`.
     pub marks: prober_core::protocol::Marks,
+    /// When its first `dns_sd` name is due to be looked up again.
+    pub refresh_at: Option<std::time::Instant>,
 }
 
 impl Job {
@@ -383,6 +445,11 @@ pub struct Config {
     pub tx_stamps: bool,
     /// The jobs.
     pub jobs: Vec<Job>,
+    /// `[discovery]`.
+    pub discovery: crate::dns_sd::Settings,
+    /// When the first `dns_sd` name is due to be looked up again (the
+    /// earliest of their TTLs, kept between the floor and the ceiling).
+    pub refresh_at: Option<std::time::Instant>,
 }
 
 fn duration(value: Option<&String>, key: &str, default: Duration) -> Result<Duration> {
@@ -471,7 +538,8 @@ async fn job(
     defaults: &JobSettings,
     base: &Path,
     registry: &Registry,
-    resolution: Resolution,
+    resolution: Resolution<'_>,
+    discovery: &crate::dns_sd::Settings,
 ) -> Result<Job> {
     let key = format!("job[{i}] ({:?})", j.name);
     if j.name.is_empty() {
@@ -542,8 +610,14 @@ async fn job(
     };
     let mut labels = defaults.labels.clone();
     labels.extend(j.settings.labels.clone());
-    for name in labels.keys() {
+    for (name, value) in &mut labels {
         check_label(name).map_err(|e| {
+            DaemonError::Config(format!(
+                "{key}.labels.{}: {e}",
+                prober_core::quote::short(name)
+            ))
+        })?;
+        *value = expand_env(value, |v| std::env::var(v).ok()).map_err(|e| {
             DaemonError::Config(format!(
                 "{key}.labels.{}: {e}",
                 prober_core::quote::short(name)
@@ -555,10 +629,12 @@ async fn job(
         &format!("{key}.sinks"),
         base,
     )?;
-    let mut texts: Vec<(String, BTreeMap<String, String>)> = j
+    // (URL, its own labels, found in DNS): a discovered target also listed
+    // elsewhere is skipped, not refused as listed twice.
+    let mut texts: Vec<(String, BTreeMap<String, String>, bool)> = j
         .targets
         .iter()
-        .map(|t| (t.clone(), BTreeMap::new()))
+        .map(|t| (t.clone(), BTreeMap::new(), false))
         .collect();
     let mut watched = Vec::new();
     if let Some(file) = &j.targets_file {
@@ -569,7 +645,7 @@ async fn job(
             body.lines()
                 .map(str::trim)
                 .filter(|l| !l.is_empty() && !l.starts_with('#'))
-                .map(|t| (t.to_owned(), BTreeMap::new())),
+                .map(|t| (t.to_owned(), BTreeMap::new(), false)),
         );
         watched.push(file);
     }
@@ -588,19 +664,72 @@ async fn job(
                     ))
                 })?;
             }
-            texts.push((target, labels));
+            texts.push((target, labels, false));
         }
         watched.push(file);
     }
-    if texts.is_empty() {
+    let mut refresh_at: Option<std::time::Instant> = None;
+    if !j.dns_sd.is_empty() {
+        let Resolution::System(found_by) = resolution else {
+            bail!("{key}.dns_sd: names are not resolved here");
+        };
+        let exclude_self = j.settings.exclude_self.or(defaults.exclude_self) == Some(true);
+        let own = if exclude_self {
+            prober_net::resolve::own_addresses()
+        } else {
+            Vec::new()
+        };
+        let mut found_count = 0u64;
+        for entry in &j.dns_sd {
+            let what = format!("{key}.dns_sd");
+            let template = parse_target(registry, &with_srv_port(entry)).ctx(|| what.clone())?;
+            if template.host.parse::<std::net::IpAddr>().is_ok() {
+                bail!("{what}: {template}: give a DNS name to discover, not an address");
+            }
+            let answer = found_by
+                .lookup(&j.name, &template.host, template.port, discovery)
+                .await;
+            refresh_at = Some(refresh_at.map_or(answer.refresh_at, |r| r.min(answer.refresh_at)));
+            for f in answer.found {
+                if own.contains(&f.addr.ip()) {
+                    tracing::debug!(job = %j.name, addr = %f.addr, "skipping this host's own address");
+                    continue;
+                }
+                let mut t = template.clone();
+                t.host = f.addr.ip().to_string();
+                t.port = f.addr.port();
+                let labels = BTreeMap::from([("dns_name".to_owned(), f.name)]);
+                texts.push((t.to_string(), labels, true));
+                found_count += 1;
+            }
+        }
+        found_by.count(&j.name, |s| s.targets = found_count);
+    }
+    if texts.is_empty() && j.dns_sd.is_empty() {
         bail!("{key}.targets: no targets");
     }
-    let mut targets = Vec::with_capacity(texts.len());
+    let max_targets = j
+        .settings
+        .max_targets
+        .or(defaults.max_targets)
+        .unwrap_or(10_000);
+    if max_targets == 0 {
+        bail!("{key}.max_targets: must be at least 1");
+    }
+    let mut targets = Vec::with_capacity(texts.len().min(max_targets));
     let mut seen = std::collections::HashSet::new();
-    for (text, target_labels) in texts {
+    let mut over = 0u64;
+    for (text, target_labels, discovered) in texts {
         let target = parse_target(registry, &text).ctx(|| format!("{key}.targets"))?;
         if !seen.insert(target.to_string()) {
+            if discovered {
+                continue;
+            }
             bail!("{key}.targets: {target} is listed twice");
+        }
+        if targets.len() == max_targets {
+            over += 1;
+            continue;
         }
         if marks.any() && !target.protocol.options.marks {
             bail!(
@@ -612,7 +741,7 @@ async fn job(
             target.check_size(s).ctx(|| format!("{key}.size"))?;
         }
         let addr = match resolution {
-            Resolution::System => resolve(&target, Family::Any)
+            Resolution::System(_) => resolve(&target, Family::Any)
                 .await
                 .ctx(|| format!("{key}.targets"))?,
             Resolution::LiteralsOnly => match target.host.parse::<std::net::IpAddr>() {
@@ -628,6 +757,18 @@ async fn job(
             addr,
             size: tsize,
             labels: target_labels,
+        });
+    }
+    if over > 0 {
+        tracing::warn!(
+            job = %j.name,
+            "{key}: {over} targets over max_targets = {max_targets} are not probed"
+        );
+    }
+    if let Resolution::System(d) = resolution {
+        d.count(&j.name, |s| {
+            s.over_limit = over;
+            s.truncations += u64::from(over > 0);
         });
     }
     let mut http = j
@@ -670,7 +811,51 @@ async fn job(
         tls,
         watched,
         marks,
+        refresh_at,
     })
+}
+
+/// Replaces every `${NAME}` in a label value with the environment
+/// variable's value (Kubernetes' downward API puts the node's name there).
+fn expand_env(
+    value: &str,
+    get: impl Fn(&str) -> Option<String>,
+) -> std::result::Result<String, String> {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let Some(len) = rest[start + 2..].find('}') else {
+            return Err("a ${ without its }".to_owned());
+        };
+        let name = &rest[start + 2..start + 2 + len];
+        match get(name) {
+            Some(v) => out.push_str(&v),
+            None => {
+                return Err(format!(
+                    "the environment variable {} is not set",
+                    prober_core::quote::short(name)
+                ));
+            }
+        }
+        rest = &rest[start + 3 + len..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// An SRV name's URL (`udp://_prober._udp.example`) needs no port, since
+/// the records give it: a placeholder port makes it a target URL.
+fn with_srv_port(entry: &str) -> std::borrow::Cow<'_, str> {
+    let Some((scheme, rest)) = entry.split_once("://") else {
+        return entry.into();
+    };
+    let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    if host.starts_with('_') && !host.contains(':') {
+        format!("{scheme}://{host}:1{path}").into()
+    } else {
+        entry.into()
+    }
 }
 
 /// A firewall mark as TOML gives it: a number, or text such as "0x2a".
@@ -692,10 +877,14 @@ enum FwMark {
 ///
 /// # Errors
 /// [`DaemonError::Config`] naming the file, the key and the reason.
-pub async fn load(path: &Path, registry: &Registry) -> Result<Config> {
+pub async fn load(
+    path: &Path,
+    registry: &Registry,
+    discovery: &crate::dns_sd::Discovery,
+) -> Result<Config> {
     let text =
         std::fs::read_to_string(path).ctx(|| format!("reading config {}", path.display()))?;
-    let cfg = parse(&text, path, registry)
+    let cfg = parse_with(&text, path, registry, Resolution::System(discovery))
         .await
         .ctx(|| format!("config {}", path.display()))?;
     for job in &cfg.jobs {
@@ -743,14 +932,17 @@ fn toml_error(e: &toml::de::Error, text: &str) -> DaemonError {
 /// # Errors
 /// [`DaemonError::Config`] naming the key and the reason.
 pub async fn parse(text: &str, path: &Path, registry: &Registry) -> Result<Config> {
-    parse_with(text, path, registry, Resolution::System).await
+    let discovery = crate::dns_sd::Discovery::default();
+    parse_with(text, path, registry, Resolution::System(&discovery)).await
 }
 
 /// How [`parse_with`] finds the addresses of targets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Resolution {
-    /// The system resolver, as the daemon does.
-    System,
+#[derive(Debug, Clone, Copy)]
+pub enum Resolution<'a> {
+    /// The system resolver for target names, as the daemon does, and
+    /// this discovery (its resolver, last good answers and counters) for
+    /// `dns_sd` names.
+    System(&'a crate::dns_sd::Discovery),
     /// Address literals only; a host name is an error. For checking text
     /// that must not cause DNS queries (the config fuzzer).
     LiteralsOnly,
@@ -764,7 +956,7 @@ pub async fn parse_with(
     text: &str,
     path: &Path,
     registry: &Registry,
-    resolution: Resolution,
+    resolution: Resolution<'_>,
 ) -> Result<Config> {
     let mut raw: FileConfig = toml::from_str(text).map_err(|e| toml_error(&e, text))?;
     for j in &mut raw.jobs {
@@ -773,13 +965,14 @@ pub async fn parse_with(
     let base = path
         .parent()
         .map_or_else(|| PathBuf::from("."), Path::to_owned);
+    let discovery = raw.discovery.settings()?;
     let mut jobs = Vec::with_capacity(raw.jobs.len());
     let mut names = std::collections::HashSet::new();
     for (i, j) in raw.jobs.iter().enumerate() {
         if !names.insert(j.name.clone()) {
             bail!("job[{i}].name: job {:?} is defined twice", j.name);
         }
-        jobs.push(job(j, i, &raw.defaults, &base, registry, resolution).await?);
+        jobs.push(job(j, i, &raw.defaults, &base, registry, resolution, &discovery).await?);
     }
     // Two writers on one file would interleave rows and rotate each
     // other's files away.
@@ -803,7 +996,9 @@ pub async fn parse_with(
         metrics: raw.metrics.as_ref().map(|m| m.listen),
         metric_parts: raw.metrics.as_ref().is_some_and(|m| m.parts),
         tx_stamps: raw.stamps.transmit,
+        refresh_at: jobs.iter().filter_map(|j| j.refresh_at).min(),
         jobs,
+        discovery,
     })
 }
 
@@ -824,6 +1019,85 @@ mod tests {
 
     async fn err(text: &str) -> String {
         p(text).await.unwrap_err().to_string()
+    }
+
+    #[tokio::test]
+    async fn max_targets_keeps_the_first_and_counts_the_rest() {
+        let discovery = crate::dns_sd::Discovery::default();
+        let text = "[[job]]\nname = \"a\"\nmax_targets = 2\ntargets = [\"udp://127.0.0.1:1\", \"udp://127.0.0.1:2\", \"udp://127.0.0.1:3\", \"udp://127.0.0.1:4\"]\n";
+        let c = parse_with(
+            text,
+            Path::new("/x.toml"),
+            &REGISTRY,
+            Resolution::System(&discovery),
+        )
+        .await
+        .unwrap();
+        let kept: Vec<String> = c.jobs[0]
+            .targets
+            .iter()
+            .map(|t| t.target.to_string())
+            .collect();
+        assert_eq!(kept, ["udp://127.0.0.1:1", "udp://127.0.0.1:2"]);
+        let stats = discovery.stats()["a"];
+        assert_eq!((stats.over_limit, stats.truncations), (2, 1));
+        let e = err("[[job]]\nname = \"a\"\nmax_targets = 0\ntargets = [\"udp://127.0.0.1:1\"]\n")
+            .await;
+        assert!(e.contains("max_targets: must be at least 1"), "{e}");
+    }
+
+    #[test]
+    fn label_values_take_environment_variables() {
+        let get = |v: &str| (v == "NODE_NAME").then(|| "node-7".to_owned());
+        assert_eq!(expand_env("${NODE_NAME}", get).unwrap(), "node-7");
+        assert_eq!(expand_env("n=${NODE_NAME}/x", get).unwrap(), "n=node-7/x");
+        assert_eq!(expand_env("plain $ text", get).unwrap(), "plain $ text");
+        let e = expand_env("${ZONE}", get).unwrap_err();
+        assert!(e.contains("ZONE is not set"), "{e}");
+        assert!(expand_env("${NODE_NAME", get).is_err());
+    }
+
+    #[tokio::test]
+    async fn dns_sd_entries_and_discovery_settings_are_checked() {
+        assert_eq!(
+            with_srv_port("udp://_p._udp.example"),
+            "udp://_p._udp.example:1"
+        );
+        assert_eq!(
+            with_srv_port("udp://peers.example:7"),
+            "udp://peers.example:7"
+        );
+        assert_eq!(
+            with_srv_port("grpc-health://_g._tcp.example/svc"),
+            "grpc-health://_g._tcp.example:1/svc"
+        );
+        let e = err("[[job]]\nname = \"a\"\ndns_sd = [\"udp://127.0.0.1:7\"]\n").await;
+        assert!(
+            e.contains("give a DNS name to discover, not an address"),
+            "{e}"
+        );
+        let e = err("[discovery]\nserver = \"nowhere\"\n").await;
+        assert!(
+            e.contains("discovery.server") && e.contains("not an address"),
+            "{e}"
+        );
+        let e = err("[discovery]\nttl_floor = \"10s\"\nttl_ceiling = \"5s\"\n").await;
+        assert!(
+            e.contains("ttl_ceiling: must not be below ttl_floor"),
+            "{e}"
+        );
+        let e = parse_with(
+            "[[job]]\nname = \"a\"\ndns_sd = [\"udp://peers.example:7\"]\n",
+            Path::new("/x.toml"),
+            &REGISTRY,
+            Resolution::LiteralsOnly,
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("dns_sd: names are not resolved here"), "{e}");
+        let c = p("[discovery]\nserver = \"10.0.0.53\"\n").await.unwrap();
+        assert_eq!(c.discovery.server, Some("10.0.0.53:53".parse().unwrap()));
     }
 
     #[tokio::test]

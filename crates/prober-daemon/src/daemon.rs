@@ -71,7 +71,8 @@ pub async fn check(
     registry: &Registry,
     cli_listeners: bool,
 ) -> Result<String, DaemonError> {
-    let cfg = config::load(path, registry).await?;
+    let discovery = crate::dns_sd::Discovery::default();
+    let cfg = config::load(path, registry, &discovery).await?;
     if cfg.jobs.is_empty() && cfg.serve == config::ServeSection::default() && !cli_listeners {
         return Err(nothing_to_do(path));
     }
@@ -88,9 +89,11 @@ pub async fn check(
 fn load_in_background(
     path: &std::path::Path,
     registry: &'static Registry,
+    discovery: &Arc<crate::dns_sd::Discovery>,
 ) -> tokio::task::JoinHandle<Result<Config, DaemonError>> {
     let path = path.to_owned();
-    tokio::spawn(async move { config::load(&path, registry).await })
+    let discovery = Arc::clone(discovery);
+    tokio::spawn(async move { config::load(&path, registry, &discovery).await })
 }
 
 fn nothing_to_do(path: &std::path::Path) -> DaemonError {
@@ -212,6 +215,7 @@ struct Daemon {
     events: mpsc::Sender<Event>,
     env: BuildEnv,
     root: CancellationToken,
+    discovery: Arc<crate::dns_sd::Discovery>,
 }
 
 impl Daemon {
@@ -286,6 +290,14 @@ impl Daemon {
             m
         }
         let (old_addrs, new_addrs) = (addrs(&self.cfg), addrs(&new));
+        for (k, (addr, _)) in &new_addrs {
+            if let Some((old, _)) = old_addrs.get(k)
+                && old != addr
+            {
+                tracing::info!(job = %k.0, target = %k.1, "address changed from {old} to {addr}");
+                self.discovery.count(k.0, |s| s.address_changes += 1);
+            }
+        }
         let keep = |job: &str, key: &str| -> bool {
             let (Some(o), Some(n)) = (
                 self.cfg.jobs.iter().find(|j| j.name == job),
@@ -352,6 +364,8 @@ impl Daemon {
             self.start_target(job, &job.targets[t], probe);
         }
         self.cfg = new;
+        let jobs: Vec<&str> = self.cfg.jobs.iter().map(|j| j.name.as_str()).collect();
+        self.discovery.retain_jobs(&jobs);
         Ok(())
     }
 
@@ -390,7 +404,8 @@ pub async fn run(
     listening: &mut (dyn FnMut(&str, SocketAddr) + Send),
 ) -> Result<(), DaemonError> {
     let path = opts.config.clone();
-    let cfg = config::load(&path, registry).await?;
+    let discovery = Arc::new(crate::dns_sd::Discovery::default());
+    let cfg = config::load(&path, registry, &discovery).await?;
     let listeners_stop = CancellationToken::new();
     let mut responders = opts.responders.clone();
     responders.tcp = responders.tcp.or(cfg.serve.tcp);
@@ -433,6 +448,9 @@ pub async fn run(
     prom.register_collector(Box::new(crate::stamp_metrics::GuardCollector(
         std::sync::Arc::clone(&listeners.guard),
     )));
+    prom.register_collector(Box::new(crate::metrics::DiscoveryCollector(Arc::clone(
+        &discovery,
+    ))));
     let gauges = ReloadGauges::default();
     gauges.register(&mut prom, &opts.version);
     gauges.loaded(true);
@@ -464,6 +482,8 @@ pub async fn run(
             metric_parts: cfg.metric_parts,
             tx_stamps: cfg.tx_stamps,
             jobs: Vec::new(),
+            discovery: cfg.discovery.clone(),
+            refresh_at: None,
         },
         registry,
         next_id: 0,
@@ -480,6 +500,7 @@ pub async fn run(
             ..BuildEnv::default()
         },
         root: root.clone(),
+        discovery: Arc::clone(&discovery),
     };
     d.apply(cfg).await?;
     tracing::info!(targets = d.running.len(), "daemon started");
@@ -493,6 +514,11 @@ pub async fn run(
     // The new config is read and resolved in a task of its own, so events
     // keep flowing (and schedules keep running) while it loads.
     let mut loading: Option<tokio::task::JoinHandle<Result<Config, DaemonError>>> = None;
+    // The load in progress was started because dns_sd names were due.
+    let mut rediscovering = false;
+    // When dns_sd names are due next: from the last load that worked; a
+    // failed one tries again after the TTL floor, not at once.
+    let mut due = d.cfg.refresh_at;
     loop {
         tokio::select! {
             Some(ev) = rx.recv() => d.on_event(ev),
@@ -502,33 +528,42 @@ pub async fn run(
                     // once, whether or not the new config turns out valid.
                     let _ = d.collector.reopen();
                     if loading.is_none() {
-                        loading = Some(load_in_background(&path, d.registry));
+                        loading = Some(load_in_background(&path, d.registry, &d.discovery));
                     }
                 }
                 Some(Control::Stop) | None => break,
             },
             res = async { loading.as_mut().expect("guarded by the branch condition").await }, if loading.is_some() => {
                 loading = None;
+                let rediscovering = std::mem::take(&mut rediscovering);
                 let res = res.map_err(|e| DaemonError::Config(format!("loading the config failed: {e}"))).and_then(|r| r);
                 match res {
                     Ok(new) => {
                         if new.serve != d.cfg.serve {
                             tracing::warn!("[serve] listeners change only on restart");
                         }
+                        let before = d.by_key.len();
                         match d.apply(new).await {
                             Ok(()) => {
                                 seen = fingerprint(&d.cfg);
+                                due = d.cfg.refresh_at;
                                 gauges.loaded(true);
-                                tracing::info!(targets = d.by_key.len(), "config reloaded");
+                                if !rediscovering {
+                                    tracing::info!(targets = d.by_key.len(), "config reloaded");
+                                } else if before != d.by_key.len() {
+                                    tracing::info!(targets = d.by_key.len(), "dns_sd: targets rediscovered");
+                                }
                             }
                             Err(error) => {
                                 gauges.loaded(false);
+                                due = retry_after_floor(&d.cfg);
                                 tracing::error!("config rejected, keeping the old one: {error}");
                             }
                         }
                     }
                     Err(error) => {
                         gauges.loaded(false);
+                        due = retry_after_floor(&d.cfg);
                         tracing::error!("config rejected, keeping the old one: {error}");
                     }
                 }
@@ -538,8 +573,16 @@ pub async fn run(
                 if now_seen != seen && loading.is_none() {
                     seen = now_seen;
                     tracing::info!("a target file changed: reloading the config");
-                    loading = Some(load_in_background(&path, d.registry));
+                    loading = Some(load_in_background(&path, d.registry, &d.discovery));
                 }
+            }
+            () = rediscover(due), if loading.is_none() => {
+                due = None;
+                tracing::debug!("dns_sd names are due: looking them up again");
+                // Only the names are due, but one load does it all: what
+                // did not change keeps running untouched.
+                loading = Some(load_in_background(&path, d.registry, &d.discovery));
+                rediscovering = true;
             }
             now = tick.tick() => {
                 let _ = d.collector.tick(now);
@@ -571,4 +614,19 @@ pub async fn run(
     while listeners.tasks.join_next().await.is_some() {}
     tracing::info!("daemon stopped");
     Ok(())
+}
+
+/// Waits until `at` (when dns_sd names are due), or forever if none is.
+async fn rediscover(at: Option<std::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// After a load that failed: when to look the running config's dns_sd
+/// names up again (`None` if it has none).
+fn retry_after_floor(cfg: &Config) -> Option<std::time::Instant> {
+    cfg.refresh_at
+        .map(|_| std::time::Instant::now() + cfg.discovery.ttl_floor)
 }

@@ -15,6 +15,7 @@
 
 pub mod config;
 mod daemon;
+pub mod dns_sd;
 mod error;
 pub mod file_sd;
 mod metrics;

@@ -141,3 +141,70 @@ impl prometheus_client::collector::Collector for SinkCollector {
         Ok(())
     }
 }
+
+/// Reads DNS discovery's counters at scrape time.
+#[derive(Debug)]
+pub(crate) struct DiscoveryCollector(pub(crate) Arc<crate::dns_sd::Discovery>);
+
+impl prometheus_client::collector::Collector for DiscoveryCollector {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder<'_>,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric;
+        use prometheus_client::metrics::MetricType;
+        use prometheus_client::metrics::counter::ConstCounter;
+        use prometheus_client::metrics::gauge::ConstGauge;
+        let snap = self.0.stats();
+        if snap.is_empty() {
+            return Ok(());
+        }
+        type Get = fn(&crate::dns_sd::JobStats) -> u64;
+        let series: [(&str, &str, MetricType, Get); 5] = [
+            (
+                "prober_discovery_failures",
+                "DNS discovery lookups that failed (SERVFAIL, timeout); the last good answer is kept",
+                MetricType::Counter,
+                |s| s.failures,
+            ),
+            (
+                "prober_discovery_targets",
+                "Targets DNS discovery gave a job at its last lookup",
+                MetricType::Gauge,
+                |s| s.targets,
+            ),
+            (
+                "prober_targets_over_limit",
+                "Targets of a job over its max_targets, not probed",
+                MetricType::Gauge,
+                |s| s.over_limit,
+            ),
+            (
+                "prober_target_limit_hits",
+                "Loads at which a job had more targets than its max_targets",
+                MetricType::Counter,
+                |s| s.truncations,
+            ),
+            (
+                "prober_target_address_changes",
+                "Targets given by name that were found at a new address on a reload or rediscovery",
+                MetricType::Counter,
+                |s| s.address_changes,
+            ),
+        ];
+        for (name, help, kind, get) in series {
+            let mut m = encoder.encode_descriptor(name, help, None, kind)?;
+            for (job, stats) in &snap {
+                let labels = [("job".to_owned(), job.clone())];
+                let v = get(stats);
+                if matches!(kind, MetricType::Counter) {
+                    ConstCounter::new(v).encode(m.encode_family(&labels)?)?;
+                } else {
+                    ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX))
+                        .encode(m.encode_family(&labels)?)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -96,12 +96,36 @@ fn valid_host_name(host: &str) -> bool {
         })
 }
 
+/// This host's own addresses, every interface's (for a mesh, where a daemon
+/// finds itself among its peers and skips itself). Empty if the interfaces
+/// cannot be listed.
+pub fn own_addresses() -> Vec<IpAddr> {
+    let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
+        return Vec::new();
+    };
+    addrs
+        .filter_map(|a| a.address)
+        .filter_map(|a| {
+            a.as_sockaddr_in()
+                .map(|v4| IpAddr::V4(v4.ip()))
+                .or_else(|| a.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip())))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use prober_core::parse_target;
     use prober_core::testutil::REGISTRY as REG;
 
     use super::*;
+
+    #[test]
+    fn own_addresses_include_loopback() {
+        let own = own_addresses();
+        assert!(own.contains(&IpAddr::from([127, 0, 0, 1])), "{own:?}");
+        assert!(!own.contains(&IpAddr::from([127, 0, 0, 2])), "{own:?}");
+    }
 
     #[test]
     fn host_name_syntax() {

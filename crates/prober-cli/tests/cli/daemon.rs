@@ -672,7 +672,7 @@ targets = ["tcp-connect://RESPONDER"]
 }
 
 /// The value of the series `name{labels}` in a scrape.
-fn series(text: &str, name_and_labels: &str) -> Option<f64> {
+pub(crate) fn series(text: &str, name_and_labels: &str) -> Option<f64> {
     text.lines()
         .find(|l| l.starts_with(name_and_labels))
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())

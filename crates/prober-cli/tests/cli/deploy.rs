@@ -51,7 +51,12 @@ fn kubernetes_manifests_parse_and_carry_a_valid_config() {
     let text = std::fs::read_to_string(repo().join("deploy/kubernetes/prober.yaml")).unwrap();
     let docs = YamlLoader::load_from_str(&text).unwrap();
     let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["ConfigMap", "DaemonSet"]);
+    assert_eq!(kinds, ["ConfigMap", "Service", "DaemonSet"]);
+    // Mesh mode: a headless Service over the DaemonSet's pods, which the
+    // mesh job discovers through DNS.
+    assert!(docs[1]["spec"]["clusterIP"].as_str() == Some("None"));
+    assert_eq!(docs[1]["spec"]["selector"]["app"].as_str(), Some("prober"));
+    let docs = [docs[0].clone(), docs[2].clone()];
     let args: Vec<&str> = docs[1]["spec"]["template"]["spec"]["containers"][0]["args"]
         .as_vec()
         .unwrap()
@@ -77,13 +82,39 @@ fn kubernetes_manifests_parse_and_carry_a_valid_config() {
         .as_str()
         .unwrap()
         .replace("/etc/prober/targets.txt", "targets.txt");
+    assert!(
+        toml.contains("prober-peers.monitoring.svc.cluster.local")
+            && toml.contains("exclude_self = true"),
+        "{toml}"
+    );
+    // The DNS name is looked up at a closed loopback port, never at this
+    // machine's resolver: the lookup fails, which leaves the job empty but
+    // the config valid.
+    let closed = crate::daemon::free_port();
+    let toml = format!("[discovery]\nserver = \"127.0.0.1:{closed}\"\n{toml}");
     std::fs::write(dir.join("prober.toml"), toml).unwrap();
     std::fs::write(
         dir.join("targets.txt"),
         data["targets.txt"].as_str().unwrap(),
     )
     .unwrap();
-    check_config(&dir.join("prober.toml"));
+    let env = c["env"].as_vec().unwrap();
+    let names: Vec<&str> = env.iter().map(|e| e["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["NODE_NAME", "ZONE"]);
+    let out = crate::support::prober()
+        .args(["serve", "--check-config", "--config"])
+        .arg(dir.join("prober.toml"))
+        .env("NODE_NAME", "node-1")
+        .env("ZONE", "z1")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("is valid"));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -3,6 +3,7 @@
 mod capture;
 mod daemon;
 mod deploy;
+mod discovery;
 mod dns;
 mod errors;
 mod faults;
