@@ -125,7 +125,7 @@ impl prometheus_client::collector::Collector for SinkCollector {
             MetricType::Counter,
         )?;
         for (job, f) in &snap {
-            let labels = [("job".to_owned(), job.clone())];
+            let labels = [("probe".to_owned(), job.clone())];
             ConstCounter::new(f.errors).encode(m.encode_family(&labels)?)?;
         }
         let mut m = encoder.encode_descriptor(
@@ -135,7 +135,7 @@ impl prometheus_client::collector::Collector for SinkCollector {
             MetricType::Gauge,
         )?;
         for (job, f) in &snap {
-            let labels = [("job".to_owned(), job.clone())];
+            let labels = [("probe".to_owned(), job.clone())];
             ConstGauge::new(i64::from(f.failing)).encode(m.encode_family(&labels)?)?;
         }
         Ok(())
@@ -195,7 +195,7 @@ impl prometheus_client::collector::Collector for DiscoveryCollector {
         for (name, help, kind, get) in series {
             let mut m = encoder.encode_descriptor(name, help, None, kind)?;
             for (job, stats) in &snap {
-                let labels = [("job".to_owned(), job.clone())];
+                let labels = [("probe".to_owned(), job.clone())];
                 let v = get(stats);
                 if matches!(kind, MetricType::Counter) {
                     ConstCounter::new(v).encode(m.encode_family(&labels)?)?;

@@ -36,7 +36,8 @@ pub const RTT_BUCKETS: [f64; 20] = [
 
 /// Label names every series has; job labels may not reuse them, nor the
 /// names Prometheus itself gives meaning to.
-pub const RESERVED_LABELS: [&str; 10] = [
+pub const RESERVED_LABELS: [&str; 11] = [
+    "probe",
     "job",
     "target",
     "protocol",
@@ -131,7 +132,7 @@ impl PrometheusSink {
     fn add(&self, t: &TargetEntry) {
         let info = &t.info;
         let mut labels = vec![
-            ("job".to_owned(), info.job.clone().unwrap_or_default()),
+            ("probe".to_owned(), info.job.clone().unwrap_or_default()),
             ("target".to_owned(), info.target.clone()),
             ("protocol".to_owned(), info.protocol.clone()),
         ];
@@ -635,7 +636,7 @@ mod tests {
             .unwrap();
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
-        let l = r#"job="j",target="udp://h:1",protocol="udp",site="lab \"1\"""#;
+        let l = r#"probe="j",target="udp://h:1",protocol="udp",site="lab \"1\"""#;
         for want in [
             format!("prober_probes_sent_total{{{l}}} 5"),
             format!("prober_probes_timeout_total{{{l}}} 1"),
@@ -684,7 +685,7 @@ mod tests {
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         for part in ["client_send", "network", "client_wake"] {
             let want = format!(
-                "prober_rtt_part_seconds_count{{job=\"\",target=\"icmp://h\",protocol=\"icmp\",part=\"{part}\"}} 1"
+                "prober_rtt_part_seconds_count{{probe=\"\",target=\"icmp://h\",protocol=\"icmp\",part=\"{part}\"}} 1"
             );
             assert!(text.contains(&want), "{want} missing from\n{text}");
         }
@@ -712,7 +713,7 @@ mod tests {
         }
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
-        let l = r#"job="",target="udp://h:1",protocol="udp""#;
+        let l = r#"probe="",target="udp://h:1",protocol="udp""#;
         for want in [
             format!("prober_loss_burst_length_bucket{{le=\"1.0\",{l}}} 1"),
             format!("prober_loss_burst_length_bucket{{le=\"3.0\",{l}}} 2"),

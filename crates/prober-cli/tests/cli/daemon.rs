@@ -293,7 +293,7 @@ fn metrics_agree_with_the_files_and_pass_promtool() {
         "{text}"
     );
     assert!(
-        text.contains("prober_rtt_seconds_bucket{le=\"0.00025\",job=\"loop\",target=\"udp://"),
+        text.contains("prober_rtt_seconds_bucket{le=\"0.00025\",probe=\"loop\",target=\"udp://"),
         "{text}"
     );
     assert!(text.contains("site=\"lab\""));
@@ -381,11 +381,11 @@ targets = ["tcp-connect://RESPONDER"]
         "udp kept counting"
     );
     assert!(
-        !after.contains("job=\"loop\",target=\"tcp-connect://"),
+        !after.contains("probe=\"loop\",target=\"tcp-connect://"),
         "removed target gone: {after}"
     );
     assert!(
-        after.contains("job=\"extra\",target=\"tcp-connect://"),
+        after.contains("probe=\"extra\",target=\"tcp-connect://"),
         "added target present"
     );
     // A changed job (new interval) restarts its targets: counters start over.
@@ -406,7 +406,7 @@ sinks = { jsonl = { path = "loop.jsonl" } }
         sent(&changed, &udp_target).unwrap() < sent(&after, &udp_target).unwrap(),
         "restarted"
     );
-    assert!(!changed.contains("job=\"extra\""));
+    assert!(!changed.contains("probe=\"extra\""));
     // An invalid config is rejected and the old one keeps running.
     d.rewrite("[[job]]\nname = \"loop\"\nbogus = true\ntargets = [\"udp://RESPONDER\"]\n");
     std::thread::sleep(Duration::from_millis(300));
@@ -557,7 +557,7 @@ fn real_prometheus_scrapes_what_the_files_say() {
     std::fs::write(
         prom_dir.join("prometheus.yml"),
         format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: prober\n    honor_labels: true\n    static_configs:\n      - targets: [\"{}\"]\n",
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: prober\n    static_configs:\n      - targets: [\"{}\"]\n",
             d.metrics
         ),
     )
@@ -603,8 +603,12 @@ fn real_prometheus_scrapes_what_the_files_say() {
     for series in result {
         let target = series["metric"]["target"].as_str().unwrap();
         assert_eq!(
-            series["metric"]["job"], "loop",
-            "honor_labels keeps the job label"
+            series["metric"]["probe"], "loop",
+            "the probe label names the daemon's job"
+        );
+        assert_eq!(
+            series["metric"]["job"], "prober",
+            "Prometheus's job label is the scrape job's, without honor_labels"
         );
         let at_ns = (series["value"][0].as_f64().unwrap() * 1e9) as u64;
         let scraped: u64 = series["value"][1].as_str().unwrap().parse().unwrap();
@@ -704,7 +708,7 @@ sinks = {{ jsonl = {{ path = "{}" }}, csv = {{ path = "loop.csv" }} }}
             jsonl_path.display()
         ),
     );
-    let failing = r#"prober_sink_failing{job="loop"}"#;
+    let failing = r#"prober_sink_failing{probe="loop"}"#;
     let wait_for = |want: f64| {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
@@ -719,14 +723,14 @@ sinks = {{ jsonl = {{ path = "{}" }}, csv = {{ path = "loop.csv" }} }}
     let full = wait_for(1.0);
     // Full for a while longer: many failed writes, still one log line.
     std::thread::sleep(Duration::from_millis(700));
-    let errors_full = series(&full, r#"prober_sink_write_errors_total{job="loop"}"#).unwrap();
+    let errors_full = series(&full, r#"prober_sink_write_errors_total{probe="loop"}"#).unwrap();
     assert!(errors_full >= 1.0, "{full}");
     std::fs::remove_file(&filler).unwrap();
     let again = wait_for(0.0);
     std::thread::sleep(Duration::from_millis(300));
-    let errors = series(&again, r#"prober_sink_write_errors_total{job="loop"}"#).unwrap();
+    let errors = series(&again, r#"prober_sink_write_errors_total{probe="loop"}"#).unwrap();
     assert!(errors > errors_full, "{errors} after {errors_full}");
-    let sent = series(&again, r#"prober_probes_sent_total{job="loop""#).unwrap();
+    let sent = series(&again, r#"prober_probes_sent_total{probe="loop""#).unwrap();
     let dir = d.dir.clone();
     let (code, err) = d.stop();
     assert_eq!(code, Some(0), "{err}");
@@ -798,11 +802,11 @@ file_sd_scheme = "udp"
         )],
     );
     let udp = format!(
-        r#"prober_probes_sent_total{{job="sd",target="udp://{}",protocol="udp",zone="a"}}"#,
+        r#"prober_probes_sent_total{{probe="sd",target="udp://{}",protocol="udp",zone="a"}}"#,
         d.udp
     );
     let tcp = format!(
-        r#"prober_probes_sent_total{{job="sd",target="tcp://{}",protocol="tcp",zone="b"}}"#,
+        r#"prober_probes_sent_total{{probe="sd",target="tcp://{}",protocol="tcp",zone="b"}}"#,
         d.udp
     );
     let wait_for = |what: &str, ok: &dyn Fn(&str) -> bool| {

@@ -159,7 +159,7 @@ dns_sd = ["udp://peers.mesh.lan:{probe_port}", "udp://_prober._udp.mesh.lan"]
     );
     let sent = |addr: &str, port: u16, name: &str| {
         format!(
-            r#"prober_probes_sent_total{{job="mesh",target="udp://{addr}:{port}",protocol="udp",dns_name="{name}"}}"#
+            r#"prober_probes_sent_total{{probe="mesh",target="udp://{addr}:{port}",protocol="udp",dns_name="{name}"}}"#
         )
     };
     let (two, three, four) = (
@@ -187,7 +187,7 @@ dns_sd = ["udp://peers.mesh.lan:{probe_port}", "udp://_prober._udp.mesh.lan"]
         "this host's own address is skipped:\n{first}"
     );
     assert_eq!(
-        series(&first, r#"prober_discovery_targets{job="mesh"}"#),
+        series(&first, r#"prober_discovery_targets{probe="mesh"}"#),
         Some(2.0),
         "{first}"
     );
@@ -203,7 +203,7 @@ dns_sd = ["udp://peers.mesh.lan:{probe_port}", "udp://_prober._udp.mesh.lan"]
     // SERVFAIL for the A name: the last good set runs on, counted.
     dns.restart(Some(servfail_upstream()));
     let failing = wait_for("a counted discovery failure", &|t| {
-        series(t, r#"prober_discovery_failures_total{job="mesh"}"#).is_some_and(|n| n >= 1.0)
+        series(t, r#"prober_discovery_failures_total{probe="mesh"}"#).is_some_and(|n| n >= 1.0)
     });
     std::thread::sleep(Duration::from_millis(1500));
     let later = d.scrape();
