@@ -435,6 +435,11 @@ pub async fn run(
         files: ByJob::default(),
         metrics: PrometheusSink::new().with_parts(cfg.metric_parts),
     };
+    let status = crate::status::StatusPage {
+        sink: sinks.metrics.clone(),
+        version: opts.version.clone(),
+        host: opts.host.0.clone(),
+    };
     let mut prom = prometheus_client::registry::Registry::default();
     prom.register_collector(sinks.metrics.collector());
     prom.register_collector(Box::new(crate::metrics::SinkCollector(
@@ -463,9 +468,12 @@ pub async fn run(
             .local_addr()
             .map_err(|e| DaemonError::io("reading the metrics address", e))?;
         listening("metrics", bound);
-        listeners
-            .tasks
-            .spawn(serve_metrics(listener, prom, listeners_stop.clone()));
+        listeners.tasks.spawn(serve_metrics(
+            listener,
+            prom,
+            status,
+            listeners_stop.clone(),
+        ));
     }
     let (events, mut rx) = mpsc::channel(EVENT_CHANNEL);
     let root = CancellationToken::new();

@@ -21,6 +21,7 @@ pub mod file_sd;
 mod metrics;
 pub mod responder;
 mod stamp_metrics;
+mod status;
 
 pub use daemon::{Control, DaemonOptions, check, run};
 pub use error::DaemonError;

@@ -54,6 +54,7 @@ impl ReloadGauges {
 pub(crate) async fn serve_metrics(
     listener: TcpListener,
     registry: Arc<Registry>,
+    status: crate::status::StatusPage,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
     use axum::http::StatusCode;
@@ -96,8 +97,17 @@ pub(crate) async fn serve_metrics(
         .route("/healthz", axum::routing::get(|| async { "ok\n" }))
         .route("/readyz", axum::routing::get(|| async { "ready\n" }))
         .route(
+            "/status",
+            axum::routing::get(move || {
+                let page = status.render();
+                async move { ([(CONTENT_TYPE, "text/html; charset=utf-8")], page) }
+            }),
+        )
+        .route(
             "/",
-            axum::routing::get(|| async { "prober daemon: metrics at /metrics\n" }),
+            axum::routing::get(|| async {
+                "prober daemon: metrics at /metrics, a status page at /status\n"
+            }),
         );
     axum::serve(listener, app)
         .with_graceful_shutdown(stop.cancelled_owned())

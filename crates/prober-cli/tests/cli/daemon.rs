@@ -857,3 +857,68 @@ file_sd_scheme = "udp"
     assert!(err.contains("a target file changed"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The status page as a person sees it: headless Chromium loads it from a
+/// running daemon with a live target and a dead one; the rows say which is
+/// which, with the dead one's error, and a screenshot is written
+/// (`PROBER_KEEP_SHOT=path` keeps it for a look).
+#[test]
+fn the_status_page_shows_live_and_dead_targets_in_a_browser() {
+    let Some(bin) = crate::report::chromium() else {
+        return;
+    };
+    let dead = free_port();
+    let d = Daemon::start(
+        "status",
+        &format!(
+            r#"
+[[job]]
+name = "loop"
+interval = "20ms"
+timeout = "200ms"
+labels = {{ zone = "<a&b>" }}
+targets = ["udp://RESPONDER", "tcp://RESPONDER", "udp://127.0.0.1:{dead}"]
+"#
+        ),
+    );
+    // Long enough for every target's window to fill past a few probes.
+    std::thread::sleep(Duration::from_millis(1500));
+    let profile = d.dir.join("chromium");
+    let url = format!("http://{}/status", d.metrics);
+    let (dom, console) = crate::report::headless_url(bin, &url, "--dump-dom", &profile.join("a"));
+    assert!(console.is_empty(), "{console:?}");
+    let row = |target: &str| -> String {
+        dom.split("<tr class=")
+            .find(|r| r.contains(&format!("<code>{target}</code>")))
+            .unwrap_or_else(|| panic!("no row for {target}:\n{dom}"))
+            .to_owned()
+    };
+    for live in [format!("udp://{}", d.udp), format!("tcp://{}", d.udp)] {
+        let r = row(&live);
+        assert!(r.starts_with("\"ok\""), "{r}");
+        assert!(r.contains(" µs<") || r.contains(" ms<"), "a p50: {r}");
+        assert!(r.contains("zone=&lt;a&amp;b&gt;"), "labels escaped: {r}");
+    }
+    let r = row(&format!("udp://127.0.0.1:{dead}"));
+    assert!(r.starts_with("\"down\""), "{r}");
+    assert!(r.contains("(100%)") && r.contains("refused"), "{r}");
+    assert!(dom.contains("3 targets: <b>1</b> down"), "{dom}");
+    let shot = std::env::var("PROBER_KEEP_SHOT")
+        .map_or_else(|_| d.dir.join("status.png"), std::path::PathBuf::from);
+    crate::report::headless_url(
+        bin,
+        &url,
+        &format!("--screenshot={}", shot.display()),
+        &profile.join("b"),
+    );
+    let png = std::fs::read(&shot).unwrap();
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 5_000,
+        "{} bytes",
+        png.len()
+    );
+    let dir = d.dir.clone();
+    let (code, err) = d.stop();
+    assert_eq!(code, Some(0), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

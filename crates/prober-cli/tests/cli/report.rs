@@ -22,7 +22,7 @@ fn stderr(o: &Output) -> String {
 
 /// The Chromium binary, or `None` outside CI when it is not installed
 /// (`.ci/run` installs it, so CI always runs the browser test).
-fn chromium() -> Option<&'static str> {
+pub(crate) fn chromium() -> Option<&'static str> {
     for bin in ["chromium", "chromium-browser", "google-chrome"] {
         if Command::new(bin)
             .arg("--version")
@@ -40,9 +40,19 @@ fn chromium() -> Option<&'static str> {
     None
 }
 
-/// Runs headless Chromium on `page` with `mode` (`--dump-dom` or
+/// Runs headless Chromium on the file `page` with `mode` (`--dump-dom` or
 /// `--screenshot=…`); returns (stdout, the console messages it logged).
 fn headless(bin: &str, page: &Path, mode: &str, profile: &Path) -> (String, Vec<String>) {
+    headless_url(bin, &format!("file://{}", page.display()), mode, profile)
+}
+
+/// [`headless`] on any URL (a page a daemon serves).
+pub(crate) fn headless_url(
+    bin: &str,
+    url: &str,
+    mode: &str,
+    profile: &Path,
+) -> (String, Vec<String>) {
     let out = Command::new("timeout")
         .args(["120", bin])
         .args([
@@ -57,7 +67,7 @@ fn headless(bin: &str, page: &Path, mode: &str, profile: &Path) -> (String, Vec<
         ])
         .arg(format!("--user-data-dir={}", profile.display()))
         .arg(mode)
-        .arg(format!("file://{}", page.display()))
+        .arg(url)
         .output()
         .expect("chromium runs");
     assert!(out.status.success(), "chromium failed: {}", stderr(&out));
