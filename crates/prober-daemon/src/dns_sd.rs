@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hickory_resolver::TokioResolver;
-use hickory_resolver::config::{NameServerConfig, ResolverConfig, ResolverOpts};
+use hickory_resolver::config::{LookupIpStrategy, NameServerConfig, ResolverConfig, ResolverOpts};
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::proto::rr::{RData, RecordType};
 
@@ -137,6 +137,10 @@ impl Discovery {
         let opts: &mut ResolverOpts = builder.options_mut();
         opts.timeout = Duration::from_secs(2);
         opts.attempts = 1;
+        // Every address of a name is a target, of both families (as
+        // hickory's default; said here so a change of default cannot drop
+        // one family, which the dual-stack test in tests/cli would catch).
+        opts.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
         let r = builder
             .build()
             .map_err(|e| format!("starting the DNS resolver: {e}"))?;
@@ -146,9 +150,10 @@ impl Discovery {
 
     /// Looks `name` up now: its SRV records if it starts with `_`
     /// (`_service._proto.domain`), else its A and AAAA records, each with
-    /// `port`. A name with no records (NXDOMAIN, or none of the type) gives no
-    /// targets: that is an answer. A failure (SERVFAIL, a timeout) gives the last good answer for the name, marked
-    /// stale (nothing if it never worked), and is counted for `job`.
+    /// `port`. A name with no records (NXDOMAIN, or none of the type) gives
+    /// no targets: that is an answer. A failure (SERVFAIL, a timeout) gives
+    /// the last good answer for the name, marked stale (nothing if it never
+    /// worked), and is counted for `job`.
     pub async fn lookup(&self, job: &str, name: &str, port: u16, settings: &Settings) -> Answer {
         let key = (settings.server, name.to_owned(), port);
         let now = Instant::now();

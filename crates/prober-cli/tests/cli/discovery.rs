@@ -32,6 +32,11 @@ impl MeshDns {
         let files = Files::new("mesh-dns");
         std::fs::create_dir_all(files.path("hosts.d")).unwrap();
         files.write("hosts.d/peers", "");
+        // Both families: every address is a target.
+        files.write(
+            "hosts.d/dual",
+            "127.0.0.2 dual.mesh.lan\n::1 dual.mesh.lan\n",
+        );
         let port = UdpSocket::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -153,6 +158,12 @@ interval = "20ms"
 timeout = "100ms"
 exclude_self = true
 dns_sd = ["udp://peers.mesh.lan:{probe_port}", "udp://_prober._udp.mesh.lan"]
+
+[[job]]
+name = "dual"
+interval = "50ms"
+timeout = "100ms"
+dns_sd = ["udp://dual.mesh.lan:{probe_port}"]
 "#,
             dns.port
         ),
@@ -186,6 +197,12 @@ dns_sd = ["udp://peers.mesh.lan:{probe_port}", "udp://_prober._udp.mesh.lan"]
         !first.contains(&own),
         "this host's own address is skipped:\n{first}"
     );
+    for addr in ["127.0.0.2", "[::1]"] {
+        let dual = format!(
+            r#"prober_probes_sent_total{{probe="dual",target="udp://{addr}:{probe_port}",protocol="udp",dns_name="dual.mesh.lan"}}"#
+        );
+        assert!(series(&first, &dual).is_some(), "{dual}:\n{first}");
+    }
     assert_eq!(
         series(&first, r#"prober_discovery_targets{probe="mesh"}"#),
         Some(2.0),
