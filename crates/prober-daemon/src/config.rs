@@ -129,6 +129,8 @@ struct DiscoverySection {
     server: Option<String>,
     ttl_floor: Option<String>,
     ttl_ceiling: Option<String>,
+    /// How often targets given by name are resolved again.
+    resolve_every: Option<String>,
 }
 
 impl DiscoverySection {
@@ -162,10 +164,19 @@ impl DiscoverySection {
         if ceiling < floor {
             bail!("discovery.ttl_ceiling: must not be below ttl_floor");
         }
+        let resolve_every = duration(
+            self.resolve_every.as_ref(),
+            "discovery.resolve_every",
+            d.resolve_every,
+        )?;
+        if resolve_every.is_zero() {
+            bail!("discovery.resolve_every: must be greater than zero");
+        }
         Ok(crate::dns_sd::Settings {
             server,
             ttl_floor: floor,
             ttl_ceiling: ceiling,
+            resolve_every,
         })
     }
 }
@@ -996,7 +1007,19 @@ pub async fn parse_with(
         metrics: raw.metrics.as_ref().map(|m| m.listen),
         metric_parts: raw.metrics.as_ref().is_some_and(|m| m.parts),
         tx_stamps: raw.stamps.transmit,
-        refresh_at: jobs.iter().filter_map(|j| j.refresh_at).min(),
+        refresh_at: {
+            // Targets given by name are resolved again every resolve_every
+            // (the system resolver gives no TTL), by the same reload.
+            let named = jobs
+                .iter()
+                .flat_map(|j| &j.targets)
+                .any(|t| t.target.host.parse::<std::net::IpAddr>().is_err());
+            let names_due = named.then(|| std::time::Instant::now() + discovery.resolve_every);
+            jobs.iter()
+                .filter_map(|j| j.refresh_at)
+                .chain(names_due)
+                .min()
+        },
         jobs,
         discovery,
     })
@@ -1044,6 +1067,31 @@ mod tests {
         let e = err("[[job]]\nname = \"a\"\nmax_targets = 0\ntargets = [\"udp://127.0.0.1:1\"]\n")
             .await;
         assert!(e.contains("max_targets: must be at least 1"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn targets_given_by_name_are_due_again_after_resolve_every() {
+        let named = "[[job]]\nname = \"a\"\ntargets = [\"udp://localhost:7\"]\n";
+        let before = std::time::Instant::now();
+        let c = p(named).await.unwrap();
+        let due = c.refresh_at.expect("a named target is due again");
+        assert!(
+            due >= before + Duration::from_secs(60)
+                && due <= std::time::Instant::now() + Duration::from_secs(60)
+        );
+        let c = p(&format!("[discovery]\nresolve_every = \"2s\"\n{named}"))
+            .await
+            .unwrap();
+        assert!(c.refresh_at.unwrap() <= std::time::Instant::now() + Duration::from_secs(2));
+        let c = p("[[job]]\nname = \"a\"\ntargets = [\"udp://127.0.0.1:7\"]\n")
+            .await
+            .unwrap();
+        assert_eq!(c.refresh_at, None, "addresses are never resolved again");
+        let e = err("[discovery]\nresolve_every = \"0s\"\n").await;
+        assert!(
+            e.contains("resolve_every: must be greater than zero"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -27,6 +27,9 @@ pub struct Settings {
     pub ttl_floor: Duration,
     /// Nor later than this.
     pub ttl_ceiling: Duration,
+    /// How often targets given by name (not `dns_sd`) are resolved again
+    /// through the system resolver, which tells no TTL.
+    pub resolve_every: Duration,
 }
 
 impl Default for Settings {
@@ -35,6 +38,7 @@ impl Default for Settings {
             server: None,
             ttl_floor: Duration::from_secs(5),
             ttl_ceiling: Duration::from_secs(300),
+            resolve_every: Duration::from_secs(60),
         }
     }
 }
