@@ -101,6 +101,25 @@ impl Daemon {
         }
     }
 
+    /// Scrapes every 100 ms until `ok` holds of the text, which it returns;
+    /// fails naming `what` after `within`.
+    pub(crate) fn scrape_until(
+        &self,
+        what: &str,
+        within: Duration,
+        ok: &dyn Fn(&str) -> bool,
+    ) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            let text = self.scrape();
+            if ok(&text) {
+                return text;
+            }
+            assert!(Instant::now() < deadline, "{what}:\n{text}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     pub(crate) fn stop(self) -> (Option<i32>, String) {
         self.stop_with("TERM")
     }
@@ -809,17 +828,8 @@ file_sd_scheme = "udp"
         r#"prober_probes_sent_total{{probe="sd",target="tcp://{}",protocol="tcp",zone="b"}}"#,
         d.udp
     );
-    let wait_for = |what: &str, ok: &dyn Fn(&str) -> bool| {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let text = d.scrape();
-            if ok(&text) {
-                return text;
-            }
-            assert!(Instant::now() < deadline, "{what}:\n{text}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    };
+    let wait_for =
+        |what: &str, ok: &dyn Fn(&str) -> bool| d.scrape_until(what, Duration::from_secs(10), ok);
     let first = wait_for("the udp target with its label", &|t| {
         series(t, &udp).is_some_and(|n| n > 0.0)
     });

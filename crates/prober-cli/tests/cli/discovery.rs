@@ -4,7 +4,7 @@
 
 use std::net::UdpSocket;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::daemon::{Daemon, series};
 use crate::support::Files;
@@ -82,17 +82,7 @@ impl MeshDns {
             .stderr(Stdio::null())
             .spawn()
             .expect("dnsmasq starts");
-        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-        s.set_read_timeout(Some(Duration::from_millis(100)))
-            .unwrap();
-        let q = [0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1];
-        for _ in 0..50 {
-            let _ = s.send_to(&q, ("127.0.0.1", self.port));
-            if s.recv_from(&mut [0u8; 512]).is_ok() {
-                return;
-            }
-        }
-        panic!("dnsmasq did not answer");
+        crate::support::wait_for_dns(self.port);
     }
 
     /// Replaces the A records of peers.mesh.lan (dnsmasq sees the change
@@ -112,23 +102,6 @@ impl Drop for MeshDns {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// An upstream that answers every query with SERVFAIL.
-fn servfail_upstream() -> u16 {
-    let up = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let port = up.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        let mut b = [0u8; 512];
-        while let Ok((n, from)) = up.recv_from(&mut b) {
-            if n >= 4 {
-                b[2] |= 0x80;
-                b[3] = (b[3] & 0xf0) | 2;
-                let _ = up.send_to(&b[..n], from);
-            }
-        }
-    });
-    port
 }
 
 /// A mesh job: A and SRV names looked up on their TTL while the daemon
@@ -179,17 +152,8 @@ dns_sd = ["udp://dual.mesh.lan:{probe_port}"]
         sent("127.0.0.4", probe_port, "peers.mesh.lan"),
     );
     let own = format!("udp://127.0.0.1:{probe_port}");
-    let wait_for = |what: &str, ok: &dyn Fn(&str) -> bool| {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            let text = d.scrape();
-            if ok(&text) {
-                return text;
-            }
-            assert!(Instant::now() < deadline, "{what}:\n{text}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    };
+    let wait_for =
+        |what: &str, ok: &dyn Fn(&str) -> bool| d.scrape_until(what, Duration::from_secs(15), ok);
     let first = wait_for("the A and SRV targets", &|t| {
         series(t, &two).is_some_and(|n| n > 0.0) && series(t, &three).is_some_and(|n| n > 0.0)
     });
@@ -218,7 +182,7 @@ dns_sd = ["udp://dual.mesh.lan:{probe_port}"]
         "the SRV target kept its counters across the change"
     );
     // SERVFAIL for the A name: the last good set runs on, counted.
-    dns.restart(Some(servfail_upstream()));
+    dns.restart(Some(crate::support::servfail_upstream()));
     let failing = wait_for("a counted discovery failure", &|t| {
         series(t, r#"prober_discovery_failures_total{probe="mesh"}"#).is_some_and(|n| n >= 1.0)
     });

@@ -4,7 +4,6 @@
 
 use std::net::UdpSocket;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 use crate::support::{Files, fails, of_type, run_json};
 
@@ -15,7 +14,6 @@ struct Dnsmasq {
     child: Child,
     port: u16,
     _files: Files,
-    _upstream: std::thread::JoinHandle<()>,
 }
 
 impl Dnsmasq {
@@ -35,19 +33,7 @@ impl Dnsmasq {
             "hosts",
             "192.0.2.10 www.test.lan\n2001:db8::10 www.test.lan\n",
         );
-        // An upstream that answers every query with SERVFAIL.
-        let up = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let up_port = up.local_addr().unwrap().port();
-        let upstream = std::thread::spawn(move || {
-            let mut b = [0u8; 512];
-            while let Ok((n, from)) = up.recv_from(&mut b) {
-                if n >= 4 {
-                    b[2] |= 0x80;
-                    b[3] = (b[3] & 0xf0) | 2;
-                    let _ = up.send_to(&b[..n], from);
-                }
-            }
-        });
+        let up_port = crate::support::servfail_upstream();
         let port = UdpSocket::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -87,22 +73,11 @@ impl Dnsmasq {
             .stderr(Stdio::null())
             .spawn()
             .expect("dnsmasq starts");
-        // Wait until it answers.
-        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-        s.set_read_timeout(Some(Duration::from_millis(100)))
-            .unwrap();
-        let q = [0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1];
-        for _ in 0..50 {
-            let _ = s.send_to(&q, ("127.0.0.1", port));
-            if s.recv_from(&mut [0u8; 512]).is_ok() {
-                break;
-            }
-        }
+        crate::support::wait_for_dns(port);
         Some(Self {
             child,
             port,
             _files: files,
-            _upstream: upstream,
         })
     }
 

@@ -467,3 +467,37 @@ pub(crate) fn times_things() -> std::sync::RwLockReadGuard<'static, ()> {
         .read()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
+
+/// A DNS server on 127.0.0.1:`port` answers (a query for the root's A
+/// record gets any reply), within 5 s; panics otherwise.
+pub(crate) fn wait_for_dns(port: u16) {
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_millis(100)))
+        .unwrap();
+    let q = [0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1];
+    for _ in 0..50 {
+        let _ = s.send_to(&q, ("127.0.0.1", port));
+        if s.recv_from(&mut [0u8; 512]).is_ok() {
+            return;
+        }
+    }
+    panic!("the DNS server on port {port} did not answer");
+}
+
+/// A DNS upstream on a loopback port that answers every query with
+/// SERVFAIL (its thread lives as long as the test process); its port.
+pub(crate) fn servfail_upstream() -> u16 {
+    let up = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = up.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut b = [0u8; 512];
+        while let Ok((n, from)) = up.recv_from(&mut b) {
+            if n >= 4 {
+                b[2] |= 0x80;
+                b[3] = (b[3] & 0xf0) | 2;
+                let _ = up.send_to(&b[..n], from);
+            }
+        }
+    });
+    port
+}
