@@ -59,8 +59,6 @@ pub struct Answer {
     pub found: Vec<Found>,
     /// When to look again: now + TTL, kept between the floor and ceiling.
     pub refresh_at: Instant,
-    /// The lookup failed and this is the last good answer (or nothing).
-    pub stale: bool,
 }
 
 /// Discovery's counters for one job, read at scrape time.
@@ -85,7 +83,9 @@ type NameKey = (Option<SocketAddr>, String, u16);
 /// one for the daemon's life, shared by every (re)load.
 #[derive(Default)]
 pub struct Discovery {
-    resolver: Mutex<Option<(Settings, TokioResolver)>>,
+    /// The resolver and the server it asks (`None`: the system's); only a
+    /// change of server makes a new one.
+    resolver: Mutex<Option<(Option<SocketAddr>, TokioResolver)>>,
     last_good: Mutex<HashMap<NameKey, Vec<Found>>>,
     stats: Mutex<BTreeMap<String, JobStats>>,
 }
@@ -119,7 +119,7 @@ impl Discovery {
     fn resolver(&self, settings: &Settings) -> Result<TokioResolver, String> {
         let mut slot = lock(&self.resolver);
         if let Some((s, r)) = slot.as_ref()
-            && s == settings
+            && *s == settings.server
         {
             return Ok(r.clone());
         }
@@ -148,7 +148,7 @@ impl Discovery {
         let r = builder
             .build()
             .map_err(|e| format!("starting the DNS resolver: {e}"))?;
-        *slot = Some((settings.clone(), r.clone()));
+        *slot = Some((settings.server, r.clone()));
         Ok(r)
     }
 
@@ -156,8 +156,8 @@ impl Discovery {
     /// (`_service._proto.domain`), else its A and AAAA records, each with
     /// `port`. A name with no records (NXDOMAIN, or none of the type) gives
     /// no targets: that is an answer. A failure (SERVFAIL, a timeout) gives
-    /// the last good answer for the name, marked stale (nothing if it never
-    /// worked), and is counted for `job`.
+    /// the last good answer for the name (nothing if it never worked), and
+    /// is counted for `job`.
     pub async fn lookup(&self, job: &str, name: &str, port: u16, settings: &Settings) -> Answer {
         let key = (settings.server, name.to_owned(), port);
         let now = Instant::now();
@@ -174,7 +174,6 @@ impl Discovery {
                 Answer {
                     found,
                     refresh_at: clamp(until),
-                    stale: false,
                 }
             }
             Err(error) => {
@@ -197,7 +196,6 @@ impl Discovery {
                     found: last.unwrap_or_default(),
                     // Try again soon, not at the ceiling.
                     refresh_at: now + settings.ttl_floor,
-                    stale: true,
                 }
             }
         }
