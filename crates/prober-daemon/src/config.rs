@@ -1044,6 +1044,17 @@ mod tests {
         p(text).await.unwrap_err().to_string()
     }
 
+    /// `text` parsed resolving address literals only, as the fuzzer does.
+    async fn literals_only(text: &str) -> Result<Config> {
+        parse_with(
+            text,
+            Path::new("/x.toml"),
+            &REGISTRY,
+            Resolution::LiteralsOnly,
+        )
+        .await
+    }
+
     #[tokio::test]
     async fn max_targets_keeps_the_first_and_counts_the_rest() {
         let discovery = crate::dns_sd::Discovery::default();
@@ -1134,15 +1145,10 @@ mod tests {
             e.contains("ttl_ceiling: must not be below ttl_floor"),
             "{e}"
         );
-        let e = parse_with(
-            "[[job]]\nname = \"a\"\ndns_sd = [\"udp://peers.example:7\"]\n",
-            Path::new("/x.toml"),
-            &REGISTRY,
-            Resolution::LiteralsOnly,
-        )
-        .await
-        .unwrap_err()
-        .to_string();
+        let e = literals_only("[[job]]\nname = \"a\"\ndns_sd = [\"udp://peers.example:7\"]\n")
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("dns_sd: names are not resolved here"), "{e}");
         let c = p("[discovery]\nserver = \"10.0.0.53\"\n").await.unwrap();
         assert_eq!(c.discovery.server, Some("10.0.0.53:53".parse().unwrap()));
@@ -1192,25 +1198,10 @@ mod tests {
     #[tokio::test]
     async fn literals_only_resolves_nothing() {
         let text = "[[job]]\nname = \"a\"\ntargets = [\"udp://localhost:1\"]\n";
-        let e = parse_with(
-            text,
-            Path::new("/x.toml"),
-            &REGISTRY,
-            Resolution::LiteralsOnly,
-        )
-        .await
-        .unwrap_err()
-        .to_string();
+        let e = literals_only(text).await.unwrap_err().to_string();
         assert!(e.contains("host names are not resolved here"), "{e}");
         let ok = text.replace("localhost", "127.0.0.1");
-        parse_with(
-            &ok,
-            Path::new("/x.toml"),
-            &REGISTRY,
-            Resolution::LiteralsOnly,
-        )
-        .await
-        .unwrap();
+        literals_only(&ok).await.unwrap();
     }
 
     #[tokio::test]
