@@ -119,6 +119,41 @@ struct MetricsSection {
     listen: SocketAddr,
     #[serde(default)]
     parts: bool,
+    /// Classic bucket bounds, seconds.
+    buckets: Option<Vec<f64>>,
+    /// Native (exponential) buckets for protobuf scrapes; on by default.
+    native_histograms: Option<bool>,
+    /// Their growth factor (1.1 by default).
+    native_bucket_factor: Option<f64>,
+}
+
+impl MetricsSection {
+    fn buckets(&self) -> Result<prober_sinks::prometheus::Buckets> {
+        let mut b = prober_sinks::prometheus::Buckets::default();
+        if let Some(classic) = &self.buckets {
+            if classic.is_empty() || classic.len() > 100 {
+                bail!(
+                    "metrics.buckets: give 1 to 100 bucket bounds (seconds), not {}",
+                    classic.len()
+                );
+            }
+            if let Some(bad) = classic.iter().find(|v| !(v.is_finite() && **v > 0.0)) {
+                bail!("metrics.buckets: {bad} is not a positive number of seconds");
+            }
+            if classic.windows(2).any(|w| w[0] >= w[1]) {
+                bail!("metrics.buckets: bounds must rise strictly ({classic:?})");
+            }
+            b.classic = classic.as_slice().into();
+        }
+        b.native_factor = match (self.native_histograms, self.native_bucket_factor) {
+            (Some(false), _) => None,
+            (_, Some(f)) if !(f.is_finite() && f > 1.0 && f <= 65536.0) => {
+                bail!("metrics.native_bucket_factor: {f} must be above 1 (1.1 gives buckets 9 % wide)")
+            }
+            (_, f) => Some(f.unwrap_or(prober_sinks::prometheus::NATIVE_FACTOR)),
+        };
+        Ok(b)
+    }
 }
 
 /// `[discovery]`: the DNS server and TTL bounds of jobs' `dns_sd` names.
@@ -444,7 +479,7 @@ impl std::fmt::Debug for JobOptions {
 }
 
 /// A validated configuration.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// Responder listeners.
     pub serve: ServeSection,
@@ -452,6 +487,8 @@ pub struct Config {
     pub metrics: Option<SocketAddr>,
     /// Export a histogram per part of the split (`[metrics] parts = true`).
     pub metric_parts: bool,
+    /// `[metrics] buckets`, `native_histograms`, `native_bucket_factor`.
+    pub metric_buckets: prober_sinks::prometheus::Buckets,
     /// Ask for kernel transmit stamps (`[stamps] transmit = true`).
     pub tx_stamps: bool,
     /// The jobs.
@@ -1006,6 +1043,10 @@ pub async fn parse_with(
         },
         metrics: raw.metrics.as_ref().map(|m| m.listen),
         metric_parts: raw.metrics.as_ref().is_some_and(|m| m.parts),
+        metric_buckets: match &raw.metrics {
+            Some(m) => m.buckets()?,
+            None => Default::default(),
+        },
         tx_stamps: raw.stamps.transmit,
         refresh_at: {
             // Targets given by name are resolved again every resolve_every

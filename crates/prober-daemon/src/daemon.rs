@@ -433,7 +433,9 @@ pub async fn run(
     }
     let sinks = DaemonSinks {
         files: ByJob::default(),
-        metrics: PrometheusSink::new().with_parts(cfg.metric_parts),
+        metrics: PrometheusSink::new()
+            .with_parts(cfg.metric_parts)
+            .with_buckets(cfg.metric_buckets.clone()),
     };
     let status = crate::status::StatusPage {
         sink: sinks.metrics.clone(),
@@ -488,6 +490,7 @@ pub async fn run(
             serve: cfg.serve.clone(),
             metrics: cfg.metrics,
             metric_parts: cfg.metric_parts,
+            metric_buckets: cfg.metric_buckets.clone(),
             tx_stamps: cfg.tx_stamps,
             jobs: Vec::new(),
             discovery: cfg.discovery.clone(),

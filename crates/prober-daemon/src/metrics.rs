@@ -63,30 +63,24 @@ pub(crate) async fn serve_metrics(
         .route(
             "/metrics",
             axum::routing::get(move |headers: axum::http::HeaderMap| {
-                // OpenMetrics for clients that ask for it (Prometheus does),
-                // the classic text format for the rest.
-                let open = headers
-                    .get(axum::http::header::ACCEPT)
-                    .and_then(|v| v.to_str().ok())
-                    .is_some_and(|a| a.contains("application/openmetrics-text"));
-                let res = if open {
-                    prober_sinks::prometheus::encode_openmetrics(&registry).map(|b| {
-                        (
-                            b,
-                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                        )
-                    })
-                } else {
-                    prober_sinks::prometheus::encode_text(&registry)
-                        .map(|b| (b, "text/plain; version=0.0.4; charset=utf-8"))
-                };
+                use prober_sinks::prometheus::Format;
+                let format = Format::negotiate(
+                    headers
+                        .get(axum::http::header::ACCEPT)
+                        .and_then(|v| v.to_str().ok()),
+                );
+                let res = format.encode(&registry);
                 async move {
                     match res {
-                        Ok((body, kind)) => (StatusCode::OK, [(CONTENT_TYPE, kind)], body),
+                        Ok(body) => (
+                            StatusCode::OK,
+                            [(CONTENT_TYPE, format.content_type())],
+                            body,
+                        ),
                         Err(_) => (
                             StatusCode::INTERNAL_SERVER_ERROR,
                             [(CONTENT_TYPE, "text/plain; charset=utf-8")],
-                            "encoding the metrics failed\n".to_owned(),
+                            b"encoding the metrics failed\n".to_vec(),
                         ),
                     }
                 }

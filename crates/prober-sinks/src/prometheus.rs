@@ -25,7 +25,7 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
-use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::histogram::{Histogram, NativeHistogramConfig};
 
 /// Upper bounds of the RTT histogram buckets, in seconds: 5 µs to 10 s
 /// (loopback RTTs are 5-100 µs, a datacenter's 50-500 µs).
@@ -33,6 +33,47 @@ pub const RTT_BUCKETS: [f64; 20] = [
     0.000_005, 0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005,
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
+
+/// How the duration histograms are bucketed: classic buckets (every
+/// scrape format) and, optionally, native exponential buckets (sent only to
+/// scrapers that ask for the protobuf format, as Prometheus does with
+/// `--enable-feature=native-histograms`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Buckets {
+    /// Upper bounds of the classic buckets, seconds, ascending.
+    pub classic: Arc<[f64]>,
+    /// Growth factor of the native buckets (the largest of Prometheus's
+    /// schemas at or under it is used: 1.1 gives 2^(1/8) = 1.0905, so a
+    /// quantile is known to within 9 %); `None`: classic buckets only.
+    pub native_factor: Option<f64>,
+}
+
+/// The native buckets' default growth factor, as client_golang's.
+pub const NATIVE_FACTOR: f64 = 1.1;
+
+impl Default for Buckets {
+    fn default() -> Self {
+        Self {
+            classic: RTT_BUCKETS.into(),
+            native_factor: Some(NATIVE_FACTOR),
+        }
+    }
+}
+
+impl Buckets {
+    fn histogram(&self) -> Histogram {
+        let classic = self.classic.iter().copied();
+        match self.native_factor {
+            // Values are durations, never below zero; a zero-width zero
+            // bucket keeps the smallest ones in their own buckets.
+            Some(f) => Histogram::new_classic_and_native(
+                classic,
+                NativeHistogramConfig::new(f).zero_threshold(-1.0),
+            ),
+            None => Histogram::new(classic),
+        }
+    }
+}
 
 /// Label names every series has; job labels may not reuse them, nor the
 /// names Prometheus itself gives meaning to.
@@ -120,6 +161,7 @@ fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
 pub struct PrometheusSink {
     state: Arc<Mutex<State>>,
     parts: bool,
+    buckets: Buckets,
 }
 
 impl std::fmt::Debug for PrometheusSink {
@@ -142,6 +184,14 @@ impl PrometheusSink {
     #[must_use]
     pub fn with_parts(mut self, on: bool) -> Self {
         self.parts = on;
+        self
+    }
+
+    /// Buckets the duration histograms this way (default: [`RTT_BUCKETS`]
+    /// and native buckets of factor [`NATIVE_FACTOR`]).
+    #[must_use]
+    pub fn with_buckets(mut self, buckets: Buckets) -> Self {
+        self.buckets = buckets;
         self
     }
 
@@ -170,14 +220,14 @@ impl PrometheusSink {
             labels,
             tally: t.stats.tally,
             anomalies: t.anomaly_reader(),
-            rtt: Histogram::new(RTT_BUCKETS),
+            rtt: self.buckets.histogram(),
             parts: Default::default(),
             phases: Default::default(),
             bursts: t.stats.seq.bursts,
-            ipdv: Histogram::new(RTT_BUCKETS),
+            ipdv: self.buckets.histogram(),
             jitter: None,
-            latency: Histogram::new(RTT_BUCKETS),
-            send_lag: Histogram::new(RTT_BUCKETS),
+            latency: self.buckets.histogram(),
+            send_lag: self.buckets.histogram(),
             recent: std::collections::VecDeque::with_capacity(RECENT),
             last_error: None,
         };
@@ -265,9 +315,9 @@ impl Sink for PrometheusSink {
             });
             if let Outcome::Ok(r) = &s.outcome {
                 series.rtt.observe(r.rtt().as_secs_f64());
-                observe_each(&mut series.phases, r.app.phases.0);
+                observe_each(&self.buckets, &mut series.phases, r.app.phases.0);
                 if self.parts {
-                    observe_each(&mut series.parts, r.parts().list_all());
+                    observe_each(&self.buckets, &mut series.parts, r.parts().list_all());
                 }
             }
         }
@@ -286,6 +336,94 @@ pub fn encode_openmetrics(
     let mut out = String::with_capacity(64 * 1024);
     prometheus_client::encoding::text::encode(&mut out, registry)?;
     Ok(out)
+}
+
+/// The exposition formats `/metrics` serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Length-delimited protobuf ([`encode_protobuf`]), with native
+    /// histograms.
+    Protobuf,
+    /// OpenMetrics text ([`encode_openmetrics`]).
+    OpenMetrics,
+    /// Prometheus text 0.0.4 ([`encode_text`]): curl, promtool, and
+    /// anything that does not say.
+    Text,
+}
+
+impl Format {
+    /// The format an `Accept` header prefers: the highest `q` (1 unless
+    /// given) among the three, the first listed on a tie, text when none
+    /// is named. Prometheus lists protobuf first (highest) when its
+    /// native-histograms feature or `scrape_protocols` asks for it.
+    pub fn negotiate(accept: Option<&str>) -> Self {
+        let mut best = (0.0_f64, Format::Text);
+        for entry in accept.unwrap_or("").split(',') {
+            let mut params = entry.split(';').map(str::trim);
+            let kind = params.next().unwrap_or("").to_ascii_lowercase();
+            let mut q = 1.0;
+            let mut proto = None;
+            for p in params {
+                match p.split_once('=') {
+                    Some(("q", v)) => q = v.parse().unwrap_or(0.0),
+                    Some(("proto", v)) => proto = Some(v),
+                    _ => {}
+                }
+            }
+            let format = match kind.as_str() {
+                "application/vnd.google.protobuf"
+                    if proto == Some("io.prometheus.client.MetricFamily") =>
+                {
+                    Format::Protobuf
+                }
+                "application/openmetrics-text" => Format::OpenMetrics,
+                "text/plain" | "*/*" => Format::Text,
+                _ => continue,
+            };
+            if q > best.0 {
+                best = (q, format);
+            }
+        }
+        best.1
+    }
+
+    /// The content type of a response in this format.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Protobuf => {
+                "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited"
+            }
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Format::Text => "text/plain; version=0.0.4; charset=utf-8",
+        }
+    }
+
+    /// `registry` in this format.
+    ///
+    /// # Errors
+    /// A metric that fails to encode.
+    pub fn encode(
+        self,
+        registry: &prometheus_client::registry::Registry,
+    ) -> Result<Vec<u8>, std::fmt::Error> {
+        match self {
+            Format::Protobuf => encode_protobuf(registry),
+            Format::OpenMetrics => encode_openmetrics(registry).map(String::into_bytes),
+            Format::Text => encode_text(registry).map(String::into_bytes),
+        }
+    }
+}
+
+/// The registry as length-delimited `io.prometheus.client.MetricFamily`
+/// messages: the one format that carries native histograms.
+///
+/// # Errors
+/// A metric that fails to encode.
+pub fn encode_protobuf(
+    registry: &prometheus_client::registry::Registry,
+) -> Result<Vec<u8>, std::fmt::Error> {
+    prometheus_client::encoding::prometheus_protobuf::encode_to_vec(registry)
+        .map_err(|_| std::fmt::Error)
 }
 
 /// The registry in the Prometheus text format 0.0.4, for clients that do
@@ -579,10 +717,14 @@ fn encode_sequence(
 }
 
 /// Observes each known value (ns) in its histogram, made on first use.
-fn observe_each(slots: &mut [Option<Histogram>], values: impl IntoIterator<Item = Option<u64>>) {
+fn observe_each(
+    buckets: &Buckets,
+    slots: &mut [Option<Histogram>],
+    values: impl IntoIterator<Item = Option<u64>>,
+) {
     for (slot, v) in slots.iter_mut().zip(values) {
         if let Some(ns) = v {
-            slot.get_or_insert_with(|| Histogram::new(RTT_BUCKETS))
+            slot.get_or_insert_with(|| buckets.histogram())
                 .observe(ns as f64 / 1e9);
         }
     }
@@ -739,6 +881,105 @@ mod tests {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         assert!(!text.contains("udp://h:1"), "{text}");
+    }
+
+    #[test]
+    fn scrapers_get_the_format_they_rank_first() {
+        use Format::*;
+        // Prometheus 2.42 with native histograms on, and later versions'
+        // scrape_protocols (q values, protobuf first).
+        let prom_242 = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited,application/openmetrics-text;version=1.0.0;q=0.8,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        let prom_3 = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.5,application/openmetrics-text;version=1.0.0;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.1";
+        let prom_classic = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        for (accept, want) in [
+            (Some(prom_242), Protobuf),
+            (Some(prom_3), Protobuf),
+            (Some(prom_classic), OpenMetrics),
+            (Some("text/plain;q=0.9, application/openmetrics-text;q=0.2"), Text),
+            // A protobuf of another message is not ours to send.
+            (Some("application/vnd.google.protobuf;proto=other.Message"), Text),
+            (Some("*/*"), Text),
+            (None, Text),
+        ] {
+            assert_eq!(Format::negotiate(accept), want, "{accept:?}");
+        }
+    }
+
+    /// Decodes a protobuf scrape.
+    fn families(
+        registry: &Registry,
+    ) -> Vec<prometheus_client::encoding::prometheus_protobuf::prometheus_data_model::MetricFamily>
+    {
+        use prost::Message;
+        let bytes = Format::Protobuf.encode(registry).unwrap();
+        let mut buf = bytes.as_slice();
+        let mut out = Vec::new();
+        while !buf.is_empty() {
+            out.push(Message::decode_length_delimited(&mut buf).unwrap());
+        }
+        out
+    }
+
+    #[test]
+    fn native_buckets_reach_protobuf_scrapes_with_classic_ones_beside_them() {
+        for native in [true, false] {
+            let buckets = Buckets {
+                classic: [0.001, 0.01].as_slice().into(),
+                native_factor: native.then_some(NATIVE_FACTOR),
+            };
+            let sink = PrometheusSink::new().with_buckets(buckets);
+            let info = TargetInfo::new(7, "udp://h:1", "udp", "h:1", Some(64));
+            let (mut c, registry) = collecting(sink, info);
+            let now = Instant::now();
+            for us in [30, 300, 300, 3000] {
+                c.event(Event::Sample(sample(Outcome::Ok(reply(
+                    now,
+                    us,
+                    Default::default(),
+                )))))
+                .unwrap();
+            }
+            let all = families(&registry);
+            let rtt = all
+                .iter()
+                .find(|f| f.name == "prober_rtt_seconds")
+                .expect("an RTT family");
+            let h = rtt.metric[0].histogram.as_ref().unwrap();
+            assert_eq!(h.sample_count, 4);
+            // The classic buckets as configured.
+            let classic: Vec<(f64, u64)> = h
+                .bucket
+                .iter()
+                .map(|b| (b.upper_bound, b.cumulative_count))
+                .collect();
+            assert_eq!(classic, [(0.001, 3), (0.01, 4), (f64::INFINITY, 4)]);
+            if !native {
+                assert!(h.positive_span.is_empty() && h.zero_count == 0, "{h:?}");
+                continue;
+            }
+            // Schema 3: bucket i holds (2^((i-1)/8), 2^(i/8)].
+            assert_eq!(h.schema, 3);
+            let mut index = 0;
+            let mut counts = BTreeMap::new();
+            let mut count = 0i64;
+            let mut deltas = h.positive_delta.iter();
+            for span in &h.positive_span {
+                index += span.offset;
+                for _ in 0..span.length {
+                    count += deltas.next().unwrap();
+                    counts.insert(index, count);
+                    index += 1;
+                }
+            }
+            let want: BTreeMap<i32, i64> = [(30e-6, 1), (300e-6, 2), (3000e-6, 1)]
+                .into_iter()
+                .map(|(v, n)| (((v as f64).log2() * 8.0).ceil() as i32, n))
+                .collect();
+            let got: BTreeMap<i32, i64> = counts.into_iter().filter(|(_, n)| *n > 0).collect();
+            assert_eq!(got, want);
+            // Counters go the same way.
+            assert!(all.iter().any(|f| f.name.starts_with("prober_probes_sent")));
+        }
     }
 
     #[test]

@@ -557,8 +557,22 @@ fn curl(url: &str) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// A real Prometheus scrapes the daemon every second; the counters it stores
-/// agree with the daemon's own JSON lines within one scrape interval.
+/// Prometheus's answer to an instant query (at `time`, Unix seconds, if
+/// given): its `data.result` series.
+fn prom_query(port: u16, query: &str, time: Option<f64>) -> Option<Vec<Value>> {
+    let mut url = format!("http://127.0.0.1:{port}/api/v1/query?query={query}");
+    if let Some(t) = time {
+        url.push_str(&format!("&time={t:.3}"));
+    }
+    let v: Value = serde_json::from_str(&curl(&url)?).ok()?;
+    v["data"]["result"].as_array().cloned()
+}
+
+/// A real Prometheus, with native histograms on, scrapes the daemon every
+/// second (so in the protobuf format). The counters it stores agree with
+/// the daemon's own JSON lines within one scrape interval, and
+/// `histogram_quantile` over the native RTT histogram agrees with the p50
+/// and p99 of the same probes in the JSON lines, within one native bucket.
 #[test]
 fn real_prometheus_scrapes_what_the_files_say() {
     if Command::new("prometheus")
@@ -591,6 +605,7 @@ fn real_prometheus_scrapes_what_the_files_say() {
             prom_dir.join("data").display()
         ))
         .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
+        .arg("--enable-feature=native-histograms")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -613,6 +628,34 @@ fn real_prometheus_scrapes_what_the_files_say() {
             break r;
         }
     };
+    // The native histograms, once every target has 100 answers in one
+    // scrape: quantiles and counts evaluated at that scrape's time.
+    let number = |s: &Value| s["value"][1].as_str().unwrap().parse::<f64>().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (at, counts) = loop {
+        assert!(
+            Instant::now() < deadline,
+            "prometheus never had 100 answers per target in a native histogram"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        let Some(r) = prom_query(prom_port, "histogram_count(prober_rtt_seconds)", None) else {
+            continue;
+        };
+        if r.len() == 3 && r.iter().all(|s| number(s) >= 100.0) {
+            // The newest scrape (the query's own time is later).
+            let at = prom_query(prom_port, "timestamp(prober_probes_ok_total)", None).unwrap();
+            let at = at.iter().map(number).fold(f64::INFINITY, f64::min);
+            let counts = prom_query(prom_port, "histogram_count(prober_rtt_seconds)", Some(at));
+            break (at, counts.unwrap());
+        }
+    };
+    let quantiles: Vec<(f64, Vec<Value>)> = [0.5, 0.99]
+        .iter()
+        .map(|q| {
+            let query = format!("histogram_quantile({q},prober_rtt_seconds)");
+            (*q, prom_query(prom_port, &query, Some(at)).unwrap())
+        })
+        .collect();
     let _ = prom.kill();
     let _ = prom.wait();
     let dir = d.dir.clone();
@@ -648,6 +691,43 @@ fn real_prometheus_scrapes_what_the_files_say() {
             low <= scraped && scraped <= high,
             "{target}: prometheus {scraped}, files {low}..={high}"
         );
+        // The histogram at `at` holds the target's first n answers, in the
+        // order the daemon wrote them.
+        let of_target = |r: &[Value]| {
+            r.iter()
+                .find(|s| s["metric"]["target"] == target)
+                .map(number)
+                .unwrap_or_else(|| panic!("{target}: no series in {r:?}"))
+        };
+        let n = of_target(&counts) as usize;
+        let mut rtts: Vec<f64> = lines
+            .iter()
+            .filter(|l| l["target"] == target && l["type"] == "probe")
+            .filter_map(|l| l["rtt_ns"].as_u64())
+            .take(n)
+            .map(|ns| ns as f64 / 1e9)
+            .collect();
+        assert_eq!(rtts.len(), n, "{target}: the files have the histogram's answers");
+        rtts.sort_by(f64::total_cmp);
+        for (q, result) in &quantiles {
+            let theirs = of_target(result);
+            // Nearest rank, as the summaries'.
+            let ours = rtts[((q * n as f64).ceil() as usize).clamp(1, n) - 1];
+            // Native buckets of factor 1.1 are 2^(1/8) wide (schema 3): a
+            // quantile is known to within one such bucket.
+            let ratio = theirs / ours;
+            eprintln!(
+                "{target}: p{} prometheus {:.1} µs, files {:.1} µs (n {n}, ratio {ratio:.4})",
+                q * 100.0,
+                theirs * 1e6,
+                ours * 1e6
+            );
+            let width = 2f64.powf(1.0 / 8.0);
+            assert!(
+                (1.0 / width..=width).contains(&ratio),
+                "{target}: histogram_quantile({q}) {theirs} s against {ours} s from the files"
+            );
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
