@@ -40,8 +40,66 @@ struct FileConfig {
     stamps: StampsSection,
     #[serde(default)]
     discovery: DiscoverySection,
+    otlp: Option<OtlpSection>,
     #[serde(default, rename = "job")]
     jobs: Vec<JobSection>,
+}
+
+/// `[otlp]`: push metrics to an OpenTelemetry collector.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OtlpSection {
+    /// `http://collector:4317` (OTLP over gRPC).
+    endpoint: String,
+    /// How often to push (`10s` by default).
+    interval: Option<String>,
+    /// How long one push may take (`5s` by default).
+    timeout: Option<String>,
+}
+
+impl OtlpSection {
+    fn settings(&self) -> Result<OtlpConfig> {
+        let scheme_ok = ["http://", "https://"]
+            .iter()
+            .any(|p| self.endpoint.starts_with(p));
+        if !scheme_ok {
+            bail!(
+                "otlp.endpoint: {} is not an http:// or https:// URL (OTLP over gRPC, e.g. http://127.0.0.1:4317)",
+                prober_core::quote::short(&self.endpoint)
+            );
+        }
+        let positive = |key: &str, v: Option<&String>, default: Duration| -> Result<Duration> {
+            let d = duration(v, key, default)?;
+            if d.is_zero() {
+                bail!("{key}: must be greater than zero");
+            }
+            Ok(d)
+        };
+        Ok(OtlpConfig {
+            endpoint: self.endpoint.clone(),
+            interval: positive(
+                "otlp.interval",
+                self.interval.as_ref(),
+                Duration::from_secs(10),
+            )?,
+            timeout: positive(
+                "otlp.timeout",
+                self.timeout.as_ref(),
+                Duration::from_secs(5),
+            )?,
+        })
+    }
+}
+
+/// Where the daemon pushes OTLP metrics (`[otlp]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OtlpConfig {
+    /// The collector's OTLP/gRPC URL.
+    pub endpoint: String,
+    /// How often.
+    pub interval: Duration,
+    /// The time one push may take.
+    pub timeout: Duration,
 }
 
 /// Responder listeners to run beside the jobs.
@@ -148,7 +206,9 @@ impl MetricsSection {
         b.native_factor = match (self.native_histograms, self.native_bucket_factor) {
             (Some(false), _) => None,
             (_, Some(f)) if !(f.is_finite() && f > 1.0 && f <= 65536.0) => {
-                bail!("metrics.native_bucket_factor: {f} must be above 1 (1.1 gives buckets 9 % wide)")
+                bail!(
+                    "metrics.native_bucket_factor: {f} must be above 1 (1.1 gives buckets 9 % wide)"
+                )
             }
             (_, f) => Some(f.unwrap_or(prober_sinks::prometheus::NATIVE_FACTOR)),
         };
@@ -489,6 +549,8 @@ pub struct Config {
     pub metric_parts: bool,
     /// `[metrics] buckets`, `native_histograms`, `native_bucket_factor`.
     pub metric_buckets: prober_sinks::prometheus::Buckets,
+    /// `[otlp]`, read at start only.
+    pub otlp: Option<OtlpConfig>,
     /// Ask for kernel transmit stamps (`[stamps] transmit = true`).
     pub tx_stamps: bool,
     /// The jobs.
@@ -1048,6 +1110,7 @@ pub async fn parse_with(
             None => Default::default(),
         },
         tx_stamps: raw.stamps.transmit,
+        otlp: raw.otlp.as_ref().map(OtlpSection::settings).transpose()?,
         refresh_at: {
             // Targets given by name are resolved again every resolve_every
             // (the system resolver gives no TTL), by the same reload.
@@ -1234,6 +1297,58 @@ mod tests {
             (m.source, m.interface.as_deref(), m.fwmark),
             (Some([127, 0, 0, 2].into()), Some("lo"), Some(42))
         );
+    }
+
+    #[tokio::test]
+    async fn metrics_buckets_and_otlp_are_checked() {
+        let job = "[[job]]\nname = \"a\"\ntargets = [\"udp://127.0.0.1:1\"]\n";
+        let with = |head: &str| format!("{head}\n{job}");
+        let c = literals_only(&with(
+            "[metrics]\nlisten = \"127.0.0.1:1\"\nbuckets = [0.001, 0.01]\nnative_bucket_factor = 1.5",
+        ))
+        .await
+        .unwrap();
+        assert_eq!(&*c.metric_buckets.classic, &[0.001, 0.01]);
+        assert_eq!(c.metric_buckets.native_factor, Some(1.5));
+        let c = literals_only(&with(
+            "[metrics]\nlisten = \"127.0.0.1:1\"\nnative_histograms = false",
+        ))
+        .await
+        .unwrap();
+        assert_eq!(c.metric_buckets.native_factor, None);
+        assert_eq!(c.otlp, None);
+        let c = literals_only(&with("[otlp]\nendpoint = \"http://127.0.0.1:4317\""))
+            .await
+            .unwrap();
+        let o = c.otlp.unwrap();
+        assert_eq!((o.interval.as_secs(), o.timeout.as_secs()), (10, 5));
+        for (head, why) in [
+            ("buckets = []", "give 1 to 100"),
+            ("buckets = [0.01, 0.001]", "must rise strictly"),
+            ("buckets = [-1.0]", "not a positive number"),
+            ("native_bucket_factor = 1.0", "must be above 1"),
+        ] {
+            let text = with(&format!("[metrics]\nlisten = \"127.0.0.1:1\"\n{head}"));
+            let e = literals_only(&text).await.unwrap_err().to_string();
+            assert!(e.contains(why), "{head}: {e}");
+        }
+        for (head, why) in [
+            (
+                "endpoint = \"127.0.0.1:4317\"",
+                "not an http:// or https:// URL",
+            ),
+            (
+                "endpoint = \"http://h:1\"\ninterval = \"0s\"",
+                "otlp.interval: must be greater than zero",
+            ),
+            ("endpoint = \"http://h:1\"\nport = 1", "unknown field"),
+        ] {
+            let e = literals_only(&with(&format!("[otlp]\n{head}")))
+                .await
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(why), "{head}: {e}");
+        }
     }
 
     #[tokio::test]

@@ -131,26 +131,39 @@ fn fingerprint(cfg: &Config) -> Fingerprint {
 struct DaemonSinks {
     files: ByJob,
     metrics: PrometheusSink,
+    otlp: Option<prober_sinks::otlp::OtlpSink>,
 }
 
 impl Sink for DaemonSinks {
     fn start(&mut self, cx: &Context<'_>) -> std::io::Result<()> {
         self.metrics.start(cx)?;
+        if let Some(o) = &mut self.otlp {
+            o.start(cx)?;
+        }
         self.files.start(cx)
     }
 
     fn target_added(&mut self, cx: &Context<'_>, t: &TargetEntry) -> std::io::Result<()> {
         self.metrics.target_added(cx, t)?;
+        if let Some(o) = &mut self.otlp {
+            o.target_added(cx, t)?;
+        }
         self.files.target_added(cx, t)
     }
 
     fn target_removed(&mut self, cx: &Context<'_>, t: &TargetEntry) -> std::io::Result<()> {
         self.metrics.target_removed(cx, t)?;
+        if let Some(o) = &mut self.otlp {
+            o.target_removed(cx, t)?;
+        }
         self.files.target_removed(cx, t)
     }
 
     fn record(&mut self, cx: &Context<'_>, t: &TargetEntry, s: &Sample) -> std::io::Result<()> {
         self.metrics.record(cx, t, s)?;
+        if let Some(o) = &mut self.otlp {
+            o.record(cx, t, s)?;
+        }
         self.files.record(cx, t, s)
     }
 
@@ -163,6 +176,9 @@ impl Sink for DaemonSinks {
     }
 
     fn finish(&mut self, cx: &Context<'_>, summaries: &[Summary]) -> std::io::Result<()> {
+        if let Some(o) = &mut self.otlp {
+            o.finish(cx, summaries)?;
+        }
         self.files.finish(cx, summaries)
     }
 }
@@ -436,6 +452,18 @@ pub async fn run(
         metrics: PrometheusSink::new()
             .with_parts(cfg.metric_parts)
             .with_buckets(cfg.metric_buckets.clone()),
+        otlp: match &cfg.otlp {
+            None => None,
+            Some(o) => Some(
+                prober_sinks::otlp::OtlpSink::new(&prober_sinks::otlp::OtlpSettings {
+                    endpoint: o.endpoint.clone(),
+                    interval: o.interval,
+                    timeout: o.timeout,
+                    host: opts.host.0.clone(),
+                })
+                .map_err(DaemonError::Config)?,
+            ),
+        },
     };
     let status = crate::status::StatusPage {
         sink: sinks.metrics.clone(),
@@ -491,6 +519,7 @@ pub async fn run(
             metrics: cfg.metrics,
             metric_parts: cfg.metric_parts,
             metric_buckets: cfg.metric_buckets.clone(),
+            otlp: cfg.otlp.clone(),
             tx_stamps: cfg.tx_stamps,
             jobs: Vec::new(),
             discovery: cfg.discovery.clone(),

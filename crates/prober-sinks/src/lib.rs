@@ -9,6 +9,7 @@
 //!   logs, the [`files::RotatingFile`] wrapper they all write through, and
 //!   [`files::ByJob`], which routes the daemon's samples to each job's files.
 //! - [`prometheus`]: the daemon's metrics, through prometheus/client_rust.
+//! - [`otlp`]: the same pushed over OTLP/gRPC, through the opentelemetry SDK.
 //! - [`ProgressSink`]: a progress line on a terminal for quiet runs.
 //! - [`fields`]: the summary fields of `--fields`.
 //!
@@ -25,6 +26,7 @@ pub mod fields;
 pub mod files;
 pub mod human;
 pub mod json;
+pub mod otlp;
 pub mod output;
 pub mod progress;
 pub mod prometheus;

@@ -357,7 +357,7 @@ impl Format {
     /// is named. Prometheus lists protobuf first (highest) when its
     /// native-histograms feature or `scrape_protocols` asks for it.
     pub fn negotiate(accept: Option<&str>) -> Self {
-        let mut best = (0.0_f64, Format::Text);
+        let mut best = (0.0_f64, Self::Text);
         for entry in accept.unwrap_or("").split(',') {
             let mut params = entry.split(';').map(str::trim);
             let kind = params.next().unwrap_or("").to_ascii_lowercase();
@@ -374,10 +374,10 @@ impl Format {
                 "application/vnd.google.protobuf"
                     if proto == Some("io.prometheus.client.MetricFamily") =>
                 {
-                    Format::Protobuf
+                    Self::Protobuf
                 }
-                "application/openmetrics-text" => Format::OpenMetrics,
-                "text/plain" | "*/*" => Format::Text,
+                "application/openmetrics-text" => Self::OpenMetrics,
+                "text/plain" | "*/*" => Self::Text,
                 _ => continue,
             };
             if q > best.0 {
@@ -390,11 +390,11 @@ impl Format {
     /// The content type of a response in this format.
     pub fn content_type(self) -> &'static str {
         match self {
-            Format::Protobuf => {
+            Self::Protobuf => {
                 "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited"
             }
-            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            Format::Text => "text/plain; version=0.0.4; charset=utf-8",
+            Self::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Self::Text => "text/plain; version=0.0.4; charset=utf-8",
         }
     }
 
@@ -407,9 +407,9 @@ impl Format {
         registry: &prometheus_client::registry::Registry,
     ) -> Result<Vec<u8>, std::fmt::Error> {
         match self {
-            Format::Protobuf => encode_protobuf(registry),
-            Format::OpenMetrics => encode_openmetrics(registry).map(String::into_bytes),
-            Format::Text => encode_text(registry).map(String::into_bytes),
+            Self::Protobuf => encode_protobuf(registry),
+            Self::OpenMetrics => encode_openmetrics(registry).map(String::into_bytes),
+            Self::Text => encode_text(registry).map(String::into_bytes),
         }
     }
 }
@@ -895,9 +895,15 @@ mod tests {
             (Some(prom_242), Protobuf),
             (Some(prom_3), Protobuf),
             (Some(prom_classic), OpenMetrics),
-            (Some("text/plain;q=0.9, application/openmetrics-text;q=0.2"), Text),
+            (
+                Some("text/plain;q=0.9, application/openmetrics-text;q=0.2"),
+                Text,
+            ),
             // A protobuf of another message is not ours to send.
-            (Some("application/vnd.google.protobuf;proto=other.Message"), Text),
+            (
+                Some("application/vnd.google.protobuf;proto=other.Message"),
+                Text,
+            ),
             (Some("*/*"), Text),
             (None, Text),
         ] {
@@ -973,7 +979,7 @@ mod tests {
             }
             let want: BTreeMap<i32, i64> = [(30e-6, 1), (300e-6, 2), (3000e-6, 1)]
                 .into_iter()
-                .map(|(v, n)| (((v as f64).log2() * 8.0).ceil() as i32, n))
+                .map(|(v, n)| ((f64::log2(v) * 8.0).ceil() as i32, n))
                 .collect();
             let got: BTreeMap<i32, i64> = counts.into_iter().filter(|(_, n)| *n > 0).collect();
             assert_eq!(got, want);

@@ -707,7 +707,11 @@ fn real_prometheus_scrapes_what_the_files_say() {
             .take(n)
             .map(|ns| ns as f64 / 1e9)
             .collect();
-        assert_eq!(rtts.len(), n, "{target}: the files have the histogram's answers");
+        assert_eq!(
+            rtts.len(),
+            n,
+            "{target}: the files have the histogram's answers"
+        );
         rtts.sort_by(f64::total_cmp);
         for (q, result) in &quantiles {
             let theirs = of_target(result);

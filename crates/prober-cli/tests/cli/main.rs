@@ -14,6 +14,7 @@ mod icmp;
 mod impair;
 mod layout;
 mod limits;
+mod otlp;
 mod relay;
 mod report;
 mod run;
