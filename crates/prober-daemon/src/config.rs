@@ -174,6 +174,9 @@ impl ServeSection {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct MetricsSection {
+    /// 127.0.0.1:9707 unless given: only this host can read the metrics
+    /// and the status page until they are exposed on purpose.
+    #[serde(default = "default_metrics_listen")]
     listen: SocketAddr,
     #[serde(default)]
     parts: bool,
@@ -183,9 +186,89 @@ struct MetricsSection {
     native_histograms: Option<bool>,
     /// Their growth factor (1.1 by default).
     native_bucket_factor: Option<f64>,
+    /// HTTP basic authentication for every page but `/healthz` and
+    /// `/readyz`.
+    basic_auth: Option<BasicAuthSection>,
+    /// A bearer token (in a file) instead.
+    bearer_token_file: Option<PathBuf>,
+}
+
+fn default_metrics_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 9707))
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BasicAuthSection {
+    user: String,
+    password_file: PathBuf,
+}
+
+/// What `/metrics` and the status page ask of a client.
+#[derive(Clone, PartialEq, Eq)]
+pub enum MetricsAuth {
+    /// `Authorization: Basic` with this user and password.
+    Basic {
+        /// The user name.
+        user: String,
+        /// The password, from `password_file`.
+        password: String,
+    },
+    /// `Authorization: Bearer` with this token.
+    Bearer(String),
+}
+
+impl std::fmt::Debug for MetricsAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never a secret in a log line.
+        match self {
+            Self::Basic { user, .. } => write!(f, "Basic({user:?}, password hidden)"),
+            Self::Bearer(_) => f.write_str("Bearer(token hidden)"),
+        }
+    }
+}
+
+/// A secret's file, relative to the config's folder, without its final
+/// line break; empty is refused.
+fn read_secret(key: &str, path: &Path, base: &Path) -> Result<String> {
+    let path = base.join(path);
+    // Capped: a path to /dev/zero must not read until memory runs out.
+    let text = crate::file_sd::read_capped(&path).ctx(|| format!("{key}: {}", path.display()))?;
+    let secret = text.trim_end_matches(['\n', '\r']).to_owned();
+    if secret.is_empty() {
+        bail!("{key}: {} is empty", path.display());
+    }
+    Ok(secret)
 }
 
 impl MetricsSection {
+    fn auth(&self, base: &Path) -> Result<Option<MetricsAuth>> {
+        match (&self.basic_auth, &self.bearer_token_file) {
+            (Some(_), Some(_)) => {
+                bail!("metrics: set basic_auth or bearer_token_file, not both")
+            }
+            (Some(b), None) => {
+                if b.user.is_empty() || b.user.contains(':') {
+                    bail!("metrics.basic_auth.user: must be non-empty and without ':'");
+                }
+                Ok(Some(MetricsAuth::Basic {
+                    user: b.user.clone(),
+                    password: read_secret(
+                        "metrics.basic_auth.password_file",
+                        &b.password_file,
+                        base,
+                    )?,
+                }))
+            }
+            (None, Some(path)) => Ok(Some(MetricsAuth::Bearer(read_secret(
+                "metrics.bearer_token_file",
+                path,
+                base,
+            )?))),
+            (None, None) => Ok(None),
+        }
+    }
+
     fn buckets(&self) -> Result<prober_sinks::prometheus::Buckets> {
         let mut b = prober_sinks::prometheus::Buckets::default();
         if let Some(classic) = &self.buckets {
@@ -551,6 +634,8 @@ pub struct Config {
     pub metric_buckets: prober_sinks::prometheus::Buckets,
     /// `[otlp]`, read at start only.
     pub otlp: Option<OtlpConfig>,
+    /// `[metrics] basic_auth` or `bearer_token_file`, read at start only.
+    pub metrics_auth: Option<MetricsAuth>,
     /// Ask for kernel transmit stamps (`[stamps] transmit = true`).
     pub tx_stamps: bool,
     /// The jobs.
@@ -1111,6 +1196,10 @@ pub async fn parse_with(
         },
         tx_stamps: raw.stamps.transmit,
         otlp: raw.otlp.as_ref().map(OtlpSection::settings).transpose()?,
+        metrics_auth: match &raw.metrics {
+            Some(m) => m.auth(&base)?,
+            None => None,
+        },
         refresh_at: {
             // Targets given by name are resolved again every resolve_every
             // (the system resolver gives no TTL), by the same reload.
@@ -1310,12 +1399,11 @@ mod tests {
         .unwrap();
         assert_eq!(&*c.metric_buckets.classic, &[0.001, 0.01]);
         assert_eq!(c.metric_buckets.native_factor, Some(1.5));
-        let c = literals_only(&with(
-            "[metrics]\nlisten = \"127.0.0.1:1\"\nnative_histograms = false",
-        ))
-        .await
-        .unwrap();
+        let c = literals_only(&with("[metrics]\nnative_histograms = false"))
+            .await
+            .unwrap();
         assert_eq!(c.metric_buckets.native_factor, None);
+        assert_eq!(c.metrics, Some("127.0.0.1:9707".parse().unwrap()));
         assert_eq!(c.otlp, None);
         let c = literals_only(&with("[otlp]\nendpoint = \"http://127.0.0.1:4317\""))
             .await
@@ -1327,6 +1415,15 @@ mod tests {
             ("buckets = [0.01, 0.001]", "must rise strictly"),
             ("buckets = [-1.0]", "not a positive number"),
             ("native_bucket_factor = 1.0", "must be above 1"),
+            (
+                "bearer_token_file = \"t\"\nbasic_auth = { user = \"u\", password_file = \"p\" }",
+                "not both",
+            ),
+            (
+                "basic_auth = { user = \"u:v\", password_file = \"p\" }",
+                "without ':'",
+            ),
+            ("bearer_token_file = \"/nonexistent/t\"", "/nonexistent/t"),
         ] {
             let text = with(&format!("[metrics]\nlisten = \"127.0.0.1:1\"\n{head}"));
             let e = literals_only(&text).await.unwrap_err().to_string();

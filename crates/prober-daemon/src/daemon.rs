@@ -465,11 +465,6 @@ pub async fn run(
             ),
         },
     };
-    let status = crate::status::StatusPage {
-        sink: sinks.metrics.clone(),
-        version: opts.version.clone(),
-        host: opts.host.0.clone(),
-    };
     let mut prom = prometheus_client::registry::Registry::default();
     prom.register_collector(sinks.metrics.collector());
     prom.register_collector(Box::new(crate::metrics::SinkCollector(
@@ -487,8 +482,15 @@ pub async fn run(
         &discovery,
     ))));
     let gauges = ReloadGauges::default();
+    let status = crate::status::StatusPage {
+        sink: sinks.metrics.clone(),
+        version: opts.version.clone(),
+        host: opts.host.0.clone(),
+        discovery: Arc::clone(&discovery),
+        reload: gauges.clone(),
+    };
     gauges.register(&mut prom, &opts.version);
-    gauges.loaded(true);
+    gauges.loaded(None);
     let prom = Arc::new(prom);
     if let Some(addr) = opts.metrics.or(cfg.metrics) {
         let listener = tokio::net::TcpListener::bind(addr)
@@ -502,6 +504,7 @@ pub async fn run(
             listener,
             prom,
             status,
+            cfg.metrics_auth.clone(),
             listeners_stop.clone(),
         ));
     }
@@ -520,6 +523,7 @@ pub async fn run(
             metric_parts: cfg.metric_parts,
             metric_buckets: cfg.metric_buckets.clone(),
             otlp: cfg.otlp.clone(),
+            metrics_auth: cfg.metrics_auth.clone(),
             tx_stamps: cfg.tx_stamps,
             jobs: Vec::new(),
             discovery: cfg.discovery.clone(),
@@ -587,7 +591,7 @@ pub async fn run(
                             Ok(()) => {
                                 seen = fingerprint(&d.cfg);
                                 due = d.cfg.refresh_at;
-                                gauges.loaded(true);
+                                gauges.loaded(None);
                                 if !rediscovering {
                                     tracing::info!(targets = d.by_key.len(), "config reloaded");
                                 } else if before != d.by_key.len() {
@@ -595,14 +599,14 @@ pub async fn run(
                                 }
                             }
                             Err(error) => {
-                                gauges.loaded(false);
+                                gauges.loaded(Some(&error.to_string()));
                                 due = retry_after_floor(&d.cfg);
                                 tracing::error!("config rejected, keeping the old one: {error}");
                             }
                         }
                     }
                     Err(error) => {
-                        gauges.loaded(false);
+                        gauges.loaded(Some(&error.to_string()));
                         due = retry_after_floor(&d.cfg);
                         tracing::error!("config rejected, keeping the old one: {error}");
                     }

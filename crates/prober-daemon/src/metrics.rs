@@ -14,6 +14,8 @@ use tokio_util::sync::CancellationToken;
 pub(crate) struct ReloadGauges {
     ok: Gauge,
     success_time: Gauge<f64, AtomicU64>,
+    /// Why the last reload was rejected; `None` once one works.
+    error: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl ReloadGauges {
@@ -39,7 +41,13 @@ impl ReloadGauges {
         );
     }
 
-    pub(crate) fn loaded(&self, ok: bool) {
+    /// A load or reload ended: `None` if it worked, else why not.
+    pub(crate) fn loaded(&self, error: Option<&str>) {
+        let ok = error.is_none();
+        *self
+            .error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = error.map(str::to_owned);
         self.ok.set(i64::from(ok));
         if ok {
             let now = std::time::SystemTime::now()
@@ -48,17 +56,71 @@ impl ReloadGauges {
             self.success_time.set(now);
         }
     }
+
+    /// Why the last reload was rejected, if it was.
+    pub(crate) fn last_error(&self) -> Option<String> {
+        self.error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
 }
 
-/// Serves `/metrics` from `registry` on `listener` until `stop` is cancelled.
+/// The `Authorization` header value a client must send, as bytes compared
+/// in constant time.
+#[derive(Clone)]
+struct Expected(Arc<[u8]>);
+
+impl Expected {
+    fn new(auth: &crate::config::MetricsAuth) -> Self {
+        use base64::Engine as _;
+        let value = match auth {
+            crate::config::MetricsAuth::Basic { user, password } => format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+            ),
+            crate::config::MetricsAuth::Bearer(token) => format!("Bearer {token}"),
+        };
+        Self(value.into_bytes().into())
+    }
+
+    fn accepts(&self, header: Option<&axum::http::HeaderValue>) -> bool {
+        use subtle::ConstantTimeEq as _;
+        let Some(got) = header.map(axum::http::HeaderValue::as_bytes) else {
+            return false;
+        };
+        // The scheme is case-insensitive (RFC 9110 11.1), the rest is not.
+        let scheme = self.0.iter().position(|b| *b == b' ').unwrap_or(0);
+        got.len() == self.0.len()
+            && got[..scheme].eq_ignore_ascii_case(&self.0[..scheme])
+            && bool::from(got[scheme..].ct_eq(&self.0[scheme..]))
+    }
+
+    fn challenge(&self) -> &'static str {
+        if self.0.starts_with(b"Basic") {
+            r#"Basic realm="prober", charset="UTF-8""#
+        } else {
+            r#"Bearer realm="prober""#
+        }
+    }
+}
+
+/// Serves `/metrics`, the status page and the health checks on `listener`
+/// until `stop` is cancelled; with `auth`, everything but `/healthz` and
+/// `/readyz` (Kubernetes' probes) asks for it.
 pub(crate) async fn serve_metrics(
     listener: TcpListener,
     registry: Arc<Registry>,
     status: crate::status::StatusPage,
+    auth: Option<crate::config::MetricsAuth>,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
     use axum::http::StatusCode;
     use axum::http::header::CONTENT_TYPE;
+    let status_page = axum::routing::get(move || {
+        let page = status.render();
+        async move { ([(CONTENT_TYPE, "text/html; charset=utf-8")], page) }
+    });
     let app = axum::Router::new()
         .route(
             "/metrics",
@@ -86,23 +148,38 @@ pub(crate) async fn serve_metrics(
                 }
             }),
         )
-        // For Kubernetes: alive while this answers; ready once serving,
-        // which happens only after the config loaded and the jobs started.
+        .route("/", status_page.clone())
+        .route("/status", status_page);
+    let app = match auth {
+        None => app,
+        Some(auth) => {
+            let expected = Expected::new(&auth);
+            app.layer(axum::middleware::from_fn(
+                move |req: axum::extract::Request, next: axum::middleware::Next| {
+                    let expected = expected.clone();
+                    async move {
+                        use axum::response::IntoResponse as _;
+                        if expected.accepts(req.headers().get(axum::http::header::AUTHORIZATION)) {
+                            next.run(req).await
+                        } else {
+                            (
+                                StatusCode::UNAUTHORIZED,
+                                [(axum::http::header::WWW_AUTHENTICATE, expected.challenge())],
+                                "authentication required\n",
+                            )
+                                .into_response()
+                        }
+                    }
+                },
+            ))
+        }
+    };
+    // For Kubernetes: alive while this answers; ready once serving, which
+    // happens only after the config loaded and the jobs started. Outside
+    // the authentication, as kubelet's probes send none.
+    let app = app
         .route("/healthz", axum::routing::get(|| async { "ok\n" }))
-        .route("/readyz", axum::routing::get(|| async { "ready\n" }))
-        .route(
-            "/status",
-            axum::routing::get(move || {
-                let page = status.render();
-                async move { ([(CONTENT_TYPE, "text/html; charset=utf-8")], page) }
-            }),
-        )
-        .route(
-            "/",
-            axum::routing::get(|| async {
-                "prober daemon: metrics at /metrics, a status page at /status\n"
-            }),
-        );
+        .route("/readyz", axum::routing::get(|| async { "ready\n" }));
     axum::serve(listener, app)
         .with_graceful_shutdown(stop.cancelled_owned())
         .await

@@ -1,12 +1,17 @@
-//! The status page (`GET /status` on the metrics port): every target's
-//! counters, recent loss and RTT quantiles in one HTML table, for a person
-//! at a browser (Goldpinger's and Cloudprober's status pages answer the
-//! same "which targets are bad right now?"). It reloads itself every 5 s
-//! and needs no script.
+//! The status page (`GET /` and `/status` on the metrics port): every
+//! target's last result, a sparkline of its last probes, loss and RTT
+//! quantiles over the last minute and hour, the parts of its last round
+//! trip, and the state of config reloads and DNS discovery, in one HTML page
+//! for a person at a browser (Goldpinger's and Cloudprober's status pages
+//! answer the same "which targets are bad right now?"). No external assets;
+//! it reads fine with JavaScript off, and reloads every 5 s with it on.
 
 use std::fmt::Write as _;
 
+use std::sync::Arc;
+
 use prober_sinks::prometheus::{PrometheusSink, RECENT, StatusRow};
+use prober_sinks::window::WindowStats;
 
 /// What the page shows besides the rows.
 #[derive(Debug, Clone)]
@@ -14,6 +19,65 @@ pub(crate) struct StatusPage {
     pub(crate) sink: PrometheusSink,
     pub(crate) version: String,
     pub(crate) host: String,
+    pub(crate) discovery: Arc<crate::dns_sd::Discovery>,
+    pub(crate) reload: crate::metrics::ReloadGauges,
+}
+
+/// An inline SVG of the last probes: RTT on a log scale from the lowest
+/// to the highest, a red tick for each lost probe.
+fn sparkline(rtts: &[Option<f32>]) -> String {
+    const W: f64 = 120.0;
+    const H: f64 = 22.0;
+    let ok: Vec<f64> = rtts
+        .iter()
+        .flatten()
+        .map(|v| f64::from(*v).max(0.001).ln())
+        .collect();
+    let (lo, hi) = ok
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
+            (a.min(*v), b.max(*v))
+        });
+    let step = W / (RECENT.max(2) - 1) as f64;
+    let mut line = String::new();
+    let mut lost = String::new();
+    for (i, r) in rtts.iter().enumerate() {
+        let x = i as f64 * step;
+        match r {
+            Some(v) => {
+                let v = f64::from(*v).max(0.001).ln();
+                let y = if hi > lo {
+                    H - 2.0 - (v - lo) / (hi - lo) * (H - 4.0)
+                } else {
+                    H / 2.0
+                };
+                let _ = write!(line, "{x:.1},{y:.1} ");
+            }
+            None => {
+                let _ = write!(lost, "M{x:.1} {H}V{:.1}", H - 8.0);
+            }
+        }
+    }
+    format!(
+        r##"<svg class="spark" width="{W}" height="{H}" viewBox="0 0 {W} {H}" role="img" aria-label="last {n} probes"><polyline points="{line}" fill="none" stroke="#2563a8" stroke-width="1.2"/><path d="{lost}" stroke="#c81e1e" stroke-width="1.5"/></svg>"##,
+        n = rtts.len(),
+        line = line.trim_end(),
+    )
+}
+
+/// Loss and quantiles of a window: `0.0% · 48.2 µs / 96.1 µs`.
+fn window_cells(w: &WindowStats) -> String {
+    if w.probes == 0 {
+        return r#"<td class="n">-</td><td class="n">-</td>"#.to_owned();
+    }
+    let q = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), human_us);
+    format!(
+        r#"<td class="n">{:.1}% of {}</td><td class="n">{} / {}</td>"#,
+        100.0 * w.lost as f64 / w.probes as f64,
+        w.probes,
+        q(w.p50_us),
+        q(w.p99_us)
+    )
 }
 
 fn esc(text: &str) -> String {
@@ -64,12 +128,11 @@ impl StatusPage {
         });
         let count = |s: &str| rows.iter().filter(|r| state(r) == s).count();
         let (down, loss) = (count("down"), count("loss"));
-        let mut h = String::with_capacity(1024 + rows.len() * 400);
+        let mut h = String::with_capacity(4096 + rows.len() * 1500);
         let _ = write!(
             h,
             r#"<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="refresh" content="5">
 <title>prober on {host}</title>
 <style>
 body {{ font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }}
@@ -88,18 +151,30 @@ tr.loss span.badge {{ color: #8a6100; }}
 tr.ok span.badge {{ color: #167a2e; }}
 td.err {{ color: #a00; max-width: 32em; overflow-wrap: anywhere; }}
 code {{ font-size: .95em; }}
-</style></head><body>
+svg.spark {{ vertical-align: middle; }}
+td.parts {{ font-size: .85em; color: #444; }}
+th.group {{ text-align: center; }}
+ul.state {{ margin: 0 0 1em; padding-left: 1.2em; }}
+li.bad {{ color: #a00; }}
+</style>
+<script>setTimeout(function () {{ location.reload(); }}, 5000);</script>
+</head><body>
 <h1>prober on {host}</h1>
-<p class="summary">{n} targets: <b>{down}</b> down, <b>{loss}</b> losing probes, {ok} fine (over each target's last {recent} probes). prober {version}; <a href="/metrics">metrics</a>. This page reloads every 5 s.</p>
-<table>
-<thead><tr><th>state</th><th>probe</th><th>target</th><th>labels</th><th>sent</th><th>lost (recent)</th><th>RTT p50</th><th>RTT p99</th><th>last error</th></tr></thead>
-<tbody>
+<p class="summary">{n} targets: <b>{down}</b> down, <b>{loss}</b> losing probes, {ok} fine (state over each target's last {recent} probes). prober {version}; <a href="/metrics">metrics</a>. With JavaScript on, this page reloads every 5 s.</p>
 "#,
             host = esc(&self.host),
             n = rows.len(),
             ok = rows.len() - down - loss,
             recent = RECENT,
             version = esc(&self.version),
+        );
+        self.daemon_state(&mut h);
+        h.push_str(
+            r#"<table>
+<thead><tr><th rowspan="2">state</th><th rowspan="2">probe</th><th rowspan="2">target</th><th rowspan="2">labels</th><th rowspan="2">sent</th><th rowspan="2">last probes</th><th colspan="2" class="group">last minute</th><th colspan="2" class="group">last hour</th><th rowspan="2">last round trip, by part</th><th rowspan="2">last error</th></tr>
+<tr><th>lost</th><th>RTT p50 / p99</th><th>lost</th><th>RTT p50 / p99</th></tr></thead>
+<tbody>
+"#,
         );
         for r in &rows {
             let label = |k: &str| {
@@ -115,31 +190,70 @@ code {{ font-size: .95em; }}
                 .map(|(k, v)| format!("{}={}", esc(k), esc(v)))
                 .collect();
             let st = state(r);
-            let lost = if r.recent == 0 {
-                "-".to_owned()
-            } else {
-                format!(
-                    "{} of {} ({:.0}%)",
-                    r.recent_lost,
-                    r.recent,
-                    100.0 * r.recent_lost as f64 / r.recent as f64
-                )
+            let last = match r.recent_rtts.last() {
+                None => "-".to_owned(),
+                Some(Some(us)) => human_us(f64::from(*us)),
+                Some(None) => "lost".to_owned(),
             };
-            let q = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), human_us);
+            let parts: Vec<String> = r
+                .last_parts
+                .iter()
+                .map(|(name, ns)| {
+                    format!("{} {}", name.replace('_', " "), human_us(*ns as f64 / 1e3))
+                })
+                .collect();
             let _ = writeln!(
                 h,
-                r#"<tr class="{st}"><td><span class="badge">{st}</span></td><td>{probe}</td><td><code>{target}</code></td><td class="l">{extra}</td><td class="n">{sent}</td><td class="n">{lost}</td><td class="n">{p50}</td><td class="n">{p99}</td><td class="err">{err}</td></tr>"#,
+                r#"<tr class="{st}"><td><span class="badge">{st}</span></td><td>{probe}</td><td><code>{target}</code></td><td class="l">{extra}</td><td class="n">{sent}</td><td class="l">{spark} {last}</td>{minute}{hour}<td class="parts">{parts}</td><td class="err">{err}</td></tr>"#,
                 probe = esc(label("probe")),
                 target = esc(label("target")),
                 extra = extra.join(" "),
                 sent = r.tally.sent,
-                p50 = q(r.p50_us),
-                p99 = q(r.p99_us),
+                spark = sparkline(&r.recent_rtts),
+                minute = window_cells(&r.minute),
+                hour = window_cells(&r.hour),
+                parts = parts.join(" · "),
                 err = r.last_error.as_deref().map(esc).unwrap_or_default(),
             );
         }
         h.push_str("</tbody></table>\n</body></html>\n");
         h
+    }
+
+    /// The config's last (re)load, and each job's DNS discovery.
+    fn daemon_state(&self, h: &mut String) {
+        h.push_str("<ul class=\"state\">\n");
+        match self.reload.last_error() {
+            None => h.push_str("<li>config: loaded</li>\n"),
+            Some(e) => {
+                let _ = writeln!(
+                    h,
+                    r#"<li class="bad">config: the last reload was rejected, the one before runs on: {}</li>"#,
+                    esc(&e)
+                );
+            }
+        }
+        for (job, s) in self.discovery.stats() {
+            // Jobs with nothing to tell (no dns_sd, no names that moved).
+            if s == crate::dns_sd::JobStats::default() {
+                continue;
+            }
+            let class = if s.failures > 0 || s.over_limit > 0 {
+                " class=\"bad\""
+            } else {
+                ""
+            };
+            let _ = writeln!(
+                h,
+                "<li{class}>discovery for <b>{}</b>: {} targets, {} failed lookups, {} over max_targets, {} address changes</li>",
+                esc(&job),
+                s.targets,
+                s.failures,
+                s.over_limit,
+                s.address_changes
+            );
+        }
+        h.push_str("</ul>\n");
     }
 }
 
@@ -164,6 +278,8 @@ mod tests {
             sink: PrometheusSink::new(),
             version: "0.1.0".to_owned(),
             host: "h<1>".to_owned(),
+            discovery: Arc::default(),
+            reload: crate::metrics::ReloadGauges::default(),
         }
         .render();
         assert!(page.contains("prober on h&lt;1&gt;"), "{page}");

@@ -30,6 +30,7 @@ pub mod otlp;
 pub mod output;
 pub mod progress;
 pub mod prometheus;
+pub mod window;
 
 pub use self::csv::CsvSink;
 pub use self::fields::{

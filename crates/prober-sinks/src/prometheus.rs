@@ -19,7 +19,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use prober_core::sequence::{BURST_BUCKETS, LossBursts};
 use prober_core::stats::Tally;
+use std::time::Duration;
+
 use prober_core::{Anomalies, AnomalyReader, Context, Outcome, Sample, Sink, TargetEntry};
+
+use crate::window::{Window, WindowStats};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::MetricType;
@@ -120,6 +124,13 @@ struct Series {
     recent: std::collections::VecDeque<Option<f32>>,
     /// The last error, and how many probes ago.
     last_error: Option<String>,
+    /// The last minute (6 slots of 10 s) and hour (12 of 5 min), for the
+    /// status page.
+    minute: Window,
+    hour: Window,
+    /// The parts of the last answered probe's round trip, ns
+    /// ([`prober_core::Parts::ALL_NAMES`]).
+    last_parts: [Option<u64>; 7],
 }
 
 /// Probes per target the status page's loss and quantiles cover. As f32
@@ -144,11 +155,31 @@ pub struct StatusRow {
     pub p99_us: Option<f64>,
     /// The last error's text, if any probe failed.
     pub last_error: Option<String>,
+    /// The last [`RECENT`] probes, oldest first: RTT in µs, or `None` if
+    /// lost (for a sparkline and the last result).
+    pub recent_rtts: Vec<Option<f32>>,
+    /// The last minute and the last hour (whole slots: 10 s and 5 min).
+    pub minute: WindowStats,
+    /// See `minute`.
+    pub hour: WindowStats,
+    /// The parts of the last answered probe's round trip that are known:
+    /// name and ns.
+    pub last_parts: Vec<(&'static str, u64)>,
 }
 
-#[derive(Default)]
 struct State {
     series: BTreeMap<usize, Series>,
+    /// Where the windows count their slots from.
+    origin: std::time::Instant,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        Self {
+            series: BTreeMap::new(),
+            origin: std::time::Instant::now(),
+        }
+    }
 }
 
 fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
@@ -209,6 +240,8 @@ impl PrometheusSink {
     }
 
     fn add(&self, t: &TargetEntry) {
+        let mut state = lock(&self.state);
+        let origin = state.origin;
         let info = &t.info;
         let mut labels = vec![
             ("probe".to_owned(), info.job.clone().unwrap_or_default()),
@@ -230,14 +263,18 @@ impl PrometheusSink {
             send_lag: self.buckets.histogram(),
             recent: std::collections::VecDeque::with_capacity(RECENT),
             last_error: None,
+            minute: Window::new(origin, Duration::from_secs(10), 6),
+            hour: Window::new(origin, Duration::from_secs(300), 12),
+            last_parts: [None; 7],
         };
-        lock(&self.state).series.insert(info.id, series);
+        state.series.insert(info.id, series);
     }
 
     /// Every target's status line, in the order of their labels (probe,
     /// target, ...).
     pub fn status(&self) -> Vec<StatusRow> {
         let state = lock(&self.state);
+        let now = std::time::Instant::now();
         let mut rows: Vec<StatusRow> = state
             .series
             .values()
@@ -260,6 +297,14 @@ impl PrometheusSink {
                     p50_us: q(0.5),
                     p99_us: q(0.99),
                     last_error: s.last_error.clone(),
+                    recent_rtts: s.recent.iter().copied().collect(),
+                    minute: s.minute.stats(now),
+                    hour: s.hour.stats(now),
+                    last_parts: prober_core::Parts::ALL_NAMES
+                        .iter()
+                        .zip(s.last_parts)
+                        .filter_map(|(n, v)| Some((*n, v?)))
+                        .collect(),
                 }
             })
             .collect();
@@ -305,15 +350,20 @@ impl Sink for PrometheusSink {
             if series.recent.len() == RECENT {
                 series.recent.pop_front();
             }
-            series.recent.push_back(match &s.outcome {
-                Outcome::Ok(r) => Some((r.rtt().as_secs_f64() * 1e6) as f32),
+            let rtt_us = match &s.outcome {
+                Outcome::Ok(r) => Some(r.rtt().as_secs_f64() * 1e6),
                 Outcome::Error(e) => {
                     series.last_error = Some(e.to_string());
                     None
                 }
                 _ => None,
-            });
+            };
+            series.recent.push_back(rtt_us.map(|us| us as f32));
+            let ended = s.sent.into_std() + s.rtt().unwrap_or_default();
+            series.minute.push(ended, rtt_us);
+            series.hour.push(ended, rtt_us);
             if let Outcome::Ok(r) = &s.outcome {
+                series.last_parts = r.parts().list_all();
                 series.rtt.observe(r.rtt().as_secs_f64());
                 observe_each(&self.buckets, &mut series.phases, r.app.phases.0);
                 if self.parts {

@@ -978,9 +978,10 @@ targets = ["udp://RESPONDER", "tcp://RESPONDER", "udp://127.0.0.1:{dead}"]
     // Long enough for every target's window to fill past a few probes.
     std::thread::sleep(Duration::from_millis(1500));
     let profile = d.dir.join("chromium");
-    let url = format!("http://{}/status", d.metrics);
+    let url = format!("http://{}/", d.metrics);
     let (dom, console) = crate::report::headless_url(bin, &url, "--dump-dom", &profile.join("a"));
     assert!(console.is_empty(), "{console:?}");
+    assert!(dom.contains("<li>config: loaded</li>"), "{dom}");
     let row = |target: &str| -> String {
         dom.split("<tr class=")
             .find(|r| r.contains(&format!("<code>{target}</code>")))
@@ -990,29 +991,136 @@ targets = ["udp://RESPONDER", "tcp://RESPONDER", "udp://127.0.0.1:{dead}"]
     for live in [format!("udp://{}", d.udp), format!("tcp://{}", d.udp)] {
         let r = row(&live);
         assert!(r.starts_with("\"ok\""), "{r}");
-        assert!(r.contains(" µs<") || r.contains(" ms<"), "a p50: {r}");
+        // Last minute and last hour: no loss, a p50 and a p99 each.
+        assert_eq!(r.matches(">0.0% of ").count(), 2, "{r}");
+        assert_eq!(
+            r.matches(" µs / ").count() + r.matches(" ms / ").count(),
+            2,
+            "{r}"
+        );
+        assert!(
+            r.contains("<svg class=\"spark\"") && r.contains("<polyline points=\"0.0,"),
+            "{r}"
+        );
+        assert!(
+            r.contains("client wake "),
+            "the last round trip's parts: {r}"
+        );
         assert!(r.contains("zone=&lt;a&amp;b&gt;"), "labels escaped: {r}");
     }
     let r = row(&format!("udp://127.0.0.1:{dead}"));
     assert!(r.starts_with("\"down\""), "{r}");
-    assert!(r.contains("(100%)") && r.contains("refused"), "{r}");
+    assert_eq!(r.matches(">100.0% of ").count(), 2, "{r}");
+    assert!(r.contains("refused") && r.contains("</svg> lost<"), "{r}");
     assert!(dom.contains("3 targets: <b>1</b> down"), "{dom}");
     let shot = std::env::var("PROBER_KEEP_SHOT")
         .map_or_else(|_| d.dir.join("status.png"), std::path::PathBuf::from);
-    crate::report::headless_url(
+    crate::report::headless_sized(
         bin,
         &url,
         &format!("--screenshot={}", shot.display()),
         &profile.join("b"),
+        "1700,330",
     );
-    let png = std::fs::read(&shot).unwrap();
-    assert!(
-        png.starts_with(b"\x89PNG") && png.len() > 5_000,
-        "{} bytes",
-        png.len()
-    );
+    crate::report::assert_not_blank(&shot, 3.0, 0.3);
     let dir = d.dir.clone();
     let (code, err) = d.stop();
     assert_eq!(code, Some(0), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The HTTP status curl got for `path`, with `args` (credentials) added.
+fn status_of(addr: &str, path: &str, args: &[&str]) -> (String, String) {
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "5", "-o", "/dev/null", "-D", "-"])
+        .args(args)
+        .arg(format!("http://{addr}{path}"))
+        .output()
+        .unwrap();
+    let head = String::from_utf8_lossy(&out.stdout).into_owned();
+    let code = head.split_whitespace().nth(1).unwrap_or("").to_owned();
+    (code, head)
+}
+
+/// With `[metrics] basic_auth` or `bearer_token_file`, the metrics, the
+/// status page and every other path refuse a client without the right
+/// credentials (401 and a challenge), except Kubernetes' health checks.
+#[test]
+fn the_metrics_port_refuses_wrong_credentials() {
+    let job = "[[job]]\nname = \"a\"\ninterval = \"100ms\"\ntargets = [\"udp://RESPONDER\"]\n";
+    let basic = Daemon::start_with_files(
+        "auth-basic",
+        &format!("basic_auth = {{ user = \"prom\", password_file = \"pass\" }}\n{job}"),
+        &[("pass", "s3cret\n")],
+    );
+    let m = basic.metrics.clone();
+    for path in ["/metrics", "/", "/status", "/nothing"] {
+        for args in [
+            &[][..],
+            &["-u", "prom:wrong"][..],
+            &["-u", "other:s3cret"][..],
+            &["-u", "prom:s3cret2"][..],
+            &["-H", "Authorization: Bearer s3cret"][..],
+        ] {
+            let (code, head) = status_of(&m, path, args);
+            assert_eq!(code, "401", "{path} {args:?}: {head}");
+            assert!(
+                head.to_lowercase()
+                    .contains("www-authenticate: basic realm=\"prober\""),
+                "{head}"
+            );
+        }
+    }
+    for path in ["/metrics", "/", "/status"] {
+        assert_eq!(
+            status_of(&m, path, &["-u", "prom:s3cret"]).0,
+            "200",
+            "{path}"
+        );
+    }
+    // The scheme in any case (RFC 9110), the credentials exactly.
+    let (code, _) = status_of(
+        &m,
+        "/metrics",
+        &["-H", "Authorization: basic cHJvbTpzM2NyZXQ="],
+    );
+    assert_eq!(code, "200");
+    for path in ["/healthz", "/readyz"] {
+        assert_eq!(
+            status_of(&m, path, &[]).0,
+            "200",
+            "{path} needs no credentials"
+        );
+    }
+    let (code, err) = basic.stop();
+    assert_eq!(code, Some(0), "{err}");
+
+    let bearer = Daemon::start_with_files(
+        "auth-bearer",
+        &format!("bearer_token_file = \"token\"\n{job}"),
+        &[("token", "t0ken")],
+    );
+    let m = bearer.metrics.clone();
+    for args in [
+        &[][..],
+        &["-H", "Authorization: Bearer t0ke"][..],
+        &["-H", "Authorization: Bearer t0kenX"][..],
+        &["-u", "x:t0ken"][..],
+    ] {
+        let (code, head) = status_of(&m, "/metrics", args);
+        assert_eq!(code, "401", "{args:?}: {head}");
+        assert!(
+            head.to_lowercase().contains("www-authenticate: bearer"),
+            "{head}"
+        );
+    }
+    let (code, _) = status_of(&m, "/metrics", &["-H", "Authorization: Bearer t0ken"]);
+    assert_eq!(code, "200");
+    let (code, err) = bearer.stop();
+    assert_eq!(code, Some(0), "{err}");
+    for d in ["auth-basic", "auth-bearer"] {
+        let _ = std::fs::remove_dir_all(
+            std::env::temp_dir().join(format!("prober-daemon-{d}-{}", std::process::id())),
+        );
+    }
 }
