@@ -10,6 +10,15 @@
 #   SINK=none bash benches/scale/run.sh   # Prometheus only: CPU and RSS as usually
 #                                         # deployed (no per-probe file to read
 #                                         # send lag and missed slots from)
+#   FLEET=1 bash benches/scale/run.sh     # the fleet features on: targets from a
+#                                         # file_sd file (watched), native and
+#                                         # per-part histograms, /metrics scraped
+#                                         # in protobuf; without FLEET: a
+#                                         # targets_file, classic buckets only,
+#                                         # scraped in text
+#
+# Both scrape /metrics every 5 s (as Prometheus would) and report the
+# slowest answer; the status page is fetched once at the end.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 N=${N:-10000}
@@ -18,15 +27,36 @@ D=${D:-60}
 work=$(mktemp -d /tmp/prober-scale.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
-python3 - "$N" > "$work/targets.txt" <<'PY'
-import sys
-n = int(sys.argv[1])
-for i in range(n):
-    print(f"icmp://127.1.{i // 250}.{i % 250 + 1}")
+python3 - "$N" "$work" <<'PY'
+import json, sys
+n, work = int(sys.argv[1]), sys.argv[2]
+urls = [f"icmp://127.1.{i // 250}.{i % 250 + 1}" for i in range(n)]
+open(f"{work}/targets.txt", "w").write("".join(u + "\n" for u in urls))
+# file_sd groups of 250, each with a rack label, as a fleet's would be.
+groups = [{"targets": urls[i:i + 250], "labels": {"rack": f"r{i // 250}"}}
+          for i in range(0, n, 250)]
+json.dump(groups, open(f"{work}/fleet.json", "w"))
 PY
-cat > "$work/prober.toml" <<TOML
+mport=$((20000 + RANDOM % 20000))
+if [ -n "${FLEET:-}" ]; then
+  cat > "$work/prober.toml" <<TOML
 [metrics]
-listen = "127.0.0.1:0"
+listen = "127.0.0.1:$mport"
+parts = true
+native_histograms = true
+
+[[job]]
+name = "scale"
+interval = "1s"
+timeout = "1s"
+file_sd = ["fleet.json"]
+TOML
+  accept='application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited'
+else
+  cat > "$work/prober.toml" <<TOML
+[metrics]
+listen = "127.0.0.1:$mport"
+native_histograms = false
 
 [[job]]
 name = "scale"
@@ -34,6 +64,8 @@ interval = "1s"
 timeout = "1s"
 targets_file = "targets.txt"
 TOML
+  accept='text/plain'
+fi
 if [ "${SINK:-jsonl}" = jsonl ]; then
   echo 'sinks = { jsonl = { path = "scale.jsonl" } }' >> "$work/prober.toml"
 fi
@@ -45,9 +77,24 @@ ticks() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
 split() { awk '{print "user", $14, "sys", $15}' "/proc/$pid/stat"; }
 sleep 2   # start-up: config, sockets, first slots
 t0=$(ticks); s0=$(date +%s.%N); split0=$(split)
-sleep "$D"
+# Scrapes every 5 s; the slowest and the size of the last.
+end=$(( $(date +%s) + D ))
+: > "$work/scrapes"
+while [ "$(date +%s)" -lt "$end" ]; do
+  curl -s -o "$work/scrape.out" -H "Accept: $accept" -w '%{time_total}\n' \
+    "http://127.0.0.1:$mport/metrics" >> "$work/scrapes" || echo fail >> "$work/scrapes"
+  sleep 5
+done
+status_s=$(curl -s -o "$work/status.html" -w '%{time_total}' "http://127.0.0.1:$mport/")
 t1=$(ticks); s1=$(date +%s.%N); echo "cpu ticks at start: $split0; at end: $(split) (clock ticks, $clk/s)"
 hwm=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
+if [ -n "${FLEET:-}" ]; then
+  echo "features           fleet: file_sd, native and per-part histograms, protobuf scrapes"
+else
+  echo "features           baseline: targets_file, classic buckets, text scrapes"
+fi
+echo "scrapes            $(grep -c . "$work/scrapes") every 5 s, slowest $(grep -v fail "$work/scrapes" | sort -g | tail -1) s, failed $(grep -c fail "$work/scrapes" || true); last $(stat -c %s "$work/scrape.out") bytes"
+echo "status page        ${status_s} s, $(stat -c %s "$work/status.html") bytes"
 kill -TERM "$pid"
 wait "$pid" || true
 

@@ -318,6 +318,13 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "MARK", value_parser = prober_net::mark::parse_fwmark)]
     pub(crate) fwmark: Option<u32>,
 
+    /// Spread each udp:// and tcp:// target over N flows (ECMP, as
+    /// Pingmesh does): N probes of their own, each on its own socket and so
+    /// its own source port, with their own statistics, shown as
+    /// `TARGET#flow=I` and labelled `flow`.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub(crate) flows: u16,
+
     /// ICMP socket: the unprivileged datagram socket, a raw socket, or the
     /// first of those that opens.
     #[arg(long, value_enum, default_value_t = IcmpSocketArg::Auto)]

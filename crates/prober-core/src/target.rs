@@ -60,6 +60,9 @@ pub struct Target {
     pub port: u16,
     /// What the URL path names (`grpc-health://h:p/service`), or "".
     pub path: String,
+    /// Which of `--flows N` flows this is: its own socket, so its own
+    /// source port and 5-tuple, for ECMP paths. Shown as `#flow=I`.
+    pub flow: Option<u16>,
 }
 
 impl PartialEq for Target {
@@ -68,8 +71,12 @@ impl PartialEq for Target {
             && self.host == other.host
             && self.port == other.port
             && self.path == other.path
+            && self.flow == other.flow
     }
 }
+
+/// The most flows one target may be spread over.
+pub const MAX_FLOWS: u16 = 1024;
 
 impl Eq for Target {}
 
@@ -88,6 +95,7 @@ impl Target {
             host: host.to_owned(),
             port,
             path: String::new(),
+            flow: None,
         }
     }
 
@@ -132,7 +140,7 @@ impl Target {
     }
 
     /// How this target appears in results, once resolved to `addr`: the IP
-    /// alone for protocols without ports.
+    /// alone for protocols without ports; a flow has a `flow` label.
     pub fn info(&self, id: usize, addr: SocketAddr, size: Option<usize>) -> TargetInfo {
         let shown = match self.protocol.port {
             None => addr.ip().to_string(),
@@ -140,7 +148,38 @@ impl Target {
         };
         let mut info = TargetInfo::new(id, &self.to_string(), self.scheme.name, &shown, size);
         info.timestamps = self.protocol.timestamps.as_str().to_owned();
+        if let Some(flow) = self.flow {
+            info.labels.insert("flow".to_owned(), flow.to_string());
+        }
         info
+    }
+
+    /// This target as `n` flows (`--flows N`): `n` targets `#flow=0` ..
+    /// `#flow=N-1`, each probed over its own socket, so each leaves from its
+    /// own source port (chosen by the kernel) and an ECMP hash may send it
+    /// down its own path. One flow is the target itself.
+    ///
+    /// # Errors
+    /// A protocol other than `udp` and `tcp` (whose probes keep one socket
+    /// for the run), or `n` of 0 or over [`MAX_FLOWS`].
+    pub fn flows(&self, n: u16) -> Result<Vec<Self>, String> {
+        if n == 0 || n > MAX_FLOWS {
+            return Err(format!("--flows {n}: give 1 to {MAX_FLOWS}"));
+        }
+        if n == 1 {
+            return Ok(vec![self.clone()]);
+        }
+        if !matches!(self.scheme.name, "udp" | "tcp") {
+            return Err(format!(
+                "--flows applies to udp:// and tcp:// targets, whose probes keep one socket (one source port) for the run; {self} is not one"
+            ));
+        }
+        Ok((0..n)
+            .map(|i| Self {
+                flow: Some(i),
+                ..self.clone()
+            })
+            .collect())
     }
 }
 
@@ -157,6 +196,9 @@ impl fmt::Display for Target {
         }
         if !self.path.is_empty() {
             write!(f, "/{}", self.path)?;
+        }
+        if let Some(flow) = self.flow {
+            write!(f, "#flow={flow}")?;
         }
         Ok(())
     }
@@ -277,6 +319,7 @@ pub fn parse_target(registry: &Registry, text: &str) -> Result<Target, TargetErr
         host: host.to_owned(),
         port,
         path: path.to_owned(),
+        flow: None,
     })
 }
 

@@ -431,6 +431,8 @@ job_settings! {
     max_targets: Option<usize>,
     /// Skip discovered addresses that are this host's own (mesh mode).
     exclude_self: Option<bool>,
+    /// Spread each udp/tcp target over this many flows (source ports).
+    flows: Option<u16>,
     /// `dscp = "ef"` or a number 0..=63: the TOS byte of requests.
     dscp: Option<String>,
     /// The TOS byte itself, 0..=255 (not with `dscp`).
@@ -947,12 +949,15 @@ async fn job(
         marks.check_family(addr).map_err(|e| {
             DaemonError::Config(format!("{key}.source: {e}, the address of {target}"))
         })?;
-        targets.push(JobTarget {
-            target,
-            addr,
-            size: tsize,
-            labels: target_labels,
-        });
+        let flows = j.settings.flows.or(defaults.flows).unwrap_or(1);
+        for flow in target.flows(flows).ctx(|| format!("{key}.flows"))? {
+            targets.push(JobTarget {
+                target: flow,
+                addr,
+                size: tsize,
+                labels: target_labels.clone(),
+            });
+        }
     }
     if over > 0 {
         tracing::warn!(
@@ -1446,6 +1451,37 @@ mod tests {
                 .to_string();
             assert!(e.contains(why), "{head}: {e}");
         }
+    }
+
+    #[tokio::test]
+    async fn flows_spread_udp_and_tcp_targets_only() {
+        let c = literals_only(
+            "[defaults]\nflows = 2\n[[job]]\nname = \"a\"\ntargets = [\"udp://127.0.0.1:1\", \"tcp://127.0.0.1:2\"]\n",
+        )
+        .await
+        .unwrap();
+        let names: Vec<String> = c.jobs[0]
+            .targets
+            .iter()
+            .map(|t| t.target.to_string())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "udp://127.0.0.1:1#flow=0",
+                "udp://127.0.0.1:1#flow=1",
+                "tcp://127.0.0.1:2#flow=0",
+                "tcp://127.0.0.1:2#flow=1"
+            ]
+        );
+        let e = literals_only("[[job]]\nname = \"a\"\nflows = 2\ntargets = [\"127.0.0.1\"]\n")
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("flows: --flows applies to udp:// and tcp://"),
+            "{e}"
+        );
     }
 
     #[tokio::test]

@@ -81,8 +81,9 @@ impl Buckets {
 
 /// Label names every series has; job labels may not reuse them, nor the
 /// names Prometheus itself gives meaning to.
-pub const RESERVED_LABELS: [&str; 11] = [
+pub const RESERVED_LABELS: [&str; 12] = [
     "probe",
+    "flow",
     "job",
     "target",
     "protocol",

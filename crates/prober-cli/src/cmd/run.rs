@@ -361,10 +361,11 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
 
     // Check everything that can be checked before any socket is opened.
-    let targets = texts
-        .iter()
-        .map(|t| parse_target(&PROTOCOLS, t))
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut targets = Vec::with_capacity(texts.len());
+    for text in &texts {
+        let t = parse_target(&PROTOCOLS, text)?;
+        targets.extend(t.flows(args.flows).map_err(|e| anyhow!(e))?);
+    }
     for t in &targets {
         if let Some(size) = t.size(args.size) {
             t.check_size(size)?;

@@ -345,3 +345,73 @@ fn size_on_a_target_without_payload_is_a_warning_not_an_error() {
         .collect();
     assert_eq!(sizes, [Some(100), Some(100)]);
 }
+
+/// Local ports of the sockets (`ss` protocol flag `-u` or `-t`) connected
+/// to `dst`.
+fn local_ports(flag: &str, dst: &str) -> std::collections::BTreeSet<String> {
+    let out = std::process::Command::new("ss")
+        .args(["-Han", flag, "dst", dst])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(3))
+        .filter_map(|local| local.rsplit_once(':').map(|(_, p)| p.to_owned()))
+        .collect()
+}
+
+/// `--flows 3` spreads a udp and a tcp target over three flows each: their
+/// own sockets (three source ports each, as `ss` sees them), their own
+/// statistics, named `#flow=I`.
+#[test]
+fn flows_leave_from_their_own_source_ports_with_their_own_statistics() {
+    let serve = crate::support::Serve::start(
+        &["--quiet", "--tcp", "127.0.0.1:0", "--udp", "127.0.0.1:0"],
+        2,
+    );
+    let (tcp, udp) = (serve.addr("tcp").to_owned(), serve.addr("udp").to_owned());
+    let child = crate::support::prober()
+        .args([
+            "run", "-o", "json", "-q", "-i", "10ms", "-d", "2s", "--flows", "3",
+        ])
+        .arg(format!("udp://{udp}"))
+        .arg(format!("tcp://{tcp}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    let (udp_ports, tcp_ports) = (local_ports("-u", &udp), local_ports("-t", &tcp));
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(udp_ports.len(), 3, "udp source ports {udp_ports:?}");
+    assert_eq!(tcp_ports.len(), 3, "tcp source ports {tcp_ports:?}");
+    let lines = crate::support::json_lines(&out);
+    let summaries: BTreeMap<String, &Value> = lines
+        .iter()
+        .filter(|l| l["type"] == "summary")
+        .map(|l| (l["target"].as_str().unwrap().to_owned(), l))
+        .collect();
+    let want: Vec<String> = (0..3)
+        .map(|i| format!("tcp://{tcp}#flow={i}"))
+        .chain((0..3).map(|i| format!("udp://{udp}#flow={i}")))
+        .collect();
+    assert_eq!(summaries.keys().cloned().collect::<Vec<_>>(), want);
+    for (target, s) in &summaries {
+        let sent = s["sent"].as_u64().unwrap();
+        assert!(sent >= 150, "{target}: {sent} sent");
+        assert_eq!(s["ok"].as_u64(), Some(sent), "{target}: {s}");
+    }
+    // Only where one socket carries the run.
+    let (code, _, err) = crate::support::run_json(&["run", "-c", "1", "--flows", "2", "127.0.0.1"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--flows applies to udp:// and tcp://"),
+        "{err}"
+    );
+    drop(serve);
+}
