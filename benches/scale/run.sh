@@ -81,6 +81,8 @@ t0=$(ticks); s0=$(date +%s.%N); split0=$(split)
 end=$(( $(date +%s) + D ))
 : > "$work/scrapes"
 while [ "$(date +%s)" -lt "$end" ]; do
+  # SCRAPE=0: no scrapes, to see what they cost the probes.
+  if [ "${SCRAPE:-1}" = 0 ]; then sleep 1; continue; fi
   curl -s -o "$work/scrape.out" -H "Accept: $accept" -w '%{time_total}\n' \
     "http://127.0.0.1:$mport/metrics" >> "$work/scrapes" || echo fail >> "$work/scrapes"
   sleep 5
