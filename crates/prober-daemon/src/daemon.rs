@@ -487,7 +487,7 @@ pub async fn run(
         version: opts.version.clone(),
         host: opts.host.0.clone(),
         discovery: Arc::clone(&discovery),
-        reload: gauges.clone(),
+        reload: gauges.last_reload(),
     };
     gauges.register(&mut prom, &opts.version);
     gauges.loaded(None);

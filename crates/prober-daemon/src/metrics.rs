@@ -15,7 +15,7 @@ pub(crate) struct ReloadGauges {
     ok: Gauge,
     success_time: Gauge<f64, AtomicU64>,
     /// Why the last reload was rejected; `None` once one works.
-    error: Arc<std::sync::Mutex<Option<String>>>,
+    error: crate::status::LastReload,
 }
 
 impl ReloadGauges {
@@ -44,10 +44,7 @@ impl ReloadGauges {
     /// A load or reload ended: `None` if it worked, else why not.
     pub(crate) fn loaded(&self, error: Option<&str>) {
         let ok = error.is_none();
-        *self
-            .error
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = error.map(str::to_owned);
+        self.error.set(error);
         self.ok.set(i64::from(ok));
         if ok {
             let now = std::time::SystemTime::now()
@@ -57,12 +54,9 @@ impl ReloadGauges {
         }
     }
 
-    /// Why the last reload was rejected, if it was.
-    pub(crate) fn last_error(&self) -> Option<String> {
-        self.error
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+    /// The rejection reason the status page reads.
+    pub(crate) fn last_reload(&self) -> crate::status::LastReload {
+        self.error.clone()
     }
 }
 

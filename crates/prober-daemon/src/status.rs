@@ -20,7 +20,28 @@ pub(crate) struct StatusPage {
     pub(crate) version: String,
     pub(crate) host: String,
     pub(crate) discovery: Arc<crate::dns_sd::Discovery>,
-    pub(crate) reload: crate::metrics::ReloadGauges,
+    pub(crate) reload: LastReload,
+}
+
+/// Why the last config reload was rejected (`None` once one works): set
+/// where the reload gauges are, read by the page.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LastReload(Arc<std::sync::Mutex<Option<String>>>);
+
+impl LastReload {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(crate) fn set(&self, error: Option<&str>) {
+        *self.lock() = error.map(str::to_owned);
+    }
+
+    pub(crate) fn get(&self) -> Option<String> {
+        self.lock().clone()
+    }
 }
 
 /// An inline SVG of the last probes: RTT on a log scale from the lowest
@@ -223,7 +244,7 @@ li.bad {{ color: #a00; }}
     /// The config's last (re)load, and each job's DNS discovery.
     fn daemon_state(&self, h: &mut String) {
         h.push_str("<ul class=\"state\">\n");
-        match self.reload.last_error() {
+        match self.reload.get() {
             None => h.push_str("<li>config: loaded</li>\n"),
             Some(e) => {
                 let _ = writeln!(
@@ -279,7 +300,7 @@ mod tests {
             version: "0.1.0".to_owned(),
             host: "h<1>".to_owned(),
             discovery: Arc::default(),
-            reload: crate::metrics::ReloadGauges::default(),
+            reload: LastReload::default(),
         }
         .render();
         assert!(page.contains("prober on h&lt;1&gt;"), "{page}");
