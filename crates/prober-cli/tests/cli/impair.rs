@@ -230,8 +230,11 @@ fn jittered_delays_show_in_the_rtt_quantiles() {
             let want = quantile(&drawn, q) + base;
             let got = s["rtt"][key].as_f64().unwrap();
             eprintln!("{jitter:?} {key}: rtt {got:.0} ns, relay held {want:.0} ns (+ base)");
+            // 500 µs: under the whole suite on 2 vCPUs, prober's and the
+            // responder's own wake-ups added 376 µs at a p90 once (4.75 ms
+            // against 4.37 ms held), beyond the relay's lateness.
             assert!(
-                (got - want).abs() <= (0.05 * want).max(300_000.0),
+                (got - want).abs() <= (0.05 * want).max(500_000.0),
                 "{jitter:?} {key}: rtt {got} ns, want {want} ns"
             );
         }
