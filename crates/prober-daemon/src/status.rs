@@ -129,9 +129,10 @@ fn human_us(us: f64) -> String {
 
 /// A row's state: `down` (every recent probe lost), `loss` (some), `ok`.
 fn state(r: &StatusRow) -> &'static str {
-    if r.recent > 0 && r.recent_lost == r.recent {
+    let lost = r.recent_rtts.iter().filter(|v| v.is_none()).count();
+    if !r.recent_rtts.is_empty() && lost == r.recent_rtts.len() {
         "down"
-    } else if r.recent_lost > 0 {
+    } else if lost > 0 {
         "loss"
     } else {
         "ok"

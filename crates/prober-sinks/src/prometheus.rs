@@ -145,15 +145,6 @@ pub struct StatusRow {
     pub labels: Vec<(String, String)>,
     /// Since the target started.
     pub tally: Tally,
-    /// Probes in the recent window (up to [`RECENT`]).
-    pub recent: usize,
-    /// Of those, lost (timeout or error).
-    pub recent_lost: usize,
-    /// The median and 99th percentile RTT of the window's answered
-    /// probes, µs.
-    pub p50_us: Option<f64>,
-    /// See `p50_us`.
-    pub p99_us: Option<f64>,
     /// The last error's text, if any probe failed.
     pub last_error: Option<String>,
     /// The last [`RECENT`] probes, oldest first: RTT in µs, or `None` if
@@ -279,34 +270,18 @@ impl PrometheusSink {
         let mut rows: Vec<StatusRow> = state
             .series
             .values()
-            .map(|s| {
-                let mut rtts: Vec<f32> = s.recent.iter().flatten().copied().collect();
-                rtts.sort_by(f32::total_cmp);
-                // Nearest rank, as the summaries' quantiles.
-                let q = |q: f64| -> Option<f64> {
-                    let n = rtts.len();
-                    (n > 0).then(|| {
-                        let rank = ((q * n as f64).ceil() as usize).clamp(1, n);
-                        f64::from(rtts[rank - 1])
-                    })
-                };
-                StatusRow {
-                    labels: s.labels.clone(),
-                    tally: s.tally,
-                    recent: s.recent.len(),
-                    recent_lost: s.recent.iter().filter(|r| r.is_none()).count(),
-                    p50_us: q(0.5),
-                    p99_us: q(0.99),
-                    last_error: s.last_error.clone(),
-                    recent_rtts: s.recent.iter().copied().collect(),
-                    minute: s.minute.stats(now),
-                    hour: s.hour.stats(now),
-                    last_parts: prober_core::Parts::ALL_NAMES
-                        .iter()
-                        .zip(s.last_parts)
-                        .filter_map(|(n, v)| Some((*n, v?)))
-                        .collect(),
-                }
+            .map(|s| StatusRow {
+                labels: s.labels.clone(),
+                tally: s.tally,
+                last_error: s.last_error.clone(),
+                recent_rtts: s.recent.iter().copied().collect(),
+                minute: s.minute.stats(now),
+                hour: s.hour.stats(now),
+                last_parts: prober_core::Parts::ALL_NAMES
+                    .iter()
+                    .zip(s.last_parts)
+                    .filter_map(|(n, v)| Some((*n, v?)))
+                    .collect(),
             })
             .collect();
         rows.sort_by(|a, b| a.labels.cmp(&b.labels));
