@@ -227,16 +227,10 @@ impl OtlpSink {
 
     fn add(&self, t: &TargetEntry) {
         let info = &t.info;
-        let mut attrs = vec![
-            KeyValue::new("probe", info.job.clone().unwrap_or_default()),
-            KeyValue::new("target", info.target.clone()),
-            KeyValue::new("protocol", info.protocol.clone()),
-        ];
-        attrs.extend(
-            info.labels
-                .iter()
-                .map(|(k, v)| KeyValue::new(k.clone(), v.clone())),
-        );
+        let attrs: Vec<KeyValue> = crate::prometheus::series_labels(info)
+            .into_iter()
+            .map(|(k, v)| KeyValue::new(k, v))
+            .collect();
         lock(&self.series).insert(
             info.id,
             Series {

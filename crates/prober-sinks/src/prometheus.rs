@@ -178,6 +178,19 @@ fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
     state.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// The labels of a target's series, in this order: `probe` (its job),
+/// `target`, `protocol`, then the job's and the target's own labels. The
+/// OTLP sink gives its data points the same attributes.
+pub fn series_labels(info: &prober_core::TargetInfo) -> Vec<(String, String)> {
+    let mut labels = vec![
+        ("probe".to_owned(), info.job.clone().unwrap_or_default()),
+        ("target".to_owned(), info.target.clone()),
+        ("protocol".to_owned(), info.protocol.clone()),
+    ];
+    labels.extend(info.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+    labels
+}
+
 /// Feeds the series; register [`PrometheusSink::collector`] in the registry
 /// that `/metrics` encodes.
 #[derive(Clone, Default)]
@@ -235,14 +248,8 @@ impl PrometheusSink {
         let mut state = lock(&self.state);
         let origin = state.origin;
         let info = &t.info;
-        let mut labels = vec![
-            ("probe".to_owned(), info.job.clone().unwrap_or_default()),
-            ("target".to_owned(), info.target.clone()),
-            ("protocol".to_owned(), info.protocol.clone()),
-        ];
-        labels.extend(info.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
         let series = Series {
-            labels,
+            labels: series_labels(info),
             tally: t.stats.tally,
             anomalies: t.anomaly_reader(),
             rtt: self.buckets.histogram(),
