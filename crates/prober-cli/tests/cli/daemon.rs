@@ -1092,6 +1092,7 @@ fn the_metrics_port_refuses_wrong_credentials() {
             "{path} needs no credentials"
         );
     }
+    let basic_dir = basic.dir.clone();
     let (code, err) = basic.stop();
     assert_eq!(code, Some(0), "{err}");
 
@@ -1116,11 +1117,10 @@ fn the_metrics_port_refuses_wrong_credentials() {
     }
     let (code, _) = status_of(&m, "/metrics", &["-H", "Authorization: Bearer t0ken"]);
     assert_eq!(code, "200");
+    let bearer_dir = bearer.dir.clone();
     let (code, err) = bearer.stop();
     assert_eq!(code, Some(0), "{err}");
-    for d in ["auth-basic", "auth-bearer"] {
-        let _ = std::fs::remove_dir_all(
-            std::env::temp_dir().join(format!("prober-daemon-{d}-{}", std::process::id())),
-        );
+    for dir in [basic_dir, bearer_dir] {
+        let _ = std::fs::remove_dir_all(dir);
     }
 }
