@@ -111,9 +111,25 @@ pub(crate) async fn serve_metrics(
 ) -> std::io::Result<()> {
     use axum::http::StatusCode;
     use axum::http::header::CONTENT_TYPE;
+    // Both are rendered on the blocking pool: at 10,000 targets a scrape
+    // takes 0.2-0.9 s of CPU, and the runtime thread that would otherwise
+    // do it is the one that receives the probes' replies.
     let status_page = axum::routing::get(move || {
-        let page = status.render();
-        async move { ([(CONTENT_TYPE, "text/html; charset=utf-8")], page) }
+        let status = status.clone();
+        async move {
+            match tokio::task::spawn_blocking(move || status.render()).await {
+                Ok(page) => (
+                    StatusCode::OK,
+                    [(CONTENT_TYPE, "text/html; charset=utf-8")],
+                    page,
+                ),
+                Err(_) => (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    [(CONTENT_TYPE, "text/plain; charset=utf-8")],
+                    "rendering the status page failed\n".to_owned(),
+                ),
+            }
+        }
     });
     let app = axum::Router::new()
         .route(
@@ -125,15 +141,16 @@ pub(crate) async fn serve_metrics(
                         .get(axum::http::header::ACCEPT)
                         .and_then(|v| v.to_str().ok()),
                 );
-                let res = format.encode(&registry);
+                let registry = Arc::clone(&registry);
                 async move {
+                    let res = tokio::task::spawn_blocking(move || format.encode(&registry)).await;
                     match res {
-                        Ok(body) => (
+                        Ok(Ok(body)) => (
                             StatusCode::OK,
                             [(CONTENT_TYPE, format.content_type())],
                             body,
                         ),
-                        Err(_) => (
+                        Ok(Err(_)) | Err(_) => (
                             StatusCode::INTERNAL_SERVER_ERROR,
                             [(CONTENT_TYPE, "text/plain; charset=utf-8")],
                             b"encoding the metrics failed\n".to_vec(),
