@@ -104,7 +104,7 @@ impl Expected {
 /// `/readyz` (Kubernetes' probes) asks for it.
 pub(crate) async fn serve_metrics(
     listener: TcpListener,
-    registry: Arc<Registry>,
+    registries: Arc<[Registry]>,
     status: crate::status::StatusPage,
     auth: Option<crate::config::MetricsAuth>,
     stop: CancellationToken,
@@ -141,9 +141,10 @@ pub(crate) async fn serve_metrics(
                         .get(axum::http::header::ACCEPT)
                         .and_then(|v| v.to_str().ok()),
                 );
-                let registry = Arc::clone(&registry);
+                let registries = Arc::clone(&registries);
                 async move {
-                    let res = tokio::task::spawn_blocking(move || format.encode(&registry)).await;
+                    let res =
+                        tokio::task::spawn_blocking(move || format.encode_each(&registries)).await;
                     match res {
                         Ok(Ok(body)) => (
                             StatusCode::OK,

@@ -244,7 +244,24 @@ impl PrometheusSink {
     pub fn collector(&self) -> Box<dyn Collector> {
         Box::new(TargetsCollector {
             state: Arc::clone(&self.state),
+            group: None,
         })
+    }
+
+    /// The same series as [`Self::collector`], split into a few collectors
+    /// that each encode whole families, for [`Format::encode_each`]: a
+    /// registry in protobuf is built as one message tree before it is
+    /// written (prometheus-client's `encode_to_vec`), so a registry per
+    /// group holds a group's tree at a time, not all of them.
+    pub fn collectors(&self) -> Vec<Box<dyn Collector>> {
+        (0..GROUPS)
+            .map(|g| {
+                Box::new(TargetsCollector {
+                    state: Arc::clone(&self.state),
+                    group: Some(g),
+                }) as Box<dyn Collector>
+            })
+            .collect()
     }
 
     /// Removes a target's series now (a reload restarts it under a new id),
@@ -293,18 +310,20 @@ impl PrometheusSink {
             let state = lock(&self.state);
             let now = std::time::Instant::now();
             let mut chunk = state.series.range(from..);
-            rows.extend(chunk.by_ref().take(CHUNK).map(|(_, s)| StatusRow {
-                labels: (*s.m.labels).clone(),
-                tally: s.m.tally,
-                last_error: s.last_error.clone(),
-                recent_rtts: s.recent.iter().copied().collect(),
-                minute: s.minute.stats(now),
-                hour: s.hour.stats(now),
-                last_parts: prober_core::Parts::ALL_NAMES
-                    .iter()
-                    .zip(s.last_parts)
-                    .filter_map(|(n, v)| Some((*n, v?)))
-                    .collect(),
+            rows.extend(chunk.by_ref().take(CHUNK).map(|(_, s)| {
+                StatusRow {
+                    labels: (*s.m.labels).clone(),
+                    tally: s.m.tally,
+                    last_error: s.last_error.clone(),
+                    recent_rtts: s.recent.iter().copied().collect(),
+                    minute: s.minute.stats(now),
+                    hour: s.hour.stats(now),
+                    last_parts: prober_core::Parts::ALL_NAMES
+                        .iter()
+                        .zip(s.last_parts)
+                        .filter_map(|(n, v)| Some((*n, v?)))
+                        .collect(),
+                }
             }));
             match chunk.next() {
                 Some((id, _)) => from = *id,
@@ -452,6 +471,35 @@ impl Format {
         }
     }
 
+    /// The registries one after another, in this format, as one
+    /// exposition: no family may be in two of them.
+    ///
+    /// # Errors
+    /// A metric that fails to encode.
+    pub fn encode_each(
+        self,
+        registries: &[prometheus_client::registry::Registry],
+    ) -> Result<Vec<u8>, std::fmt::Error> {
+        const EOF: &[u8] = b"# EOF\n";
+        let mut out = Vec::new();
+        for r in registries {
+            let mut one = self.encode(r)?;
+            // OpenMetrics ends once, after the last family.
+            if self == Self::OpenMetrics && one.ends_with(EOF) {
+                one.truncate(one.len() - EOF.len());
+            }
+            if out.is_empty() {
+                out = one;
+            } else {
+                out.extend_from_slice(&one);
+            }
+        }
+        if self == Self::OpenMetrics {
+            out.extend_from_slice(EOF);
+        }
+        Ok(out)
+    }
+
     /// `registry` in this format.
     ///
     /// # Errors
@@ -540,7 +588,8 @@ impl TextFormat {
                 self.out.push_str(&format!("# HELP {name}{suffix} {text}"));
                 self.help.clear();
             }
-            self.out.push_str(&format!("# TYPE {name}{suffix} {kind}\n"));
+            self.out
+                .push_str(&format!("# TYPE {name}{suffix} {kind}\n"));
         }
         // `# EOF` and `# UNIT` have no place in the 0.0.4 format.
     }
@@ -579,7 +628,14 @@ impl std::fmt::Write for TextFormat {
 
 struct TargetsCollector {
     state: Arc<Mutex<State>>,
+    /// Only this group of families ([`PrometheusSink::collectors`]); `None`:
+    /// all.
+    group: Option<usize>,
 }
+
+/// Groups of families [`TargetsCollector`] encodes: the counters, the
+/// phases, the four duration histograms, loss and jitter, the parts.
+const GROUPS: usize = 8;
 
 impl std::fmt::Debug for TargetsCollector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -603,128 +659,133 @@ impl Collector for TargetsCollector {
             .values()
             .map(|s| s.m.clone())
             .collect();
-        let counters: [CounterDef<Tally>; 4] = [
-            (
-                "prober_probes_sent",
-                "Probes sent (ok + timeout + error)",
-                |t| t.sent,
-            ),
-            (
-                "prober_probes_ok",
-                "Probes answered within the timeout",
-                |t| t.ok,
-            ),
-            (
-                "prober_probes_timeout",
-                "Probes with no reply within the timeout",
-                |t| t.timeout,
-            ),
-            (
-                "prober_probes_error",
-                "Probes that failed (refused, unreachable, bad reply)",
-                |t| t.error,
-            ),
-        ];
-        for (name, help, get) in counters {
-            let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-            for s in &series {
-                ConstCounter::new(get(&s.tally)).encode(m.encode_family(&*s.labels)?)?;
+        let on = |g: usize| self.group.is_none_or(|x| x == g);
+        if on(0) {
+            let counters: [CounterDef<Tally>; 4] = [
+                (
+                    "prober_probes_sent",
+                    "Probes sent (ok + timeout + error)",
+                    |t| t.sent,
+                ),
+                (
+                    "prober_probes_ok",
+                    "Probes answered within the timeout",
+                    |t| t.ok,
+                ),
+                (
+                    "prober_probes_timeout",
+                    "Probes with no reply within the timeout",
+                    |t| t.timeout,
+                ),
+                (
+                    "prober_probes_error",
+                    "Probes that failed (refused, unreachable, bad reply)",
+                    |t| t.error,
+                ),
+            ];
+            for (name, help, get) in counters {
+                let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+                for s in &series {
+                    ConstCounter::new(get(&s.tally)).encode(m.encode_family(&*s.labels)?)?;
+                }
             }
-        }
-        let mut m = encoder.encode_descriptor(
+            let mut m = encoder.encode_descriptor(
             "prober_probe_errors",
             "Failed probes by reason (refused, unreachable, reset, tls, protocol, timeout, local, status, content, too_large, truncated, other)",
             None,
             MetricType::Counter,
         )?;
-        for s in &series {
-            for (kind, n) in s.tally.errors_by_kind() {
-                let mut labels = (*s.labels).clone();
-                labels.push(("reason".to_owned(), kind.as_str().to_owned()));
-                ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
+            for s in &series {
+                for (kind, n) in s.tally.errors_by_kind() {
+                    let mut labels = (*s.labels).clone();
+                    labels.push(("reason".to_owned(), kind.as_str().to_owned()));
+                    ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
+                }
             }
-        }
-        let anomalies: Vec<(&Labels, Anomalies)> = series
-            .iter()
-            .map(|s| (&*s.labels, (s.anomalies)()))
-            .collect();
-        let extra: [CounterDef<Anomalies>; 5] = [
-            (
-                "prober_replies_late",
-                "Replies that arrived after their probe timed out",
-                |a| a.late,
-            ),
-            (
-                "prober_replies_duplicate",
-                "Second and later replies to one probe",
-                |a| a.duplicate,
-            ),
-            (
-                "prober_replies_reordered",
-                "Replies that arrived after a reply to a later probe",
-                |a| a.reordered,
-            ),
-            (
-                "prober_replies_corrupt",
-                "Replies that could not be decoded (counted as corrupt, never as ok)",
-                |a| a.corrupt,
-            ),
-            (
-                "prober_reconnects",
-                "Connections the probe opened again after losing one (tcp, grpc, http, dns over tcp)",
-                |a| a.reconnects,
-            ),
-        ];
-        for (name, help, get) in extra {
-            let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-            for (labels, a) in &anomalies {
-                ConstCounter::new(get(a)).encode(m.encode_family(*labels)?)?;
+            let anomalies: Vec<(&Labels, Anomalies)> = series
+                .iter()
+                .map(|s| (&*s.labels, (s.anomalies)()))
+                .collect();
+            let extra: [CounterDef<Anomalies>; 5] = [
+                (
+                    "prober_replies_late",
+                    "Replies that arrived after their probe timed out",
+                    |a| a.late,
+                ),
+                (
+                    "prober_replies_duplicate",
+                    "Second and later replies to one probe",
+                    |a| a.duplicate,
+                ),
+                (
+                    "prober_replies_reordered",
+                    "Replies that arrived after a reply to a later probe",
+                    |a| a.reordered,
+                ),
+                (
+                    "prober_replies_corrupt",
+                    "Replies that could not be decoded (counted as corrupt, never as ok)",
+                    |a| a.corrupt,
+                ),
+                (
+                    "prober_reconnects",
+                    "Connections the probe opened again after losing one (tcp, grpc, http, dns over tcp)",
+                    |a| a.reconnects,
+                ),
+            ];
+            for (name, help, get) in extra {
+                let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+                for (labels, a) in &anomalies {
+                    ConstCounter::new(get(a)).encode(m.encode_family(*labels)?)?;
+                }
             }
-        }
-        if anomalies.iter().any(|(_, a)| a.direction.is_some()) {
-            let mut m = encoder.encode_descriptor(
+            if anomalies.iter().any(|(_, a)| a.direction.is_some()) {
+                let mut m = encoder.encode_descriptor(
                 "prober_lost",
                 "Lost probes by direction (forward, backward, unknown), where the protocol tells (stamp:// with a stateful reflector)",
                 None,
                 MetricType::Counter,
             )?;
-            for (labels, a) in &anomalies {
-                let Some(d) = a.direction else { continue };
-                for (dir, n) in [
-                    ("forward", d.forward),
-                    ("backward", d.backward),
-                    ("unknown", d.unknown),
-                ] {
-                    let mut labels = (*labels).clone();
-                    labels.push(("direction".to_owned(), dir.to_owned()));
-                    ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
+                for (labels, a) in &anomalies {
+                    let Some(d) = a.direction else { continue };
+                    for (dir, n) in [
+                        ("forward", d.forward),
+                        ("backward", d.backward),
+                        ("unknown", d.unknown),
+                    ] {
+                        let mut labels = (*labels).clone();
+                        labels.push(("direction".to_owned(), dir.to_owned()));
+                        ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
+                    }
                 }
             }
-        }
-        if anomalies.iter().any(|(_, a)| a.cert_not_after.is_some()) {
-            let mut m = encoder.encode_descriptor(
+            if anomalies.iter().any(|(_, a)| a.cert_not_after.is_some()) {
+                let mut m = encoder.encode_descriptor(
                 "prober_tls_cert_expiry_timestamp_seconds",
                 "When the server's certificate expires, as Unix seconds (https://, grpcs://), as blackbox_exporter's probe_ssl_earliest_cert_expiry",
                 None,
                 MetricType::Gauge,
             )?;
-            for (labels, a) in &anomalies {
-                if let Some(t) = a.cert_not_after {
-                    ConstGauge::new(t).encode(m.encode_family(*labels)?)?;
+                for (labels, a) in &anomalies {
+                    if let Some(t) = a.cert_not_after {
+                        ConstGauge::new(t).encode(m.encode_family(*labels)?)?;
+                    }
                 }
             }
         }
-        encode_by_label(
-            &mut encoder,
-            &series,
-            (
-                "prober_phase_duration_seconds",
-                "Phases of answered application requests: resolve, connect, tls, write, first_byte, body (as blackbox_exporter's probe_http_duration_seconds)",
-                "phase",
-            ),
-            &prober_core::Phases::NAMES,
-            |s| &s.phases,
-        )?;
+        if on(1) {
+            encode_by_label(
+                &mut encoder,
+                &series,
+                (
+                    "prober_phase_duration_seconds",
+                    "Phases of answered application requests: resolve, connect, tls, write, first_byte, body (as blackbox_exporter's probe_http_duration_seconds)",
+                    "phase",
+                ),
+                &prober_core::Phases::NAMES,
+                |s| &s.phases,
+            )?;
+        }
         let views: [HistogramDef; 4] = [
             (
                 "prober_rtt_seconds",
@@ -747,13 +808,21 @@ impl Collector for TargetsCollector {
                 |s| &s.ipdv,
             ),
         ];
-        for (name, help, pick) in views {
+        for (i, (name, help, pick)) in views.into_iter().enumerate() {
+            if !on(2 + i) {
+                continue;
+            }
             let mut m = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
             for s in &series {
                 pick(s).encode(m.encode_family(&*s.labels)?)?;
             }
         }
-        encode_sequence(&mut encoder, &series)?;
+        if on(6) {
+            encode_sequence(&mut encoder, &series)?;
+        }
+        if !on(7) {
+            return Ok(());
+        }
         encode_by_label(
             &mut encoder,
             &series,
@@ -1150,6 +1219,43 @@ mod tests {
             !text.contains("part=\"responder_wake\""),
             "unknown parts have no series"
         );
+    }
+
+    #[test]
+    fn a_registry_per_group_encodes_as_the_whole() {
+        let sink = PrometheusSink::new().with_parts(true);
+        let info = TargetInfo::new(7, "icmp://h", "icmp", "h", Some(56));
+        let (mut c, whole) = collecting(sink.clone(), info);
+        let stamps = prober_core::Stamps {
+            t1: Some(1_000_000),
+            t1k: Some(1_002_000),
+            t4k: Some(1_012_000),
+            t4: Some(1_040_000),
+            responder: None,
+            kernel_peer: true,
+        };
+        let r = reply(Instant::now(), 40, stamps);
+        c.event(Event::Sample(sample(Outcome::Ok(r)))).unwrap();
+        c.event(Event::Sample(sample(Outcome::Timeout))).unwrap();
+        let split: Vec<Registry> = sink
+            .collectors()
+            .into_iter()
+            .map(|g| {
+                let mut r = Registry::default();
+                r.register_collector(g);
+                r
+            })
+            .collect();
+        for format in [Format::OpenMetrics, Format::Text, Format::Protobuf] {
+            let one = format.encode(&whole).unwrap();
+            let each = format.encode_each(&split).unwrap();
+            assert!(one.len() > 1000, "{format:?}: {} bytes", one.len());
+            assert!(one == each, "{format:?} differs when split");
+        }
+        let om = Format::OpenMetrics.encode_each(&split).unwrap();
+        let om = String::from_utf8(om).unwrap();
+        assert_eq!(om.matches("# EOF").count(), 1);
+        assert!(om.ends_with("# EOF\n"));
     }
 
     #[test]
