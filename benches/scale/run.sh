@@ -7,6 +7,7 @@
 #
 #   bash benches/scale/run.sh            # or: N=2000 D=20 bash benches/scale/run.sh
 #   PROBER_ARGS="--threads 4" bash benches/scale/run.sh   # more runtime threads
+#   PROBER=/tmp/prober-old bash benches/scale/run.sh      # another build (A/B)
 #   SINK=none bash benches/scale/run.sh   # Prometheus only: CPU and RSS as usually
 #                                         # deployed (no per-probe file to read
 #                                         # send lag and missed slots from)
@@ -23,7 +24,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 N=${N:-10000}
 D=${D:-60}
-[ -x target/release/prober ] || cargo build --release -p prober-cli
+PROBER=${PROBER:-target/release/prober}
+[ -x "$PROBER" ] || cargo build --release -p prober-cli
 work=$(mktemp -d /tmp/prober-scale.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
@@ -70,7 +72,7 @@ if [ "${SINK:-jsonl}" = jsonl ]; then
   echo 'sinks = { jsonl = { path = "scale.jsonl" } }' >> "$work/prober.toml"
 fi
 
-target/release/prober ${PROBER_ARGS:-} serve --quiet --config "$work/prober.toml" > "$work/stdout" 2> "$work/stderr" &
+"$PROBER" ${PROBER_ARGS:-} serve --quiet --config "$work/prober.toml" > "$work/stdout" 2> "$work/stderr" &
 pid=$!
 clk=$(getconf CLK_TCK)
 ticks() { awk '{print $14 + $15}' "/proc/$pid/stat"; }

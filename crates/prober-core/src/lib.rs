@@ -73,7 +73,7 @@ pub use sample::{AppReply, Detail, Outcome, Parts, Phases, Reply, ResponderTimes
 pub use sink::{Context, Fanout, Sink};
 pub use stats::{DistSummary, Summary};
 pub use target::{Target, TargetError, parse_target};
-pub use wait::Gate;
+pub use wait::{Gate, SharedTimer};
 
 /// Sequence numbers at and above this value are warm-up probes: they are sent
 /// and awaited but never recorded, and never count towards reordering.

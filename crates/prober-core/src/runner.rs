@@ -22,7 +22,7 @@ use crate::matcher::Anomalies;
 use crate::pacer::Pacer;
 use crate::probe::Probe;
 use crate::sample::{Outcome, Sample};
-use crate::wait::{GATE_LEAD, Gate, Sleeper};
+use crate::wait::{GATE_LEAD, Gate, SharedTimer, Sleeper};
 use crate::{Pacing, RunConfig, WARMUP_SEQ_BASE};
 
 /// What a target task reports to the collector.
@@ -69,6 +69,10 @@ pub struct Launch {
     pub events: mpsc::Sender<Event>,
     /// Stops the target.
     pub stop: CancellationToken,
+    /// Where waits end when the target has no timerfd of its own
+    /// ([`RunConfig::precise_timer`] off): the daemon's one high-resolution
+    /// timer; `None`: the tokio timer (millisecond ticks).
+    pub timer: Option<SharedTimer>,
 }
 
 /// A built probe, type-erased, ready to run: what a protocol's builder
@@ -85,7 +89,7 @@ impl<P: Probe> Runnable for Generic<P> {
     fn launch(self: Box<Self>, set: &mut JoinSet<()>, l: Launch) -> AnomalyReader {
         let probe = Arc::new(self.0);
         let reader = Arc::clone(&probe);
-        set.spawn(run_target(probe, l.id, l.cfg, l.phase, l.events, l.stop));
+        set.spawn(run_launched(probe, l));
         Arc::new(move || reader.anomalies())
     }
 }
@@ -111,6 +115,27 @@ pub async fn run_target<P: Probe>(
     events: mpsc::Sender<Event>,
     stop: CancellationToken,
 ) {
+    let launch = Launch {
+        id: target,
+        cfg,
+        phase,
+        events,
+        stop,
+        timer: None,
+    };
+    run_launched(probe, launch).await;
+}
+
+/// [`run_target`] with everything a [`Launch`] says.
+async fn run_launched<P: Probe>(probe: Arc<P>, launch: Launch) {
+    let Launch {
+        id: target,
+        cfg,
+        phase,
+        events,
+        stop,
+        timer,
+    } = launch;
     tokio::select! {
         biased;
         () = stop.cancelled() => {}
@@ -132,7 +157,7 @@ pub async fn run_target<P: Probe>(
         closed_loop(&probe, target, &cfg, &events, &stop).await;
         0
     } else {
-        open_loop(&probe, target, &cfg, phase, &events, &stop).await
+        open_loop(&probe, target, &cfg, phase, timer, &events, &stop).await
     };
     let done = Event::Done {
         target,
@@ -147,9 +172,11 @@ async fn open_loop<P: Probe>(
     target: usize,
     cfg: &RunConfig,
     phase: Duration,
+    timer: Option<SharedTimer>,
     events: &mpsc::Sender<Event>,
     stop: &CancellationToken,
 ) -> u64 {
+    let mut sleeper = Sleeper::new(cfg.pacing, cfg.precise_timer, cfg.interval).with_shared(timer);
     // Probes in flight are polled by this task, not spawned: the request
     // goes out the moment its slot is due, without a hand-off to another
     // worker thread (which costs a wake-up of tens of µs on an idle vCPU).
@@ -158,7 +185,6 @@ async fn open_loop<P: Probe>(
     let start = Instant::now() + phase;
     let end = cfg.duration.map(|d| start + d);
     let mut pacer = Pacer::new(start, cfg.interval);
-    let mut sleeper = Sleeper::new(cfg.pacing, cfg.precise_timer, cfg.interval);
     // Pacing that spins starts each probe a little early, behind a gate that
     // opens at the deadline (see `Gate`).
     let lead = match cfg.pacing {

@@ -204,13 +204,15 @@ fn open_job_sinks(job: &Job) -> std::io::Result<Fanout> {
     Ok(Fanout::retrying(sinks))
 }
 
-/// Offset of a target's first slot within its interval, from a hash of its
-/// job and URL: stable across reloads and spread evenly, so thousands of
-/// targets at 1 Hz do not fire in the same millisecond.
-fn spread(job: &str, target: &str, interval: Duration) -> Duration {
+/// Offset of a target's first slot within its interval, from a hash of
+/// this host's name, the job and the URL: stable across reloads and spread
+/// evenly, so thousands of targets at 1 Hz do not fire in the same
+/// millisecond, and in a mesh (every node with the same config) the nodes
+/// probing one peer do not all send to it at the same moment.
+fn spread(host: &str, job: &str, target: &str, interval: Duration) -> Duration {
     const PARTS: u64 = 1_000_000;
     let mut h = DefaultHasher::new();
-    (job, target).hash(&mut h);
+    (host, job, target).hash(&mut h);
     phase(h.finish() % PARTS, PARTS, interval)
 }
 
@@ -232,6 +234,12 @@ struct Daemon {
     env: BuildEnv,
     root: CancellationToken,
     discovery: Arc<crate::dns_sd::Discovery>,
+    /// Where every target's wait for its next slot ends (the tokio timer's
+    /// millisecond ticks sent each probe about 1 ms late); `None` if no
+    /// timerfd could be made.
+    timer: Option<prober_core::SharedTimer>,
+    /// This host's name, in each target's start offset ([`spread`]).
+    host: String,
 }
 
 impl Daemon {
@@ -269,9 +277,10 @@ impl Daemon {
         let launch = Launch {
             id,
             cfg: job.run.clone(),
-            phase: spread(&job.name, &key, job.run.interval),
+            phase: spread(&self.host, &job.name, &key, job.run.interval),
             events: self.events.clone(),
             stop: stop.clone(),
+            timer: self.timer.clone(),
         };
         let reader = probe.launch(&mut self.tasks, launch);
         // The Prometheus sink cannot fail to add a series; files ignore it.
@@ -558,6 +567,14 @@ pub async fn run(
         },
         root: root.clone(),
         discovery: Arc::clone(&discovery),
+        host: opts.host.0.clone(),
+        timer: match prober_core::SharedTimer::new() {
+            Ok(t) => Some(t),
+            Err(error) => {
+                tracing::warn!(%error, "no high-resolution timer: probes are sent on the runtime's millisecond ticks");
+                None
+            }
+        },
     };
     d.apply(cfg).await?;
     tracing::info!(targets = d.running.len(), "daemon started");
@@ -686,4 +703,49 @@ async fn rediscover(at: Option<std::time::Instant>) {
 fn retry_after_floor(cfg: &Config) -> Option<std::time::Instant> {
     cfg.refresh_at
         .map(|_| std::time::Instant::now() + cfg.discovery.ttl_floor)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The most start offsets that fall in one millisecond of a 1 s
+    /// interval.
+    fn busiest_ms(offsets: impl Iterator<Item = Duration>) -> usize {
+        let mut bins = vec![0usize; 1000];
+        for o in offsets {
+            bins[usize::try_from(o.as_millis()).unwrap()] += 1;
+        }
+        bins.into_iter().max().unwrap_or(0)
+    }
+
+    #[test]
+    fn start_offsets_spread_over_targets_and_over_a_mesh() {
+        let s = Duration::from_secs(1);
+        // One node, 1,000 targets: about one a millisecond (Poisson, mean
+        // 1: the busiest of 1,000 milliseconds has a handful).
+        let one_node = (0..1000).map(|i| {
+            spread(
+                "node-0",
+                "mesh",
+                &format!("icmp://10.0.{}.{}", i / 250, i % 250),
+                s,
+            )
+        });
+        let busiest = busiest_ms(one_node);
+        assert!(busiest <= 8, "{busiest} targets start in one millisecond");
+        // 1,000 nodes with the same config probing one peer: spread too,
+        // where a hash of job and target alone sent them all at once.
+        let mesh = (0..1000).map(|n| spread(&format!("node-{n}"), "mesh", "icmp://10.0.0.1", s));
+        let busiest = busiest_ms(mesh);
+        assert!(
+            busiest <= 8,
+            "{busiest} nodes probe the peer in one millisecond"
+        );
+        // Stable: a reload gives a target the same offset.
+        assert_eq!(
+            spread("node-1", "mesh", "icmp://10.0.0.1", s),
+            spread("node-1", "mesh", "icmp://10.0.0.1", s)
+        );
+    }
 }

@@ -516,6 +516,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             },
             events: events.clone(),
             stop: stop.clone(),
+            timer: None,
         };
         let reader = probe.launch(&mut runs, launch);
         collector.add_target(t.info(id, addr, size), reader)?;

@@ -286,6 +286,7 @@ pub(crate) async fn sweep(args: SweepArgs) -> anyhow::Result<ExitCode> {
             phase: Duration::ZERO,
             events,
             stop: stop.clone(),
+            timer: None,
         };
         let reader = probe.launch(&mut runs, launch);
         collector.add_target(t.info(0, addrs[p.target], size), reader)?;
