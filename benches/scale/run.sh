@@ -11,6 +11,9 @@
 #   SINK=none bash benches/scale/run.sh   # Prometheus only: CPU and RSS as usually
 #                                         # deployed (no per-probe file to read
 #                                         # send lag and missed slots from)
+#   FLEET=1 BUCKETS="[10.0]" bash ...      # fleet, with one classic bucket (what
+#                                         # Prometheus keeps of a histogram that
+#                                         # has native buckets)
 #   FLEET=1 bash benches/scale/run.sh     # the fleet features on: targets from a
 #                                         # file_sd file (watched), native and
 #                                         # per-part histograms, /metrics scraped
@@ -46,6 +49,7 @@ if [ -n "${FLEET:-}" ]; then
 listen = "127.0.0.1:$mport"
 parts = true
 native_histograms = true
+${BUCKETS:+buckets = $BUCKETS}
 
 [[job]]
 name = "scale"
