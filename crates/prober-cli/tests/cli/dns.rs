@@ -313,8 +313,12 @@ fn malformed_spoofed_and_duplicate_replies() {
     assert_eq!(code, Some(0), "{err}");
     let s = of_type(&lines, "summary")[0];
     assert_eq!(s["ok"], 5, "{s}");
-    assert_eq!(s["duplicate"], 5, "one duplicate per query: {s}");
-    // Each query drew one reply from another port and one with a wrong ID.
+    // One duplicate per query; the last query's may come after the run
+    // has its last answer and ends (seen once under the full suite's load).
+    let dup = s["duplicate"].as_u64().unwrap_or(0);
+    assert!((4..=5).contains(&dup), "one duplicate per query: {s}");
+    // Each query drew one reply from another port and one with a wrong ID,
+    // both sent before its answer.
     assert_eq!(s["unknown"], 10, "{s}");
     assert_eq!(s["rtt"]["count"], 5, "only matched replies are timed: {s}");
 }
