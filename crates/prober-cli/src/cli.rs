@@ -479,6 +479,17 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     pub(crate) busy_poll: bool,
 
+    /// How UDP probes wait for replies: `async` parks in epoll (a CPU
+    /// wake-up inside the RTT); `adaptive` polls the socket after each send
+    /// for up to about the target's recent p90 RTT (at most --spin-budget),
+    /// then parks; all spins together get at most a tenth of a core.
+    #[arg(long, value_enum, default_value_t = ReceiveArg::Async, value_name = "MODE")]
+    pub(crate) receive: ReceiveArg,
+
+    /// Adaptive receive's longest spin after one send.
+    #[arg(long, default_value = "100us", value_parser = duration, value_name = "DURATION")]
+    pub(crate) spin_budget: Duration,
+
     /// CA certificate (PEM) that grpcs:// servers must chain to.
     #[arg(long, value_name = "FILE")]
     pub(crate) ca: Option<PathBuf>,
@@ -794,4 +805,25 @@ pub(crate) struct ServeArgs {
     /// Impairment for tests: hold every gRPC request this long.
     #[arg(long, hide = true, value_parser = duration, default_value = "0")]
     pub(crate) grpc_delay: Duration,
+}
+
+/// `--receive`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ReceiveArg {
+    /// Park in epoll until the reply wakes the thread.
+    Async,
+    /// Poll for up to a spin budget after each send, then park.
+    Adaptive,
+}
+
+impl ReceiveArg {
+    /// The build setting for this mode.
+    pub(crate) fn receive(self, budget: Duration) -> prober_core::spin::Receive {
+        match self {
+            Self::Async => prober_core::spin::Receive::Event,
+            Self::Adaptive => prober_core::spin::Receive::Adaptive(
+                prober_core::spin::SpinPool::new(budget, prober_core::spin::DEFAULT_POOL_PERMILLE),
+            ),
+        }
+    }
 }

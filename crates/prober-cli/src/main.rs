@@ -58,13 +58,17 @@ fn main() -> ExitCode {
     // Spinning pacing and busy-poll leave no idle core on a small machine:
     // a second runtime worker only contends with the spinners (on 2 vCPUs,
     // spin send-lag p99 0.1-0.2 µs on one thread against 0.3-311 µs on two;
-    // UDP --busy-poll p50 12.5-14.3 µs against 20-31 µs). The self-test keeps
+    // UDP --busy-poll p50 12.5-14.3 µs against 20-31 µs). Adaptive receive
+    // too: a reader task on another worker would take the reply its spin is
+    // waiting for, after the very wake-up the spin avoids. The self-test keeps
     // its in-process responder on other workers.
     let single = match &cli.command {
         Command::Serve(args) => args.config.is_some(),
         Command::Run(args) => {
             !args.targets.is_empty()
-                && (args.busy_poll || matches!(args.pacing, PacingArg::Spin | PacingArg::Hybrid))
+                && (args.busy_poll
+                    || args.receive == cli::ReceiveArg::Adaptive
+                    || matches!(args.pacing, PacingArg::Spin | PacingArg::Hybrid))
         }
         Command::Sweep(args) => {
             args.busy_poll || matches!(args.pacing, PacingArg::Spin | PacingArg::Hybrid)

@@ -51,6 +51,7 @@ pub mod runner;
 pub mod sample;
 pub mod sequence;
 pub mod sink;
+pub mod spin;
 pub mod stats;
 pub mod target;
 #[cfg(any(test, feature = "test-util"))]

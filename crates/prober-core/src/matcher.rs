@@ -46,6 +46,9 @@ pub struct Anomalies {
     /// seconds, as last seen (`https://`, `grpcs://`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cert_not_after: Option<i64>,
+    /// What adaptive receive spent (`--receive adaptive`), if it is on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spin: Option<crate::spin::SpinCount>,
 }
 
 /// The kernel's round-trip estimate of a TCP connection (`TCP_INFO`): a
@@ -91,6 +94,13 @@ impl std::ops::AddAssign for Anomalies {
             (a, b) => a.or(b),
         };
         self.tcp_rtt = o.tcp_rtt.or(self.tcp_rtt);
+        self.spin = match (self.spin, o.spin) {
+            (Some(mut a), Some(b)) => {
+                a += b;
+                Some(a)
+            }
+            (a, b) => a.or(b),
+        };
     }
 }
 
@@ -265,6 +275,16 @@ impl<T: Send + 'static> Matcher<T> {
         self.lock().counts.unknown += 1;
     }
 
+    /// Counts a spin of adaptive receive: how long, and whether the reply
+    /// came within it.
+    pub fn count_spin(&self, spun: std::time::Duration, caught: bool) {
+        let mut inner = self.lock();
+        let c = inner.counts.spin.get_or_insert_default();
+        c.probes += 1;
+        c.caught += u64::from(caught);
+        c.ns += u64::try_from(spun.as_nanos()).unwrap_or(u64::MAX);
+    }
+
     /// Counts a re-established connection.
     pub fn count_reconnect(&self) {
         self.lock().counts.reconnects += 1;
@@ -368,6 +388,11 @@ impl<T: Send + 'static> MatcherSet<T> {
 }
 
 impl<T> Waiter<T> {
+    /// Whether the reply (or an error) is there to take without waiting.
+    pub fn is_answered(&self) -> bool {
+        self.rx.as_ref().is_some_and(|rx| !rx.is_empty())
+    }
+
     /// Waits for the reply. `None` if the matcher dropped the waiter's slot
     /// without a value (it never does on its own).
     pub async fn recv(&mut self) -> Option<T> {

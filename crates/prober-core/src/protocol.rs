@@ -213,6 +213,8 @@ impl Shared {
 pub struct BuildEnv {
     /// `--busy-poll`.
     pub busy_poll: bool,
+    /// `--receive`: how probes that support it wait for replies (UDP).
+    pub receive: crate::spin::Receive,
     /// `--ttl`.
     pub ttl: Option<u32>,
     /// `--icmp-socket`.

@@ -383,6 +383,7 @@ impl TargetStats {
             direction_loss: anomalies.direction,
             tcp_info: anomalies.tcp_rtt,
             cert_not_after: anomalies.cert_not_after,
+            spin: anomalies.spin,
             parts: self
                 .dists
                 .as_deref()
@@ -466,6 +467,10 @@ pub struct Summary {
     /// One-way delay back.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backward: Option<DistSummary>,
+    /// What adaptive receive spent (`--receive adaptive`): probes that
+    /// spun, how many caught their reply, and the spin time in all (ns).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spin: Option<crate::spin::SpinCount>,
     /// Lost probes by direction, where the protocol can tell.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub direction_loss: Option<crate::DirectionLoss>,

@@ -289,6 +289,18 @@ impl HumanSink {
             if let Some(d) = &s.rx_wake {
                 writeln!(self.out, "{}", dist_line("rx wake", Some(d)))?;
             }
+            if let Some(sp) = &s.spin {
+                let per = if sp.probes == 0 {
+                    0.0
+                } else {
+                    sp.ns as f64 / sp.probes as f64 / 1e3
+                };
+                writeln!(
+                    self.out,
+                    "spin      {} probes spun {per:.1} µs each on average, {} answered within the spin",
+                    sp.probes, sp.caught
+                )?;
+            }
             if let Some(d) = &s.forward {
                 writeln!(self.out, "{}", dist_line("forward", Some(d)))?;
             }

@@ -766,6 +766,19 @@ impl Collector for TargetsCollector {
                     }
                 }
             }
+            if anomalies.iter().any(|(_, a)| a.spin.is_some()) {
+                let mut m = encoder.encode_descriptor(
+                "prober_receive_spin_seconds",
+                "CPU time adaptive receive spent polling for replies (--receive adaptive / receive = \"adaptive\")",
+                None,
+                MetricType::Counter,
+            )?;
+                for (labels, a) in &anomalies {
+                    if let Some(sp) = a.spin {
+                        ConstCounter::new(sp.ns as f64 / 1e9).encode(m.encode_family(*labels)?)?;
+                    }
+                }
+            }
             if anomalies.iter().any(|(_, a)| a.cert_not_after.is_some()) {
                 let mut m = encoder.encode_descriptor(
                 "prober_tls_cert_expiry_timestamp_seconds",

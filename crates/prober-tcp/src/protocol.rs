@@ -51,7 +51,8 @@ fn build_udp<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
         )
         .await
         .map_err(|e| format!("opening a udp socket to {}: {e}", spec.addr))?
-        .with_timeout(spec.timeout);
+        .with_timeout(spec.timeout)
+        .with_receive(&env.receive);
         Ok(runnable(probe))
     })
 }

@@ -380,8 +380,10 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // fight for the CPUs and every percentile gets worse.
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     let busy_poll = args.busy_poll || (cfg.pacing == prober_core::Pacing::Spin && cores >= 4);
+    let receive = args.receive.receive(args.spin_budget);
     let env = BuildEnv {
         busy_poll,
+        receive: receive.clone(),
         ttl: args.ttl,
         marks: prober_core::protocol::Marks {
             tos: args.tos.or(args.dscp),
@@ -475,6 +477,8 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     meta.size = args.size;
     if busy_poll {
         "busy-poll".clone_into(&mut meta.receive);
+    } else {
+        receive.name().clone_into(&mut meta.receive);
     }
     let mut sinks = vec![sink];
     // A progress line for a person waiting on a quiet run; indicatif draws

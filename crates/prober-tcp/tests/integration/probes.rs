@@ -290,3 +290,52 @@ async fn busy_poll_probes_and_responder() {
     let (s, _) = run(UdpProbe::connect_with(r.udp, 64, true).await.unwrap(), cfg).await;
     assert_eq!((s.ok, s.timeout), (45, 5), "{s:?}");
 }
+
+// Two workers: the responder runs in this process, and must answer while
+// the probe spins on the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adaptive_receive_spins_for_replies_and_gives_up_on_silence() {
+    use prober_core::spin::{Receive, SpinPool};
+    // Replies held 300 µs: they come after the send returns, while the
+    // probe spins (on loopback the send alone can outlast an answer).
+    let r = responder(ResponderConfig {
+        delay_every: Some(1),
+        delay: Duration::from_micros(300),
+        ..Default::default()
+    })
+    .await;
+    let receive = Receive::Adaptive(SpinPool::new(20 * MS, 1000));
+    let probe = UdpProbe::connect(r.udp, 64)
+        .await
+        .unwrap()
+        .with_receive(&receive);
+    let (s, _) = run(probe, config(30, 2 * MS)).await;
+    assert_eq!(s.ok, 30, "{s:?}");
+    let spin = s.spin.expect("adaptive receive reports its spins");
+    assert_eq!(spin.probes, 30, "{spin:?}");
+    assert!(spin.caught > 0 && spin.ns > 0, "{spin:?}");
+
+    // A target that never answers: every probe spins its whole budget
+    // (1 ms, the pool has room) and catches nothing, then times out.
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let receive = Receive::Adaptive(SpinPool::new(MS, 1000));
+    let probe = UdpProbe::connect(silent.local_addr().unwrap(), 64)
+        .await
+        .unwrap()
+        .with_receive(&receive);
+    let mut cfg = config(10, 5 * MS);
+    cfg.timeout = 20 * MS;
+    let (s, _) = run(probe, cfg).await;
+    assert_eq!((s.ok, s.timeout), (0, 10), "{s:?}");
+    let spin = s.spin.expect("spins are counted for a silent target too");
+    assert_eq!((spin.probes, spin.caught), (10, 0), "{spin:?}");
+    assert!(
+        spin.ns >= 10 * 1_000_000,
+        "each probe spun its budget: {spin:?}"
+    );
+
+    // Parking (the default) spins never.
+    let probe = UdpProbe::connect(r.udp, 64).await.unwrap();
+    let (s, _) = run(probe, config(5, MS)).await;
+    assert_eq!((s.ok, s.spin), (5, None));
+}

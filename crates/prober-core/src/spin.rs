@@ -1,0 +1,300 @@
+//! Adaptive receive (`--receive adaptive`): after a send, a probe polls its
+//! socket without blocking until the reply is there or a spin budget runs
+//! out, then parks in epoll as usual. A parked receive costs a wake-up of
+//! an idle CPU (`rx_wake`, 30-40 µs of a 70 µs loopback round trip on a
+//! VM); spinning costs CPU only for about as long as the reply takes.
+//!
+//! The budget adapts to the target ([`SpinBudget`]): about the recent p90
+//! of its RTT, capped; nothing at all for a target whose replies take
+//! longer than the cap. And every spin of the process draws from one
+//! [`SpinPool`], a token bucket of CPU time, so when many targets are due
+//! at once the budgets shrink instead of the process burning cores.
+//!
+//! Everything here takes the time as an argument: no clock, no sockets.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// The spin budget's ceiling unless `--spin-budget` says otherwise.
+pub const DEFAULT_SPIN_BUDGET: Duration = Duration::from_micros(100);
+
+/// The share of one CPU every probe of a process may spend spinning
+/// together, per mille, unless set otherwise: 100 is a tenth of a core.
+pub const DEFAULT_POOL_PERMILLE: u32 = 100;
+
+/// How far the pool may run ahead: spin time saved up while idle.
+const POOL_DEPTH: Duration = Duration::from_millis(5);
+
+/// How many recent RTTs a target's budget is estimated from.
+const HISTORY: usize = 32;
+
+/// How a probe receives its replies.
+#[derive(Debug, Clone, Default)]
+pub enum Receive {
+    /// Parks in epoll (tokio) until the reply wakes it.
+    #[default]
+    Event,
+    /// Polls without blocking for up to a budget after each send, then
+    /// parks.
+    Adaptive(Arc<SpinPool>),
+}
+
+impl Receive {
+    /// The settings' name of the mode: `async` or `adaptive`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Event => "async",
+            Self::Adaptive(_) => "adaptive",
+        }
+    }
+
+    /// A target's budget in this mode, `None` for [`Receive::Event`].
+    pub fn budget(&self) -> Option<SpinBudget> {
+        match self {
+            Self::Event => None,
+            Self::Adaptive(pool) => Some(SpinBudget::new(Arc::clone(pool))),
+        }
+    }
+}
+
+/// The CPU time every spin of a process draws from: refilled at `permille`
+/// of one core, at most [`POOL_DEPTH`] ahead.
+#[derive(Debug)]
+pub struct SpinPool {
+    /// Each target's ceiling.
+    cap: Duration,
+    permille: u32,
+    state: Mutex<PoolState>,
+}
+
+#[derive(Debug)]
+struct PoolState {
+    /// Spin time available, ns (negative: overdrawn by spins that ran
+    /// past their grant).
+    tokens: i64,
+    refilled: Option<Instant>,
+}
+
+impl SpinPool {
+    /// A pool that grants each spin at most `cap` and all of them together
+    /// `permille` of one CPU.
+    pub fn new(cap: Duration, permille: u32) -> Arc<Self> {
+        Arc::new(Self {
+            cap,
+            permille,
+            state: Mutex::new(PoolState {
+                tokens: ns(POOL_DEPTH),
+                refilled: None,
+            }),
+        })
+    }
+
+    /// Each target's ceiling.
+    pub fn cap(&self) -> Duration {
+        self.cap
+    }
+
+    /// Takes up to `want` of spin time at `now`: what is granted.
+    pub fn take(&self, want: Duration, now: Instant) -> Duration {
+        let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(last) = s.refilled {
+            let add = ns(now.saturating_duration_since(last)) * i64::from(self.permille) / 1000;
+            s.tokens = (s.tokens + add).min(ns(POOL_DEPTH));
+        }
+        s.refilled = Some(now);
+        let grant = s.tokens.clamp(0, ns(want));
+        s.tokens -= grant;
+        Duration::from_nanos(grant.unsigned_abs())
+    }
+
+    /// Gives back the part of a grant a spin did not use (`used` may exceed
+    /// `granted` by the last poll: that is charged).
+    pub fn give_back(&self, granted: Duration, used: Duration) {
+        let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        s.tokens = (s.tokens + ns(granted) - ns(used)).min(ns(POOL_DEPTH));
+    }
+}
+
+fn ns(d: Duration) -> i64 {
+    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
+}
+
+/// One target's spin budget: the recent p90 of its RTT plus a quarter,
+/// within the pool's cap; the cap while nothing is known; nothing when
+/// even its fastest recent replies (p10) take longer than the cap, since
+/// a spin would then always run out.
+#[derive(Debug)]
+pub struct SpinBudget {
+    pool: Arc<SpinPool>,
+    recent: Mutex<Recent>,
+}
+
+#[derive(Debug, Default)]
+struct Recent {
+    rtts: [Duration; HISTORY],
+    next: usize,
+    filled: usize,
+}
+
+impl SpinBudget {
+    /// A budget with no history, drawing from `pool`.
+    pub fn new(pool: Arc<SpinPool>) -> Self {
+        Self {
+            pool,
+            recent: Mutex::default(),
+        }
+    }
+
+    /// What this target would spin with nothing else spinning.
+    pub fn wanted(&self) -> Duration {
+        let r = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        let cap = self.pool.cap;
+        if r.filled == 0 {
+            return cap;
+        }
+        let mut seen = r.rtts[..r.filled].to_vec();
+        seen.sort_unstable();
+        let at = |q: usize| seen[(seen.len() - 1) * q / 100];
+        if at(10) > cap {
+            return Duration::ZERO;
+        }
+        (at(90) + at(90) / 4).min(cap)
+    }
+
+    /// The spin to do after a send at `now`: [`Self::wanted`], as far as
+    /// the pool grants it. Hand it back with [`Self::spun`].
+    pub fn start(&self, now: Instant) -> Duration {
+        match self.wanted() {
+            Duration::ZERO => Duration::ZERO,
+            want => self.pool.take(want, now),
+        }
+    }
+
+    /// A spin of `granted` ended after `used`.
+    pub fn spun(&self, granted: Duration, used: Duration) {
+        self.pool.give_back(granted, used);
+    }
+
+    /// An answered probe's RTT, however it was received.
+    pub fn record(&self, rtt: Duration) {
+        let mut r = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        let i = r.next;
+        r.rtts[i] = rtt;
+        r.next = (i + 1) % HISTORY;
+        r.filled = (r.filled + 1).min(HISTORY);
+    }
+}
+
+/// Spin time a target's probes used: the summary's and Prometheus's view
+/// of what adaptive receive costs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SpinCount {
+    /// Probes that spun.
+    pub probes: u64,
+    /// Of those, how many had their reply within the spin.
+    pub caught: u64,
+    /// Spin time in all, ns.
+    pub ns: u64,
+}
+
+impl std::ops::AddAssign for SpinCount {
+    fn add_assign(&mut self, o: Self) {
+        self.probes += o.probes;
+        self.caught += o.caught;
+        self.ns += o.ns;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const US: Duration = Duration::from_micros(1);
+
+    #[test]
+    fn the_budget_follows_the_rtt_within_the_cap() {
+        let pool = SpinPool::new(100 * US, 1000);
+        let b = SpinBudget::new(Arc::clone(&pool));
+        // Nothing known: the cap.
+        assert_eq!(b.wanted(), 100 * US);
+        // RTTs of 20-40 µs: p90 plus a quarter.
+        for i in 0..HISTORY as u32 {
+            b.record((20 + i % 21) * US);
+        }
+        let p90 = {
+            let mut v: Vec<_> = (0..HISTORY as u32).map(|i| (20 + i % 21) * US).collect();
+            v.sort();
+            v[(HISTORY - 1) * 90 / 100]
+        };
+        assert_eq!(b.wanted(), p90 + p90 / 4);
+        assert!(b.wanted() < 100 * US);
+        // Slower replies, some within the cap: the cap.
+        for i in 0..HISTORY as u32 {
+            b.record((50 + i * 5) * US);
+        }
+        assert_eq!(b.wanted(), 100 * US);
+        // Replies all slower than the cap (a remote target): no spin.
+        for _ in 0..HISTORY {
+            b.record(2_000 * US);
+        }
+        assert_eq!(b.wanted(), Duration::ZERO);
+        assert_eq!(b.start(Instant::now()), Duration::ZERO);
+        // It comes back when the target does.
+        for _ in 0..HISTORY {
+            b.record(10 * US);
+        }
+        assert_eq!(b.wanted(), 12 * US + US / 2);
+    }
+
+    #[test]
+    fn the_pool_shrinks_budgets_when_many_spin_at_once() {
+        // A tenth of a core: 100 µs of spin per ms, 5 ms saved up at most.
+        let pool = SpinPool::new(100 * US, 100);
+        let t0 = Instant::now();
+        // 5 ms saved up: fifty full grants, then nothing.
+        let mut granted = Duration::ZERO;
+        for _ in 0..60 {
+            let g = pool.take(100 * US, t0);
+            pool.spun_all(g);
+            granted += g;
+        }
+        assert_eq!(granted, POOL_DEPTH);
+        assert_eq!(pool.take(100 * US, t0), Duration::ZERO);
+        // 1 ms later, a tenth of it is back.
+        assert_eq!(pool.take(200 * US, t0 + 1000 * US), 100 * US);
+        // A spin that ends early gives the rest back.
+        let t1 = t0 + 3000 * US;
+        let g = pool.take(100 * US, t1);
+        assert_eq!(g, 100 * US);
+        pool.give_back(g, 30 * US);
+        assert_eq!(pool.take(200 * US, t1), 170 * US);
+        // Idle for a long time: no more than the depth saved up.
+        let later = t1 + Duration::from_secs(10);
+        assert_eq!(pool.take(Duration::from_secs(1), later), POOL_DEPTH);
+    }
+
+    #[test]
+    fn a_dead_target_costs_at_most_one_budget_per_probe() {
+        // Plenty of pool: only the target's own budget limits it.
+        let pool = SpinPool::new(100 * US, 1000);
+        let b = SpinBudget::new(Arc::clone(&pool));
+        let t0 = Instant::now();
+        // A target that never answers records no RTT: each probe spins
+        // for at most the cap, and gives back what it did not use.
+        let mut total = Duration::ZERO;
+        for i in 0..100u32 {
+            let now = t0 + i * Duration::from_millis(10);
+            let g = b.start(now);
+            assert!(g <= 100 * US, "probe {i} granted {g:?}");
+            b.spun(g, g);
+            total += g;
+        }
+        assert!(total <= 100 * 100 * US);
+    }
+
+    impl SpinPool {
+        fn spun_all(&self, g: Duration) {
+            self.give_back(g, g);
+        }
+    }
+}
