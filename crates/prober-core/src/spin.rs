@@ -58,7 +58,7 @@ impl Receive {
 }
 
 /// The CPU time every spin of a process draws from: refilled at `permille`
-/// of one core, at most [`POOL_DEPTH`] ahead.
+/// of one core, at most 5 ms ahead.
 #[derive(Debug)]
 pub struct SpinPool {
     /// Each target's ceiling.
