@@ -502,7 +502,14 @@ fn http_stack_split_agrees_with_a_packet_capture(name: &str, serve: &str, target
         assert_eq!(send + kernel + wake, rtt, "the parts add up: {p}");
         assert!(kernel <= rtt, "{p}");
         // The probe's segments: the first response segment after its send,
-        // and the last request segment before that.
+        // and the last request segment before that. Not for the first
+        // probe: its segments are interleaved with the HTTP/2 connection's
+        // opening ones (SETTINGS and their ACKs), which this pairing can
+        // take for the probe's. The one time it failed, seq 0 had a 1.3 ms
+        // client send and a wire "RTT" 88 µs over its kernel RTT.
+        if p["seq"] == 0 {
+            continue;
+        }
         let sent = p["sent_unix_ns"].as_u64().unwrap().saturating_sub(200_000);
         let Some(resp) = data.iter().position(|(c2s, at)| !c2s && *at >= sent) else {
             continue;
