@@ -8,6 +8,7 @@
 #   bash benches/scale/run.sh            # or: N=2000 D=20 bash benches/scale/run.sh
 #   PROBER_ARGS="--threads 4" bash benches/scale/run.sh   # more runtime threads
 #   PROBER=/tmp/prober-old bash benches/scale/run.sh      # another build (A/B)
+#   RECEIVE=adaptive bash benches/scale/run.sh   # [receive] mode = "adaptive"
 #   SINK=none bash benches/scale/run.sh   # Prometheus only: CPU and RSS as usually
 #                                         # deployed (no per-probe file to read
 #                                         # send lag and missed slots from)
@@ -75,6 +76,11 @@ fi
 if [ "${SINK:-jsonl}" = jsonl ]; then
   echo 'sinks = { jsonl = { path = "scale.jsonl" } }' >> "$work/prober.toml"
 fi
+if [ -n "${RECEIVE:-}" ]; then
+  # A top-level table, so before the others.
+  { printf '[receive]\nmode = "%s"\n\n' "$RECEIVE"; cat "$work/prober.toml"; } > "$work/p2" &&
+    mv "$work/p2" "$work/prober.toml"
+fi
 
 "$PROBER" ${PROBER_ARGS:-} serve --quiet --config "$work/prober.toml" > "$work/stdout" 2> "$work/stderr" &
 pid=$!
@@ -118,11 +124,13 @@ import json, sys
 path, n, t0, t1, s0, s1, clk, hwm, d = sys.argv[1:]
 n, clk, d = int(n), int(clk), float(d)
 cores = (int(t1) - int(t0)) / clk / (float(s1) - float(s0))
-lags, outcomes, per_target = [], {}, {}
+lags, rtts, outcomes, per_target = [], [], {}, {}
 with open(path) as f:
     for line in f:
         p = json.loads(line)
         lags.append(p["send_lag_ns"])
+        if p.get("rtt_ns") is not None:
+            rtts.append(p["rtt_ns"])
         outcomes[p["outcome"]] = outcomes.get(p["outcome"], 0) + 1
         per_target[p["target"]] = max(per_target.get(p["target"], -1), p["seq"])
 lags.sort()
@@ -138,4 +146,8 @@ print(f"probes             {sent} ({outcomes})")
 print(f"targets that sent  {len(per_target)}")
 print(f"missed slots       {missed}")
 print(f"send lag p50/p99/max  {q(0.5):.0f} / {q(0.99):.0f} / {lags[-1] / 1e3:.0f} µs")
+rtts.sort()
+if rtts:
+    r = lambda x: rtts[min(len(rtts) - 1, int(x * len(rtts)))] / 1e3
+    print(f"rtt p50/p99           {r(0.5):.1f} / {r(0.99):.1f} µs")
 PY

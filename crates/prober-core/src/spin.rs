@@ -57,6 +57,18 @@ impl Receive {
     }
 }
 
+/// Two modes are the same if they are the same kind with the same
+/// settings (a reload compares configs).
+impl PartialEq for Receive {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Event, Self::Event) => true,
+            (Self::Adaptive(a), Self::Adaptive(b)) => (a.cap, a.permille) == (b.cap, b.permille),
+            _ => false,
+        }
+    }
+}
+
 /// The CPU time every spin of a process draws from: refilled at `permille`
 /// of one core, at most 5 ms ahead.
 #[derive(Debug)]

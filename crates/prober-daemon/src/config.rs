@@ -39,6 +39,8 @@ struct FileConfig {
     #[serde(default)]
     stamps: StampsSection,
     #[serde(default)]
+    receive: ReceiveSection,
+    #[serde(default)]
     discovery: DiscoverySection,
     otlp: Option<OtlpSection>,
     #[serde(default, rename = "job")]
@@ -367,6 +369,47 @@ struct StampsSection {
     transmit: bool,
 }
 
+/// `[receive]`: how UDP and ICMP probes wait for replies, as `prober
+/// run`'s `--receive` and `--spin-budget`; read at start only.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReceiveSection {
+    /// `async` (the default) or `adaptive`.
+    mode: Option<String>,
+    /// The longest spin after one send (`100us` by default).
+    spin_budget: Option<String>,
+    /// The share of one CPU all spins together may take (0.02 by default).
+    cpu_share: Option<f64>,
+}
+
+impl ReceiveSection {
+    fn receive(&self) -> Result<prober_core::spin::Receive> {
+        match self.mode.as_deref() {
+            None | Some("async") => Ok(prober_core::spin::Receive::Event),
+            Some("adaptive") => {
+                let budget = duration(
+                    self.spin_budget.as_ref(),
+                    "receive.spin_budget",
+                    prober_core::spin::DEFAULT_SPIN_BUDGET,
+                )?;
+                if budget.is_zero() || budget > Duration::from_millis(100) {
+                    bail!("receive.spin_budget: {budget:?} is not above 0 and at most 100ms");
+                }
+                let share = self.cpu_share.unwrap_or(0.02);
+                if !(share > 0.0 && share <= 1.0) {
+                    bail!("receive.cpu_share: {share} is not above 0 and at most 1 (one core)");
+                }
+                // Whole per mille, at least one.
+                let permille = ((share * 1000.0).round() as u32).max(1);
+                Ok(prober_core::spin::Receive::Adaptive(
+                    prober_core::spin::SpinPool::new(budget, permille),
+                ))
+            }
+            Some(other) => bail!("receive.mode: {other:?} is neither \"async\" nor \"adaptive\""),
+        }
+    }
+}
+
 /// `[job.tls]`, as `prober run`'s `--ca`, `--cert`, `--key`,
 /// `--tls-server-name` and `--insecure`.
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -640,6 +683,8 @@ pub struct Config {
     pub metrics_auth: Option<MetricsAuth>,
     /// Ask for kernel transmit stamps (`[stamps] transmit = true`).
     pub tx_stamps: bool,
+    /// `[receive]`, read at start only.
+    pub receive: prober_core::spin::Receive,
     /// The jobs.
     pub jobs: Vec<Job>,
     /// `[discovery]`.
@@ -1200,6 +1245,7 @@ pub async fn parse_with(
             None => Default::default(),
         },
         tx_stamps: raw.stamps.transmit,
+        receive: raw.receive.receive()?,
         otlp: raw.otlp.as_ref().map(OtlpSection::settings).transpose()?,
         metrics_auth: match &raw.metrics {
             Some(m) => m.auth(&base)?,
@@ -1391,6 +1437,34 @@ mod tests {
             (m.source, m.interface.as_deref(), m.fwmark),
             (Some([127, 0, 0, 2].into()), Some("lo"), Some(42))
         );
+    }
+
+    #[tokio::test]
+    async fn receive_modes_are_checked() {
+        let job = "[[job]]\nname = \"a\"\ntargets = [\"udp://127.0.0.1:1\"]\n";
+        let with = |head: &str| format!("[receive]\n{head}\n{job}");
+        let c = literals_only(job).await.unwrap();
+        assert_eq!(c.receive.name(), "async");
+        let c = literals_only(&with(
+            "mode = \"adaptive\"\nspin_budget = \"50us\"\ncpu_share = 0.05",
+        ))
+        .await
+        .unwrap();
+        let want = prober_core::spin::Receive::Adaptive(prober_core::spin::SpinPool::new(
+            Duration::from_micros(50),
+            50,
+        ));
+        assert_eq!(c.receive, want);
+        for (head, why) in [
+            ("mode = \"spin\"", "neither \"async\" nor \"adaptive\""),
+            ("mode = \"adaptive\"\nspin_budget = \"1s\"", "at most 100ms"),
+            ("mode = \"adaptive\"\ncpu_share = 0.0", "receive.cpu_share"),
+            ("mode = \"adaptive\"\ncpu_share = 2.0", "at most 1"),
+            ("colour = 1", "unknown field"),
+        ] {
+            let e = literals_only(&with(head)).await.unwrap_err().to_string();
+            assert!(e.contains(why), "{head}: {e}");
+        }
     }
 
     #[tokio::test]

@@ -532,9 +532,10 @@ pub async fn run(
     }
     let (events, mut rx) = mpsc::channel(EVENT_CHANNEL);
     let root = CancellationToken::new();
-    let meta = RunMeta::new(&opts.version, &RunConfig::default())
+    let mut meta = RunMeta::new(&opts.version, &RunConfig::default())
         .on_host(&opts.host.0, &opts.host.1)
         .with_tx_stamps(cfg.tx_stamps);
+    cfg.receive.name().clone_into(&mut meta.receive);
     let mut collector = Collector::new(meta, Clock::now(), sinks, true);
     // Nothing to fail: no target and no file yet.
     let _ = collector.start();
@@ -547,6 +548,7 @@ pub async fn run(
             otlp: cfg.otlp.clone(),
             metrics_auth: cfg.metrics_auth.clone(),
             tx_stamps: cfg.tx_stamps,
+            receive: cfg.receive.clone(),
             jobs: Vec::new(),
             discovery: cfg.discovery.clone(),
             refresh_at: None,
@@ -563,6 +565,7 @@ pub async fn run(
         // when told (`[stamps] transmit = true`); restart to change it.
         env: BuildEnv {
             tx_stamps: cfg.tx_stamps,
+            receive: cfg.receive.clone(),
             ..BuildEnv::default()
         },
         root: root.clone(),

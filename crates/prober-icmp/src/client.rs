@@ -405,6 +405,8 @@ pub struct IcmpProbe {
     slot: Arc<Slot>,
     nonce: u64,
     size: usize,
+    /// Adaptive receive's budget (`--receive adaptive`); `None`: park.
+    spin: Option<prober_core::spin::SpinBudget>,
 }
 
 impl IcmpProbe {
@@ -434,7 +436,61 @@ impl IcmpProbe {
             slot,
             nonce,
             size,
+            spin: None,
         })
+    }
+
+    /// Receives replies as `receive` says: with `adaptive`, each probe polls
+    /// the family's socket for up to its spin budget after the send, and
+    /// hands whatever it reads (other targets' replies too) to their
+    /// probes. No effect with busy-poll, whose thread already spins.
+    #[must_use]
+    pub fn with_receive(mut self, receive: &prober_core::spin::Receive) -> Self {
+        if matches!(self.family._reader, Reader::Task(_)) {
+            self.spin = receive.budget();
+        }
+        self
+    }
+
+    /// Polls the socket without blocking until `waiter` has its reply or
+    /// the budget runs out.
+    fn spin_for_reply(
+        &self,
+        budget: &prober_core::spin::SpinBudget,
+        waiter: &prober_core::Waiter<Result<Got, ProbeError>>,
+    ) {
+        thread_local! {
+            // Whole datagrams of any size: the socket is shared, and a
+            // short buffer would truncate another target's reply.
+            static BUF: std::cell::RefCell<Vec<u8>> =
+                std::cell::RefCell::new(vec![0u8; MAX_PAYLOAD + 128]);
+        }
+        let start = Instant::now();
+        let granted = budget.start(start.into_std());
+        if granted.is_zero() {
+            return;
+        }
+        let socket = &self.family.socket;
+        BUF.with_borrow_mut(|buf| {
+            loop {
+                if let Ok((n, Some(from), stamp, ttl, t4)) = socket.try_recv(buf) {
+                    dispatch(
+                        socket,
+                        &self.family.registry,
+                        &buf[..n],
+                        from,
+                        got(n, stamp, ttl, t4),
+                    );
+                }
+                if waiter.is_answered() || start.elapsed() >= granted {
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+        });
+        let used = start.elapsed();
+        budget.spun(granted, used);
+        self.slot.matcher.count_spin(used, waiter.is_answered());
     }
 }
 
@@ -485,7 +541,13 @@ impl Probe for IcmpProbe {
             }
             return Err(ProbeError::io("send", &e));
         }
+        if let Some(budget) = &self.spin {
+            self.spin_for_reply(budget, &waiter);
+        }
         let got = waiter.reply().await?;
+        if let Some(budget) = &self.spin {
+            budget.record(got.received.saturating_duration_since(sent));
+        }
         let mut t1k = self.slot.tx.take(seq);
         if t1k.is_none() && socket.tx_stamps {
             drain_tx(&self.family, Some((&self.slot, seq)));

@@ -26,11 +26,9 @@ fn build<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
                 env.tx_stamps,
             ))
         })?;
-        Ok(runnable(IcmpProbe::new(
-            &client,
-            spec.addr.ip(),
-            spec.size,
-        )?))
+        Ok(runnable(
+            IcmpProbe::new(&client, spec.addr.ip(), spec.size)?.with_receive(&env.receive),
+        ))
     })
 }
 
