@@ -668,130 +668,7 @@ impl Collector for TargetsCollector {
             .collect();
         let on = |g: usize| self.group.is_none_or(|x| x == g);
         if on(0) {
-            let counters: [CounterDef<Tally>; 4] = [
-                (
-                    "prober_probes_sent",
-                    "Probes sent (ok + timeout + error)",
-                    |t| t.sent,
-                ),
-                (
-                    "prober_probes_ok",
-                    "Probes answered within the timeout",
-                    |t| t.ok,
-                ),
-                (
-                    "prober_probes_timeout",
-                    "Probes with no reply within the timeout",
-                    |t| t.timeout,
-                ),
-                (
-                    "prober_probes_error",
-                    "Probes that failed (refused, unreachable, bad reply)",
-                    |t| t.error,
-                ),
-            ];
-            for (name, help, get) in counters {
-                let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-                for s in &series {
-                    ConstCounter::new(get(&s.tally)).encode(m.encode_family(&*s.labels)?)?;
-                }
-            }
-            let mut m = encoder.encode_descriptor(
-            "prober_probe_errors",
-            "Failed probes by reason (refused, unreachable, reset, tls, protocol, timeout, local, status, content, too_large, truncated, other)",
-            None,
-            MetricType::Counter,
-        )?;
-            for s in &series {
-                for (kind, n) in s.tally.errors_by_kind() {
-                    let mut labels = (*s.labels).clone();
-                    labels.push(("reason".to_owned(), kind.as_str().to_owned()));
-                    ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
-                }
-            }
-            let anomalies: Vec<(&Labels, Anomalies)> = series
-                .iter()
-                .map(|s| (&*s.labels, (s.anomalies)()))
-                .collect();
-            let extra: [CounterDef<Anomalies>; 5] = [
-                (
-                    "prober_replies_late",
-                    "Replies that arrived after their probe timed out",
-                    |a| a.late,
-                ),
-                (
-                    "prober_replies_duplicate",
-                    "Second and later replies to one probe",
-                    |a| a.duplicate,
-                ),
-                (
-                    "prober_replies_reordered",
-                    "Replies that arrived after a reply to a later probe",
-                    |a| a.reordered,
-                ),
-                (
-                    "prober_replies_corrupt",
-                    "Replies that could not be decoded (counted as corrupt, never as ok)",
-                    |a| a.corrupt,
-                ),
-                (
-                    "prober_reconnects",
-                    "Connections the probe opened again after losing one (tcp, grpc, http, dns over tcp)",
-                    |a| a.reconnects,
-                ),
-            ];
-            for (name, help, get) in extra {
-                let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-                for (labels, a) in &anomalies {
-                    ConstCounter::new(get(a)).encode(m.encode_family(*labels)?)?;
-                }
-            }
-            if anomalies.iter().any(|(_, a)| a.direction.is_some()) {
-                let mut m = encoder.encode_descriptor(
-                "prober_lost",
-                "Lost probes by direction (forward, backward, unknown), where the protocol tells (stamp:// with a stateful reflector)",
-                None,
-                MetricType::Counter,
-            )?;
-                for (labels, a) in &anomalies {
-                    let Some(d) = a.direction else { continue };
-                    for (dir, n) in [
-                        ("forward", d.forward),
-                        ("backward", d.backward),
-                        ("unknown", d.unknown),
-                    ] {
-                        let mut labels = (*labels).clone();
-                        labels.push(("direction".to_owned(), dir.to_owned()));
-                        ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
-                    }
-                }
-            }
-            if anomalies.iter().any(|(_, a)| a.spin.is_some()) {
-                let mut m = encoder.encode_descriptor(
-                "prober_receive_spin_seconds",
-                "CPU time adaptive receive spent polling for replies (--receive adaptive / receive = \"adaptive\")",
-                None,
-                MetricType::Counter,
-            )?;
-                for (labels, a) in &anomalies {
-                    if let Some(sp) = a.spin {
-                        ConstCounter::new(sp.ns as f64 / 1e9).encode(m.encode_family(*labels)?)?;
-                    }
-                }
-            }
-            if anomalies.iter().any(|(_, a)| a.cert_not_after.is_some()) {
-                let mut m = encoder.encode_descriptor(
-                "prober_tls_cert_expiry_timestamp_seconds",
-                "When the server's certificate expires, as Unix seconds (https://, grpcs://), as blackbox_exporter's probe_ssl_earliest_cert_expiry",
-                None,
-                MetricType::Gauge,
-            )?;
-                for (labels, a) in &anomalies {
-                    if let Some(t) = a.cert_not_after {
-                        ConstGauge::new(t).encode(m.encode_family(*labels)?)?;
-                    }
-                }
-            }
+            encode_counts(&mut encoder, &series)?;
         }
         if on(1) {
             encode_by_label(
@@ -855,6 +732,159 @@ impl Collector for TargetsCollector {
             |s| &s.parts,
         )
     }
+}
+
+/// A family with a series for each target whose anomaly counts `get` a
+/// value from; nothing at all when none does.
+fn encode_known<M: EncodeMetric>(
+    encoder: &mut DescriptorEncoder<'_>,
+    (name, help, kind): (&str, &str, MetricType),
+    anomalies: &[(&Labels, Anomalies)],
+    get: impl Fn(&Anomalies) -> Option<M>,
+) -> Result<(), std::fmt::Error> {
+    if !anomalies.iter().any(|(_, a)| get(a).is_some()) {
+        return Ok(());
+    }
+    let mut m = encoder.encode_descriptor(name, help, None, kind)?;
+    for (labels, a) in anomalies {
+        if let Some(v) = get(a) {
+            v.encode(m.encode_family(*labels)?)?;
+        }
+    }
+    Ok(())
+}
+
+/// A counter family per definition, with a series per item.
+fn encode_counter_defs<T>(
+    encoder: &mut DescriptorEncoder<'_>,
+    defs: &[CounterDef<T>],
+    items: &[(&Labels, T)],
+) -> Result<(), std::fmt::Error> {
+    for (name, help, get) in defs {
+        let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+        for (labels, item) in items {
+            ConstCounter::new(get(item)).encode(m.encode_family(*labels)?)?;
+        }
+    }
+    Ok(())
+}
+
+/// The counters and gauges of every target: probes by outcome, errors by
+/// reason, the probe's anomaly counts, and what only some protocols know.
+fn encode_counts(
+    encoder: &mut DescriptorEncoder<'_>,
+    series: &[Exported],
+) -> Result<(), std::fmt::Error> {
+    let counters: [CounterDef<Tally>; 4] = [
+        (
+            "prober_probes_sent",
+            "Probes sent (ok + timeout + error)",
+            |t| t.sent,
+        ),
+        (
+            "prober_probes_ok",
+            "Probes answered within the timeout",
+            |t| t.ok,
+        ),
+        (
+            "prober_probes_timeout",
+            "Probes with no reply within the timeout",
+            |t| t.timeout,
+        ),
+        (
+            "prober_probes_error",
+            "Probes that failed (refused, unreachable, bad reply)",
+            |t| t.error,
+        ),
+    ];
+    let tallies: Vec<(&Labels, Tally)> = series.iter().map(|s| (&*s.labels, s.tally)).collect();
+    encode_counter_defs(encoder, &counters, &tallies)?;
+    let mut m = encoder.encode_descriptor(
+    "prober_probe_errors",
+    "Failed probes by reason (refused, unreachable, reset, tls, protocol, timeout, local, status, content, too_large, truncated, other)",
+    None,
+    MetricType::Counter,
+)?;
+    for s in series {
+        for (kind, n) in s.tally.errors_by_kind() {
+            let mut labels = (*s.labels).clone();
+            labels.push(("reason".to_owned(), kind.as_str().to_owned()));
+            ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
+        }
+    }
+    let anomalies: Vec<(&Labels, Anomalies)> = series
+        .iter()
+        .map(|s| (&*s.labels, (s.anomalies)()))
+        .collect();
+    let extra: [CounterDef<Anomalies>; 5] = [
+        (
+            "prober_replies_late",
+            "Replies that arrived after their probe timed out",
+            |a| a.late,
+        ),
+        (
+            "prober_replies_duplicate",
+            "Second and later replies to one probe",
+            |a| a.duplicate,
+        ),
+        (
+            "prober_replies_reordered",
+            "Replies that arrived after a reply to a later probe",
+            |a| a.reordered,
+        ),
+        (
+            "prober_replies_corrupt",
+            "Replies that could not be decoded (counted as corrupt, never as ok)",
+            |a| a.corrupt,
+        ),
+        (
+            "prober_reconnects",
+            "Connections the probe opened again after losing one (tcp, grpc, http, dns over tcp)",
+            |a| a.reconnects,
+        ),
+    ];
+    encode_counter_defs(encoder, &extra, &anomalies)?;
+    if anomalies.iter().any(|(_, a)| a.direction.is_some()) {
+        let mut m = encoder.encode_descriptor(
+        "prober_lost",
+        "Lost probes by direction (forward, backward, unknown), where the protocol tells (stamp:// with a stateful reflector)",
+        None,
+        MetricType::Counter,
+    )?;
+        for (labels, a) in &anomalies {
+            let Some(d) = a.direction else { continue };
+            for (dir, n) in [
+                ("forward", d.forward),
+                ("backward", d.backward),
+                ("unknown", d.unknown),
+            ] {
+                let mut labels = (*labels).clone();
+                labels.push(("direction".to_owned(), dir.to_owned()));
+                ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
+            }
+        }
+    }
+    encode_known(
+        encoder,
+        (
+            "prober_receive_spin_seconds",
+            "CPU time adaptive receive spent polling for replies (--receive adaptive / receive = \"adaptive\")",
+            MetricType::Counter,
+        ),
+        &anomalies,
+        |a| a.spin.map(|sp| ConstCounter::new(sp.ns as f64 / 1e9)),
+    )?;
+    encode_known(
+        encoder,
+        (
+            "prober_tls_cert_expiry_timestamp_seconds",
+            "When the server's certificate expires, as Unix seconds (https://, grpcs://), as blackbox_exporter's probe_ssl_earliest_cert_expiry",
+            MetricType::Gauge,
+        ),
+        &anomalies,
+        |a| a.cert_not_after.map(ConstGauge::new),
+    )?;
+    Ok(())
 }
 
 /// Loss bursts and RFC 3550 jitter (prober_core::sequence), per target.
