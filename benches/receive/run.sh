@@ -9,17 +9,18 @@
 #                                               # prober on CPU 0: no IPI to an idle
 #                                               # vCPU inside the send
 #   I=10ms C=1000 ROUNDS=2 bash benches/receive/run.sh
+#   PROTO=tcp bash benches/receive/run.sh       # tcp:// (default udp://)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 P=${PROBER:-target/release/prober}
 [ -x "$P" ] || cargo build --release -p prober-cli
-I=${I:-10ms}; C=${C:-1000}; ROUNDS=${ROUNDS:-2}
+I=${I:-10ms}; C=${C:-1000}; ROUNDS=${ROUNDS:-2}; PROTO=${PROTO:-udp}
 port=$((30000 + RANDOM % 20000))
 if [ -n "${PIN:-}" ]; then
-  taskset -c 1 "$P" serve --udp "127.0.0.1:$port" --busy-poll --quiet 2> /dev/null &
+  taskset -c 1 "$P" serve "--$PROTO" "127.0.0.1:$port" --busy-poll --quiet 2> /dev/null &
   client=(taskset -c 0 "$P")
 else
-  "$P" serve --udp "127.0.0.1:$port" --quiet 2> /dev/null &
+  "$P" serve "--$PROTO" "127.0.0.1:$port" --quiet 2> /dev/null &
   client=("$P")
 fi
 server=$!
@@ -30,7 +31,7 @@ for round in $(seq "$ROUNDS"); do
   for mode in async adaptive busy-poll; do
     extra=(--receive "$mode")
     [ "$mode" = busy-poll ] && extra=(--busy-poll)
-    /usr/bin/time -f "%U %S %e" -o "$t" "${client[@]}" run "udp://127.0.0.1:$port" \
+    /usr/bin/time -f "%U %S %e" -o "$t" "${client[@]}" run "$PROTO://127.0.0.1:$port" \
       -i "$I" -c "$C" "${extra[@]}" -o json 2> /dev/null |
       python3 -c "
 import json, sys

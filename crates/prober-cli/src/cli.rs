@@ -479,7 +479,7 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     pub(crate) busy_poll: bool,
 
-    /// How UDP probes wait for replies: `async` parks in epoll (a CPU
+    /// How UDP, ICMP and TCP probes wait for replies: `async` parks in epoll (a CPU
     /// wake-up inside the RTT); `adaptive` polls the socket after each send
     /// for up to about the target's recent p90 RTT (at most --spin-budget),
     /// then parks; all spins together get at most a tenth of a core.

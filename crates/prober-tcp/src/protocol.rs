@@ -19,7 +19,8 @@ fn build_tcp<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
         Ok(runnable(
             TcpProbe::with_busy_poll(spec.addr, spec.size, env.busy_poll)
                 .with_stamps(env.tx_stamps, spec.timeout)
-                .with_marks(env.marks.clone()),
+                .with_marks(env.marks.clone())
+                .with_receive(&env.receive),
         ))
     })
 }

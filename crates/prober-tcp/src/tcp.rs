@@ -49,6 +49,8 @@ pub struct TcpProbe {
     stamps: Arc<Stamped>,
     /// Its packets' TOS byte and source address.
     marks: Marks,
+    /// Adaptive receive's budget (`--receive adaptive`); `None`: park.
+    spin: Option<prober_core::spin::SpinBudget>,
 }
 
 /// What a connection's reader files for the probes: transmit stamps by
@@ -95,7 +97,20 @@ impl TcpProbe {
             timeout: Duration::from_secs(1),
             stamps: Arc::default(),
             marks: Marks::default(),
+            spin: None,
         }
+    }
+
+    /// Waits for replies as `receive` says: with `adaptive`, after each
+    /// write the probe spins until the socket is readable or its budget
+    /// runs out, and the connection's reader reads the reply as usual,
+    /// from a thread that never went to sleep. No effect with busy-poll.
+    #[must_use]
+    pub fn with_receive(mut self, receive: &prober_core::spin::Receive) -> Self {
+        if !self.busy_poll {
+            self.spin = receive.budget();
+        }
+        self
     }
 
     /// Marks its packets and picks their source address (`--tos`,
@@ -392,9 +407,20 @@ impl Probe for TcpProbe {
                 return Err(ProbeError::io("send", &e));
             }
             unfinished.1 = false;
+            // Under the writer's lock, which holds the socket open: another
+            // probe of this target waits for its write at most one budget.
+            if let Some(budget) = &self.spin
+                && let Some((used, readable)) =
+                    prober_net::busy::spin_until_readable(writer.as_ref().as_fd(), budget)
+            {
+                conn.matcher.count_spin(used, readable);
+            }
             (sent, t1)
         };
         let (mut reply, follow_up) = await_got(&mut waiter, sent, t1, self.size).await?;
+        if let Some(budget) = &self.spin {
+            budget.record(reply.rtt());
+        }
         reply.stamps.t1k = self.stamps.tx.take(seq);
         if follow_up && let Some(r) = reply.stamps.responder.as_mut() {
             r.send = self.stamps.follow.wait(seq, limit).await;

@@ -339,3 +339,26 @@ async fn adaptive_receive_spins_for_replies_and_gives_up_on_silence() {
     let (s, _) = run(probe, config(5, MS)).await;
     assert_eq!((s.ok, s.spin), (5, None));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adaptive_receive_on_tcp_spins_until_the_reply_is_readable() {
+    use prober_core::spin::{Receive, SpinPool};
+    let r = responder(ResponderConfig {
+        delay_every: Some(1),
+        delay: Duration::from_micros(300),
+        ..Default::default()
+    })
+    .await;
+    let receive = Receive::Adaptive(SpinPool::new(20 * MS, 1000));
+    let probe = TcpProbe::new(r.tcp, 64).with_receive(&receive);
+    let (s, samples) = run(probe, config(30, 2 * MS)).await;
+    assert_eq!(s.ok, 30, "{s:?}");
+    assert_eq!(seqs(&samples), (0..30).collect::<Vec<_>>());
+    let spin = s.spin.expect("adaptive receive reports its spins");
+    assert_eq!(spin.probes, 30, "{spin:?}");
+    assert!(spin.caught > 0 && spin.ns > 0, "{spin:?}");
+    // Busy-poll already spins: no second spin on top.
+    let probe = TcpProbe::with_busy_poll(r.tcp, 64, true).with_receive(&receive);
+    let (s, _) = run(probe, config(5, MS)).await;
+    assert_eq!((s.ok, s.spin), (5, None));
+}
