@@ -347,7 +347,9 @@ fn size_on_a_target_without_payload_is_a_warning_not_an_error() {
 }
 
 /// Local ports of the sockets (`ss` protocol flag `-u` or `-t`) connected
-/// to `dst`.
+/// to `dst`: established ones only (connected UDP sockets are too), not
+/// another test's TIME_WAIT sockets to a server that had the same port
+/// (seen once: five tcp ports).
 fn local_ports(flag: &str, dst: &str) -> std::collections::BTreeSet<String> {
     let out = std::process::Command::new("ss")
         .args(["-Han", flag, "dst", dst])
@@ -355,6 +357,8 @@ fn local_ports(flag: &str, dst: &str) -> std::collections::BTreeSet<String> {
         .unwrap();
     String::from_utf8_lossy(&out.stdout)
         .lines()
+        // Connected UDP sockets show as ESTAB too.
+        .filter(|l| l.starts_with("ESTAB"))
         .filter_map(|l| l.split_whitespace().nth(3))
         .filter_map(|local| local.rsplit_once(':').map(|(_, p)| p.to_owned()))
         .collect()
