@@ -151,6 +151,14 @@ fn positive_duration(s: &str) -> Result<Duration, String> {
     }
 }
 
+/// `--spin-budget`: above zero, at most 100 ms (a spin holds its thread).
+fn spin_budget(s: &str) -> Result<Duration, String> {
+    match positive_duration(s)? {
+        d if d > Duration::from_millis(100) => Err(format!("{d:?} is more than 100ms")),
+        d => Ok(d),
+    }
+}
+
 /// `--since`/`--until` of `prober report`.
 fn time(s: &str) -> Result<u64, String> {
     prober_report::input::parse_time(s)
@@ -487,7 +495,7 @@ pub(crate) struct RunArgs {
     pub(crate) receive: ReceiveArg,
 
     /// Adaptive receive's longest spin after one send.
-    #[arg(long, default_value = "100us", value_parser = duration, value_name = "DURATION")]
+    #[arg(long, default_value = "100us", value_parser = spin_budget, value_name = "DURATION")]
     pub(crate) spin_budget: Duration,
 
     /// CA certificate (PEM) that grpcs:// servers must chain to.

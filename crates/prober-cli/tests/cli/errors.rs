@@ -32,6 +32,11 @@ fn out_of_range_values_are_refused_not_saturated() {
     fails(&["run", "-i", "18446744073709551616ns", t], "too large");
     fails(&["run", "-W", "18446744074s", t], "too large");
     fails(
+        &["run", "--spin-budget", "0", t],
+        "must be greater than zero",
+    );
+    fails(&["run", "--spin-budget", "1s", t], "is more than 100ms");
+    fails(
         &["run", "--warmup", "9223372036854775808", t],
         "more than 1000000",
     );
