@@ -2,8 +2,6 @@
 //! Debian packages, serving A records from a hosts folder it watches and an
 //! SRV record, changed while the daemon runs.
 
-use std::net::UdpSocket;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::daemon::{Daemon, series};
@@ -13,7 +11,7 @@ use crate::support::Files;
 /// (re-read when a file in it changes), and `_prober._udp.mesh.lan` (SRV)
 /// naming `srv.mesh.lan`. Every record has a 1 s TTL. Killed on drop.
 struct MeshDns {
-    child: Child,
+    server: Option<crate::support::Dnsmasq>,
     port: u16,
     files: Files,
     srv_port: u16,
@@ -21,12 +19,7 @@ struct MeshDns {
 
 impl MeshDns {
     fn start(srv_port: u16) -> Option<Self> {
-        if Command::new("dnsmasq").arg("--version").output().is_err() {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "dnsmasq is missing; .ci/run installs dnsmasq-base"
-            );
-            eprintln!("skipping: no dnsmasq");
+        if !crate::support::have_dnsmasq() {
             return None;
         }
         let files = Files::new("mesh-dns");
@@ -37,14 +30,9 @@ impl MeshDns {
             "hosts.d/dual",
             "127.0.0.2 dual.mesh.lan\n::1 dual.mesh.lan\n",
         );
-        let port = UdpSocket::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
         let mut d = Self {
-            child: Command::new("true").spawn().unwrap(),
-            port,
+            server: None,
+            port: crate::support::free_udp_port(),
             files,
             srv_port,
         };
@@ -55,16 +43,9 @@ impl MeshDns {
     /// (Re)starts dnsmasq on the same port; with `servfail_upstream`,
     /// `peers.mesh.lan` is forwarded there instead of answered locally.
     fn restart(&mut self, servfail_upstream: Option<u16>) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // The old one goes first: the new one takes its port.
+        self.server = None;
         let mut args = vec![
-            "--keep-in-foreground".to_owned(),
-            format!("--port={}", self.port),
-            "--listen-address=127.0.0.1".to_owned(),
-            "--bind-interfaces".to_owned(),
-            "--no-resolv".to_owned(),
-            "--no-hosts".to_owned(),
-            format!("--pid-file={}", self.files.path("pid")),
             "--local-ttl=1".to_owned(),
             "--host-record=srv.mesh.lan,127.0.0.3".to_owned(),
             format!(
@@ -76,13 +57,11 @@ impl MeshDns {
             None => args.push(format!("--hostsdir={}", self.files.path("hosts.d"))),
             Some(up) => args.push(format!("--server=/peers.mesh.lan/127.0.0.1#{up}")),
         }
-        self.child = Command::new("dnsmasq")
-            .args(&args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("dnsmasq starts");
-        crate::support::wait_for_dns(self.port);
+        self.server = Some(crate::support::Dnsmasq::start(
+            self.port,
+            &self.files,
+            &args,
+        ));
     }
 
     /// Replaces the A records of peers.mesh.lan (dnsmasq sees the change
@@ -94,13 +73,6 @@ impl MeshDns {
             .collect();
         let tmp = self.files.write("peers.tmp", &text);
         std::fs::rename(tmp, self.files.path("hosts.d/peers")).unwrap();
-    }
-}
-
-impl Drop for MeshDns {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -3,7 +3,6 @@
 //! misbehave on purpose.
 
 use std::net::UdpSocket;
-use std::process::{Child, Command, Stdio};
 
 use crate::support::{Files, fails, of_type, run_json};
 
@@ -11,7 +10,7 @@ use crate::support::{Files, fails, of_type, run_json};
 /// and records given here; `fail.lan` is forwarded to an upstream that
 /// answers SERVFAIL. Killed on drop.
 struct Dnsmasq {
-    child: Child,
+    _server: crate::support::Dnsmasq,
     port: u16,
     _files: Files,
 }
@@ -20,12 +19,7 @@ impl Dnsmasq {
     /// With `auth`, dnsmasq is also authoritative for test.lan (SOA, NS,
     /// AA=1); it then refuses what it would forward (fail.lan).
     fn start(tag: &str, auth: bool) -> Option<Self> {
-        if Command::new("dnsmasq").arg("--version").output().is_err() {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "dnsmasq is missing; .ci/run installs dnsmasq-base"
-            );
-            eprintln!("skipping: no dnsmasq");
+        if !crate::support::have_dnsmasq() {
             return None;
         }
         let files = Files::new(&format!("dns-{tag}"));
@@ -34,19 +28,8 @@ impl Dnsmasq {
             "192.0.2.10 www.test.lan\n2001:db8::10 www.test.lan\n",
         );
         let up_port = crate::support::servfail_upstream();
-        let port = UdpSocket::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = crate::support::free_udp_port();
         let mut args = vec![
-            "--keep-in-foreground".to_owned(),
-            format!("--port={port}"),
-            "--listen-address=127.0.0.1".to_owned(),
-            "--bind-interfaces".to_owned(),
-            "--no-resolv".to_owned(),
-            "--no-hosts".to_owned(),
-            format!("--pid-file={}", files.path("pid")),
             format!("--addn-hosts={hosts}"),
             "--local=/test.lan/".to_owned(),
             format!("--server=/fail.lan/127.0.0.1#{up_port}"),
@@ -67,15 +50,8 @@ impl Dnsmasq {
                 format!("{i:02}").repeat(60)
             ));
         }
-        let child = Command::new("dnsmasq")
-            .args(&args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("dnsmasq starts");
-        crate::support::wait_for_dns(port);
         Some(Self {
-            child,
+            _server: crate::support::Dnsmasq::start(port, &files, &args),
             port,
             _files: files,
         })
@@ -83,13 +59,6 @@ impl Dnsmasq {
 
     fn target(&self, path: &str) -> String {
         format!("dns://127.0.0.1:{}/{path}", self.port)
-    }
-}
-
-impl Drop for Dnsmasq {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

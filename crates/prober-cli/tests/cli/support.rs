@@ -468,6 +468,64 @@ pub(crate) fn times_things() -> std::sync::RwLockReadGuard<'static, ()> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// Whether dnsmasq is installed; without it a DNS test is skipped, except
+/// in CI, whose `.ci/run` installs it.
+pub(crate) fn have_dnsmasq() -> bool {
+    if Command::new("dnsmasq").arg("--version").output().is_ok() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "dnsmasq is missing; .ci/run installs dnsmasq-base"
+    );
+    eprintln!("skipping: no dnsmasq");
+    false
+}
+
+/// A loopback port with no UDP socket on it, for a DNS server.
+pub(crate) fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// dnsmasq in the foreground on 127.0.0.1:`port`, answering only from
+/// what `extra` gives it (no resolv.conf, no /etc/hosts), its pid file in
+/// `files`; returned once it answers, killed on drop.
+pub(crate) struct Dnsmasq(std::process::Child);
+
+impl Dnsmasq {
+    pub(crate) fn start(port: u16, files: &Files, extra: &[String]) -> Self {
+        let child = Command::new("dnsmasq")
+            .args([
+                "--keep-in-foreground".to_owned(),
+                format!("--port={port}"),
+                "--listen-address=127.0.0.1".to_owned(),
+                "--bind-interfaces".to_owned(),
+                "--no-resolv".to_owned(),
+                "--no-hosts".to_owned(),
+                format!("--pid-file={}", files.path("pid")),
+            ])
+            .args(extra)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("dnsmasq starts");
+        let d = Self(child);
+        wait_for_dns(port);
+        d
+    }
+}
+
+impl Drop for Dnsmasq {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A DNS server on 127.0.0.1:`port` answers (a query for the root's A
 /// record gets any reply), within 5 s; panics otherwise.
 pub(crate) fn wait_for_dns(port: u16) {
