@@ -251,11 +251,12 @@ async fn drive(s: Arc<Shared>) {
             if arm(&s.fd, at).is_ok() {
                 state.armed = Some(at);
             } else {
-                // Wake them all: each falls back to the tokio timer.
+                // Wake them all: each tries to arm the timer again when it
+                // is polled (and spins if it still cannot). Their heap
+                // entries stay, so a timer armed later still finds them.
                 for (_, w) in state.wakers.drain() {
                     w.wake();
                 }
-                state.heap.clear();
             }
         }
     }
@@ -300,7 +301,13 @@ impl std::future::Future for SharedSleep<'_> {
                 id
             }
         };
-        state.wakers.insert(id, cx.waker().clone());
+        // Polled again on every wake-up of its task (each reply of the
+        // target): the waker is cloned only when it changed.
+        state
+            .wakers
+            .entry(id)
+            .and_modify(|w| w.clone_from(cx.waker()))
+            .or_insert_with(|| cx.waker().clone());
         if state.armed.is_none_or(|a| deadline < a) {
             if arm(&self.timer.fd, deadline).is_err() {
                 state.wakers.remove(&id);
