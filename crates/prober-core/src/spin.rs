@@ -187,6 +187,31 @@ impl SpinBudget {
         self.pool.give_back(granted, used);
     }
 
+    /// Spins after a send: calls `poll` (one non-blocking look at the
+    /// socket, true once the reply is there) until it says so or the
+    /// granted budget runs out, and gives back what was not used. `None`
+    /// if nothing was granted (no spin); else the time spun and whether
+    /// `poll` saw the reply.
+    pub fn spin(&self, mut poll: impl FnMut() -> bool) -> Option<(Duration, bool)> {
+        let start = Instant::now();
+        let granted = self.start(start);
+        if granted.is_zero() {
+            return None;
+        }
+        let caught = loop {
+            if poll() {
+                break true;
+            }
+            if start.elapsed() >= granted {
+                break false;
+            }
+            std::hint::spin_loop();
+        };
+        let used = start.elapsed();
+        self.spun(granted, used);
+        Some((used, caught))
+    }
+
     /// An answered probe's RTT, however it was received.
     pub fn record(&self, rtt: Duration) {
         let mut r = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
@@ -302,6 +327,27 @@ mod tests {
             total += g;
         }
         assert!(total <= 100 * 100 * US);
+    }
+
+    #[test]
+    fn a_spin_ends_when_the_reply_is_seen_or_the_budget_is_spent() {
+        let b = SpinBudget::new(SpinPool::new(50 * US, 1000));
+        let mut looks = 0;
+        let (_, caught) = b
+            .spin(|| {
+                looks += 1;
+                looks == 3
+            })
+            .expect("granted");
+        assert!(caught);
+        assert_eq!(looks, 3);
+        let (used, caught) = b.spin(|| false).expect("granted");
+        assert!(!caught && used >= 50 * US, "{used:?}");
+        // A target slower than the cap: no spin, and `poll` is not called.
+        for _ in 0..HISTORY {
+            b.record(Duration::from_millis(2));
+        }
+        assert_eq!(b.spin(|| unreachable!("no spin without a budget")), None);
     }
 
     impl SpinPool {

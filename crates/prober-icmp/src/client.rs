@@ -465,14 +465,9 @@ impl IcmpProbe {
             static BUF: std::cell::RefCell<Vec<u8>> =
                 std::cell::RefCell::new(vec![0u8; MAX_PAYLOAD + 128]);
         }
-        let start = Instant::now();
-        let granted = budget.start(start.into_std());
-        if granted.is_zero() {
-            return;
-        }
         let socket = &self.family.socket;
-        BUF.with_borrow_mut(|buf| {
-            loop {
+        let spun = BUF.with_borrow_mut(|buf| {
+            budget.spin(|| {
                 if let Ok((n, Some(from), stamp, ttl, t4)) = socket.try_recv(buf) {
                     dispatch(
                         socket,
@@ -482,15 +477,12 @@ impl IcmpProbe {
                         got(n, stamp, ttl, t4),
                     );
                 }
-                if waiter.is_answered() || start.elapsed() >= granted {
-                    break;
-                }
-                std::hint::spin_loop();
-            }
+                waiter.is_answered()
+            })
         });
-        let used = start.elapsed();
-        budget.spun(granted, used);
-        self.slot.matcher.count_spin(used, waiter.is_answered());
+        if let Some((used, caught)) = spun {
+            self.slot.matcher.count_spin(used, caught);
+        }
     }
 }
 

@@ -90,37 +90,6 @@ impl Drop for SpinThread {
     }
 }
 
-/// Adaptive receive for a stream whose reader task does the reading
-/// (TCP): spins until `fd` is readable or the budget runs out, reading
-/// nothing. The reply is then read by the reader task as usual, but the
-/// thread never went to sleep, so no wake-up of a halted CPU lies in the
-/// RTT; only the runtime's own turn to the reader does. Returns the spin
-/// time and whether the socket became readable.
-pub fn spin_until_readable(
-    fd: std::os::fd::BorrowedFd<'_>,
-    budget: &prober_core::spin::SpinBudget,
-) -> Option<(std::time::Duration, bool)> {
-    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-    let start = std::time::Instant::now();
-    let granted = budget.start(start);
-    if granted.is_zero() {
-        return None;
-    }
-    let readable = loop {
-        let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
-        if poll(&mut fds, PollTimeout::ZERO).is_ok_and(|n| n > 0) {
-            break true;
-        }
-        if start.elapsed() >= granted {
-            break false;
-        }
-        std::hint::spin_loop();
-    };
-    let used = start.elapsed();
-    budget.spun(granted, used);
-    Some((used, readable))
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::AtomicU64;

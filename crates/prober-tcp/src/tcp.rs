@@ -411,7 +411,7 @@ impl Probe for TcpProbe {
             // probe of this target waits for its write at most one budget.
             if let Some(budget) = &self.spin
                 && let Some((used, readable)) =
-                    prober_net::busy::spin_until_readable(writer.as_ref().as_fd(), budget)
+                    budget.spin(|| prober_net::busy::readable_now(writer.as_ref().as_fd()))
             {
                 conn.matcher.count_spin(used, readable);
             }

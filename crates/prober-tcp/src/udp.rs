@@ -108,13 +108,8 @@ impl UdpProbe {
     /// matcher as the reader task's. The thread does nothing else
     /// meanwhile: that is the point, and why the budget is small.
     fn spin_for_reply(&self, budget: &prober_core::spin::SpinBudget, waiter: &Waiter<Arrival>) {
-        let start = Instant::now();
-        let granted = budget.start(start.into_std());
-        if granted.is_zero() {
-            return;
-        }
         let mut buf = vec![0u8; self.size + 1];
-        loop {
+        let spun = budget.spin(|| {
             match recv_stamped(self.socket.as_fd(), &mut buf) {
                 Ok((n, rx)) => on_datagram(
                     &buf[..n],
@@ -127,14 +122,11 @@ impl UdpProbe {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => on_error(&e, &self.matcher),
             }
-            if waiter.is_answered() || start.elapsed() >= granted {
-                break;
-            }
-            std::hint::spin_loop();
+            waiter.is_answered()
+        });
+        if let Some((used, caught)) = spun {
+            self.matcher.count_spin(used, caught);
         }
-        let used = start.elapsed();
-        budget.spun(granted, used);
-        self.matcher.count_spin(used, waiter.is_answered());
     }
 
     /// Binds an ephemeral port of `addr`'s family, connects it to `addr` and
