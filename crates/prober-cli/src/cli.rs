@@ -151,12 +151,9 @@ fn positive_duration(s: &str) -> Result<Duration, String> {
     }
 }
 
-/// `--spin-budget`: above zero, at most 100 ms (a spin holds its thread).
+/// `--spin-budget` ([`prober_core::spin::check_budget`]).
 fn spin_budget(s: &str) -> Result<Duration, String> {
-    match positive_duration(s)? {
-        d if d > Duration::from_millis(100) => Err(format!("{d:?} is more than 100ms")),
-        d => Ok(d),
-    }
+    prober_core::spin::check_budget(duration(s)?)
 }
 
 /// `--since`/`--until` of `prober report`.

@@ -18,6 +18,26 @@ use std::time::{Duration, Instant};
 /// The spin budget's ceiling unless `--spin-budget` says otherwise.
 pub const DEFAULT_SPIN_BUDGET: Duration = Duration::from_micros(100);
 
+/// The longest spin budget that may be set: a spin holds its thread.
+pub const MAX_SPIN_BUDGET: Duration = Duration::from_millis(100);
+
+/// `budget` if it may be a spin budget: above zero, at most
+/// [`MAX_SPIN_BUDGET`] (`--spin-budget` and the daemon's `spin_budget`).
+///
+/// # Errors
+/// Why not, for a person.
+pub fn check_budget(budget: Duration) -> Result<Duration, String> {
+    if budget.is_zero() {
+        Err("must be greater than zero".to_owned())
+    } else if budget > MAX_SPIN_BUDGET {
+        Err(format!(
+            "{budget:?} is more than 100ms (a spin holds its thread for at most 100ms)"
+        ))
+    } else {
+        Ok(budget)
+    }
+}
+
 /// The share of one CPU every probe of a process may spend spinning
 /// together, per mille, unless set otherwise: 100 is a tenth of a core.
 pub const DEFAULT_POOL_PERMILLE: u32 = 100;

@@ -392,9 +392,8 @@ impl ReceiveSection {
                     "receive.spin_budget",
                     prober_core::spin::DEFAULT_SPIN_BUDGET,
                 )?;
-                if budget.is_zero() || budget > Duration::from_millis(100) {
-                    bail!("receive.spin_budget: {budget:?} is not above 0 and at most 100ms");
-                }
+                let budget = prober_core::spin::check_budget(budget)
+                    .map_err(|e| DaemonError::Config(format!("receive.spin_budget: {e}")))?;
                 let share = self.cpu_share.unwrap_or(0.02);
                 if !(share > 0.0 && share <= 1.0) {
                     bail!("receive.cpu_share: {share} is not above 0 and at most 1 (one core)");
