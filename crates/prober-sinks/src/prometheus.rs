@@ -247,25 +247,18 @@ impl PrometheusSink {
         self
     }
 
-    /// The scrape-time reader of this sink's series.
-    pub fn collector(&self) -> Box<dyn Collector> {
-        Box::new(TargetsCollector {
-            state: Arc::clone(&self.state),
-            group: None,
-        })
-    }
-
-    /// The same series as [`Self::collector`], split into a few collectors
-    /// that each encode whole families, for [`Format::encode_each`]: a
-    /// registry in protobuf is built as one message tree before it is
-    /// written (prometheus-client's `encode_to_vec`), so a registry per
-    /// group holds a group's tree at a time, not all of them.
+    /// The scrape-time readers of this sink's series: a few collectors
+    /// that each encode whole families. Register them in one registry, or
+    /// each in its own for [`Format::encode_each`]: a registry in protobuf
+    /// is built as one message tree before it is written
+    /// (prometheus-client's `encode_to_vec`), so a registry per group holds
+    /// a group's tree at a time, not all of them.
     pub fn collectors(&self) -> Vec<Box<dyn Collector>> {
         (0..GROUPS)
-            .map(|g| {
+            .map(|group| {
                 Box::new(TargetsCollector {
                     state: Arc::clone(&self.state),
-                    group: Some(g),
+                    group,
                 }) as Box<dyn Collector>
             })
             .collect()
@@ -635,9 +628,9 @@ impl std::fmt::Write for TextFormat {
 
 struct TargetsCollector {
     state: Arc<Mutex<State>>,
-    /// Only this group of families ([`PrometheusSink::collectors`]); `None`:
+    /// The group of families it encodes ([`PrometheusSink::collectors`]).
     /// all.
-    group: Option<usize>,
+    group: usize,
 }
 
 /// Groups of families [`TargetsCollector`] encodes: the counters, the
@@ -666,7 +659,7 @@ impl Collector for TargetsCollector {
             .values()
             .map(|s| s.m.clone())
             .collect();
-        let on = |g: usize| self.group.is_none_or(|x| x == g);
+        let on = |g: usize| self.group == g;
         if on(0) {
             encode_counts(&mut encoder, &series)?;
         }
@@ -997,14 +990,22 @@ mod tests {
 
     use super::*;
 
+    /// One registry with all of `sink`'s collectors.
+    fn registry_of(sink: &PrometheusSink) -> Registry {
+        let mut registry = Registry::default();
+        for c in sink.collectors() {
+            registry.register_collector(c);
+        }
+        registry
+    }
+
     /// A core collector feeding `sink` with one target, and the registry
     /// that reads the sink.
     fn collecting(
         sink: PrometheusSink,
         info: TargetInfo,
     ) -> (CoreCollector<PrometheusSink>, Registry) {
-        let mut registry = Registry::default();
-        registry.register_collector(sink.collector());
+        let registry = registry_of(&sink);
         let meta = RunMeta::new("test", &RunConfig::default());
         let mut c = CoreCollector::new(meta, Clock::now(), sink, true);
         c.add_target(info, Arc::new(Anomalies::default)).unwrap();
@@ -1058,8 +1059,7 @@ mod tests {
     #[test]
     fn renders_counters_and_a_cumulative_histogram() {
         let sink = PrometheusSink::new();
-        let mut registry = Registry::default();
-        registry.register_collector(sink.collector());
+        let registry = registry_of(&sink);
         let meta = RunMeta::new("test", &RunConfig::default());
         let mut c = CoreCollector::new(meta, Clock::now(), sink, true);
         let mut info = TargetInfo::new(7, "udp://h:1", "udp", "h:1", Some(64));
