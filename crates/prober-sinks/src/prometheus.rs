@@ -207,8 +207,8 @@ pub fn series_labels(info: &prober_core::TargetInfo) -> Vec<(String, String)> {
     labels
 }
 
-/// Feeds the series; register [`PrometheusSink::collector`] in the registry
-/// that `/metrics` encodes.
+/// Feeds the series; register [`PrometheusSink::collectors`] in the
+/// registries that `/metrics` encodes.
 #[derive(Clone, Default)]
 pub struct PrometheusSink {
     state: Arc<Mutex<State>>,
