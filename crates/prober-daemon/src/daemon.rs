@@ -474,19 +474,8 @@ pub async fn run(
             ),
         },
     };
-    // The targets' families in registries of their own, a few families
-    // each (PrometheusSink::collectors: a protobuf scrape then holds one
-    // group's message tree at a time), the daemon's own after them.
-    let mut registries: Vec<prometheus_client::registry::Registry> = sinks
-        .metrics
-        .collectors()
-        .into_iter()
-        .map(|c| {
-            let mut r = prometheus_client::registry::Registry::default();
-            r.register_collector(c);
-            r
-        })
-        .collect();
+    // The daemon's own families; the targets' are written by the sink
+    // (prober_sinks::prometheus::scrape).
     let mut prom = prometheus_client::registry::Registry::default();
     prom.register_collector(Box::new(crate::metrics::SinkCollector(
         sinks.files.failures(),
@@ -512,8 +501,10 @@ pub async fn run(
     };
     gauges.register(&mut prom, &opts.version);
     gauges.loaded(None);
-    registries.push(prom);
-    let registries: Arc<[_]> = registries.into();
+    let scrape = Arc::new(crate::metrics::Scrape {
+        sink: sinks.metrics.clone(),
+        registry: prom,
+    });
     if let Some(addr) = opts.metrics.or(cfg.metrics) {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
@@ -524,7 +515,7 @@ pub async fn run(
         listening("metrics", bound);
         listeners.tasks.spawn(serve_metrics(
             listener,
-            registries,
+            scrape,
             status,
             cfg.metrics_auth.clone(),
             listeners_stop.clone(),

@@ -99,12 +99,20 @@ impl Expected {
     }
 }
 
+/// What `/metrics` reads: the targets' series, and the daemon's own
+/// families.
+#[derive(Debug)]
+pub(crate) struct Scrape {
+    pub(crate) sink: prober_sinks::prometheus::PrometheusSink,
+    pub(crate) registry: Registry,
+}
+
 /// Serves `/metrics`, the status page and the health checks on `listener`
 /// until `stop` is cancelled; with `auth`, everything but `/healthz` and
 /// `/readyz` (Kubernetes' probes) asks for it.
 pub(crate) async fn serve_metrics(
     listener: TcpListener,
-    registries: Arc<[Registry]>,
+    scrape: Arc<Scrape>,
     status: crate::status::StatusPage,
     auth: Option<crate::config::MetricsAuth>,
     stop: CancellationToken,
@@ -141,10 +149,12 @@ pub(crate) async fn serve_metrics(
                         .get(axum::http::header::ACCEPT)
                         .and_then(|v| v.to_str().ok()),
                 );
-                let registries = Arc::clone(&registries);
+                let scrape = Arc::clone(&scrape);
                 async move {
-                    let res =
-                        tokio::task::spawn_blocking(move || format.encode_each(&registries)).await;
+                    let res = tokio::task::spawn_blocking(move || {
+                        prober_sinks::prometheus::scrape(format, &scrape.sink, &scrape.registry)
+                    })
+                    .await;
                     match res {
                         Ok(Ok(body)) => (
                             StatusCode::OK,

@@ -8,7 +8,8 @@
 //! - [`files`]: probe lines as JSON lines or CSV, HdrHistogram interval
 //!   logs, the [`files::RotatingFile`] wrapper they all write through, and
 //!   [`files::ByJob`], which routes the daemon's samples to each job's files.
-//! - [`prometheus`]: the daemon's metrics, through prometheus/client_rust.
+//! - [`prometheus`]: the daemon's metrics; [`exposition`] writes the
+//!   targets' families, prometheus/client_rust the daemon's own.
 //! - [`otlp`]: the same pushed over OTLP/gRPC, through the opentelemetry SDK.
 //! - [`ProgressSink`]: a progress line on a terminal for quiet runs.
 //! - [`fields`]: the summary fields of `--fields`.
@@ -22,10 +23,12 @@
 //! where the binary or the daemon picks its sinks.
 
 pub mod csv;
+pub mod exposition;
 pub mod fields;
 pub mod files;
 pub mod human;
 pub mod json;
+mod native_bounds;
 pub mod otlp;
 pub mod output;
 pub mod progress;

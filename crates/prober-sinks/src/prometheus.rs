@@ -1,10 +1,14 @@
-//! Prometheus metrics of the daemon, through prometheus/client_rust: per
-//! target counters, errors by reason and an RTT histogram.
+//! Prometheus metrics of the daemon: per target counters, errors by
+//! reason, and histograms of the RTT, its parts, latency and send lag.
 //!
-//! Counters are read at scrape time (a [`Collector`]) from the counts the
-//! core collector keeps (copied here on every sample) and from each probe's
-//! anomaly counters, so nothing is counted twice; a target's series go with
-//! it ([`Sink::target_removed`]).
+//! Counters are read at scrape time from the counts the core collector
+//! keeps (copied here on every sample) and from each probe's anomaly
+//! counters, so nothing is counted twice; a target's series go with it
+//! ([`Sink::target_removed`]).
+//!
+//! The targets' families are written by [`crate::exposition`], the
+//! daemon's own few through prometheus/client_rust's registry
+//! ([`scrape`] puts them together).
 //!
 //! Cost, measured at 10,000 ICMP targets (25 MB per scrape, curl on
 //! loopback, rounds alternating with the hand-written exposition it
@@ -15,13 +19,15 @@
 //! crate stays.
 //!
 //! With the fleet features (native and per-part histograms, 7 histograms
-//! a target) a scrape of 10,000 targets takes 0.4-0.8 s of CPU
-//! (benches/scale, BENCHMARKS.md), over the 200 ms the scale goal asks
-//! for: two thirds of it is prometheus-client building its message tree,
-//! mostly copies of label strings. It runs on the blocking pool, with the
-//! series lock released, so probing does not wait for it.
+//! a target) a scrape of 10,000 targets through prometheus-client took
+//! 0.4-0.8 s of CPU (benches/scale), over the 200 ms the scale goal asks
+//! for: two thirds of it was prometheus-client building its message tree,
+//! mostly copies of label strings. Hence [`crate::exposition`] for the
+//! targets' families. A scrape runs on the blocking pool, with the series
+//! lock released, so probing does not wait for it.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use prober_core::sequence::{BURST_BUCKETS, LossBursts};
@@ -30,13 +36,8 @@ use std::time::Duration;
 
 use prober_core::{Anomalies, AnomalyReader, Context, Outcome, Sample, Sink, TargetEntry};
 
+use crate::exposition::{Histogram, Kind, SeriesLabels, Value, Writer};
 use crate::window::{Window, WindowStats};
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use prometheus_client::metrics::MetricType;
-use prometheus_client::metrics::counter::ConstCounter;
-use prometheus_client::metrics::gauge::ConstGauge;
-use prometheus_client::metrics::histogram::{Histogram, NativeHistogramConfig};
 
 /// Upper bounds of the RTT histogram buckets, in seconds: 5 µs to 10 s
 /// (loopback RTTs are 5-100 µs, a datacenter's 50-500 µs).
@@ -73,16 +74,9 @@ impl Default for Buckets {
 
 impl Buckets {
     fn histogram(&self) -> Histogram {
-        let classic = self.classic.iter().copied();
-        match self.native_factor {
-            // Values are durations, never below zero; a zero-width zero
-            // bucket keeps the smallest ones in their own buckets.
-            Some(f) => Histogram::new_classic_and_native(
-                classic,
-                NativeHistogramConfig::new(f).zero_threshold(-1.0),
-            ),
-            None => Histogram::new(classic),
-        }
+        // Values are durations, never below zero; the native zero bucket is
+        // zero-wide, which keeps the smallest ones in their own buckets.
+        Histogram::new(&self.classic, self.native_factor)
     }
 }
 
@@ -103,14 +97,12 @@ pub const RESERVED_LABELS: [&str; 12] = [
     "instance",
 ];
 
-type Labels = Vec<(String, String)>;
-
 /// What `/metrics` reads of a target: cheap to copy (the histograms are
 /// shared handles), so a scrape copies every target's under the lock and
 /// encodes with the lock released.
 #[derive(Clone)]
 struct Exported {
-    labels: Arc<Labels>,
+    labels: Arc<SeriesLabels>,
     tally: Tally,
     anomalies: AnomalyReader,
     rtt: Histogram,
@@ -214,6 +206,8 @@ pub struct PrometheusSink {
     state: Arc<Mutex<State>>,
     parts: bool,
     buckets: Buckets,
+    /// The size of the last scrape, to reserve as much for the next.
+    last_size: Arc<AtomicUsize>,
 }
 
 impl std::fmt::Debug for PrometheusSink {
@@ -247,21 +241,22 @@ impl PrometheusSink {
         self
     }
 
-    /// The scrape-time readers of this sink's series: a few collectors
-    /// that each encode whole families. Register them in one registry, or
-    /// each in its own for [`Format::encode_each`]: a registry in protobuf
-    /// is built as one message tree before it is written
-    /// (prometheus-client's `encode_to_vec`), so a registry per group holds
-    /// a group's tree at a time, not all of them.
-    pub fn collectors(&self) -> Vec<Box<dyn Collector>> {
-        (0..GROUPS)
-            .map(|group| {
-                Box::new(TargetsCollector {
-                    state: Arc::clone(&self.state),
-                    group,
-                }) as Box<dyn Collector>
-            })
-            .collect()
+    /// Every target's families in `format`, without OpenMetrics' closing
+    /// `# EOF` ([`scrape`] adds the daemon's own families and ends it).
+    pub fn encode(&self, format: Format) -> Vec<u8> {
+        // Copied under the lock (shared handles, about a millisecond at
+        // 10,000 targets), encoded without it: the sink records on the
+        // probing thread and must not wait for a scrape.
+        let series: Vec<Exported> = lock(&self.state)
+            .series
+            .values()
+            .map(|s| s.m.clone())
+            .collect();
+        let mut w = Writer::new(format, self.last_size.load(Ordering::Relaxed) * 9 / 8);
+        encode_targets(&mut w, &series);
+        let out = w.finish();
+        self.last_size.store(out.len(), Ordering::Relaxed);
+        out
     }
 
     /// Removes a target's series now (a reload restarts it under a new id),
@@ -276,7 +271,7 @@ impl PrometheusSink {
         let info = &t.info;
         let series = Series {
             m: Exported {
-                labels: Arc::new(series_labels(info)),
+                labels: Arc::new(SeriesLabels::new(series_labels(info))),
                 tally: t.stats.tally,
                 anomalies: t.anomaly_reader(),
                 rtt: self.buckets.histogram(),
@@ -312,7 +307,7 @@ impl PrometheusSink {
             let mut chunk = state.series.range(from..);
             rows.extend(chunk.by_ref().take(CHUNK).map(|(_, s)| {
                 StatusRow {
-                    labels: (*s.m.labels).clone(),
+                    labels: s.m.labels.pairs.clone(),
                     tally: s.m.tally,
                     last_error: s.last_error.clone(),
                     recent_rtts: s.recent.iter().copied().collect(),
@@ -471,35 +466,6 @@ impl Format {
         }
     }
 
-    /// The registries one after another, in this format, as one
-    /// exposition: no family may be in two of them.
-    ///
-    /// # Errors
-    /// A metric that fails to encode.
-    pub fn encode_each(
-        self,
-        registries: &[prometheus_client::registry::Registry],
-    ) -> Result<Vec<u8>, std::fmt::Error> {
-        const EOF: &[u8] = b"# EOF\n";
-        let mut out = Vec::new();
-        for r in registries {
-            let mut one = self.encode(r)?;
-            // OpenMetrics ends once, after the last family.
-            if self == Self::OpenMetrics && one.ends_with(EOF) {
-                one.truncate(one.len() - EOF.len());
-            }
-            if out.is_empty() {
-                out = one;
-            } else {
-                out.extend_from_slice(&one);
-            }
-        }
-        if self == Self::OpenMetrics {
-            out.extend_from_slice(EOF);
-        }
-        Ok(out)
-    }
-
     /// `registry` in this format.
     ///
     /// # Errors
@@ -514,6 +480,22 @@ impl Format {
             Self::Text => encode_text(registry).map(String::into_bytes),
         }
     }
+}
+
+/// What `/metrics` serves in `format`: the targets' families of `sink`,
+/// then those of `registry` (the daemon's own), as one exposition.
+///
+/// # Errors
+/// A metric of the registry that fails to encode.
+pub fn scrape(
+    format: Format,
+    sink: &PrometheusSink,
+    registry: &prometheus_client::registry::Registry,
+) -> Result<Vec<u8>, std::fmt::Error> {
+    let mut out = sink.encode(format);
+    // The registry's ends with OpenMetrics' `# EOF`.
+    out.extend_from_slice(&format.encode(registry)?);
+    Ok(out)
 }
 
 /// The registry as length-delimited `io.prometheus.client.MetricFamily`
@@ -626,148 +608,101 @@ impl std::fmt::Write for TextFormat {
     }
 }
 
-struct TargetsCollector {
-    state: Arc<Mutex<State>>,
-    /// The group of families it encodes ([`PrometheusSink::collectors`]).
-    /// all.
-    group: usize,
-}
-
-/// Groups of families [`TargetsCollector`] encodes: the counters, the
-/// phases, the four duration histograms, loss and jitter, the parts.
-const GROUPS: usize = 8;
-
-impl std::fmt::Debug for TargetsCollector {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("TargetsCollector")
-    }
-}
-
 /// A histogram family's name, help text and which of a series' it is.
 type HistogramDef = (&'static str, &'static str, fn(&Exported) -> &Histogram);
 
 /// A counter's name (without `_total`), help text and how to read it.
 type CounterDef<T> = (&'static str, &'static str, fn(&T) -> u64);
 
-impl Collector for TargetsCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
-        // Copied under the lock (shared handles, about a millisecond at
-        // 10,000 targets), encoded without it: the sink records on the
-        // probing thread and must not wait for a scrape.
-        let series: Vec<Exported> = lock(&self.state)
-            .series
-            .values()
-            .map(|s| s.m.clone())
-            .collect();
-        let on = |g: usize| self.group == g;
-        if on(0) {
-            encode_counts(&mut encoder, &series)?;
+/// Every target's families: the counters, the phases, the four duration
+/// histograms, loss and jitter, the parts.
+fn encode_targets(w: &mut Writer, series: &[Exported]) {
+    encode_counts(w, series);
+    encode_by_label(
+        w,
+        series,
+        (
+            "prober_phase_duration_seconds",
+            "Phases of answered application requests: resolve, connect, tls, write, first_byte, body (as blackbox_exporter's probe_http_duration_seconds)",
+            "phase",
+        ),
+        &prober_core::Phases::NAMES,
+        |s| &s.phases,
+    );
+    let views: [HistogramDef; 4] = [
+        (
+            "prober_rtt_seconds",
+            "Round-trip time of answered probes",
+            |s| &s.rtt,
+        ),
+        (
+            "prober_latency_seconds",
+            "Reply minus scheduled send of answered probes: the RTT plus any send lag, the coordinated-omission view",
+            |s| &s.latency,
+        ),
+        (
+            "prober_send_lag_seconds",
+            "Actual send minus scheduled send of every probe sent",
+            |s| &s.send_lag,
+        ),
+        (
+            "prober_ipdv_seconds",
+            "Absolute delay variation between the RTTs of consecutive answered probes (RFC 3393 IPDV); _sum / _count is the mean |IPDV|",
+            |s| &s.ipdv,
+        ),
+    ];
+    for (name, help, pick) in views {
+        w.family(name, help, Kind::Histogram);
+        for s in series {
+            w.histogram(&s.labels, None, pick(s));
         }
-        if on(1) {
-            encode_by_label(
-                &mut encoder,
-                &series,
-                (
-                    "prober_phase_duration_seconds",
-                    "Phases of answered application requests: resolve, connect, tls, write, first_byte, body (as blackbox_exporter's probe_http_duration_seconds)",
-                    "phase",
-                ),
-                &prober_core::Phases::NAMES,
-                |s| &s.phases,
-            )?;
-        }
-        let views: [HistogramDef; 4] = [
-            (
-                "prober_rtt_seconds",
-                "Round-trip time of answered probes",
-                |s| &s.rtt,
-            ),
-            (
-                "prober_latency_seconds",
-                "Reply minus scheduled send of answered probes: the RTT plus any send lag, the coordinated-omission view",
-                |s| &s.latency,
-            ),
-            (
-                "prober_send_lag_seconds",
-                "Actual send minus scheduled send of every probe sent",
-                |s| &s.send_lag,
-            ),
-            (
-                "prober_ipdv_seconds",
-                "Absolute delay variation between the RTTs of consecutive answered probes (RFC 3393 IPDV); _sum / _count is the mean |IPDV|",
-                |s| &s.ipdv,
-            ),
-        ];
-        for (i, (name, help, pick)) in views.into_iter().enumerate() {
-            if !on(2 + i) {
-                continue;
-            }
-            let mut m = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
-            for s in &series {
-                pick(s).encode(m.encode_family(&*s.labels)?)?;
-            }
-        }
-        if on(6) {
-            encode_sequence(&mut encoder, &series)?;
-        }
-        if !on(7) {
-            return Ok(());
-        }
-        encode_by_label(
-            &mut encoder,
-            &series,
-            (
-                "prober_rtt_part_seconds",
-                "Parts of the round trip of answered probes: client_send, network, responder_wake, responder_dwell, responder_send, client_wake, and responder_turnaround where a responder reports only that (docs/timestamps.md)",
-                "part",
-            ),
-            &prober_core::Parts::ALL_NAMES,
-            |s| &s.parts,
-        )
     }
+    encode_sequence(w, series);
+    encode_by_label(
+        w,
+        series,
+        (
+            "prober_rtt_part_seconds",
+            "Parts of the round trip of answered probes: client_send, network, responder_wake, responder_dwell, responder_send, client_wake, and responder_turnaround where a responder reports only that (docs/timestamps.md)",
+            "part",
+        ),
+        &prober_core::Parts::ALL_NAMES,
+        |s| &s.parts,
+    );
 }
 
 /// A family with a series for each target whose anomaly counts `get` a
 /// value from; nothing at all when none does.
-fn encode_known<M: EncodeMetric>(
-    encoder: &mut DescriptorEncoder<'_>,
-    (name, help, kind): (&str, &str, MetricType),
-    anomalies: &[(&Labels, Anomalies)],
-    get: impl Fn(&Anomalies) -> Option<M>,
-) -> Result<(), std::fmt::Error> {
+fn encode_known(
+    w: &mut Writer,
+    (name, help, kind): (&'static str, &str, Kind),
+    anomalies: &[(&SeriesLabels, Anomalies)],
+    get: impl Fn(&Anomalies) -> Option<Value>,
+) {
     if !anomalies.iter().any(|(_, a)| get(a).is_some()) {
-        return Ok(());
+        return;
     }
-    let mut m = encoder.encode_descriptor(name, help, None, kind)?;
+    w.family(name, help, kind);
     for (labels, a) in anomalies {
         if let Some(v) = get(a) {
-            v.encode(m.encode_family(*labels)?)?;
+            w.value(labels, None, v);
         }
     }
-    Ok(())
 }
 
 /// A counter family per definition, with a series per item.
-fn encode_counter_defs<T>(
-    encoder: &mut DescriptorEncoder<'_>,
-    defs: &[CounterDef<T>],
-    items: &[(&Labels, T)],
-) -> Result<(), std::fmt::Error> {
+fn encode_counter_defs<T>(w: &mut Writer, defs: &[CounterDef<T>], items: &[(&SeriesLabels, T)]) {
     for (name, help, get) in defs {
-        let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+        w.family(name, help, Kind::Counter);
         for (labels, item) in items {
-            ConstCounter::new(get(item)).encode(m.encode_family(*labels)?)?;
+            w.value(labels, None, Value::U64(get(item)));
         }
     }
-    Ok(())
 }
 
 /// The counters and gauges of every target: probes by outcome, errors by
 /// reason, the probe's anomaly counts, and what only some protocols know.
-fn encode_counts(
-    encoder: &mut DescriptorEncoder<'_>,
-    series: &[Exported],
-) -> Result<(), std::fmt::Error> {
+fn encode_counts(w: &mut Writer, series: &[Exported]) {
     let counters: [CounterDef<Tally>; 4] = [
         (
             "prober_probes_sent",
@@ -790,22 +725,20 @@ fn encode_counts(
             |t| t.error,
         ),
     ];
-    let tallies: Vec<(&Labels, Tally)> = series.iter().map(|s| (&*s.labels, s.tally)).collect();
-    encode_counter_defs(encoder, &counters, &tallies)?;
-    let mut m = encoder.encode_descriptor(
-    "prober_probe_errors",
-    "Failed probes by reason (refused, unreachable, reset, tls, protocol, timeout, local, status, content, too_large, truncated, other)",
-    None,
-    MetricType::Counter,
-)?;
+    let tallies: Vec<(&SeriesLabels, Tally)> =
+        series.iter().map(|s| (&*s.labels, s.tally)).collect();
+    encode_counter_defs(w, &counters, &tallies);
+    w.family(
+        "prober_probe_errors",
+        "Failed probes by reason (refused, unreachable, reset, tls, protocol, timeout, local, status, content, too_large, truncated, other)",
+        Kind::Counter,
+    );
     for s in series {
         for (kind, n) in s.tally.errors_by_kind() {
-            let mut labels = (*s.labels).clone();
-            labels.push(("reason".to_owned(), kind.as_str().to_owned()));
-            ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
+            w.value(&s.labels, Some(("reason", kind.as_str())), Value::U64(n));
         }
     }
-    let anomalies: Vec<(&Labels, Anomalies)> = series
+    let anomalies: Vec<(&SeriesLabels, Anomalies)> = series
         .iter()
         .map(|s| (&*s.labels, (s.anomalies)()))
         .collect();
@@ -836,14 +769,13 @@ fn encode_counts(
             |a| a.reconnects,
         ),
     ];
-    encode_counter_defs(encoder, &extra, &anomalies)?;
+    encode_counter_defs(w, &extra, &anomalies);
     if anomalies.iter().any(|(_, a)| a.direction.is_some()) {
-        let mut m = encoder.encode_descriptor(
-        "prober_lost",
-        "Lost probes by direction (forward, backward, unknown), where the protocol tells (stamp:// with a stateful reflector)",
-        None,
-        MetricType::Counter,
-    )?;
+        w.family(
+            "prober_lost",
+            "Lost probes by direction (forward, backward, unknown), where the protocol tells (stamp:// with a stateful reflector)",
+            Kind::Counter,
+        );
         for (labels, a) in &anomalies {
             let Some(d) = a.direction else { continue };
             for (dir, n) in [
@@ -851,91 +783,74 @@ fn encode_counts(
                 ("backward", d.backward),
                 ("unknown", d.unknown),
             ] {
-                let mut labels = (*labels).clone();
-                labels.push(("direction".to_owned(), dir.to_owned()));
-                ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
+                w.value(labels, Some(("direction", dir)), Value::U64(n));
             }
         }
     }
     encode_known(
-        encoder,
+        w,
         (
             "prober_receive_spin_seconds",
             "CPU time adaptive receive spent polling for replies (--receive adaptive / receive = \"adaptive\")",
-            MetricType::Counter,
+            Kind::Counter,
         ),
         &anomalies,
-        |a| a.spin.map(|sp| ConstCounter::new(sp.ns as f64 / 1e9)),
-    )?;
+        |a| a.spin.map(|sp| Value::F64(sp.ns as f64 / 1e9)),
+    );
     encode_known(
-        encoder,
+        w,
         (
             "prober_tls_cert_expiry_timestamp_seconds",
             "When the server's certificate expires, as Unix seconds (https://, grpcs://), as blackbox_exporter's probe_ssl_earliest_cert_expiry",
-            MetricType::Gauge,
+            Kind::Gauge,
         ),
         &anomalies,
-        |a| a.cert_not_after.map(ConstGauge::new),
-    )?;
-    Ok(())
+        |a| a.cert_not_after.map(Value::I64),
+    );
 }
 
 /// Loss bursts and RFC 3550 jitter (prober_core::sequence), per target.
-fn encode_sequence(
-    encoder: &mut DescriptorEncoder<'_>,
-    series: &[Exported],
-) -> Result<(), std::fmt::Error> {
-    let mut m = encoder.encode_descriptor(
+fn encode_sequence(w: &mut Writer, series: &[Exported]) {
+    w.family(
         "prober_loss_burst_length",
         "Runs of consecutive lost probes (timeouts and errors) that ended, by length in probes; _count is the number of bursts, _sum the probes lost in them",
-        None,
-        MetricType::Histogram,
-    )?;
+        Kind::Histogram,
+    );
+    let mut buckets = [(0.0, 0); BURST_BUCKETS];
     for s in series {
         let b = &s.bursts;
         // Bucket i holds bursts of 2^i to 2^(i+1) - 1 probes; the last is
         // open-ended (+Inf).
-        let buckets: Vec<(f64, u64)> = (0..BURST_BUCKETS)
-            .map(|i| {
-                let le = if i == BURST_BUCKETS - 1 {
-                    f64::INFINITY
-                } else {
-                    ((2u64 << i) - 1) as f64
-                };
-                (le, b.lengths[i])
-            })
-            .collect();
-        m.encode_family(&*s.labels)?
-            .encode_histogram::<prometheus_client::encoding::NoLabelSet>(
-                b.lost as f64,
-                b.count,
-                &buckets,
-                None,
-            )?;
+        for (i, slot) in buckets.iter_mut().enumerate() {
+            let le = if i == BURST_BUCKETS - 1 {
+                f64::INFINITY
+            } else {
+                ((2u64 << i) - 1) as f64
+            };
+            *slot = (le, b.lengths[i]);
+        }
+        w.classic(&s.labels, None, (b.lost as f64, b.count), &buckets);
     }
-    let mut m = encoder.encode_descriptor(
+    w.family(
         "prober_loss_outage_seconds",
         "Scheduled time from the first probe of each ended loss burst to the next answered probe, added up",
-        None,
-        MetricType::Counter,
-    )?;
+        Kind::Counter,
+    );
     for s in series {
-        ConstCounter::new(s.bursts.outage_s).encode(m.encode_family(&*s.labels)?)?;
+        w.value(&s.labels, None, Value::F64(s.bursts.outage_s));
     }
     if series.iter().any(|s| s.jitter.is_some()) {
-        let mut m = encoder.encode_descriptor(
+        w.family(
             "prober_jitter_seconds",
             "Interarrival jitter estimate of RFC 3550 (J += (|D| - J) / 16) over consecutive answered probes' RTTs",
-            None,
-            MetricType::Gauge,
-        )?;
+            Kind::Gauge,
+        );
         for s in series {
             if let Some(j) = s.jitter {
-                ConstGauge::new(j / 1e9).encode(m.encode_family(&*s.labels)?)?;
+                w.value(&s.labels, None, Value::F64(j / 1e9));
             }
         }
     }
-    Ok(())
 }
 
 /// Observes each known value (ns) in its histogram, made on first use.
@@ -956,26 +871,23 @@ fn observe_each(
 /// target and per known histogram of `pick`, labelled by its name; nothing
 /// when no target has any.
 fn encode_by_label(
-    encoder: &mut DescriptorEncoder<'_>,
+    w: &mut Writer,
     series: &[Exported],
-    (metric, help, label): (&str, &str, &str),
+    (metric, help, label): (&'static str, &str, &str),
     names: &[&str],
     pick: fn(&Exported) -> &[Option<Histogram>],
-) -> Result<(), std::fmt::Error> {
+) {
     if !series.iter().any(|s| pick(s).iter().any(Option::is_some)) {
-        return Ok(());
+        return;
     }
-    let mut m = encoder.encode_descriptor(metric, help, None, MetricType::Histogram)?;
+    w.family(metric, help, Kind::Histogram);
     for s in series {
         for (name, h) in names.iter().zip(pick(s)) {
             if let Some(h) = h {
-                let mut labels = (*s.labels).clone();
-                labels.push((label.to_owned(), (*name).to_owned()));
-                h.encode(m.encode_family(&labels)?)?;
+                w.histogram(&s.labels, Some((label, name)), h);
             }
         }
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -990,27 +902,24 @@ mod tests {
 
     use super::*;
 
-    /// One registry with all of `sink`'s collectors.
-    fn registry_of(sink: &PrometheusSink) -> Registry {
-        let mut registry = Registry::default();
-        for c in sink.collectors() {
-            registry.register_collector(c);
-        }
-        registry
+    /// What a scrape of `sink` alone gives in `format`.
+    fn scraped(sink: &PrometheusSink, format: Format) -> String {
+        let bytes = scrape(format, sink, &Registry::default()).unwrap();
+        String::from_utf8(bytes).unwrap()
     }
 
-    /// A core collector feeding `sink` with one target, and the registry
-    /// that reads the sink.
+    /// A core collector feeding `sink` with one target, and a handle on
+    /// the sink to scrape.
     fn collecting(
         sink: PrometheusSink,
         info: TargetInfo,
-    ) -> (CoreCollector<PrometheusSink>, Registry) {
-        let registry = registry_of(&sink);
+    ) -> (CoreCollector<PrometheusSink>, PrometheusSink) {
+        let reader = sink.clone();
         let meta = RunMeta::new("test", &RunConfig::default());
         let mut c = CoreCollector::new(meta, Clock::now(), sink, true);
         c.add_target(info, Arc::new(Anomalies::default)).unwrap();
         c.start().unwrap();
-        (c, registry)
+        (c, reader)
     }
 
     /// A reply `us` µs after `now`, with `stamps`.
@@ -1059,7 +968,7 @@ mod tests {
     #[test]
     fn renders_counters_and_a_cumulative_histogram() {
         let sink = PrometheusSink::new();
-        let registry = registry_of(&sink);
+        let reader = sink.clone();
         let meta = RunMeta::new("test", &RunConfig::default());
         let mut c = CoreCollector::new(meta, Clock::now(), sink, true);
         let mut info = TargetInfo::new(7, "udp://h:1", "udp", "h:1", Some(64));
@@ -1093,8 +1002,7 @@ mod tests {
         let refused = ProbeError::new(prober_core::ErrorKind::Refused, "refused");
         c.event(Event::Sample(sample(Outcome::Error(refused))))
             .unwrap();
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let text = scraped(&reader, Format::OpenMetrics);
         let l = r#"probe="j",target="udp://h:1",protocol="udp",site="lab \"1\"""#;
         for want in [
             format!("prober_probes_sent_total{{{l}}} 5"),
@@ -1109,7 +1017,7 @@ mod tests {
         ] {
             assert!(text.contains(&want), "{want} missing from\n{text}");
         }
-        let classic = encode_text(&registry).unwrap();
+        let classic = scraped(&reader, Format::Text);
         assert!(
             classic.contains("# TYPE prober_probes_sent_total counter"),
             "{classic}"
@@ -1132,8 +1040,7 @@ mod tests {
         };
         assert_eq!(samples(&classic), samples(&text));
         c.remove_target(7).unwrap();
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let text = scraped(&reader, Format::OpenMetrics);
         assert!(!text.contains("udp://h:1"), "{text}");
     }
 
@@ -1167,11 +1074,11 @@ mod tests {
 
     /// Decodes a protobuf scrape.
     fn families(
-        registry: &Registry,
+        sink: &PrometheusSink,
     ) -> Vec<prometheus_client::encoding::prometheus_protobuf::prometheus_data_model::MetricFamily>
     {
         use prost::Message;
-        let bytes = Format::Protobuf.encode(registry).unwrap();
+        let bytes = scrape(Format::Protobuf, sink, &Registry::default()).unwrap();
         let mut buf = bytes.as_slice();
         let mut out = Vec::new();
         while !buf.is_empty() {
@@ -1189,7 +1096,7 @@ mod tests {
             };
             let sink = PrometheusSink::new().with_buckets(buckets);
             let info = TargetInfo::new(7, "udp://h:1", "udp", "h:1", Some(64));
-            let (mut c, registry) = collecting(sink, info);
+            let (mut c, reader) = collecting(sink, info);
             let now = Instant::now();
             for us in [30, 300, 300, 3000] {
                 c.event(Event::Sample(sample(Outcome::Ok(reply(
@@ -1199,7 +1106,7 @@ mod tests {
                 )))))
                 .unwrap();
             }
-            let all = families(&registry);
+            let all = families(&reader);
             let rtt = all
                 .iter()
                 .find(|f| f.name == "prober_rtt_seconds")
@@ -1245,7 +1152,7 @@ mod tests {
     #[test]
     fn parts_get_a_histogram_each_when_asked() {
         let info = TargetInfo::new(7, "icmp://h", "icmp", "h", Some(56));
-        let (mut c, registry) = collecting(PrometheusSink::new().with_parts(true), info);
+        let (mut c, reader) = collecting(PrometheusSink::new().with_parts(true), info);
         let now = Instant::now();
         let stamps = prober_core::Stamps {
             t1: Some(1_000_000),
@@ -1257,8 +1164,7 @@ mod tests {
         };
         let r = reply(now, 40, stamps);
         c.event(Event::Sample(sample(Outcome::Ok(r)))).unwrap();
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let text = scraped(&reader, Format::OpenMetrics);
         for part in ["client_send", "network", "client_wake"] {
             let want = format!(
                 "prober_rtt_part_seconds_count{{probe=\"\",target=\"icmp://h\",protocol=\"icmp\",part=\"{part}\"}} 1"
@@ -1272,46 +1178,9 @@ mod tests {
     }
 
     #[test]
-    fn a_registry_per_group_encodes_as_the_whole() {
-        let sink = PrometheusSink::new().with_parts(true);
-        let info = TargetInfo::new(7, "icmp://h", "icmp", "h", Some(56));
-        let (mut c, whole) = collecting(sink.clone(), info);
-        let stamps = prober_core::Stamps {
-            t1: Some(1_000_000),
-            t1k: Some(1_002_000),
-            t4k: Some(1_012_000),
-            t4: Some(1_040_000),
-            responder: None,
-            kernel_peer: true,
-        };
-        let r = reply(Instant::now(), 40, stamps);
-        c.event(Event::Sample(sample(Outcome::Ok(r)))).unwrap();
-        c.event(Event::Sample(sample(Outcome::Timeout))).unwrap();
-        let split: Vec<Registry> = sink
-            .collectors()
-            .into_iter()
-            .map(|g| {
-                let mut r = Registry::default();
-                r.register_collector(g);
-                r
-            })
-            .collect();
-        for format in [Format::OpenMetrics, Format::Text, Format::Protobuf] {
-            let one = format.encode(&whole).unwrap();
-            let each = format.encode_each(&split).unwrap();
-            assert!(one.len() > 1000, "{format:?}: {} bytes", one.len());
-            assert!(one == each, "{format:?} differs when split");
-        }
-        let om = Format::OpenMetrics.encode_each(&split).unwrap();
-        let om = String::from_utf8(om).unwrap();
-        assert_eq!(om.matches("# EOF").count(), 1);
-        assert!(om.ends_with("# EOF\n"));
-    }
-
-    #[test]
     fn renders_loss_bursts_and_delay_variation() {
         let info = TargetInfo::new(7, "udp://h:1", "udp", "h:1", Some(64));
-        let (mut c, registry) = collecting(PrometheusSink::new(), info);
+        let (mut c, reader) = collecting(PrometheusSink::new(), info);
         let now = Instant::now();
         // ok 100 µs, ok 300 µs, lost, lost, ok, lost, ok: bursts of 2 and
         // 1; one IPDV pair (+200 µs).
@@ -1324,8 +1193,7 @@ mod tests {
             s.seq = seq as u64;
             c.event(Event::Sample(s)).unwrap();
         }
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let text = scraped(&reader, Format::OpenMetrics);
         let l = r#"probe="",target="udp://h:1",protocol="udp""#;
         for want in [
             format!("prober_loss_burst_length_bucket{{le=\"1.0\",{l}}} 1"),
