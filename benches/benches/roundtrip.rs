@@ -44,6 +44,7 @@ fn roundtrips(c: &mut Criterion) {
         connect_timeout: Duration::from_secs(1),
         size: 64,
         tx_stamps: true,
+        receive: prober_core::spin::Receive::Event,
     };
     let unary = GrpcProbe::new(grpc_cfg.clone());
     rt.block_on(unary.prepare()).expect("grpc channel");

@@ -213,7 +213,7 @@ impl Shared {
 pub struct BuildEnv {
     /// `--busy-poll`.
     pub busy_poll: bool,
-    /// `--receive`: how probes that support it wait for replies (UDP, ICMP, TCP).
+    /// `--receive`: how probes that support it wait for replies (UDP, ICMP, TCP, gRPC).
     pub receive: crate::spin::Receive,
     /// `--ttl`.
     pub ttl: Option<u32>,

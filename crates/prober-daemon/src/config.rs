@@ -369,7 +369,7 @@ struct StampsSection {
     transmit: bool,
 }
 
-/// `[receive]`: how UDP, ICMP and TCP probes wait for replies, as `prober
+/// `[receive]`: how UDP, ICMP, TCP and gRPC probes wait for replies, as `prober
 /// run`'s `--receive` and `--spin-budget`; read at start only.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -52,6 +52,10 @@ pub struct ClientConfig {
     /// Ask the kernel for transmit stamps on the connection (the client send
     /// part of the split).
     pub tx_stamps: bool,
+    /// How the connection waits for responses (`--receive`): with
+    /// `adaptive`, its reads spin while a probe waits for its response
+    /// (see [`prober_net::stream`]).
+    pub receive: prober_core::spin::Receive,
 }
 
 #[derive(Debug)]
@@ -90,11 +94,12 @@ impl Conn {
             retry_at: None,
             last_error: None,
         };
+        let stamps = Arc::new(ChannelStamps::with_spin(cfg.receive.budget()));
         Self {
             cfg,
             state: Mutex::new(state),
             reconnects: AtomicU64::new(0),
-            stamps: Arc::default(),
+            stamps,
             cert_not_after: Arc::new(std::sync::atomic::AtomicI64::new(i64::MIN)),
         }
     }
@@ -238,6 +243,7 @@ impl Conn {
         Anomalies {
             reconnects: self.reconnects.load(Ordering::Relaxed),
             tcp_rtt: self.stamps.tcp_rtt(),
+            spin: self.stamps.spin_count(),
             cert_not_after: Some(self.cert_not_after.load(Ordering::Relaxed))
                 .filter(|t| *t != i64::MIN),
             ..Anomalies::default()
@@ -296,6 +302,7 @@ impl Probe for GrpcProbe {
         match res {
             Ok(resp) => {
                 let window = window.end();
+                self.conn.stamps.record_rtt(received - sent);
                 let r = resp.into_inner();
                 if r.seq != seq {
                     return Err(ProbeError::protocol(format!(

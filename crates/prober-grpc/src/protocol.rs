@@ -42,6 +42,7 @@ fn config(spec: &ProbeSpec<'_>, env: &BuildEnv) -> Result<ClientConfig, BuildErr
         connect_timeout: spec.timeout.mul_f64(0.9),
         size: spec.size,
         tx_stamps: env.tx_stamps,
+        receive: env.receive.clone(),
     })
 }
 

@@ -9,6 +9,17 @@
 //! apart by call; a probe's stamps are taken from a window that only that
 //! probe had open: from just before its call to its response. A window that
 //! another call overlapped gets no stamps (its parts stay unknown).
+//!
+//! With adaptive receive ([`ChannelStamps::with_spin`]), a read that would
+//! block while a probe's window is open does not park the connection's
+//! task: it wakes itself and tries the socket again on its next poll, until
+//! data comes or the probe's spin budget runs out. The runtime runs its
+//! other ready tasks in between, so the probe that was answered closes its
+//! window at once, and the spin stops there: a spin inside the read itself
+//! would run on after the response, as HTTP/2 reads again as soon as it
+//! has one. The wait this saves is the one Go's gRPC avoids by spinning on
+//! its network poller: a grpc-go server sends a response's trailers in a
+//! segment of their own, and a parked reader sleeps twice per call.
 
 use std::collections::VecDeque;
 use std::io;
@@ -16,6 +27,9 @@ use std::os::fd::AsFd;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, ready};
+use std::time::{Duration, Instant};
+
+use prober_core::spin::{SpinBudget, SpinCount};
 
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
@@ -27,6 +41,8 @@ pub struct ChannelStamps {
     state: Mutex<State>,
     /// A duplicate of the connection's socket, to read `TCP_INFO` from.
     info: Mutex<Option<socket2::Socket>>,
+    /// Adaptive receive's budget; `None`: reads park as usual.
+    spin: Option<SpinBudget>,
 }
 
 #[derive(Debug, Default)]
@@ -41,6 +57,10 @@ struct State {
     open: u32,
     /// The current window: no other call overlapped it so far.
     window: Option<Window>,
+    /// The spin going on: since when, and how long the pool granted.
+    spinning: Option<(Instant, Duration)>,
+    /// What the spins cost so far.
+    spun: SpinCount,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -100,6 +120,7 @@ impl Drop for Mark {
             let mut s = self.stamps.lock();
             s.open = s.open.saturating_sub(1);
             s.window = None;
+            self.stamps.stop_spin(&mut s, false);
         }
     }
 }
@@ -130,6 +151,7 @@ impl ChannelStamps {
     fn end(&self) -> WindowStamps {
         let mut s = self.lock();
         s.open = s.open.saturating_sub(1);
+        self.stop_spin(&mut s, false);
         let Some((clean, first)) = s.window.take().and_then(|w| Some((w.clean, w.first_rx?)))
         else {
             return WindowStamps::default();
@@ -149,6 +171,73 @@ impl ChannelStamps {
             t4k: first.t4k,
             ..user
         }
+    }
+
+    /// Stamps whose reads spin with `budget` (adaptive receive) while a
+    /// probe's window is open; `None`: as [`Self::default`].
+    pub fn with_spin(budget: Option<SpinBudget>) -> Self {
+        Self {
+            spin: budget,
+            ..Self::default()
+        }
+    }
+
+    /// What adaptive receive spent, if it is on.
+    pub fn spin_count(&self) -> Option<SpinCount> {
+        self.spin.as_ref().map(|_| self.lock().spun)
+    }
+
+    /// An answered probe's RTT, which the spin budget adapts to.
+    pub fn record_rtt(&self, rtt: Duration) {
+        if let Some(b) = &self.spin {
+            b.record(rtt);
+        }
+    }
+
+    /// A read would block: whether to try again at once (spin) rather
+    /// than park. Starts a spin while a window is open and the pool grants
+    /// one; ends it when the window closed or the budget ran out.
+    fn spin_on(&self) -> bool {
+        let Some(budget) = &self.spin else {
+            return false;
+        };
+        let mut s = self.lock();
+        if s.open == 0 {
+            self.stop_spin(&mut s, false);
+            return false;
+        }
+        let now = Instant::now();
+        match s.spinning {
+            Some((from, granted)) if now.duration_since(from) < granted => true,
+            Some(_) => {
+                self.stop_spin(&mut s, false);
+                false
+            }
+            None => {
+                let granted = budget.start(now);
+                if granted.is_zero() {
+                    return false;
+                }
+                s.spinning = Some((now, granted));
+                true
+            }
+        }
+    }
+
+    fn is_spinning(&self) -> bool {
+        self.spin.is_some() && self.lock().spinning.is_some()
+    }
+
+    /// Ends the spin going on, if any: `caught` if data came within it.
+    fn stop_spin(&self, s: &mut State, caught: bool) {
+        let (Some(budget), Some((from, granted))) = (&self.spin, s.spinning.take()) else {
+            return;
+        };
+        let used = from.elapsed().min(granted);
+        budget.spun(granted, used);
+        s.spun.probes += 1;
+        s.spun.caught += u64::from(caught);
+        s.spun.ns += u64::try_from(used.as_nanos()).unwrap_or(u64::MAX);
     }
 
     /// The kernel's RTT estimate of the current connection.
@@ -179,6 +268,7 @@ impl ChannelStamps {
 
     fn on_read(&self, t4k: Option<u64>) {
         let mut s = self.lock();
+        self.stop_spin(&mut s, true);
         let (written, last_write_ns) = (s.written, s.last_write_ns);
         if let Some(w) = &mut s.window
             && w.first_rx.is_none()
@@ -241,17 +331,33 @@ impl AsyncRead for StampedStream {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let (stamps, tx_on) = (&this.stamps, this.tx_on);
-        poll_read_stamped(
-            &this.inner,
-            cx,
-            buf,
-            |fd| {
-                if tx_on {
-                    stamps.drain(fd);
+        let before = |fd: std::os::fd::BorrowedFd<'_>| {
+            if tx_on {
+                stamps.drain(fd);
+            }
+        };
+        if stamps.is_spinning() {
+            // Straight at the socket: the runtime has not polled its
+            // events since the last try, so its readiness is stale.
+            before(this.inner.as_fd());
+            let unfilled = buf.initialize_unfilled();
+            match crate::rx::recv_stamped::<()>(this.inner.as_fd(), unfilled) {
+                Ok((n, _, stamp)) => {
+                    buf.advance(n);
+                    if n > 0 {
+                        stamps.on_read(stamp.and_then(crate::rx::unix_ns));
+                    }
+                    return Poll::Ready(Ok(()));
                 }
-            },
-            |t| stamps.on_read(t),
-        )
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+        let res = poll_read_stamped(&this.inner, cx, buf, before, |t| stamps.on_read(t));
+        if res.is_pending() && stamps.spin_on() {
+            cx.waker().wake_by_ref();
+        }
+        res
     }
 }
 

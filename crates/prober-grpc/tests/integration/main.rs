@@ -73,6 +73,7 @@ pub(crate) fn client(addr: SocketAddr, tls: Option<ClientTls>) -> ClientConfig {
         connect_timeout: Duration::from_millis(500),
         size: 64,
         tx_stamps: true,
+        receive: prober_core::spin::Receive::Event,
     }
 }
 

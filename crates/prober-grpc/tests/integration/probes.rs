@@ -192,3 +192,42 @@ async fn probe_reports_reconnects_through_anomalies() {
     assert!(p.probe(0).await.is_ok());
     assert_eq!(p.anomalies().reconnects, 0);
 }
+
+/// `--receive adaptive`: the connection's reads spin while a probe waits,
+/// the spins are counted, and they end with the response: a spin that ran
+/// on after it would add the whole budget (10 ms here) to the RTT.
+#[tokio::test(flavor = "current_thread")]
+async fn adaptive_receive_spins_while_a_call_waits_and_no_longer() {
+    use prober_core::spin::{Receive, SpinPool};
+    let srv = Server::start(ServerConfig::default()).await;
+    let budget = Duration::from_millis(10);
+    let mut cfg = client(srv.addr, None);
+    // A whole CPU's worth of pool, so no spin is refused for lack of it.
+    cfg.receive = Receive::Adaptive(SpinPool::new(budget, 1000));
+    let p = GrpcProbe::new(cfg);
+    let (s, samples) = run_probe(p, config(40, 2 * MS), CancellationToken::new()).await;
+    assert_eq!((s.sent, s.ok), (40, 40), "{s:?}");
+    let spin = s.spin.expect("adaptive receive reports its spins");
+    assert!(spin.probes >= 20, "{spin:?}");
+    assert!(spin.caught >= 1, "{spin:?}");
+    assert!(spin.ns <= spin.probes * 10_000_000, "{spin:?}");
+    for x in &samples {
+        let Outcome::Ok(r) = &x.outcome else {
+            panic!("{x:?}")
+        };
+        assert!(
+            r.rtt() < Duration::from_millis(5),
+            "seq {}: {:?}",
+            x.seq,
+            r.rtt()
+        );
+    }
+    // The default waits in epoll and reports no spin at all.
+    let (s, _) = run_probe(
+        GrpcProbe::new(client(srv.addr, None)),
+        config(5, 2 * MS),
+        CancellationToken::new(),
+    )
+    .await;
+    assert_eq!(s.spin, None, "{s:?}");
+}
