@@ -61,6 +61,9 @@ struct State {
     spinning: Option<(Instant, Duration)>,
     /// What the spins cost so far.
     spun: SpinCount,
+    /// Whether the current window's probe has spun, and whether a spin of
+    /// it caught data: a probe counts once, however many spins it took.
+    window_spun: Option<bool>,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -137,6 +140,7 @@ impl ChannelStamps {
     pub fn begin(self: &Arc<Self>) -> Mark {
         let mut s = self.lock();
         s.open += 1;
+        s.window_spun = None;
         s.window = Some(Window {
             clean: s.open == 1,
             ..Window::default()
@@ -235,8 +239,15 @@ impl ChannelStamps {
         };
         let used = from.elapsed().min(granted);
         budget.spun(granted, used);
-        s.spun.probes += 1;
-        s.spun.caught += u64::from(caught);
+        match s.window_spun {
+            None => {
+                s.spun.probes += 1;
+                s.spun.caught += u64::from(caught);
+            }
+            Some(false) if caught => s.spun.caught += 1,
+            Some(_) => {}
+        }
+        s.window_spun = Some(s.window_spun == Some(true) || caught);
         s.spun.ns += u64::try_from(used.as_nanos()).unwrap_or(u64::MAX);
     }
 

@@ -206,8 +206,7 @@ pub fn series_labels(info: &prober_core::TargetInfo) -> Vec<(String, String)> {
     labels
 }
 
-/// Feeds the series; register [`PrometheusSink::collectors`] in the
-/// registries that `/metrics` encodes.
+/// Feeds the series that `/metrics` reads ([`scrape`]).
 #[derive(Clone, Default)]
 pub struct PrometheusSink {
     state: Arc<Mutex<State>>,
