@@ -25,7 +25,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
 
 use crate::native_bounds::BOUNDS;
-use crate::prometheus::Format;
 
 const SCHEMA_MIN: i8 = -4;
 const SCHEMA_MAX: i8 = 8;
@@ -224,6 +223,67 @@ fn frexp(v: f64) -> (f64, i32) {
             ((1 << 52) | mantissa) as f64 / 2f64.powi(53),
             exponent - 1022,
         )
+    }
+}
+
+/// The exposition formats `/metrics` serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Length-delimited protobuf (`prometheus::encode_protobuf`), with native
+    /// histograms.
+    Protobuf,
+    /// OpenMetrics text (`prometheus::encode_openmetrics`).
+    OpenMetrics,
+    /// Prometheus text 0.0.4 (`prometheus::encode_text`): curl, promtool, and
+    /// anything that does not say.
+    Text,
+}
+
+impl Format {
+    /// The format an `Accept` header prefers: the highest `q` (1 unless
+    /// given) among the three, the first listed on a tie, text when none
+    /// is named. Prometheus lists protobuf first (highest) when its
+    /// native-histograms feature or `scrape_protocols` asks for it.
+    pub fn negotiate(accept: Option<&str>) -> Self {
+        let mut best = (0.0_f64, Self::Text);
+        for entry in accept.unwrap_or("").split(',') {
+            let mut params = entry.split(';').map(str::trim);
+            let kind = params.next().unwrap_or("").to_ascii_lowercase();
+            let mut q = 1.0;
+            let mut proto = None;
+            for p in params {
+                match p.split_once('=') {
+                    Some(("q", v)) => q = v.parse().unwrap_or(0.0),
+                    Some(("proto", v)) => proto = Some(v),
+                    _ => {}
+                }
+            }
+            let format = match kind.as_str() {
+                "application/vnd.google.protobuf"
+                    if proto == Some("io.prometheus.client.MetricFamily") =>
+                {
+                    Self::Protobuf
+                }
+                "application/openmetrics-text" => Self::OpenMetrics,
+                "text/plain" | "*/*" => Self::Text,
+                _ => continue,
+            };
+            if q > best.0 {
+                best = (q, format);
+            }
+        }
+        best.1
+    }
+
+    /// The content type of a response in this format.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Self::Protobuf => {
+                "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited"
+            }
+            Self::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Self::Text => "text/plain; version=0.0.4; charset=utf-8",
+        }
     }
 }
 
