@@ -13,6 +13,7 @@
 #
 #   bash benches/peers/grpc_cross.sh            # ROUNDS=5 N=5000
 #   ROUNDS=3 N=2000 PROBER=/tmp/prober bash benches/peers/grpc_cross.sh
+#   PROBER_ARGS="--receive adaptive --spin-share 1" bash ...   # prober's client
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROUNDS=${ROUNDS:-5}
@@ -36,7 +37,7 @@ sleep 1
 payload=$(head -c 64 /dev/zero | base64 -w0)
 
 prober_pair() { # port -> "p50 p99" (µs)
-  "$PROBER" run -o json -i 0 -c "$N" -d 60s -s 64 "grpc://127.0.0.1:$1" 2> /dev/null |
+  "$PROBER" run ${PROBER_ARGS:-} -o json -i 0 -c "$N" -d 60s -s 64 "grpc://127.0.0.1:$1" 2> /dev/null |
     python3 -c '
 import json, sys
 for line in sys.stdin:

@@ -156,6 +156,14 @@ fn spin_budget(s: &str) -> Result<Duration, String> {
     prober_core::spin::check_budget(duration(s)?)
 }
 
+/// `--spin-share`, as per mille ([`prober_core::spin::check_share`]).
+fn spin_share(s: &str) -> Result<u32, String> {
+    let share: f64 = s
+        .parse()
+        .map_err(|_| format!("{s} is not a number (a share of one core: 0.1, 1)"))?;
+    prober_core::spin::check_share(share)
+}
+
 /// `--since`/`--until` of `prober report`.
 fn time(s: &str) -> Result<u64, String> {
     prober_report::input::parse_time(s)
@@ -487,13 +495,19 @@ pub(crate) struct RunArgs {
     /// How UDP, ICMP and TCP probes wait for replies: `async` parks in epoll (a CPU
     /// wake-up inside the RTT); `adaptive` polls the socket after each send
     /// for up to about the target's recent p90 RTT (at most --spin-budget),
-    /// then parks; all spins together get at most a tenth of a core.
+    /// then parks; all spins together get at most --spin-share of a core.
     #[arg(long, value_enum, default_value_t = ReceiveArg::Async, value_name = "MODE")]
     pub(crate) receive: ReceiveArg,
 
     /// Adaptive receive's longest spin after one send.
     #[arg(long, default_value = "100us", value_parser = spin_budget, value_name = "DURATION")]
     pub(crate) spin_budget: Duration,
+
+    /// Adaptive receive: the share of one core all spins of the run may
+    /// use together. 1 lets a back-to-back run (-i 0) spin on every probe,
+    /// as Go's gRPC runtime does.
+    #[arg(long, default_value = "0.1", value_parser = spin_share, value_name = "FRACTION")]
+    pub(crate) spin_share: u32,
 
     /// CA certificate (PEM) that grpcs:// servers must chain to.
     #[arg(long, value_name = "FILE")]
@@ -823,11 +837,11 @@ pub(crate) enum ReceiveArg {
 
 impl ReceiveArg {
     /// The build setting for this mode.
-    pub(crate) fn receive(self, budget: Duration) -> prober_core::spin::Receive {
+    pub(crate) fn receive(self, budget: Duration, permille: u32) -> prober_core::spin::Receive {
         match self {
             Self::Async => prober_core::spin::Receive::Event,
             Self::Adaptive => prober_core::spin::Receive::Adaptive(
-                prober_core::spin::SpinPool::new(budget, prober_core::spin::DEFAULT_POOL_PERMILLE),
+                prober_core::spin::SpinPool::new(budget, permille),
             ),
         }
     }

@@ -38,9 +38,18 @@ pub fn check_budget(budget: Duration) -> Result<Duration, String> {
     }
 }
 
-/// The share of one CPU every probe of a process may spend spinning
-/// together, per mille, unless set otherwise: 100 is a tenth of a core.
-pub const DEFAULT_POOL_PERMILLE: u32 = 100;
+/// A share of one CPU for all spins together (`--spin-share`, the daemon's
+/// `cpu_share`) as whole per mille, at least one.
+///
+/// # Errors
+/// The share is not above 0 and at most 1, for a person.
+pub fn check_share(share: f64) -> Result<u32, String> {
+    if share > 0.0 && share <= 1.0 {
+        Ok(((share * 1000.0).round() as u32).max(1))
+    } else {
+        Err(format!("{share} is not above 0 and at most 1 (one core)"))
+    }
+}
 
 /// How far the pool may run ahead: spin time saved up while idle.
 const POOL_DEPTH: Duration = Duration::from_millis(5);

@@ -394,12 +394,8 @@ impl ReceiveSection {
                 )?;
                 let budget = prober_core::spin::check_budget(budget)
                     .map_err(|e| DaemonError::Config(format!("receive.spin_budget: {e}")))?;
-                let share = self.cpu_share.unwrap_or(0.02);
-                if !(share > 0.0 && share <= 1.0) {
-                    bail!("receive.cpu_share: {share} is not above 0 and at most 1 (one core)");
-                }
-                // Whole per mille, at least one.
-                let permille = ((share * 1000.0).round() as u32).max(1);
+                let permille = prober_core::spin::check_share(self.cpu_share.unwrap_or(0.02))
+                    .map_err(|e| DaemonError::Config(format!("receive.cpu_share: {e}")))?;
                 Ok(prober_core::spin::Receive::Adaptive(
                     prober_core::spin::SpinPool::new(budget, permille),
                 ))

@@ -37,6 +37,15 @@ fn out_of_range_values_are_refused_not_saturated() {
     );
     fails(&["run", "--spin-budget", "1s", t], "is more than 100ms");
     fails(
+        &["run", "--spin-share", "0", t],
+        "not above 0 and at most 1",
+    );
+    fails(
+        &["run", "--spin-share", "2", t],
+        "not above 0 and at most 1",
+    );
+    fails(&["run", "--spin-share", "x", t], "is not a number");
+    fails(
         &["run", "--warmup", "9223372036854775808", t],
         "more than 1000000",
     );
