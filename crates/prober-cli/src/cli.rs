@@ -772,6 +772,22 @@ pub(crate) struct ServeArgs {
     #[arg(long)]
     pub(crate) busy_poll: bool,
 
+    /// How TCP and UDP responders wait for requests: `async` parks in
+    /// epoll; `adaptive` polls for the next request after each answer, for
+    /// a budget that adapts to the gaps between requests (at most
+    /// --spin-budget), then parks.
+    #[arg(long, value_enum, default_value_t = ReceiveArg::Async, value_name = "MODE")]
+    pub(crate) receive: ReceiveArg,
+
+    /// Adaptive receive's longest spin after one answer.
+    #[arg(long, default_value = "100us", value_parser = spin_budget, value_name = "DURATION")]
+    pub(crate) spin_budget: Duration,
+
+    /// Adaptive receive: the share of one core all the responders' spins
+    /// may use together.
+    #[arg(long, default_value = "0.1", value_parser = spin_share, value_name = "FRACTION")]
+    pub(crate) spin_share: u32,
+
     /// UDP replies per second per source address (a token bucket, one
     /// second's burst); 0 for no limit. [default: 10000, not for loopback
     /// sources; a value given applies to every source]

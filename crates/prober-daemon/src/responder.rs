@@ -42,6 +42,8 @@ pub struct ResponderOptions {
     pub log_clients: bool,
     /// TCP and UDP requests read by spinning threads.
     pub busy_poll: bool,
+    /// How TCP and UDP responders wait for requests (`serve --receive`).
+    pub receive: prober_core::spin::Receive,
     /// Impairments for tests (see [`ResponderConfig`]).
     pub drop_every: Option<u64>,
     /// Answer every k-th request twice.
@@ -176,6 +178,7 @@ pub async fn start(
         limits,
         stats: Arc::clone(&guard),
         udp_follow_ups: opts.limits.udp_follow_ups,
+        receive: opts.receive.clone(),
     };
     let mut tasks = JoinSet::new();
     let mut bound = Vec::new();

@@ -18,6 +18,19 @@ pub enum Step {
     Done,
 }
 
+/// Whether `fd` has data in its receive queue right now, without
+/// blocking; unlike [`readable_now`], an error-queue entry (such as the
+/// transmit stamp of the reply just sent) does not count. A responder's
+/// adaptive spin waits for the next request with it.
+pub fn data_waiting(fd: std::os::fd::BorrowedFd<'_>) -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+        && fds[0]
+            .revents()
+            .is_some_and(|r| r.contains(PollFlags::POLLIN))
+}
+
 /// Whether `fd` has data to read (or an error or hang-up to report) right
 /// now, without blocking. A spin loop on a TCP socket should ask this before
 /// each `recv`: `poll` reads the socket's state without taking its lock,

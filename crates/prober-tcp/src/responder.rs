@@ -52,6 +52,44 @@ pub struct ResponderConfig {
     /// longer than the request, so it is off by default: a responder on a
     /// public address never sends more than it received.
     pub udp_follow_ups: bool,
+    /// How to wait for requests (`serve --receive`): with `adaptive`, after
+    /// each answer the responder polls for the next request for a budget
+    /// that adapts to the gaps between requests, then parks.
+    pub receive: prober_core::spin::Receive,
+}
+
+/// Adaptive receive on the responder's side: a client's budget adapts to
+/// its RTT, this one to the gap from an answer to the next request (the
+/// client's wake-up and send), and is nothing when even the short gaps
+/// outlast the cap (a client at 10 ms, say).
+struct NextRequest {
+    budget: Option<prober_core::spin::SpinBudget>,
+    answered: Option<std::time::Instant>,
+}
+
+impl NextRequest {
+    fn new(receive: &prober_core::spin::Receive) -> Self {
+        Self {
+            budget: receive.budget(),
+            answered: None,
+        }
+    }
+
+    /// A request came in: the gap since the last answer.
+    fn arrived(&mut self) {
+        if let (Some(b), Some(at)) = (&self.budget, self.answered.take()) {
+            b.record(at.elapsed());
+        }
+    }
+
+    /// Answered: polls `fd` until the next request waits there or the
+    /// budget runs out. `None` if it did not spin; else how long, and
+    /// whether a request came.
+    fn answered(&mut self, fd: std::os::fd::BorrowedFd<'_>) -> Option<(Duration, bool)> {
+        let b = self.budget.as_ref()?;
+        self.answered = Some(std::time::Instant::now());
+        b.spin(|| prober_net::busy::data_waiting(fd))
+    }
 }
 
 /// What to do with the n-th request.
@@ -305,6 +343,7 @@ async fn serve_conn(
     let mut written: u64 = 0;
     let mut waiting: std::collections::VecDeque<(u32, u64, u64, u64)> = Default::default();
     let mut follow = Vec::new();
+    let mut next = NextRequest::new(&cfg.receive);
     loop {
         let idle = served && acc.is_empty();
         let limit = if idle {
@@ -373,6 +412,9 @@ async fn serve_conn(
             return Ok(());
         }
         let received = Instant::now();
+        if acc.is_empty() {
+            next.arrived();
+        }
         let wake = prober_net::rx::wake_ns(t2k, t2).filter(|_| rx_on);
         if acc.is_empty() {
             since = received;
@@ -422,6 +464,9 @@ async fn serve_conn(
             acc.drain(..at);
             if acc.capacity() > READ_MAX && acc.len() < READ_MAX {
                 acc.shrink_to(READ_MAX);
+            }
+            if acc.is_empty() {
+                let _ = next.answered(sock.as_fd());
             }
         }
         if !held.set(acc.len()) {
@@ -486,6 +531,7 @@ pub async fn serve_udp(
     let mut delayed = JoinSet::new();
     let mut n = 0u64;
     let mut limiter = RateLimiter::default();
+    let mut next = NextRequest::new(&cfg.receive);
     loop {
         let got = tokio::select! {
             () = stop.cancelled() => break,
@@ -525,6 +571,7 @@ pub async fn serve_udp(
             UdpEvent::Nothing => continue,
         };
         let received = Instant::now();
+        next.arrived();
         let wake = wake.filter(|_| stamps);
         let frame = &mut buf[..len];
         let h = match Header::decode(frame, MAX_UDP_FRAME) {
@@ -579,6 +626,7 @@ pub async fn serve_udp(
                 Err(error) => tracing::debug!(%peer, %error, "udp send failed"),
             }
         }
+        let _ = next.answered(std::os::fd::AsFd::as_fd(&*socket));
     }
     delayed.shutdown().await;
     Ok(())
@@ -664,6 +712,40 @@ fn spin_udp(socket: std::net::UdpSocket, cfg: ResponderConfig) -> io::Result<Spi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `serve --receive adaptive`: after an answer the responder polls for
+    /// the next request; it stops as soon as one waits, spins at most its
+    /// budget when none comes, and the default never spins.
+    #[test]
+    fn the_responder_spins_for_the_next_request_within_its_budget() {
+        use prober_core::spin::{Receive, SpinPool};
+        use std::os::fd::AsFd as _;
+        let server = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        server.set_nonblocking(true).unwrap();
+        let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        assert!(
+            NextRequest::new(&Receive::Event)
+                .answered(server.as_fd())
+                .is_none()
+        );
+        let budget = Duration::from_millis(2);
+        let mut next = NextRequest::new(&Receive::Adaptive(SpinPool::new(budget, 1000)));
+        // Nothing comes: the whole budget, and no more than a little over.
+        let (spun, caught) = next.answered(server.as_fd()).expect("a spin");
+        assert!(!caught);
+        assert!(spun >= budget && spun < budget * 10, "{spun:?}");
+        // A request waits: caught at once.
+        client.send_to(b"x", server.local_addr().unwrap()).unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+        let (spun, caught) = next.answered(server.as_fd()).expect("a spin");
+        assert!(caught);
+        assert!(spun < budget, "{spun:?}");
+        // Requests come further apart than the budget (a client at 10 ms):
+        // no more spinning.
+        std::thread::sleep(budget * 2);
+        next.arrived();
+        assert_eq!(next.answered(server.as_fd()), None);
+    }
 
     #[test]
     fn plan_counts_from_one() {

@@ -361,3 +361,26 @@ async fn adaptive_receive_on_tcp_spins_until_the_reply_is_readable() {
     let (s, _) = run(probe, config(5, MS)).await;
     assert_eq!((s.ok, s.spin), (5, None));
 }
+
+/// `serve --receive adaptive`: a responder that polls for the next
+/// request after each answer still answers every probe, closed loop and
+/// paced, over TCP and UDP, with the replies' server parts intact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adaptive_responder_answers_every_probe() {
+    use prober_core::spin::{Receive, SpinPool};
+    let r = responder(ResponderConfig {
+        receive: Receive::Adaptive(SpinPool::new(Duration::from_micros(200), 1000)),
+        ..Default::default()
+    })
+    .await;
+    for interval in [Duration::ZERO, 2 * MS] {
+        let (s, samples) = run(TcpProbe::new(r.tcp, 64), config(100, interval)).await;
+        assert_eq!((s.sent, s.ok), (100, 100), "tcp at {interval:?}");
+        assert_eq!(seqs(&samples), (0..100).collect::<Vec<_>>());
+        assert!(s.server_dwell.is_some());
+        let probe = UdpProbe::connect(r.udp, 64).await.unwrap();
+        let (s, samples) = run(probe, config(100, interval)).await;
+        assert_eq!((s.sent, s.ok), (100, 100), "udp at {interval:?}");
+        assert_eq!(seqs(&samples), (0..100).collect::<Vec<_>>());
+    }
+}
