@@ -409,9 +409,12 @@ impl Probe for TcpProbe {
             unfinished.1 = false;
             // Under the writer's lock, which holds the socket open: another
             // probe of this target waits for its write at most one budget.
+            // Data only: the request's own transmit stamp lands on the error
+            // queue within a microsecond, and counting it ended every spin
+            // there, "caught", with the reply still to come.
             if let Some(budget) = &self.spin
                 && let Some((used, readable)) =
-                    budget.spin(|| prober_net::busy::readable_now(writer.as_ref().as_fd()))
+                    budget.spin(|| prober_net::busy::data_waiting(writer.as_ref().as_fd()))
             {
                 conn.matcher.count_spin(used, readable);
             }
