@@ -349,13 +349,23 @@ async fn adaptive_receive_spins_for_replies_and_gives_up_on_silence() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn adaptive_receive_on_tcp_spins_until_the_reply_is_readable() {
     let (r, receive) = delayed_responder().await;
-    let probe = TcpProbe::new(r.tcp, 64).with_receive(&receive);
+    // Transmit stamps on, as `prober run` has them.
+    let probe = TcpProbe::new(r.tcp, 64)
+        .with_stamps(true, Duration::from_secs(1))
+        .with_receive(&receive);
     let (s, samples) = run(probe, config(30, 2 * MS)).await;
     assert_eq!(s.ok, 30, "{s:?}");
     assert_eq!(seqs(&samples), (0..30).collect::<Vec<_>>());
     let spin = s.spin.expect("adaptive receive reports its spins");
     assert_eq!(spin.probes, 30, "{spin:?}");
     assert!(spin.caught > 0 && spin.ns > 0, "{spin:?}");
+    // Every reply is held 300 µs, so a spin lasts about that long. The
+    // request's own transmit stamp on the error queue must not end it:
+    // that made every spin 1 µs long and "caught".
+    assert!(
+        spin.ns / spin.probes >= 150_000,
+        "spins end when the reply is there, not before: {spin:?}"
+    );
     // Busy-poll already spins: no second spin on top.
     let probe = TcpProbe::with_busy_poll(r.tcp, 64, true).with_receive(&receive);
     let (s, _) = run(probe, config(5, MS)).await;
