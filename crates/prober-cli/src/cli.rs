@@ -492,22 +492,8 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     pub(crate) busy_poll: bool,
 
-    /// How UDP, ICMP and TCP probes wait for replies: `async` parks in epoll (a CPU
-    /// wake-up inside the RTT); `adaptive` polls the socket after each send
-    /// for up to about the target's recent p90 RTT (at most --spin-budget),
-    /// then parks; all spins together get at most --spin-share of a core.
-    #[arg(long, value_enum, default_value_t = ReceiveArg::Async, value_name = "MODE")]
-    pub(crate) receive: ReceiveArg,
-
-    /// Adaptive receive's longest spin after one send.
-    #[arg(long, default_value = "100us", value_parser = spin_budget, value_name = "DURATION")]
-    pub(crate) spin_budget: Duration,
-
-    /// Adaptive receive: the share of one core all spins of the run may
-    /// use together. 1 lets a back-to-back run (-i 0) spin on every probe,
-    /// as Go's gRPC runtime does.
-    #[arg(long, default_value = "0.1", value_parser = spin_share, value_name = "FRACTION")]
-    pub(crate) spin_share: u32,
+    #[command(flatten)]
+    pub(crate) receive: ReceiveArgs,
 
     /// CA certificate (PEM) that grpcs:// servers must chain to.
     #[arg(long, value_name = "FILE")]
@@ -772,21 +758,8 @@ pub(crate) struct ServeArgs {
     #[arg(long)]
     pub(crate) busy_poll: bool,
 
-    /// How TCP and UDP responders wait for requests: `async` parks in
-    /// epoll; `adaptive` polls for the next request after each answer, for
-    /// a budget that adapts to the gaps between requests (at most
-    /// --spin-budget), then parks.
-    #[arg(long, value_enum, default_value_t = ReceiveArg::Async, value_name = "MODE")]
-    pub(crate) receive: ReceiveArg,
-
-    /// Adaptive receive's longest spin after one answer.
-    #[arg(long, default_value = "100us", value_parser = spin_budget, value_name = "DURATION")]
-    pub(crate) spin_budget: Duration,
-
-    /// Adaptive receive: the share of one core all the responders' spins
-    /// may use together.
-    #[arg(long, default_value = "0.1", value_parser = spin_share, value_name = "FRACTION")]
-    pub(crate) spin_share: u32,
+    #[command(flatten)]
+    pub(crate) receive: ReceiveArgs,
 
     /// UDP replies per second per source address (a token bucket, one
     /// second's burst); 0 for no limit. [default: 10000, not for loopback
@@ -840,6 +813,35 @@ pub(crate) struct ServeArgs {
     /// Impairment for tests: hold every gRPC request this long.
     #[arg(long, hide = true, value_parser = duration, default_value = "0")]
     pub(crate) grpc_delay: Duration,
+}
+
+/// `--receive`, `--spin-budget` and `--spin-share`, of `run` and `serve`.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct ReceiveArgs {
+    /// How to wait: `async` parks in epoll (a CPU wake-up inside the RTT);
+    /// `adaptive` polls the socket after each send (run: UDP, ICMP, TCP and
+    /// gRPC probes) or each answer (serve: the TCP and UDP responders), for
+    /// a budget that adapts to the target's recent RTTs or to the gaps
+    /// between requests (at most --spin-budget), then parks.
+    #[arg(long, value_enum, default_value_t = ReceiveArg::Async, value_name = "MODE")]
+    pub(crate) receive: ReceiveArg,
+
+    /// Adaptive receive's longest spin.
+    #[arg(long, default_value = "100us", value_parser = spin_budget, value_name = "DURATION")]
+    pub(crate) spin_budget: Duration,
+
+    /// Adaptive receive: the share of one core all spins together may use.
+    /// 1 lets a back-to-back run (-i 0) spin on every probe, as Go's gRPC
+    /// runtime does.
+    #[arg(long, default_value = "0.1", value_parser = spin_share, value_name = "FRACTION")]
+    pub(crate) spin_share: u32,
+}
+
+impl ReceiveArgs {
+    /// The build setting.
+    pub(crate) fn receive(&self) -> prober_core::spin::Receive {
+        self.receive.receive(self.spin_budget, self.spin_share)
+    }
 }
 
 /// `--receive`.

@@ -67,7 +67,7 @@ fn main() -> ExitCode {
         Command::Run(args) => {
             !args.targets.is_empty()
                 && (args.busy_poll
-                    || args.receive == cli::ReceiveArg::Adaptive
+                    || args.receive.receive == cli::ReceiveArg::Adaptive
                     || matches!(args.pacing, PacingArg::Spin | PacingArg::Hybrid))
         }
         Command::Sweep(args) => {

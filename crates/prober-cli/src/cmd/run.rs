@@ -380,7 +380,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // fight for the CPUs and every percentile gets worse.
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     let busy_poll = args.busy_poll || (cfg.pacing == prober_core::Pacing::Spin && cores >= 4);
-    let receive = args.receive.receive(args.spin_budget, args.spin_share);
+    let receive = args.receive.receive();
     let env = BuildEnv {
         busy_poll,
         receive: receive.clone(),
