@@ -37,7 +37,9 @@ impl tower_service::Service<http::Uri> for StampedConnector {
         let (addr, stamps, want_tx) = (self.addr, Arc::clone(&self.stamps), self.tx_stamps);
         Box::pin(async move {
             let inner = TcpStream::connect(addr).await?;
-            Ok(TokioIo::new(StampedStream::new(inner, stamps, want_tx)?))
+            Ok(TokioIo::new(
+                StampedStream::new(inner, stamps, want_tx)?.coalescing(),
+            ))
         })
     }
 }

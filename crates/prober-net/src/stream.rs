@@ -312,7 +312,15 @@ pub struct StampedStream {
     inner: TcpStream,
     stamps: Arc<ChannelStamps>,
     tx_on: bool,
+    /// Bytes held for one write ([`Self::coalescing`]); empty otherwise.
+    out: Vec<u8>,
+    coalesce: bool,
+    /// A flush already gave way once for these bytes.
+    deferred: bool,
 }
+
+/// The most [`StampedStream::coalescing`] holds before it writes.
+const COALESCE_MAX: usize = 16 * 1024;
 
 impl StampedStream {
     /// Wraps a connected stream: no Nagle, kernel receive stamps on, and
@@ -330,7 +338,46 @@ impl StampedStream {
             inner,
             stamps,
             tx_on,
+            out: Vec::new(),
+            coalesce: false,
+            deferred: false,
         })
+    }
+
+    /// While a probe's window is open, holds what is written until a flush,
+    /// and lets that flush give way once to the runtime's other tasks, so
+    /// that what they queue goes out in the same write.
+    ///
+    /// For gRPC: hyper's HTTP/2 client flushes a call's HEADERS frame,
+    /// and its body (DATA with END_STREAM) comes from another task once
+    /// the connection grants the stream capacity, so every unary call took
+    /// two `sendto`s. On loopback each send also runs the receiver's TCP
+    /// path, and the second one sat inside the client send part.
+    #[must_use]
+    pub fn coalescing(mut self) -> Self {
+        self.coalesce = true;
+        self
+    }
+
+    /// Writes what is held.
+    fn poll_write_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while !self.out.is_empty() {
+            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.out))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.stamps.on_write(n);
+            if self.tx_on {
+                self.stamps.drain(self.inner.as_fd());
+            }
+            self.out.drain(..n);
+        }
+        self.deferred = false;
+        Poll::Ready(Ok(()))
+    }
+
+    fn holding(&self) -> bool {
+        self.coalesce && self.stamps.lock().open > 0
     }
 }
 
@@ -410,6 +457,14 @@ impl AsyncWrite for StampedStream {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        if this.out.len() + buf.len() > COALESCE_MAX {
+            ready!(this.poll_write_out(cx))?;
+        }
+        if this.holding() {
+            this.out.extend_from_slice(buf);
+            return Poll::Ready(Ok(buf.len()));
+        }
+        ready!(this.poll_write_out(cx))?;
         let n = ready!(Pin::new(&mut this.inner).poll_write(cx, buf))?;
         this.stamps.on_write(n);
         if this.tx_on {
@@ -419,11 +474,22 @@ impl AsyncWrite for StampedStream {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+        let this = self.get_mut();
+        if !this.out.is_empty() && !this.deferred && this.holding() {
+            // Once: the runtime runs the tasks that are ready (the call's
+            // body), then this flush again, with their bytes held too.
+            this.deferred = true;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        ready!(this.poll_write_out(cx))?;
+        Pin::new(&mut this.inner).poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+        let this = self.get_mut();
+        ready!(this.poll_write_out(cx))?;
+        Pin::new(&mut this.inner).poll_shutdown(cx)
     }
 }
 
@@ -499,5 +565,44 @@ impl AsyncWrite for ServerStream {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    use super::*;
+
+    /// With a probe's window open, a coalescing stream holds writes until
+    /// a flush and sends them as one; with none open, it writes at once.
+    #[tokio::test]
+    async fn coalescing_holds_writes_for_one_send_while_a_probe_waits() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (client, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
+        let (mut peer, _) = accepted.unwrap();
+        let stamps = Arc::new(ChannelStamps::default());
+        let mut s = StampedStream::new(client.unwrap(), Arc::clone(&stamps), false)
+            .unwrap()
+            .coalescing();
+        let mut got = [0u8; 16];
+
+        let window = stamps.begin();
+        s.write_all(b"head").await.unwrap();
+        s.write_all(b"body").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(
+            matches!(peer.try_read(&mut got), Err(e) if e.kind() == io::ErrorKind::WouldBlock),
+            "nothing leaves before the flush"
+        );
+        s.flush().await.unwrap();
+        let n = peer.read(&mut got).await.unwrap();
+        assert_eq!(&got[..n], b"headbody", "one send");
+        drop(window);
+
+        s.write_all(b"ack").await.unwrap();
+        let n = peer.read(&mut got).await.unwrap();
+        assert_eq!(&got[..n], b"ack", "no window: written at once");
     }
 }
