@@ -10,21 +10,19 @@
 //! daemon's own few through prometheus/client_rust's registry
 //! ([`scrape`] puts them together).
 //!
-//! Cost, measured at 10,000 ICMP targets (25 MB per scrape, curl on
-//! loopback, rounds alternating with the hand-written exposition it
-//! replaced, 3 scrapes each): OpenMetrics, which Prometheus asks for,
-//! 0.13-0.19 s per scrape against 0.09-0.15 s by hand; the 0.0.4 text
-//! format, converted from OpenMetrics for curl and promtool, 0.23-0.29 s.
-//! At a 15 s scrape interval that is about 1 % of a core, so the maintained
-//! crate stays.
+//! History of the cost, at 10,000 ICMP targets:
+//! - prometheus-client against the first hand-written exposition (classic
+//!   buckets only, 25 MB per scrape): 0.13-0.19 s per OpenMetrics scrape
+//!   against 0.09-0.15 s, so the maintained crate replaced it;
+//! - with the fleet features (native and per-part histograms, 7 histograms
+//!   a target), a protobuf scrape through prometheus-client took 0.4-0.8 s
+//!   of CPU (benches/scale), over the 200 ms the scale goal asks for. Two
+//!   thirds of it was prometheus-client building its message tree, mostly
+//!   copies of label strings. Hence [`crate::exposition`] for the targets'
+//!   families: 0.15-0.17 s for the same scrape.
 //!
-//! With the fleet features (native and per-part histograms, 7 histograms
-//! a target) a scrape of 10,000 targets through prometheus-client took
-//! 0.4-0.8 s of CPU (benches/scale), over the 200 ms the scale goal asks
-//! for: two thirds of it was prometheus-client building its message tree,
-//! mostly copies of label strings. Hence [`crate::exposition`] for the
-//! targets' families: 0.15-0.17 s for the same scrape. A scrape runs on the blocking pool, with the series
-//! lock released, so probing does not wait for it.
+//! A scrape runs on the blocking pool, with the series lock released, so
+//! probing does not wait for it.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
