@@ -453,13 +453,17 @@ impl Probe for GrpcStreamProbe {
             return Err(ProbeError::new(ErrorKind::Reset, "stream closed"));
         }
         match waiter.recv().await {
-            Some(Ok((received, t4, dwell, turn, bytes))) => Ok(stamped_reply(
-                (sent, t1),
-                (received, t4),
-                window.end(),
-                (dwell, turn),
-                bytes,
-            )),
+            Some(Ok((received, t4, dwell, turn, bytes))) => {
+                let window = window.end();
+                self.conn.stamps.record_rtt(received - sent);
+                Ok(stamped_reply(
+                    (sent, t1),
+                    (received, t4),
+                    window,
+                    (dwell, turn),
+                    bytes,
+                ))
+            }
             Some(Err(e)) => {
                 self.conn.broken(e.message()).await;
                 Err(e)
