@@ -359,16 +359,35 @@ impl StampedStream {
         self
     }
 
+    /// Writes `bytes` to the socket, counting them for the transmit
+    /// stamps' keys and filing the stamps already there.
+    fn poll_send(
+        inner: &mut TcpStream,
+        stamps: &ChannelStamps,
+        tx_on: bool,
+        cx: &mut Context<'_>,
+        bytes: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let n = ready!(Pin::new(&mut *inner).poll_write(cx, bytes))?;
+        stamps.on_write(n);
+        if tx_on {
+            stamps.drain(inner.as_fd());
+        }
+        Poll::Ready(Ok(n))
+    }
+
     /// Writes what is held.
     fn poll_write_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while !self.out.is_empty() {
-            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.out))?;
+            let n = ready!(Self::poll_send(
+                &mut self.inner,
+                &self.stamps,
+                self.tx_on,
+                cx,
+                &self.out
+            ))?;
             if n == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-            }
-            self.stamps.on_write(n);
-            if self.tx_on {
-                self.stamps.drain(self.inner.as_fd());
             }
             self.out.drain(..n);
         }
@@ -398,17 +417,9 @@ impl AsyncRead for StampedStream {
             // Straight at the socket: the runtime has not polled its
             // events since the last try, so its readiness is stale.
             before(this.inner.as_fd());
-            let unfilled = buf.initialize_unfilled();
-            match crate::rx::recv_stamped::<()>(this.inner.as_fd(), unfilled) {
-                Ok((n, _, stamp)) => {
-                    buf.advance(n);
-                    if n > 0 {
-                        stamps.on_read(stamp.and_then(crate::rx::unix_ns));
-                    }
-                    return Poll::Ready(Ok(()));
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Poll::Ready(Err(e)),
+            let res = crate::rx::recv_stamped::<()>(this.inner.as_fd(), buf.initialize_unfilled());
+            if let Some(done) = filled(buf, res, |t| stamps.on_read(t)) {
+                return Poll::Ready(done);
             }
         }
         let res = poll_read_stamped(&this.inner, cx, buf, before, |t| stamps.on_read(t));
@@ -427,7 +438,7 @@ fn poll_read_stamped(
     cx: &mut Context<'_>,
     buf: &mut ReadBuf<'_>,
     before: impl Fn(std::os::fd::BorrowedFd<'_>),
-    on_data: impl FnOnce(Option<u64>),
+    on_data: impl Fn(Option<u64>),
 ) -> Poll<io::Result<()>> {
     loop {
         ready!(inner.poll_read_ready(cx))?;
@@ -436,17 +447,30 @@ fn poll_read_stamped(
             before(inner.as_fd());
             crate::rx::recv_stamped::<()>(inner.as_fd(), unfilled)
         });
-        match res {
-            Ok((n, _, stamp)) => {
-                buf.advance(n);
-                if n > 0 {
-                    on_data(stamp.and_then(crate::rx::unix_ns));
-                }
-                return Poll::Ready(Ok(()));
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => return Poll::Ready(Err(e)),
+        if let Some(done) = filled(buf, res, &on_data) {
+            return Poll::Ready(done);
         }
+    }
+}
+
+/// A `recv_stamped` into `buf`'s unfilled part, taken in: the bytes
+/// advanced over and the kernel stamp of a read with data handed to
+/// `on_data`; `None` if it would block.
+fn filled(
+    buf: &mut ReadBuf<'_>,
+    res: io::Result<(usize, Option<()>, Option<std::time::SystemTime>)>,
+    on_data: impl FnOnce(Option<u64>),
+) -> Option<io::Result<()>> {
+    match res {
+        Ok((n, _, stamp)) => {
+            buf.advance(n);
+            if n > 0 {
+                on_data(stamp.and_then(crate::rx::unix_ns));
+            }
+            Some(Ok(()))
+        }
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
+        Err(e) => Some(Err(e)),
     }
 }
 
@@ -465,12 +489,7 @@ impl AsyncWrite for StampedStream {
             return Poll::Ready(Ok(buf.len()));
         }
         ready!(this.poll_write_out(cx))?;
-        let n = ready!(Pin::new(&mut this.inner).poll_write(cx, buf))?;
-        this.stamps.on_write(n);
-        if this.tx_on {
-            this.stamps.drain(this.inner.as_fd());
-        }
-        Poll::Ready(Ok(n))
+        Self::poll_send(&mut this.inner, &this.stamps, this.tx_on, cx, buf)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
