@@ -108,21 +108,30 @@ impl UdpProbe {
     /// matcher as the reader task's. The thread does nothing else
     /// meanwhile: that is the point, and why the budget is small.
     fn spin_for_reply(&self, budget: &prober_core::spin::SpinBudget, waiter: &Waiter<Arrival>) {
-        let mut buf = vec![0u8; self.size + 1];
-        let spun = budget.spin(|| {
-            match recv_stamped(self.socket.as_fd(), &mut buf) {
-                Ok((n, rx)) => on_datagram(
-                    &buf[..n],
-                    Instant::now(),
-                    rx,
-                    &self.matcher,
-                    &self.follow,
-                    self.nonce,
-                ),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => on_error(&e, &self.matcher),
-            }
-            waiter.is_answered()
+        thread_local! {
+            // One buffer per thread, not an allocation per probe.
+            static BUF: std::cell::RefCell<Vec<u8>> =
+                std::cell::RefCell::new(vec![0u8; crate::wire::MAX_UDP_FRAME + 1]);
+        }
+        let spun = BUF.with_borrow_mut(|all| {
+            // One byte over the frame size, as the reader task reads: a
+            // longer datagram is told from one that fits.
+            let buf = &mut all[..(self.size + 1).min(crate::wire::MAX_UDP_FRAME + 1)];
+            budget.spin(|| {
+                match recv_stamped(self.socket.as_fd(), buf) {
+                    Ok((n, rx)) => on_datagram(
+                        &buf[..n],
+                        Instant::now(),
+                        rx,
+                        &self.matcher,
+                        &self.follow,
+                        self.nonce,
+                    ),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => on_error(&e, &self.matcher),
+                }
+                waiter.is_answered()
+            })
         });
         if let Some((used, caught)) = spun {
             self.matcher.count_spin(used, caught);
