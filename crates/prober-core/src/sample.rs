@@ -156,9 +156,16 @@ pub struct Stamps {
     pub t4: Option<u64>,
     /// The responder's times, where it reports them.
     pub responder: Option<ResponderTimes>,
-    /// The peer is a kernel (ICMP echo): there is no responder process, and
-    /// its turnaround is part of the network.
+    /// The peer is a kernel (ICMP echo, a TCP handshake): there is no
+    /// responder process, and its turnaround is part of the network.
     pub kernel_peer: bool,
+    /// The kernel RTT of a TCP handshake that comes before t1k (a
+    /// `tcp-crr://` connect, then its request), in ns: the SYN's transmit
+    /// stamp to the SYN-ACK's receive stamp. It is added to the network
+    /// part and taken out of the client send part (t1k − t1 − handshake).
+    /// (`tcp-connect://` needs no such field: its SYN and SYN-ACK stamps
+    /// are its t1k and t4k.)
+    pub handshake: Option<u64>,
 }
 
 /// How far the wall-clock and the monotonic user RTT may differ before the
@@ -195,6 +202,8 @@ impl Stamps {
             (Some(a), Some(b)) if a > b => (None, None),
             pair => pair,
         };
+        let rtt_or_less = |h: u64| (h <= rtt).then_some(h);
+        let handshake = self.handshake.and_then(rtt_or_less);
         let kernel_rtt = t1k.zip(t4k).map(|(a, b)| b - a);
         let r = self.responder.unwrap_or_default();
         let turnaround = match (r.wake, r.dwell, r.send) {
@@ -204,15 +213,27 @@ impl Stamps {
         let network = if self.kernel_peer {
             kernel_rtt
         } else {
-            kernel_rtt
+            let exchange = kernel_rtt
                 .zip(turnaround)
-                .and_then(|(k, t)| k.checked_sub(t))
+                .and_then(|(k, t)| k.checked_sub(t));
+            match self.handshake {
+                None => exchange,
+                Some(_) => exchange.zip(handshake).map(|(n, h)| n + h),
+            }
         };
+        let client_send = match (t1k, self.handshake) {
+            (Some(k), None) => Some(k - t1),
+            (Some(k), Some(_)) => handshake.and_then(|h| (k - t1).checked_sub(h)),
+            _ => None,
+        };
+        // A handshake that does not fit in t1k − t1 was misread: the
+        // network part would then not leave room for the client's.
+        let network = network.filter(|_| self.handshake.is_none() || client_send.is_some());
         Parts {
             rtt: Some(rtt),
             kernel_rtt,
             ping_rtt: t4k.map(|k| k - t1),
-            client_send: t1k.map(|k| k - t1),
+            client_send,
             network,
             responder_wake: r.wake,
             responder_dwell: r.dwell,
@@ -412,6 +433,7 @@ mod tests {
                 ..ResponderTimes::default()
             }),
             kernel_peer: false,
+            handshake: None,
         }
     }
 
@@ -452,6 +474,35 @@ mod tests {
         // A turnaround longer than the kernel RTT: network unknown.
         s = stamps(1_000_000, 1_004_000, 1_010_000, 1_080_000);
         assert_eq!(s.parts(Duration::from_nanos(80_000)).network, None);
+    }
+
+    #[test]
+    fn a_handshake_before_the_request_moves_from_client_send_to_network() {
+        // tcp-crr: connect (handshake 20 µs), then the request's stamps.
+        let s = Stamps {
+            handshake: Some(20_000),
+            ..stamps(1_000_000, 1_034_000, 1_080_000, 1_090_000)
+        };
+        let p = s.parts(Duration::from_nanos(90_000));
+        assert!(p.complete());
+        assert_eq!(p.client_send, Some(34_000 - 20_000));
+        assert_eq!(p.kernel_rtt, Some(46_000));
+        assert_eq!(p.network, Some(46_000 - 10_000 + 20_000));
+        let sum: u64 = p.list().iter().map(|x| x.unwrap()).sum();
+        assert_eq!(Some(sum), p.rtt);
+        // A handshake that does not fit before t1k: neither part is known,
+        // and the others still are.
+        let s = Stamps {
+            handshake: Some(35_000),
+            ..s
+        };
+        let p = s.parts(Duration::from_nanos(90_000));
+        assert_eq!((p.client_send, p.network), (None, None));
+        assert_eq!(p.client_wake, Some(10_000));
+        // No transmit stamp: the client send and network parts are unknown.
+        let s = Stamps { t1k: None, ..s };
+        let p = s.parts(Duration::from_nanos(90_000));
+        assert_eq!((p.client_send, p.network), (None, None));
     }
 
     #[test]

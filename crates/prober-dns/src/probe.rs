@@ -421,6 +421,7 @@ impl Probe for DnsProbe {
             t4: Some(got.t4),
             responder: None,
             kernel_peer: false,
+            handshake: None,
         };
         Ok(Reply {
             sent,

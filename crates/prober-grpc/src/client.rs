@@ -516,22 +516,27 @@ impl Probe for GrpcHealthProbe {
         });
         gate.pass().await;
         let sent = Instant::now();
+        let t1 = unix_now_ns();
+        let window = self.conn.stamps.begin();
         let res = client.check(req).await;
         let received = Instant::now();
+        let t4 = unix_now_ns();
         match res {
             Ok(resp) => {
+                let window = window.end();
+                self.conn.stamps.record_rtt(received - sent);
                 let status = resp.into_inner().status();
                 if status == ServingStatus::Serving {
-                    Ok(Reply {
-                        sent,
-                        received,
-                        server_dwell: None,
-                        rx_wake: None,
-                        bytes: 0,
-                        ttl: None,
-                        stamps: prober_core::sample::Stamps::default(),
-                        app: Default::default(),
-                    })
+                    // Any server's health service: no responder stamps, so
+                    // the network part (which would include the server) is
+                    // unknown; the client's send and wake-up parts are not.
+                    Ok(stamped_reply(
+                        (sent, t1),
+                        (received, t4),
+                        window,
+                        (None, None),
+                        0,
+                    ))
                 } else {
                     Err(ProbeError::protocol(format!(
                         "health status {}",
@@ -600,6 +605,7 @@ fn stamped_reply(
             ..Default::default()
         }),
         kernel_peer: false,
+        handshake: None,
     };
     Reply {
         sent,

@@ -639,6 +639,7 @@ impl Probe for HttpProbe {
                     ..ResponderTimes::default()
                 }),
                 kernel_peer: false,
+                handshake: None,
             };
             return Ok(Reply {
                 sent,

@@ -552,6 +552,7 @@ impl Probe for IcmpProbe {
             t4: Some(got.t4),
             responder: None,
             kernel_peer: true,
+            handshake: None,
         };
         Ok(Reply {
             sent,

@@ -10,6 +10,7 @@
 //! - [`guard`]: a responder's limits on a public address (per-source
 //!   rate, connection caps, buffer budget, log lines a flood cannot
 //!   multiply).
+//! - [`syntap`]: kernel stamps of TCP handshakes, from a packet socket.
 //! - [`mark`]: the TOS byte / traffic class that carries DSCP.
 //! - [`host`]: this machine's host name and kernel, for results.
 
@@ -19,6 +20,7 @@ pub mod mark;
 pub mod resolve;
 pub mod rx;
 pub mod stream;
+pub mod syntap;
 pub mod tcpinfo;
 pub mod tls;
 

@@ -1123,6 +1123,7 @@ mod tests {
             t4: Some(1_040_000),
             responder: None,
             kernel_peer: true,
+            handshake: None,
         };
         let r = reply(now, 40, stamps);
         c.event(Event::Sample(sample(Outcome::Ok(r)))).unwrap();

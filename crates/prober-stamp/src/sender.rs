@@ -579,6 +579,7 @@ fn reply(sh: &Shared, sent: Instant, t1: u64, t1k: Option<u64>, got: &Got, bytes
             ..ResponderTimes::default()
         }),
         kernel_peer: false,
+        handshake: None,
     };
     Reply {
         sent,

@@ -28,7 +28,9 @@ fn build_tcp<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
 fn build_connect<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
     Box::pin(async move {
         Ok(runnable(
-            TcpConnectProbe::new(spec.addr).with_marks(env.marks.clone()),
+            TcpConnectProbe::new(spec.addr)
+                .with_stamps(env.tx_stamps)
+                .with_marks(env.marks.clone()),
         ))
     })
 }
@@ -36,7 +38,9 @@ fn build_connect<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> 
 fn build_crr<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
     Box::pin(async move {
         Ok(runnable(
-            TcpCrrProbe::new(spec.addr, spec.size).with_marks(env.marks.clone()),
+            TcpCrrProbe::new(spec.addr, spec.size)
+                .with_stamps(env.tx_stamps, spec.timeout)
+                .with_marks(env.marks.clone()),
         ))
     })
 }

@@ -57,6 +57,7 @@ pub(crate) async fn await_got(
             ..ResponderTimes::default()
         }),
         kernel_peer: false,
+        handshake: None,
     };
     let wake = rx::wake_ns(got.rx.t4k, got.rx.t4).map(Duration::from_nanos);
     let reply = Reply {

@@ -10,9 +10,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use prober_core::clock::unix_now_ns;
 use prober_core::{Anomalies, ErrorKind, Gate, Matcher, MatcherSet, Probe, ProbeError, Reply};
 use socket2::SockRef;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
+use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::Mutex;
@@ -21,6 +22,7 @@ use tokio_util::task::AbortOnDropHandle;
 
 use crate::reader::{Arrival, FOLLOW_UP_MARGIN, FollowUps, Got, RxStamp, await_got, recv_stamped};
 use prober_net::busy::{Reader, SpinThread, Step};
+use prober_net::syntap::{Handshake, SynTap};
 
 use crate::wire::{self, HEADER_LEN, Header, Kind, MAX_TCP_FRAME};
 
@@ -480,6 +482,52 @@ fn reset(stream: &TcpStream) {
 pub struct TcpConnectProbe {
     addr: SocketAddr,
     marks: Marks,
+    /// Stamp the handshakes (a packet socket, opened by the first probe).
+    tap: Tap,
+}
+
+/// A target's [`SynTap`], opened by its first probe if asked for; `None`
+/// inside when it cannot be (no `CAP_NET_RAW`): the handshake parts then
+/// stay unknown.
+#[derive(Debug, Default)]
+struct Tap {
+    wanted: bool,
+    tap: std::sync::OnceLock<Option<SynTap>>,
+}
+
+impl Tap {
+    fn get(&self, port: u16) -> Option<&SynTap> {
+        if !self.wanted {
+            return None;
+        }
+        self.tap
+            .get_or_init(|| match SynTap::open(port) {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    static NOTICE: std::sync::Once = std::sync::Once::new();
+                    NOTICE.call_once(|| {
+                        tracing::warn!(
+                            "notice: no kernel stamps for TCP handshakes ({e}: a packet socket needs CAP_NET_RAW); their parts stay unknown"
+                        );
+                    });
+                    None
+                }
+            })
+            .as_ref()
+    }
+
+    /// The stamps of the handshake `stream` just made (after [`Tap::get`]
+    /// opened the tap).
+    fn take(&self, stream: &TcpStream) -> Handshake {
+        let (Some(tap), Ok(local), Ok(peer)) = (
+            self.tap.get().and_then(Option::as_ref),
+            stream.local_addr(),
+            stream.peer_addr(),
+        ) else {
+            return Handshake::default();
+        };
+        tap.take(local.port(), peer.ip())
+    }
 }
 
 impl TcpConnectProbe {
@@ -488,7 +536,17 @@ impl TcpConnectProbe {
         Self {
             addr,
             marks: Marks::default(),
+            tap: Tap::default(),
         }
+    }
+
+    /// Stamps each SYN as it leaves and each SYN-ACK as it arrives, with a
+    /// packet socket (needs `CAP_NET_RAW`): the client send, network and
+    /// client wake parts.
+    #[must_use]
+    pub fn with_stamps(mut self, on: bool) -> Self {
+        self.tap.wanted = on;
+        self
     }
 
     /// Marks its SYNs and picks their source address (`--tos`, `--dscp`,
@@ -503,13 +561,19 @@ impl TcpConnectProbe {
 impl Probe for TcpConnectProbe {
     async fn probe_at(&self, _seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
         let socket = new_socket(self.addr, &self.marks)?;
+        self.tap.get(self.addr.port());
         gate.pass().await;
         let sent = Instant::now();
+        let t1 = unix_now_ns();
         let stream = socket
             .connect(self.addr)
             .await
             .map_err(|e| ProbeError::io(format_args!("connect to {}", self.addr), &e))?;
         let received = Instant::now();
+        let t4 = unix_now_ns();
+        // The SYN as it left and the SYN-ACK as it came: t1k and t4k. The
+        // peer's kernel answers, as for ICMP.
+        let h = self.tap.take(&stream);
         reset(&stream);
         Ok(Reply {
             sent,
@@ -518,7 +582,14 @@ impl Probe for TcpConnectProbe {
             rx_wake: None,
             bytes: 0,
             ttl: None,
-            stamps: prober_core::sample::Stamps::default(),
+            stamps: prober_core::sample::Stamps {
+                t1: Some(t1),
+                t1k: h.syn_tx,
+                t4k: h.syn_ack_rx,
+                t4: Some(t4),
+                kernel_peer: true,
+                ..Default::default()
+            },
             app: Default::default(),
         })
     }
@@ -527,12 +598,23 @@ impl Probe for TcpConnectProbe {
 /// `tcp-crr://host:port`: connect, one request/response, close, like netperf
 /// TCP_CRR. The RTT runs from the start of the connect to the reply; the
 /// close (RST, as for `tcp-connect://`) is not timed.
+///
+/// Its split: the handshake's RTT (`TCP_INFO`) and the request's kernel
+/// stamps, less the responder's own times (wire version 2 and its
+/// follow-up frame), make the network part; the client send part is what
+/// remains of t1k − t1 after the handshake.
 #[derive(Debug)]
 pub struct TcpCrrProbe {
     addr: SocketAddr,
     size: usize,
     nonce: u64,
     marks: Marks,
+    /// Ask the kernel for transmit stamps, and the responder for its own.
+    tx_stamps: bool,
+    /// The run's per-probe timeout, which bounds the wait for a follow-up.
+    timeout: Duration,
+    /// Stamp the handshakes (a packet socket, opened by the first probe).
+    tap: Tap,
 }
 
 impl TcpCrrProbe {
@@ -543,6 +625,9 @@ impl TcpCrrProbe {
             size,
             nonce: fastrand::u64(..),
             marks: Marks::default(),
+            tx_stamps: false,
+            timeout: Duration::from_secs(1),
+            tap: Tap::default(),
         }
     }
 
@@ -553,49 +638,135 @@ impl TcpCrrProbe {
         self.marks = marks;
         self
     }
+
+    /// Asks for kernel transmit stamps and the responder's follow-up frame
+    /// (the client send, network and responder send parts), and sets the
+    /// run's per-probe timeout, which bounds the wait for the follow-up.
+    #[must_use]
+    pub fn with_stamps(mut self, tx_stamps: bool, timeout: Duration) -> Self {
+        self.tx_stamps = tx_stamps;
+        self.tap.wanted = tx_stamps;
+        self.timeout = timeout;
+        self
+    }
+}
+
+/// Reads exactly `buf.len()` bytes with kernel receive stamps; the stamps
+/// of the read that completed them (the last segment's).
+async fn read_stamped(stream: &TcpStream, buf: &mut [u8]) -> io::Result<RxStamp> {
+    let mut got = 0;
+    loop {
+        let (n, rx) = stream
+            .async_io(Interest::READABLE, || {
+                recv_stamped(stream.as_fd(), &mut buf[got..])
+            })
+            .await?;
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        got += n;
+        if got == buf.len() {
+            return Ok(rx);
+        }
+    }
 }
 
 impl Probe for TcpCrrProbe {
     async fn probe_at(&self, seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
         let io_err = |what: &str, e: io::Error| ProbeError::io(what, &e);
+        let limit = Instant::now() + self.timeout.saturating_sub(FOLLOW_UP_MARGIN);
         let socket = new_socket(self.addr, &self.marks)?;
+        prober_net::rx::enable_timestamps(socket.as_fd())
+            .map_err(|e| io_err("setting SO_TIMESTAMPNS", e))?;
         let mut frame = Vec::with_capacity(self.size);
         wire::encode_request(&mut frame, self.size, seq, self.nonce);
+        if self.tx_stamps {
+            wire::want_follow_up(&mut frame);
+        } else {
+            wire::want_stamps(&mut frame);
+        }
+        self.tap.get(self.addr.port());
         gate.pass().await;
         let sent = Instant::now();
-        let mut stream = socket
+        let t1 = unix_now_ns();
+        let stream = socket
             .connect(self.addr)
             .await
             .map_err(|e| io_err(&format!("connect to {}", self.addr), e))?;
+        let handshake = self.tap.take(&stream).rtt();
         stream
             .set_nodelay(true)
             .map_err(|e| io_err("setting TCP_NODELAY", e))?;
+        // Numbered from the first byte after this call: the request's last
+        // byte is key size − 1.
+        let tx_on =
+            self.tx_stamps && prober_net::rx::tx_timestamps_id_or_notice(stream.as_fd(), "tcp");
+        let mut stream = stream;
         stream
             .write_all(&frame)
             .await
             .map_err(|e| io_err("send", e))?;
-        stream
-            .read_exact(&mut frame)
+        let rx = read_stamped(&stream, &mut frame)
             .await
             .map_err(|e| io_err("receive", e))?;
         let received = Instant::now();
-        reset(&stream);
         let h = Header::decode(&frame, MAX_TCP_FRAME)
             .map_err(|e| ProbeError::protocol(format!("bad reply: {e}")))?;
         if h.kind != Kind::Response || h.nonce != self.nonce || h.seq != seq {
+            reset(&stream);
             return Err(ProbeError::protocol(
                 "bad reply: not the response to this request",
             ));
         }
-        let dwell = Some(Duration::from_nanos(h.dwell_ns));
+        let mut t1k = None;
+        if tx_on {
+            #[allow(clippy::cast_possible_truncation)] // OPT_ID keys are 32-bit
+            let last = (frame.len() - 1) as u32;
+            prober_net::rx::drain_tx_stamps_id(stream.as_fd(), 8, |key, at| {
+                if key == last {
+                    t1k = Some(at);
+                }
+            });
+        }
+        // The follow-up comes right behind the response; the close is not
+        // timed, so waiting for it costs the RTT nothing.
+        let mut send = None;
+        if tx_on && wire::follow_up_promised(&frame) {
+            let mut f = [0u8; wire::FOLLOW_UP_LEN];
+            let until = (Instant::now() + crate::reader::FOLLOW_UP_WAIT).min(limit);
+            if let Ok(Ok(_)) = tokio::time::timeout_at(until, read_stamped(&stream, &mut f)).await
+                && let Ok(fh) = Header::decode(&f, MAX_TCP_FRAME)
+                && fh.kind == Kind::FollowUp
+                && fh.nonce == self.nonce
+                && fh.seq == seq
+            {
+                send = wire::follow_up_send(&f);
+            }
+        }
+        reset(&stream);
+        let dwell = Duration::from_nanos(h.dwell_ns);
+        let stamps = prober_core::Stamps {
+            t1: Some(t1),
+            t1k,
+            t4k: rx.t4k,
+            t4: Some(rx.t4),
+            responder: Some(prober_core::ResponderTimes {
+                wake: wire::responder_wake(&frame),
+                dwell: Some(h.dwell_ns),
+                send,
+                ..Default::default()
+            }),
+            kernel_peer: false,
+            handshake,
+        };
         Ok(Reply {
             sent,
             received,
-            server_dwell: dwell,
-            rx_wake: None,
+            server_dwell: Some(dwell),
+            rx_wake: prober_net::rx::wake_ns(rx.t4k, rx.t4).map(Duration::from_nanos),
             bytes: self.size,
             ttl: None,
-            stamps: prober_core::sample::Stamps::default(),
+            stamps,
             app: Default::default(),
         })
     }

@@ -425,6 +425,144 @@ fn frames_split_agrees_with_a_packet_capture(proto: &str) {
     let _ = srv.wait();
 }
 
+/// The handshakes in a capture of IPv4 TCP to `server_port`, in the order
+/// of their SYNs: (SYN's capture time, SYN-ACK's), each connection keyed by
+/// its client port.
+fn read_handshakes(bytes: &[u8], server_port: u16) -> Vec<(u64, u64)> {
+    let mut syn: Vec<(u16, u64)> = Vec::new();
+    let mut syn_ack: HashMap<u16, u64> = HashMap::new();
+    for (at, pkt) in pcap_records(bytes) {
+        if pkt.get(14).map(|b| b >> 4) != Some(4) || pkt[14 + 9] != 6 {
+            continue;
+        }
+        let l4 = 14 + usize::from(pkt[14] & 0x0f) * 4;
+        let port = |i: usize| u16::from_be_bytes([pkt[l4 + i], pkt[l4 + i + 1]]);
+        let (sport, dport, flags) = (port(0), port(2), pkt[l4 + 13]);
+        // SYN (0x02) without ACK (0x10) from the client; SYN+ACK back.
+        match (flags & 0x12, dport == server_port, sport == server_port) {
+            (0x02, true, _) => syn.push((sport, at)),
+            (0x12, _, true) => {
+                syn_ack.entry(dport).or_insert(at);
+            }
+            _ => {}
+        }
+    }
+    syn.into_iter()
+        .filter_map(|(port, at)| syn_ack.get(&port).map(|ack| (at, *ack)))
+        .collect()
+}
+
+/// `tcp-connect://` and `tcp-crr://` against `prober serve` in a namespace
+/// while tcpdump captures its loopback, one connection at a time (10 ms):
+/// tcp-connect's kernel RTT (the SYN's and SYN-ACK's stamps from prober's
+/// own packet socket) is never below the capture's SYN to SYN-ACK, and its
+/// three parts add up to the RTT; for tcp-crr the request's kernel RTT is
+/// never below the capture's, and the six parts add up to the RTT.
+#[test]
+fn handshake_split_agrees_with_a_packet_capture() {
+    let _machine = crate::support::times_things();
+    if Command::new("tcpdump").arg("--version").output().is_err() {
+        eprintln!(
+            "SKIPPED handshake capture check: tcpdump is not installed (.ci/run installs it)"
+        );
+        return;
+    }
+    let Some(ns) = Netns::new("capture-syn") else {
+        return;
+    };
+    let mut srv = Command::new("ip")
+        .args(["netns", "exec", &ns.name, env!("CARGO_BIN_EXE_prober")])
+        .args(["serve", "--quiet", "--tcp", "127.0.0.1:8707"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(srv.stdout.take().unwrap()).lines();
+    let _ = lines.next();
+    for scheme in ["tcp-connect", "tcp-crr"] {
+        let file = std::env::temp_dir().join(format!("{}-{scheme}.pcap", ns.name));
+        let dump = ns.tcpdump(&file, &["--immediate-mode"], "tcp port 8707");
+        let target = format!("{scheme}://127.0.0.1:8707");
+        let args = ["run", "-c", "300", "-i", "10ms", "-o", "json", &target];
+        let out = ns.prober(&[], &args);
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        crate::support::stop(dump);
+        let bytes = std::fs::read(&file).unwrap();
+        let _ = std::fs::remove_file(&file);
+        let handshakes = read_handshakes(&bytes, 8707);
+        let mut frames: HashMap<(bool, u64), u64> = HashMap::new();
+        for p in read_frame_pcap(&bytes) {
+            frames.entry((p.reply, p.seq)).or_insert(p.at);
+        }
+        let lines = ok_json(&out);
+        let probes = of_type(&lines, "probe");
+        assert_eq!(probes.len(), 300, "{scheme}: every probe has a line");
+        assert_eq!(handshakes.len(), 300, "{scheme}: every handshake captured");
+        let (mut excess, mut complete) = (Vec::new(), 0usize);
+        for p in &probes {
+            assert_eq!(p["outcome"], "ok", "{p}");
+            let rtt = p["rtt_ns"].as_i64().unwrap();
+            let seq = usize::try_from(p["seq"].as_u64().unwrap()).unwrap();
+            let (syn, syn_ack) = handshakes[seq];
+            let wire = (syn_ack - syn) as i64;
+            assert!(
+                rtt >= wire,
+                "user rtt {rtt} below the handshake's {wire}: {p}"
+            );
+            let parts = p["parts"].as_object().unwrap();
+            if scheme == "tcp-connect" {
+                // The SYN and SYN-ACK stamps are its t1k and t4k: client
+                // send + network + client wake, adding up to the RTT.
+                let kernel = p["kernel_rtt_ns"].as_i64().expect("a kernel rtt");
+                assert!(
+                    kernel >= wire,
+                    "kernel rtt {kernel} below the wire's {wire}: {p}"
+                );
+                assert_eq!(parts["network_ns"].as_i64(), Some(kernel), "{p}");
+                let sum: i64 = parts.values().map(|v| v.as_i64().unwrap()).sum();
+                assert_eq!((parts.len(), sum), (3, rtt), "the parts add up: {p}");
+                complete += 1;
+                excess.push(kernel - wire);
+                continue;
+            }
+            let (Some(req), Some(rep)) = (
+                frames.get(&(false, seq as u64)),
+                frames.get(&(true, seq as u64)),
+            ) else {
+                continue;
+            };
+            let exchange = (*rep - *req) as i64;
+            let kernel = p["kernel_rtt_ns"].as_i64().expect("a kernel rtt");
+            assert!(
+                kernel >= exchange,
+                "kernel rtt {kernel} below the wire's {exchange}: {p}"
+            );
+            if parts.len() == 6 {
+                let sum: i64 = parts.values().map(|v| v.as_i64().unwrap()).sum();
+                assert_eq!(sum, rtt, "the parts add up: {p}");
+                complete += 1;
+            }
+            excess.push(kernel - exchange);
+        }
+        let n = probes.len();
+        assert!(
+            excess.len() * 10 >= n * 9,
+            "{scheme}: {} of {n} matched",
+            excess.len()
+        );
+        assert!(
+            complete * 10 >= n * 9,
+            "{scheme}: {complete} of {n} complete"
+        );
+        let med = quantile(&mut excess, 0.5);
+        let p99 = quantile(&mut excess, 0.99);
+        eprintln!(
+            "{scheme} -i 10ms: {n} probes, {complete} complete; kernel rtt − wire rtt median {med} ns, p99 {p99} ns"
+        );
+    }
+    let _ = srv.kill();
+    let _ = srv.wait();
+}
+
 /// TCP segments with data in a capture: (client to server, capture time),
 /// in capture order.
 fn read_tcp_data(bytes: &[u8], server_port: u16) -> Vec<(bool, u64)> {

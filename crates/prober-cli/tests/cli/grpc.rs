@@ -38,6 +38,25 @@ fn unary_stream_and_health() {
         .unwrap()
         .clone();
     assert!(probe["server_dwell_ns"].as_u64().is_some(), "{probe}");
+    // A health check has the client's side of the split (any server's
+    // health service: no responder stamps, so no network part).
+    // A probe whose call overlapped another's has no stamps (docs/
+    // timestamps.md); most have.
+    let health: Vec<_> = of_type(&lines, "probe")
+        .into_iter()
+        .filter(|p| p["protocol"] == "grpc-health")
+        .collect();
+    let split: Vec<_> = health.iter().filter(|p| p["parts"].is_object()).collect();
+    assert!(split.len() * 2 >= health.len(), "{} of {}", split.len(), health.len());
+    for p in split {
+        let parts = p["parts"].as_object().unwrap();
+        let rtt = p["rtt_ns"].as_u64().unwrap();
+        let send = parts["client_send_ns"].as_u64().expect("client send");
+        let wake = parts["client_wake_ns"].as_u64().expect("client wake");
+        let kernel = p["kernel_rtt_ns"].as_u64().expect("kernel rtt");
+        assert_eq!(send + kernel + wake, rtt, "{p}");
+        assert!(parts.get("network_ns").is_none(), "{p}");
+    }
 }
 
 #[test]
