@@ -6,6 +6,10 @@
 #
 #   benches/stamps/cost.sh [COUNT] [ROUNDS]     (default 20000 probes, 5 rounds)
 #
+# TARGETS (space-separated) picks the targets; by default ICMP, UDP, TCP,
+# STAMP, tcp-connect and tcp-crr (whose stamps come from a packet socket
+# that sees every SYN: prober_net::syntap).
+#
 # Loopback only. ICMP uses a raw socket (run as root).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -26,7 +30,8 @@ for l in sys.stdin:
 }
 median() { python3 -c 'import sys,statistics; print(int(statistics.median(int(x) for x in sys.argv[1:])))' "$@"; }
 printf '%-26s %-40s %-40s %s\n' target "stamps on: p50 per round (ns)" "stamps off" "median on / off"
-for t in icmp://127.0.0.1 udp://127.0.0.1:18707 tcp://127.0.0.1:18707 stamp://127.0.0.1:18862; do
+targets=${TARGETS:-icmp://127.0.0.1 udp://127.0.0.1:18707 tcp://127.0.0.1:18707 stamp://127.0.0.1:18862 tcp-connect://127.0.0.1:18707 tcp-crr://127.0.0.1:18707}
+for t in $targets; do
   extra=()
   [[ $t == icmp* ]] && extra=(--icmp-socket raw)
   on=(); off=()

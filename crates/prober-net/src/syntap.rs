@@ -38,12 +38,14 @@ const PACKET_HOST: u8 = 0;
 const KEEP: Duration = Duration::from_secs(10);
 
 /// The classic BPF program: IPv4 (unfragmented) or IPv6 (TCP right after
-/// the fixed header) TCP with `port` as source or destination and SYN set.
-/// Offsets are from the network header (a `SOCK_DGRAM` packet socket).
-/// Jumps are relative to the next instruction, forward only.
-fn filter(port: u16) -> [SockFilter; 24] {
+/// the fixed header) TCP with `port` as source or destination, and either
+/// a SYN leaving this host or a SYN-ACK coming to it (on loopback each
+/// packet passes a tap twice, once each way). Offsets are from the network
+/// header (a `SOCK_DGRAM` packet socket).
+fn filter(port: u16) -> Vec<SockFilter> {
     const LDB_ABS: u16 = 0x30; // A = byte [k]
     const LDH_ABS: u16 = 0x28; // A = half [k]
+    const LDW_ABS: u16 = 0x20; // A = word [k] (here: an ancillary field)
     const LDH_IND: u16 = 0x48; // A = half [X + k]
     const LDB_IND: u16 = 0x50; // A = byte [X + k]
     const LDX_MSH: u16 = 0xb1; // X = 4 * ([k] & 0xf)
@@ -52,34 +54,66 @@ fn filter(port: u16) -> [SockFilter; 24] {
     const JEQ: u16 = 0x15; // A == k
     const JSET: u16 = 0x45; // A & k
     const RET: u16 = 0x06;
+    // SKF_AD_OFF + SKF_AD_PKTTYPE: the packet's sll_pkttype.
+    const PKTTYPE: u32 = 0xffff_f000 + 4;
+    // Jump targets, as instruction numbers.
+    const V6: u8 = 12;
+    const FLAGS: u8 = 20;
+    const SYN_ACK: u8 = 25;
+    const KEEP: u8 = 27;
+    const DROP: u8 = 28;
+    const NEXT: u8 = u8::MAX;
     let p = u32::from(port);
-    let f = SockFilter::new;
-    [
-        f(LDB_ABS, 0, 0, 0),    // 0: version and IHL
-        f(RSH, 0, 0, 4),        // 1: version
-        f(JEQ, 0, 9, 4),        // 2: IPv4, else 12
-        f(LDB_ABS, 0, 0, 9),    // 3: protocol
-        f(JEQ, 0, 18, 6),       // 4: TCP, else drop
-        f(LDH_ABS, 0, 0, 6),    // 5: fragment offset
-        f(JSET, 16, 0, 0x1fff), // 6: a later fragment: drop
-        f(LDX_MSH, 0, 0, 0),    // 7: X = IPv4 header length
-        f(LDH_IND, 0, 0, 0),    // 8: source port
-        f(JEQ, 10, 0, p),       // 9: ours: 20
-        f(LDH_IND, 0, 0, 2),    // 10: destination port
-        f(JEQ, 8, 11, p),       // 11: ours: 20, else drop
-        f(JEQ, 0, 10, 6),       // 12: IPv6, else drop
-        f(LDB_ABS, 0, 0, 6),    // 13: next header
-        f(JEQ, 0, 8, 6),        // 14: TCP, else drop
-        f(LDX_IMM, 0, 0, 40),   // 15: X = IPv6 header length
-        f(LDH_IND, 0, 0, 0),    // 16: source port
-        f(JEQ, 2, 0, p),        // 17: ours: 20
-        f(LDH_IND, 0, 0, 2),    // 18: destination port
-        f(JEQ, 0, 3, p),        // 19: not ours: drop
-        f(LDB_IND, 0, 0, 13),   // 20: TCP flags
-        f(JSET, 0, 1, 0x02),    // 21: SYN, else drop
-        f(RET, 0, 0, 128),      // 22: keep the headers
-        f(RET, 0, 0, 0),        // 23: drop
-    ]
+    // (code, jump if true, jump if false, k), jumps as absolute targets.
+    let prog: [(u16, u8, u8, u32); 29] = [
+        (LDB_ABS, 0, 0, 0),          // 0: version and IHL
+        (RSH, 0, 0, 4),              // 1: version
+        (JEQ, NEXT, V6, 4),          // 2: IPv4?
+        (LDB_ABS, 0, 0, 9),          // 3: protocol
+        (JEQ, NEXT, DROP, 6),        // 4: TCP?
+        (LDH_ABS, 0, 0, 6),          // 5: fragment offset
+        (JSET, DROP, NEXT, 0x1fff),  // 6: a later fragment
+        (LDX_MSH, 0, 0, 0),          // 7: X = IPv4 header length
+        (LDH_IND, 0, 0, 0),          // 8: source port
+        (JEQ, FLAGS, NEXT, p),       // 9
+        (LDH_IND, 0, 0, 2),          // 10: destination port
+        (JEQ, FLAGS, DROP, p),       // 11
+        (JEQ, NEXT, DROP, 6),        // 12 (V6): IPv6?
+        (LDB_ABS, 0, 0, 6),          // 13: next header
+        (JEQ, NEXT, DROP, 6),        // 14: TCP?
+        (LDX_IMM, 0, 0, 40),         // 15: X = IPv6 header length
+        (LDH_IND, 0, 0, 0),          // 16: source port
+        (JEQ, FLAGS, NEXT, p),       // 17
+        (LDH_IND, 0, 0, 2),          // 18: destination port
+        (JEQ, FLAGS, DROP, p),       // 19
+        (LDB_IND, 0, 0, 13),         // 20 (FLAGS): TCP flags
+        (JSET, NEXT, DROP, 0x02),    // 21: SYN?
+        (JSET, SYN_ACK, NEXT, 0x10), // 22: and ACK?
+        (LDW_ABS, 0, 0, PKTTYPE),    // 23: a SYN ...
+        (JEQ, KEEP, DROP, 4),        // 24: ... leaving (PACKET_OUTGOING)
+        (LDW_ABS, 0, 0, PKTTYPE),    // 25 (SYN_ACK): a SYN-ACK ...
+        (JEQ, KEEP, DROP, 0),        // 26: ... arriving (PACKET_HOST)
+        (RET, 0, 0, 128),            // 27 (KEEP): the headers
+        (RET, 0, 0, 0),              // 28 (DROP)
+    ];
+    let rel = |pc: usize, to: u8| match to {
+        NEXT => 0,
+        // Forward only: a backward jump underflows, which panics in the
+        // tests' debug builds.
+        to => u8::try_from(usize::from(to) - pc - 1).unwrap_or(0),
+    };
+    prog.iter()
+        .enumerate()
+        .map(|(pc, &(code, t, f, k))| {
+            let is_jump = code & 0x07 == 0x05;
+            let (jt, jf) = if is_jump {
+                (rel(pc, t), rel(pc, f))
+            } else {
+                (0, 0)
+            };
+            SockFilter::new(code, jt, jf, k)
+        })
+        .collect()
 }
 
 /// One SYN or SYN-ACK, parsed from its network header on.
@@ -296,5 +330,20 @@ mod tests {
         // Taken once.
         assert_eq!(tap.take(local, peer), Handshake::default());
         assert!(tap.seen.lock().unwrap().len() <= 1, "only ours was filed");
+        // Of the four copies loopback shows the taps (each packet leaving
+        // and arriving), the filter passes the SYN leaving and the SYN-ACK
+        // arriving.
+        let _c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let mut buf = [0u8; 256];
+        let mut kinds = Vec::new();
+        while let Ok((n, Some(from), _)) =
+            crate::rx::recv_stamped::<LinkAddr>(tap.sock.as_fd(), &mut buf)
+        {
+            kinds.push((parse(&buf[..n]).map(|s| s.ack), from.pkttype()));
+        }
+        assert_eq!(
+            kinds,
+            [(Some(false), PACKET_OUTGOING), (Some(true), PACKET_HOST)]
+        );
     }
 }

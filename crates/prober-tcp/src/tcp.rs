@@ -287,7 +287,7 @@ async fn read_replies(
             Err(e) => break ProbeError::io("receive", &e),
         };
         acc.extend_from_slice(&chunk[..n]);
-        let received = (Instant::now(), rx);
+        let received = (Instant::now(), clean(stream, rx));
         if let Err(why) = take_replies(
             &mut acc,
             nonce,
@@ -300,6 +300,21 @@ async fn read_replies(
         }
     };
     end_connection(why, &matcher, &alive);
+}
+
+/// The read's stamps, without its kernel receive stamp if more data is
+/// already queued behind what it read. TCP coalesces a segment that
+/// arrives while the one before it is still unread into that one, and the
+/// merged segment carries the later arrival's stamp: a response followed
+/// closely by its follow-up frame would report the follow-up's arrival
+/// as its own. Data waiting after the read means that may have happened,
+/// so the stamp is dropped (the probe's split is then partial), never
+/// kept wrong.
+fn clean(stream: &TcpStream, mut rx: RxStamp) -> RxStamp {
+    if rx.t4k.is_some() && prober_net::busy::data_waiting(stream.as_fd()) {
+        rx.t4k = None;
+    }
+    rx
 }
 
 /// How many bytes finish the frame at the front of `acc` (a response of
@@ -676,8 +691,18 @@ impl Probe for TcpCrrProbe {
         let io_err = |what: &str, e: io::Error| ProbeError::io(what, &e);
         let limit = Instant::now() + self.timeout.saturating_sub(FOLLOW_UP_MARGIN);
         let socket = new_socket(self.addr, &self.marks)?;
+        // Every option is set before the connect, outside the timed part.
         prober_net::rx::enable_timestamps(socket.as_fd())
             .map_err(|e| io_err("setting SO_TIMESTAMPNS", e))?;
+        socket
+            .set_nodelay(true)
+            .map_err(|e| io_err("setting TCP_NODELAY", e))?;
+        // Unnumbered: a TCP socket numbers stamps (OPT_ID) only once it is
+        // connected, and a call there would be inside the RTT. The request
+        // is the connection's one write, and a SYN gets no stamp, so the
+        // one stamp that comes is the request's.
+        let tx_on =
+            self.tx_stamps && prober_net::rx::tx_timestamps_or_notice(socket.as_fd(), "tcp");
         let mut frame = Vec::with_capacity(self.size);
         wire::encode_request(&mut frame, self.size, seq, self.nonce);
         if self.tx_stamps {
@@ -693,14 +718,6 @@ impl Probe for TcpCrrProbe {
             .connect(self.addr)
             .await
             .map_err(|e| io_err(&format!("connect to {}", self.addr), e))?;
-        let handshake = self.tap.take(&stream).rtt();
-        stream
-            .set_nodelay(true)
-            .map_err(|e| io_err("setting TCP_NODELAY", e))?;
-        // Numbered from the first byte after this call: the request's last
-        // byte is key size − 1.
-        let tx_on =
-            self.tx_stamps && prober_net::rx::tx_timestamps_id_or_notice(stream.as_fd(), "tcp");
         let mut stream = stream;
         stream
             .write_all(&frame)
@@ -710,6 +727,8 @@ impl Probe for TcpCrrProbe {
             .await
             .map_err(|e| io_err("receive", e))?;
         let received = Instant::now();
+        let rx = clean(&stream, rx);
+        let handshake = self.tap.take(&stream).rtt();
         let h = Header::decode(&frame, MAX_TCP_FRAME)
             .map_err(|e| ProbeError::protocol(format!("bad reply: {e}")))?;
         if h.kind != Kind::Response || h.nonce != self.nonce || h.seq != seq {
@@ -720,13 +739,15 @@ impl Probe for TcpCrrProbe {
         }
         let mut t1k = None;
         if tx_on {
-            #[allow(clippy::cast_possible_truncation)] // OPT_ID keys are 32-bit
-            let last = (frame.len() - 1) as u32;
-            prober_net::rx::drain_tx_stamps_id(stream.as_fd(), 8, |key, at| {
-                if key == last {
-                    t1k = Some(at);
+            // The stamp with a copy of the packet's headers, cut short.
+            let mut buf = [0u8; 128];
+            for _ in 0..4 {
+                match prober_net::rx::recv_tx_stamp(stream.as_fd(), &mut buf) {
+                    Ok((_, Some(at))) => t1k = Some(at),
+                    Ok((_, None)) => {}
+                    Err(_) => break,
                 }
-            });
+            }
         }
         // The follow-up comes right behind the response; the close is not
         // timed, so waiting for it costs the RTT nothing.

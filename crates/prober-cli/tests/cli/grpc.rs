@@ -47,7 +47,12 @@ fn unary_stream_and_health() {
         .filter(|p| p["protocol"] == "grpc-health")
         .collect();
     let split: Vec<_> = health.iter().filter(|p| p["parts"].is_object()).collect();
-    assert!(split.len() * 2 >= health.len(), "{} of {}", split.len(), health.len());
+    assert!(
+        split.len() * 2 >= health.len(),
+        "{} of {}",
+        split.len(),
+        health.len()
+    );
     for p in split {
         let parts = p["parts"].as_object().unwrap();
         let rtt = p["rtt_ns"].as_u64().unwrap();
