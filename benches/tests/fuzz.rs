@@ -218,10 +218,16 @@ fn tcp_udp_wire_frames() {
         wire::want_stamps(&mut stamped);
         wire::want_follow_up(&mut stamped);
         let mut resp = stamped.clone();
-        wire::make_followed_response(&mut resp, 1_000, Some(2_000), true);
+        wire::make_followed_response(&mut resp, 1_000, Some(2_000), true, false);
+        let mut on_ask = stamped.clone();
+        wire::want_follow_up_on_ask(&mut on_ask);
+        let mut asked = on_ask.clone();
+        wire::make_followed_response(&mut asked, 1_000, Some(2_000), true, true);
         let mut follow = Vec::new();
         wire::encode_follow_up(&mut follow, 7, 99, Some(3_000));
-        built.extend([req, stamped, resp, follow]);
+        let mut ask = Vec::new();
+        wire::encode_ask(&mut ask, 7, 99);
+        built.extend([req, stamped, resp, on_ask, asked, follow, ask]);
     }
     fuzz("wire", seeds("wire", built), |b| {
         for max in [wire::MAX_TCP_FRAME, wire::MAX_UDP_FRAME] {
@@ -230,6 +236,7 @@ fn tcp_udp_wire_frames() {
                 let _ = wire::responder_wake(b);
                 let _ = wire::follow_up_send(b);
                 let _ = wire::follow_up_promised(b);
+                let _ = wire::waits_for_ask(b);
             }
         }
     });

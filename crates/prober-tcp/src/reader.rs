@@ -31,6 +31,8 @@ pub(crate) struct Got {
     pub(crate) responder_wake: Option<u64>,
     /// The responder promised a follow-up frame with its transmit stamp.
     pub(crate) follow_up: bool,
+    /// ... which it sends once asked ([`crate::wire::Kind::Ask`]).
+    pub(crate) ask: bool,
 }
 
 /// A reply, or why the connection failed.
@@ -38,13 +40,13 @@ pub(crate) type Arrival = Result<Got, ProbeError>;
 
 /// Waits for the reply to a request of `bytes` bytes sent at `sent` (t1 on
 /// the wall clock: `t1`); with it, whether the responder promised a
-/// follow-up frame.
+/// follow-up frame, and whether that waits for an ask.
 pub(crate) async fn await_got(
     waiter: &mut Waiter<Arrival>,
     sent: Instant,
     t1: u64,
     bytes: usize,
-) -> Result<(Reply, bool), ProbeError> {
+) -> Result<(Reply, bool, bool), ProbeError> {
     let got = waiter.reply().await?;
     let stamps = Stamps {
         t1: Some(t1),
@@ -70,7 +72,7 @@ pub(crate) async fn await_got(
         stamps,
         app: Default::default(),
     };
-    Ok((reply, got.follow_up))
+    Ok((reply, got.follow_up, got.ask))
 }
 
 /// Receives without blocking: the length read and its stamps (for TCP, the

@@ -338,10 +338,9 @@ async fn serve_conn(
     let mut since = Instant::now();
     let mut served = false;
     // Bytes written so far (OPT_ID counts from the first byte sent after
-    // it was set), and responses waiting for their stamp: (key of their
-    // last byte, seq, nonce, t3).
+    // it was set), and responses whose follow-up is still to be sent.
     let mut written: u64 = 0;
-    let mut waiting: std::collections::VecDeque<(u32, u64, u64, u64)> = Default::default();
+    let mut waiting: std::collections::VecDeque<Pending> = Default::default();
     let mut follow = Vec::new();
     let mut next = NextRequest::new(&cfg.receive);
     loop {
@@ -395,12 +394,12 @@ async fn serve_conn(
         let (n, t2k, t2) = match event {
             Ok(TcpEvent::Data(n, t2k, t2)) => (n, t2k, t2),
             Ok(TcpEvent::Stamp(key, t3k)) => {
-                if let Some(at) = waiting.iter().position(|w| w.0 == key)
-                    && let Some((_, seq, nonce, t3)) = waiting.remove(at)
-                {
-                    wire::encode_follow_up(&mut follow, seq, nonce, t3k.checked_sub(t3));
-                    writer.write_all(&follow).await?;
-                    written += follow.len() as u64;
+                if let Some(at) = waiting.iter().position(|w| w.key == key) {
+                    waiting[at].t3k = Some(t3k);
+                    if !waiting[at].on_ask || waiting[at].asked {
+                        let p = waiting.remove(at).unwrap_or_else(|| unreachable!());
+                        written += p.send(&mut writer, &mut follow).await?;
+                    }
                 }
                 continue;
             }
@@ -426,6 +425,22 @@ async fn serve_conn(
         let mut at = 0;
         while acc.len() - at >= HEADER_LEN {
             let h = Header::decode(&acc[at..], MAX_TCP_FRAME).map_err(invalid)?;
+            if h.kind == Kind::Ask && h.len as usize == wire::ASK_LEN {
+                // The client read the response: its follow-up now, or as
+                // soon as the kernel has stamped the response.
+                at += wire::ASK_LEN;
+                if let Some(i) = waiting
+                    .iter()
+                    .position(|w| w.on_ask && w.seq == h.seq && w.nonce == h.nonce)
+                {
+                    waiting[i].asked = true;
+                    if waiting[i].t3k.is_some() {
+                        let p = waiting.remove(i).unwrap_or_else(|| unreachable!());
+                        written += p.send(&mut writer, &mut follow).await?;
+                    }
+                }
+                continue;
+            }
             if h.kind != Kind::Request {
                 return Err(invalid("peer sent a frame that is not a request"));
             }
@@ -442,8 +457,9 @@ async fn serve_conn(
             if let Some(d) = plan.delay {
                 tokio::time::sleep(d).await;
             }
-            wire::make_followed_response(frame, elapsed_ns(received), wake, tx_on);
+            wire::make_followed_response(frame, elapsed_ns(received), wake, tx_on, true);
             let follows = wire::follow_up_promised(frame);
+            let on_ask = wire::waits_for_ask(frame);
             for copy in 0..plan.copies {
                 let t3 = prober_core::clock::unix_now_ns();
                 writer.write_all(frame).await?;
@@ -454,7 +470,15 @@ async fn serve_conn(
                     }
                     #[allow(clippy::cast_possible_truncation)] // OPT_ID keys are 32-bit
                     let key = (written - 1) as u32;
-                    waiting.push_back((key, h.seq, h.nonce, t3));
+                    waiting.push_back(Pending {
+                        key,
+                        seq: h.seq,
+                        nonce: h.nonce,
+                        t3,
+                        on_ask,
+                        t3k: None,
+                        asked: false,
+                    });
                 }
             }
         }
@@ -474,6 +498,35 @@ async fn serve_conn(
                 "buffer budget for unfinished requests spent",
             ));
         }
+    }
+}
+
+/// A response whose follow-up frame is still to be sent: its transmit
+/// stamp's key (the byte offset of its last byte), seq, nonce and t3; with
+/// `on_ask`, it waits for the client's ask as well as for its stamp.
+#[derive(Debug)]
+struct Pending {
+    key: u32,
+    seq: u64,
+    nonce: u64,
+    t3: u64,
+    on_ask: bool,
+    t3k: Option<u64>,
+    asked: bool,
+}
+
+impl Pending {
+    /// Writes the follow-up; the bytes written.
+    async fn send(
+        self,
+        writer: &mut tokio::net::tcp::OwnedWriteHalf,
+        buf: &mut Vec<u8>,
+    ) -> io::Result<u64> {
+        use tokio::io::AsyncWriteExt as _;
+        let send = self.t3k.and_then(|k| k.checked_sub(self.t3));
+        wire::encode_follow_up(buf, self.seq, self.nonce, send);
+        writer.write_all(buf).await?;
+        Ok(buf.len() as u64)
     }
 }
 
@@ -612,7 +665,7 @@ pub async fn serve_udp(
         // A follow-up is 48 bytes more than the request: only where that
         // cannot amplify (loopback), unless allowed.
         let may_follow = tx_on && (cfg.udp_follow_ups || guard::is_loopback(peer.ip()));
-        wire::make_followed_response(frame, elapsed_ns(received), wake, may_follow);
+        wire::make_followed_response(frame, elapsed_ns(received), wake, may_follow, false);
         let follows = wire::follow_up_promised(frame);
         for copy in 0..plan.copies {
             let t3 = prober_core::clock::unix_now_ns();

@@ -133,6 +133,22 @@ impl TcpProbe {
         self
     }
 
+    /// Asks the responder for the follow-up of `seq`'s response; false if
+    /// the ask could not be written (the connection is then retired, and
+    /// the probe keeps its reply without the responder send part).
+    async fn ask(&self, conn: &Conn, seq: u64) -> bool {
+        let mut guard = conn.writer.lock().await;
+        let (writer, buf, written) = &mut *guard;
+        wire::encode_ask(buf, seq, self.nonce);
+        let mut unfinished = Unfinished(&conn.alive, true);
+        *written += buf.len() as u64;
+        if writer.write_all(buf).await.is_err() {
+            return false;
+        }
+        unfinished.1 = false;
+        true
+    }
+
     async fn connection(&self) -> Result<Arc<Conn>, ProbeError> {
         let mut slot = self.conn.lock().await;
         if let Some(conn) = slot.as_ref()
@@ -245,6 +261,7 @@ fn take_replies(
             rx,
             responder_wake: wire::responder_wake(frame),
             follow_up: follow.is_some() && wire::follow_up_promised(frame),
+            ask: follow.is_some() && wire::waits_for_ask(frame),
         };
         matcher.deliver(h.seq, Ok(got));
         at += size;
@@ -401,7 +418,7 @@ impl Probe for TcpProbe {
             // The responder's transmit stamp too, unless transmit stamps are
             // off (--no-tx-stamps) or replies are busy-polled.
             if self.tx_stamps {
-                wire::want_follow_up(buf);
+                wire::want_follow_up_on_ask(buf);
             } else {
                 wire::want_stamps(buf);
             }
@@ -437,11 +454,16 @@ impl Probe for TcpProbe {
             }
             (sent, t1)
         };
-        let (mut reply, follow_up) = await_got(&mut waiter, sent, t1, self.size).await?;
+        let (mut reply, follow_up, ask) = await_got(&mut waiter, sent, t1, self.size).await?;
         if let Some(budget) = &self.spin {
             budget.record(reply.rtt());
         }
         reply.stamps.t1k = self.stamps.tx.take(seq);
+        // The response has been read: now the follow-up cannot be merged
+        // into it by TCP (which would lend the response its stamp).
+        if ask && !self.ask(&conn, seq).await {
+            return Ok(reply);
+        }
         if follow_up && let Some(r) = reply.stamps.responder.as_mut() {
             r.send = self.stamps.follow.wait(seq, limit).await;
         }
@@ -706,7 +728,7 @@ impl Probe for TcpCrrProbe {
         let mut frame = Vec::with_capacity(self.size);
         wire::encode_request(&mut frame, self.size, seq, self.nonce);
         if self.tx_stamps {
-            wire::want_follow_up(&mut frame);
+            wire::want_follow_up_on_ask(&mut frame);
         } else {
             wire::want_stamps(&mut frame);
         }
@@ -753,6 +775,11 @@ impl Probe for TcpCrrProbe {
         // timed, so waiting for it costs the RTT nothing.
         let mut send = None;
         if tx_on && wire::follow_up_promised(&frame) {
+            if wire::waits_for_ask(&frame) {
+                let mut ask = Vec::with_capacity(wire::ASK_LEN);
+                wire::encode_ask(&mut ask, seq, self.nonce);
+                let _ = stream.write_all(&ask).await;
+            }
             let mut f = [0u8; wire::FOLLOW_UP_LEN];
             let until = (Instant::now() + crate::reader::FOLLOW_UP_WAIT).min(limit);
             if let Ok(Ok(_)) = tokio::time::timeout_at(until, read_stamped(&stream, &mut f)).await

@@ -252,6 +252,8 @@ fn on_datagram(
                 rx,
                 responder_wake: wire::responder_wake(buf),
                 follow_up: wire::follow_up_promised(buf),
+                // Datagrams are never merged: follow-ups come unasked.
+                ask: false,
             };
             matcher.deliver(h.seq, Ok(got));
         }
@@ -355,7 +357,7 @@ impl Probe for UdpProbe {
         if let Some(budget) = &self.spin {
             self.spin_for_reply(budget, &waiter);
         }
-        let (mut reply, follow_up) = await_got(&mut waiter, sent, t1, self.size).await?;
+        let (mut reply, follow_up, _) = await_got(&mut waiter, sent, t1, self.size).await?;
         if let Some(budget) = &self.spin {
             budget.record(reply.rtt());
         }

@@ -24,6 +24,9 @@ pub enum Kind {
     /// Sent by the responder after a response whose request asked for it
     /// ([`FLAG_WANT_FOLLOW_UP`]): the response's transmit stamp.
     FollowUp = 3,
+    /// Sent by the prober over TCP once it has read a response whose
+    /// follow-up waits for it ([`FLAG_WAITS_FOR_ASK`]): send it now.
+    Ask = 4,
 }
 
 /// The decoded fixed header.
@@ -73,6 +76,7 @@ impl fmt::Display for Kind {
             Self::Request => "request",
             Self::Response => "response",
             Self::FollowUp => "follow-up",
+            Self::Ask => "ask",
         })
     }
 }
@@ -100,6 +104,7 @@ impl Header {
             1 => Kind::Request,
             2 => Kind::Response,
             3 => Kind::FollowUp,
+            4 => Kind::Ask,
             k => return Err(FrameError::BadKind(k)),
         };
         let len = u32::from_be_bytes(buf[8..12].try_into().expect("slice of 4 bytes"));
@@ -179,6 +184,48 @@ pub fn want_follow_up(frame: &mut [u8]) {
     }
 }
 
+/// Request flag (TCP): send the follow-up frame only when I ask for it
+/// with an [`Kind::Ask`] frame, which I send once I have read the
+/// response. A follow-up sent right behind a response often arrives before
+/// the client has read the response; TCP then merges the two segments and
+/// the response's receive stamp becomes the follow-up's.
+pub const FLAG_FOLLOW_UP_ON_ASK: u16 = 0x0010;
+
+/// Response flag: the follow-up this response promises waits for an ask.
+pub const FLAG_WAITS_FOR_ASK: u16 = 0x0020;
+
+/// Length of an ask frame: the header alone.
+pub const ASK_LEN: usize = HEADER_LEN;
+
+/// Sets [`FLAG_FOLLOW_UP_ON_ASK`] (with [`want_follow_up`]'s flags) in a
+/// request of at least [`STAMPED_LEN`] bytes.
+pub fn want_follow_up_on_ask(frame: &mut [u8]) {
+    if frame.len() >= STAMPED_LEN {
+        want_follow_up(frame);
+        let f = flags(frame) | FLAG_FOLLOW_UP_ON_ASK;
+        frame[6..8].copy_from_slice(&f.to_be_bytes());
+    }
+}
+
+/// True when a response's follow-up waits for an [`Kind::Ask`] frame.
+pub fn waits_for_ask(frame: &[u8]) -> bool {
+    follow_up_promised(frame) && flags(frame) & FLAG_WAITS_FOR_ASK != 0
+}
+
+/// Writes the ask frame for the response to (`seq`, `nonce`).
+pub fn encode_ask(buf: &mut Vec<u8>, seq: u64, nonce: u64) {
+    buf.clear();
+    buf.resize(ASK_LEN, 0);
+    Header {
+        kind: Kind::Ask,
+        len: ASK_LEN as u32,
+        seq,
+        nonce,
+        dwell_ns: 0,
+    }
+    .encode(buf);
+}
+
 /// True when a response promises a follow-up frame.
 pub fn follow_up_promised(frame: &[u8]) -> bool {
     flags(frame) & FLAG_FOLLOW_UP != 0
@@ -249,23 +296,28 @@ pub fn make_response(frame: &mut [u8], dwell_ns: u64) {
 /// also gets the responder's wake-up (t2 − t2k, `None` when its kernel gave
 /// no stamp) and the [`FLAG_STAMPS`] flag.
 pub fn make_stamped_response(frame: &mut [u8], dwell_ns: u64, wake_ns: Option<u64>) {
-    make_followed_response(frame, dwell_ns, wake_ns, false);
+    make_followed_response(frame, dwell_ns, wake_ns, false, false);
 }
 
 /// As [`make_stamped_response`]; with `follow_up` (the responder will send
 /// this response's transmit stamp) the response says a follow-up comes,
-/// where the request asked for one.
+/// where the request asked for one; with `on_ask` too (a TCP responder
+/// that can hold it), that it waits for an ask, where the request said so.
 pub fn make_followed_response(
     frame: &mut [u8],
     dwell_ns: u64,
     wake_ns: Option<u64>,
     follow_up: bool,
+    on_ask: bool,
 ) {
     make_response(frame, dwell_ns);
     if flags(frame) & FLAG_WANT_STAMPS != 0 && frame.len() >= STAMPED_LEN {
         let mut f = flags(frame) | FLAG_STAMPS;
         if follow_up && f & FLAG_WANT_FOLLOW_UP != 0 {
             f |= FLAG_FOLLOW_UP;
+            if on_ask && f & FLAG_FOLLOW_UP_ON_ASK != 0 {
+                f |= FLAG_WAITS_FOR_ASK;
+            }
         }
         frame[6..8].copy_from_slice(&f.to_be_bytes());
         // A wake-up too long for the field is unknown, not clamped.
@@ -278,6 +330,38 @@ pub fn make_followed_response(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_ask_is_negotiated_both_ways() {
+        let mut req = Vec::new();
+        encode_request(&mut req, 64, 7, 9);
+        want_follow_up_on_ask(&mut req);
+        // A responder from before the ask sends its follow-up unasked, and
+        // its response says only that one comes: the client does not ask.
+        let mut old = req.clone();
+        make_followed_response(&mut old, 1_000, Some(2_000), true, false);
+        assert!(follow_up_promised(&old) && !waits_for_ask(&old));
+        // One that waits says so.
+        let mut new = req.clone();
+        make_followed_response(&mut new, 1_000, Some(2_000), true, true);
+        assert!(waits_for_ask(&new));
+        // A client that does not say it will ask is never made to wait.
+        let mut plain = Vec::new();
+        encode_request(&mut plain, 64, 7, 9);
+        want_follow_up(&mut plain);
+        make_followed_response(&mut plain, 1_000, Some(2_000), true, true);
+        assert!(follow_up_promised(&plain) && !waits_for_ask(&plain));
+        // No room for stamps: no flags at all.
+        let mut small = Vec::new();
+        encode_request(&mut small, HEADER_LEN, 7, 9);
+        want_follow_up_on_ask(&mut small);
+        assert_eq!(flags(&small), 0);
+        // The ask frame decodes as such.
+        let mut ask = Vec::new();
+        encode_ask(&mut ask, 7, 9);
+        let h = Header::decode(&ask, MAX_TCP_FRAME).unwrap();
+        assert_eq!((h.kind, h.seq, h.nonce, h.len), (Kind::Ask, 7, 9, 40));
+    }
 
     #[test]
     fn stamps_are_negotiated_both_ways() {
@@ -327,17 +411,17 @@ mod tests {
         assert!(!follow_up_promised(&v1));
         // A responder without transmit stamps answers, promising nothing.
         let mut no_tx = req.clone();
-        make_followed_response(&mut no_tx, 1_000, Some(2_000), false);
+        make_followed_response(&mut no_tx, 1_000, Some(2_000), false, false);
         assert!(!follow_up_promised(&no_tx));
         assert_eq!(responder_wake(&no_tx), Some(2_000));
         let mut v2 = req.clone();
-        make_followed_response(&mut v2, 1_000, Some(2_000), true);
+        make_followed_response(&mut v2, 1_000, Some(2_000), true, false);
         assert!(follow_up_promised(&v2));
         // A request that did not ask gets no promise.
         let mut plain = Vec::new();
         encode_request(&mut plain, 64, 7, 9);
         want_stamps(&mut plain);
-        make_followed_response(&mut plain, 1_000, None, true);
+        make_followed_response(&mut plain, 1_000, None, true, false);
         assert!(!follow_up_promised(&plain));
         // The follow-up frame itself.
         let mut f = Vec::new();

@@ -19,13 +19,16 @@ async fn tcp_rr_answers_every_probe() {
     assert_eq!((s.late, s.duplicate, s.reconnects), (0, 0, 0));
     assert!(s.server_dwell.is_some());
     assert!(samples.iter().all(|x| x.bytes == 100));
-    // Each read is stamped by the kernel: a receive wake-up per reply.
-    assert_eq!(s.rx_wake.map(|w| w.count), Some(50));
+    // Each read is stamped by the kernel: a receive wake-up per reply,
+    // unless the next reply was already queued behind it when it was read
+    // (on a loaded machine): TCP may have merged the two, so that stamp is
+    // dropped.
+    assert!(s.rx_wake.is_some_and(|w| w.count >= 40), "{:?}", s.rx_wake);
     for x in &samples {
         let Outcome::Ok(r) = &x.outcome else {
             panic!("seq {} not ok", x.seq)
         };
-        assert!(r.rx_wake.is_some_and(|w| w <= r.rtt()), "seq {}", x.seq);
+        assert!(r.rx_wake.is_none_or(|w| w <= r.rtt()), "seq {}", x.seq);
     }
 }
 

@@ -70,3 +70,57 @@ async fn tcp_closes_on_bad_frames() {
     huge[8..12].copy_from_slice(&(MAX_TCP_FRAME as u32 + 1).to_be_bytes());
     assert!(closes_after(&huge[..HEADER_LEN]).await, "oversized frame");
 }
+
+/// Reads one frame of `len` bytes, or `None` if nothing comes within 50 ms.
+async fn frame(s: &mut TcpStream, len: usize) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; len];
+    match tokio::time::timeout(Duration::from_millis(50), s.read_exact(&mut buf)).await {
+        Ok(Ok(_)) => Some(buf),
+        _ => None,
+    }
+}
+
+/// A follow-up frame comes unasked to a client that asked for follow-ups
+/// the first way (no ask), and only after the ask to one that said it
+/// will ask, both on one connection.
+#[tokio::test]
+async fn tcp_follow_ups_come_unasked_or_on_ask_as_the_request_says() {
+    let r = responder(ResponderConfig::default()).await;
+    let mut s = TcpStream::connect(r.tcp).await.unwrap();
+    s.set_nodelay(true).unwrap();
+    // Unasked (clients before the ask, and the follow-up's first form).
+    let mut req = Vec::new();
+    wire::encode_request(&mut req, 64, 1, 5);
+    wire::want_follow_up(&mut req);
+    s.write_all(&req).await.unwrap();
+    let resp = frame(&mut s, 64).await.expect("the response");
+    assert!(wire::follow_up_promised(&resp) && !wire::waits_for_ask(&resp));
+    let f = frame(&mut s, wire::FOLLOW_UP_LEN)
+        .await
+        .expect("the follow-up, unasked");
+    let h = wire::Header::decode(&f, MAX_TCP_FRAME).unwrap();
+    assert_eq!((h.kind, h.seq, h.nonce), (wire::Kind::FollowUp, 1, 5));
+    assert!(wire::follow_up_send(&f).is_some(), "loopback stamps sends");
+    // On ask: nothing until the ask.
+    wire::encode_request(&mut req, 64, 2, 5);
+    wire::want_follow_up_on_ask(&mut req);
+    s.write_all(&req).await.unwrap();
+    let resp = frame(&mut s, 64).await.expect("the response");
+    assert!(wire::waits_for_ask(&resp));
+    assert_eq!(frame(&mut s, 1).await, None, "no follow-up before the ask");
+    let mut ask = Vec::new();
+    wire::encode_ask(&mut ask, 2, 5);
+    s.write_all(&ask).await.unwrap();
+    let f = frame(&mut s, wire::FOLLOW_UP_LEN)
+        .await
+        .expect("the follow-up, asked");
+    let h = wire::Header::decode(&f, MAX_TCP_FRAME).unwrap();
+    assert_eq!((h.kind, h.seq), (wire::Kind::FollowUp, 2));
+    // An ask for nothing pending is ignored, and the connection goes on.
+    wire::encode_ask(&mut ask, 99, 5);
+    s.write_all(&ask).await.unwrap();
+    wire::encode_request(&mut req, 64, 3, 5);
+    s.write_all(&req).await.unwrap();
+    let resp = frame(&mut s, 64).await.expect("still answered");
+    assert_eq!(wire::Header::decode(&resp, MAX_TCP_FRAME).unwrap().seq, 3);
+}
