@@ -1,28 +1,39 @@
 #!/usr/bin/env bash
-# The floor of "kernel RTT − capture RTT" for ICMP on this machine, without
-# prober: a small C client (floor.c) sends raw ICMP echo requests to
-# 127.0.0.1 with transmit stamps, reads each reply and its stamp, while
-# tcpdump captures the namespace's loopback. Prints, per run, the median
-# excess of the kernel RTT (t4k − t1k) over the capture's RTT, and the
-# median user-send-to-capture time of the request.
+# prober's ICMP kernel RTT against a packet capture, next to the kernel's
+# own floor: a minimal sender (floor_ping.py: one raw socket, the same
+# transmit stamp, no runtime) measured the same way, in the same namespace,
+# alternating, ROUNDS times. The excess of the kernel RTT over the
+# capture's RTT that the minimal sender shows is the kernel's path from the
+# software transmit stamp to the capture tap; prober's excess beyond it is
+# prober's. Needs root (a network namespace) and tcpdump.
 #
-# Modes: 0 = stamps, no other thread; 1 = stamps and a second thread parked
-# in epoll_wait on the socket (as a tokio worker is). Compare with
-# benches/capture/run.sh, which prints the same excess for prober.
-# Usage: floor.sh [COUNT] [INTERVAL_US] [ROUNDS]   (root, gcc, tcpdump)
+# usage: benches/capture/floor.sh [ROUNDS] [COUNT] [INTERVAL]
+#        (defaults: 5 rounds of 300 probes at 10ms)
 set -euo pipefail
-here="$(cd "$(dirname "$0")" && pwd)"
-count=${1:-300}; interval=${2:-10000}; rounds=${3:-3}
-work=$(mktemp -d); trap 'rm -rf "$work"; ip netns del prober-floor 2>/dev/null || true' EXIT
-gcc -O2 -o "$work/floor" "$here/floor.c" -lpthread
-ip netns add prober-floor; ip -n prober-floor link set lo up
-for r in $(seq "$rounds"); do
-  for mode in 0 1; do
-    ip netns exec prober-floor tcpdump -i lo -w "$work/c.pcap" --time-stamp-precision=nano -U icmp 2>/dev/null &
-    td=$!; sleep 1
-    ip netns exec prober-floor "$work/floor" "$mode" "$count" "$interval" > "$work/c.txt"
-    sleep 0.3; kill "$td"; wait "$td" 2>/dev/null || true
-    echo -n "round $r mode $mode: "
-    python3 "$here/floor.py" "$work/c.pcap" "$work/c.txt"
-  done
+cd "$(dirname "$0")/../.."
+ROUNDS=${1:-5} COUNT=${2:-300} INTERVAL=${3:-10ms}
+SECS=$(python3 -c "import sys; v='$INTERVAL'; print(float(v[:-2])/1e3 if v.endswith('ms') else float(v.rstrip('s')))")
+PROBER=${PROBER:-target/release/prober}
+[ -x "$PROBER" ] || cargo build --release --locked -p prober-cli
+NS=prober-floor-$$
+TMP=$(mktemp -d)
+trap 'ip netns del $NS 2>/dev/null; rm -rf $TMP' EXIT
+ip netns add $NS
+ip -n $NS link set lo up
+one() { # label command...
+  local label=$1; shift
+  ip netns exec $NS tcpdump -i lo -n -U --immediate-mode --time-stamp-precision=nano \
+    -w $TMP/c.pcap icmp 2>$TMP/td.err &
+  local td=$!
+  sleep 1
+  ip netns exec $NS "$@" >$TMP/out 2>/dev/null
+  sleep 0.3
+  kill $td; wait $td 2>/dev/null || true
+  read -r n med p99 < <(python3 benches/capture/excess.py $TMP/c.pcap $TMP/out)
+  printf '%-8s %6s probes  excess median %6s ns  p99 %6s ns\n' "$label" "$n" "$med" "$p99"
+}
+for r in $(seq "$ROUNDS"); do
+  echo "round $r"
+  one floor python3 benches/capture/floor_ping.py "$COUNT" "$SECS"
+  one prober "$PROBER" ${PROBER_ARGS:-} run -o json -c "$COUNT" -i "$INTERVAL" --icmp-socket raw 127.0.0.1
 done

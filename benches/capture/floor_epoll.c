@@ -1,12 +1,13 @@
 /*
- * floor.c: the smallest client that gives an ICMP kernel RTT, to compare
- * prober's "kernel RTT − capture RTT" with (benches/capture/floor.sh).
+ * floor_epoll.c: does a thread parked in epoll_wait on the socket (as a
+ * multi-threaded tokio runtime has) move the ICMP kernel RTT away from the
+ * capture's? (benches/capture/floor_epoll.sh)
  *
  * Sends COUNT raw ICMP echo requests to 127.0.0.1, INTERVAL_US apart, each
  * with a transmit software stamp (OPT_ID, OPT_TSONLY); reads the reply with
  * its receive stamp, then the transmit stamp from the error queue; prints
  * "seq t1k t4k t1" per probe (ns since the epoch). The payload carries
- * "PRBI" and the seq at prober's offsets, so floor.py matches it as the
+ * "PRBI" and the seq at prober's offsets, so excess.py matches it as the
  * capture test matches prober's packets.
  *
  * MODE 0: one thread. MODE 1: a second thread parked in epoll_wait on the
