@@ -405,24 +405,35 @@ fn frames_split_agrees_with_a_packet_capture(proto: &str) {
                 complete += 1;
             }
         }
-        let n = probes.len();
-        assert!(
-            excess.len() * 10 >= n * 9,
-            "{interval}: {} of {n} matched",
-            excess.len()
-        );
-        assert!(
-            complete * 10 >= n * 9,
-            "{interval}: {complete} of {n} complete"
-        );
-        let med = quantile(&mut excess, 0.5);
-        let p99 = quantile(&mut excess, 0.99);
-        eprintln!(
-            "{proto} -i {interval}: {n} probes, {complete} complete; kernel rtt − wire rtt median {med} ns, p99 {p99} ns"
+        report_excess(
+            &format!("{proto} -i {interval}"),
+            probes.len(),
+            excess,
+            complete,
         );
     }
     let _ = srv.kill();
     let _ = srv.wait();
+}
+
+/// Asserts that at least 90 % of `n` probes were matched in the capture
+/// (`excess` holds one kernel-minus-capture RTT each) and had a complete
+/// split, and prints the excess's median and p99 under `label`.
+fn report_excess(label: &str, n: usize, mut excess: Vec<i64>, complete: usize) {
+    assert!(
+        excess.len() * 10 >= n * 9,
+        "{label}: {} of {n} matched",
+        excess.len()
+    );
+    assert!(
+        complete * 10 >= n * 9,
+        "{label}: {complete} of {n} complete"
+    );
+    let med = quantile(&mut excess, 0.5);
+    let p99 = quantile(&mut excess, 0.99);
+    eprintln!(
+        "{label}: {n} probes, {complete} complete; kernel rtt − wire rtt median {med} ns, p99 {p99} ns"
+    );
 }
 
 /// The handshakes in a capture of IPv4 TCP to `server_port`, in the order
@@ -512,9 +523,12 @@ fn handshake_split_agrees_with_a_packet_capture() {
             if scheme == "tcp-connect" {
                 // The SYN and SYN-ACK stamps are its t1k and t4k: client
                 // send + network + client wake, adding up to the RTT.
+                // Within 1 µs below: the tap's SYN-ACK stamp and tcpdump's
+                // are each taken as the packet is handed to that socket
+                // (one run here had one probe in 300 101 ns below).
                 let kernel = p["kernel_rtt_ns"].as_i64().expect("a kernel rtt");
                 assert!(
-                    kernel >= wire,
+                    kernel + 1000 >= wire,
                     "kernel rtt {kernel} below the wire's {wire}: {p}"
                 );
                 assert_eq!(parts["network_ns"].as_i64(), Some(kernel), "{p}");
@@ -543,21 +557,7 @@ fn handshake_split_agrees_with_a_packet_capture() {
             }
             excess.push(kernel - exchange);
         }
-        let n = probes.len();
-        assert!(
-            excess.len() * 10 >= n * 9,
-            "{scheme}: {} of {n} matched",
-            excess.len()
-        );
-        assert!(
-            complete * 10 >= n * 9,
-            "{scheme}: {complete} of {n} complete"
-        );
-        let med = quantile(&mut excess, 0.5);
-        let p99 = quantile(&mut excess, 0.99);
-        eprintln!(
-            "{scheme} -i 10ms: {n} probes, {complete} complete; kernel rtt − wire rtt median {med} ns, p99 {p99} ns"
-        );
+        report_excess(&format!("{scheme} -i 10ms"), probes.len(), excess, complete);
     }
     let _ = srv.kill();
     let _ = srv.wait();
