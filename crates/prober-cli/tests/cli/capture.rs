@@ -440,8 +440,11 @@ fn report_excess(label: &str, n: usize, mut excess: Vec<i64>, complete: usize) {
 /// of their SYNs: (SYN's capture time, SYN-ACK's), each connection keyed by
 /// its client port.
 fn read_handshakes(bytes: &[u8], server_port: u16) -> Vec<(u64, u64)> {
-    let mut syn: Vec<(u16, u64)> = Vec::new();
-    let mut syn_ack: HashMap<u16, u64> = HashMap::new();
+    // (SYN time, SYN-ACK time), and which SYN each client port waits on:
+    // ports are used again by later connections, so each SYN-ACK goes to
+    // the latest SYN from its port.
+    let mut out: Vec<(u64, Option<u64>)> = Vec::new();
+    let mut open: HashMap<u16, usize> = HashMap::new();
     for (at, pkt) in pcap_records(bytes) {
         if pkt.get(14).map(|b| b >> 4) != Some(4) || pkt[14 + 9] != 6 {
             continue;
@@ -451,15 +454,20 @@ fn read_handshakes(bytes: &[u8], server_port: u16) -> Vec<(u64, u64)> {
         let (sport, dport, flags) = (port(0), port(2), pkt[l4 + 13]);
         // SYN (0x02) without ACK (0x10) from the client; SYN+ACK back.
         match (flags & 0x12, dport == server_port, sport == server_port) {
-            (0x02, true, _) => syn.push((sport, at)),
+            (0x02, true, _) => {
+                open.insert(sport, out.len());
+                out.push((at, None));
+            }
             (0x12, _, true) => {
-                syn_ack.entry(dport).or_insert(at);
+                if let Some(i) = open.remove(&dport) {
+                    out[i].1 = Some(at);
+                }
             }
             _ => {}
         }
     }
-    syn.into_iter()
-        .filter_map(|(port, at)| syn_ack.get(&port).map(|ack| (at, *ack)))
+    out.into_iter()
+        .filter_map(|(syn, ack)| ack.map(|a| (syn, a)))
         .collect()
 }
 

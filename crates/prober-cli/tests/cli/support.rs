@@ -498,24 +498,44 @@ pub(crate) struct Dnsmasq(std::process::Child);
 
 impl Dnsmasq {
     pub(crate) fn start(port: u16, files: &Files, extra: &[String]) -> Self {
-        let child = Command::new("dnsmasq")
-            .args([
-                "--keep-in-foreground".to_owned(),
-                format!("--port={port}"),
-                "--listen-address=127.0.0.1".to_owned(),
-                "--bind-interfaces".to_owned(),
-                "--no-resolv".to_owned(),
-                "--no-hosts".to_owned(),
-                format!("--pid-file={}", files.path("pid")),
-            ])
-            .args(extra)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("dnsmasq starts");
-        let d = Self(child);
-        wait_for_dns(port);
-        d
+        // dnsmasq exits at once when its port was taken between
+        // `free_udp_port` and its bind (another test's socket, on a busy
+        // machine): it is started again, up to five times, before the
+        // wait for an answer.
+        let mut why = String::new();
+        for _ in 0..5 {
+            let mut child = Command::new("dnsmasq")
+                .args([
+                    "--keep-in-foreground".to_owned(),
+                    format!("--port={port}"),
+                    "--listen-address=127.0.0.1".to_owned(),
+                    "--bind-interfaces".to_owned(),
+                    "--no-resolv".to_owned(),
+                    "--no-hosts".to_owned(),
+                    format!("--pid-file={}", files.path("pid")),
+                ])
+                .args(extra)
+                .stdout(std::process::Stdio::null())
+                // A file, not a pipe: with `--log-facility=-` dnsmasq logs
+                // there, and a pipe nobody reads would block it when full.
+                .stderr(std::fs::File::create(files.path("dnsmasq.err")).expect("a log file"))
+                .spawn()
+                .expect("dnsmasq starts");
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    let err =
+                        std::fs::read_to_string(files.path("dnsmasq.err")).unwrap_or_default();
+                    why = format!("{status}: {}", err.trim());
+                }
+                _ => {
+                    let d = Self(child);
+                    wait_for_dns(port);
+                    return d;
+                }
+            }
+        }
+        panic!("dnsmasq on port {port} exited five times; the last: {why}");
     }
 }
 
