@@ -53,9 +53,6 @@ struct State {
     last_write_ns: u64,
     /// Transmit stamps by the key of the last byte of a write, newest last.
     tx: VecDeque<(u32, u64)>,
-    /// The key of the newest stamp filed: when it is the last byte
-    /// written's, no stamp is due and the error queue is not read.
-    last_key: Option<u32>,
     /// Windows open now.
     open: u32,
     /// The current window: no other call overlapped it so far.
@@ -268,7 +265,6 @@ impl ChannelStamps {
         let mut s = self.lock();
         s.written = 0;
         s.tx.clear();
-        s.last_key = None;
         if let Some(w) = &mut s.window {
             w.clean = false;
         }
@@ -297,39 +293,15 @@ impl ChannelStamps {
         }
     }
 
-    /// True while a write's transmit stamp has not been filed yet. The
-    /// kernel stamps the last byte of each write; writes merged into one
-    /// segment share the later one's stamp, which covers both.
-    fn stamp_due(&self) -> bool {
-        let s = self.lock();
-        #[allow(clippy::cast_possible_truncation)] // OPT_ID keys are 32-bit
-        let last = s.written.checked_sub(1).map(|b| b as u32);
-        last.is_some() && s.last_key != last
-    }
-
-    /// Files the transmit stamps waiting on the error queue, reading it
-    /// only while a stamp is due. Reading it before every read and after
-    /// every write cost a gRPC call eight `recvmsg`s, five of them finding
-    /// nothing (strace); on loopback the stamp is queued before the write
-    /// returns, so one read after the write files it and no more are made.
+    /// Files the transmit stamps waiting on the error queue.
     fn drain(&self, fd: std::os::fd::BorrowedFd<'_>) {
-        for _ in 0..64 {
-            if !self.stamp_due() {
-                return;
+        crate::rx::drain_tx_stamps_id(fd, 64, |key, stamp| {
+            let mut s = self.lock();
+            if s.tx.len() == KEPT {
+                s.tx.pop_front();
             }
-            match crate::rx::recv_tx_stamp_id(fd) {
-                Ok(Some((key, stamp))) => {
-                    let mut s = self.lock();
-                    if s.tx.len() == KEPT {
-                        s.tx.pop_front();
-                    }
-                    s.tx.push_back((key, stamp));
-                    s.last_key = Some(key);
-                }
-                Ok(None) => {}
-                Err(_) => return,
-            }
-        }
+            s.tx.push_back((key, stamp));
+        });
     }
 }
 
