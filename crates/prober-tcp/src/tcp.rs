@@ -460,8 +460,15 @@ impl Probe for TcpProbe {
         }
         reply.stamps.t1k = self.stamps.tx.take(seq);
         // The response has been read: now the follow-up cannot be merged
-        // into it by TCP (which would lend the response its stamp).
-        if ask && !self.ask(&conn, seq).await {
+        // into it by TCP (which would lend the response its stamp). The ask
+        // waits for the writer no longer than the follow-up may be waited
+        // for: the reply is in hand and must not become a timeout. (An ask
+        // cut off halfway retires the connection, as a request would.)
+        if ask
+            && !tokio::time::timeout_at(limit, self.ask(&conn, seq))
+                .await
+                .unwrap_or(false)
+        {
             return Ok(reply);
         }
         if follow_up && let Some(r) = reply.stamps.responder.as_mut() {
