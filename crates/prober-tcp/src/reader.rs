@@ -130,10 +130,11 @@ impl FollowUps {
         kept.remove(at).map(|(_, v)| v)
     }
 
-    /// Waits up to [`FOLLOW_UP_WAIT`] for the follow-up of `seq`, and never
-    /// past `limit`.
-    pub(crate) async fn wait(&self, seq: u64, limit: Instant) -> Option<u64> {
-        let deadline = (Instant::now() + FOLLOW_UP_WAIT).min(limit);
+    /// Waits up to [`FOLLOW_UP_WAIT`] and `extra` for the follow-up of
+    /// `seq`, and never past `limit`. A follow-up that waits for an ask
+    /// comes a round trip after it: `extra` covers that.
+    pub(crate) async fn wait(&self, seq: u64, limit: Instant, extra: Duration) -> Option<u64> {
+        let deadline = (Instant::now() + FOLLOW_UP_WAIT + extra).min(limit);
         loop {
             let notified = self.arrived.notified();
             if let Some(v) = self.take(seq) {

@@ -465,7 +465,9 @@ async fn serve_conn(
                 writer.write_all(frame).await?;
                 written += len as u64;
                 if follows && copy == 0 {
-                    if waiting.len() == 4096 {
+                    // Bounded: a client that never asks (or whose asks
+                    // timed out) leaves its entries here until pushed out.
+                    if waiting.len() == MAX_PENDING {
                         waiting.pop_front();
                     }
                     #[allow(clippy::cast_possible_truncation)] // OPT_ID keys are 32-bit
@@ -500,6 +502,12 @@ async fn serve_conn(
         }
     }
 }
+
+/// The most responses per connection whose follow-up is still to be sent
+/// (about 56 bytes each). Requests are answered in order and a client
+/// asks right after it reads each response, so a well-behaved client has
+/// one or two here at a time.
+const MAX_PENDING: usize = 256;
 
 /// A response whose follow-up frame is still to be sent: its transmit
 /// stamp's key (the byte offset of its last byte), seq, nonce and t3; with

@@ -471,8 +471,10 @@ impl Probe for TcpProbe {
         {
             return Ok(reply);
         }
+        // Asked: a round trip away; twice this one's RTT covers it.
+        let extra = if ask { 2 * reply.rtt() } else { Duration::ZERO };
         if follow_up && let Some(r) = reply.stamps.responder.as_mut() {
-            r.send = self.stamps.follow.wait(seq, limit).await;
+            r.send = self.stamps.follow.wait(seq, limit, extra).await;
         }
         Ok(reply)
     }
@@ -643,7 +645,8 @@ impl Probe for TcpConnectProbe {
 /// TCP_CRR. The RTT runs from the start of the connect to the reply; the
 /// close (RST, as for `tcp-connect://`) is not timed.
 ///
-/// Its split: the handshake's RTT (`TCP_INFO`) and the request's kernel
+/// Its split: the handshake's RTT (the packet socket's SYN and SYN-ACK
+/// stamps, as `tcp-connect://`) and the request's kernel
 /// stamps, less the responder's own times (wire version 2 and its
 /// follow-up frame), make the network part; the client send part is what
 /// remains of t1k − t1 after the handshake.
@@ -788,7 +791,9 @@ impl Probe for TcpCrrProbe {
                 let _ = stream.write_all(&ask).await;
             }
             let mut f = [0u8; wire::FOLLOW_UP_LEN];
-            let until = (Instant::now() + crate::reader::FOLLOW_UP_WAIT).min(limit);
+            // A round trip after the ask: twice the RTT covers it.
+            let rtt = received.saturating_duration_since(sent);
+            let until = (Instant::now() + crate::reader::FOLLOW_UP_WAIT + 2 * rtt).min(limit);
             if let Ok(Ok(_)) = tokio::time::timeout_at(until, read_stamped(&stream, &mut f)).await
                 && let Ok(fh) = Header::decode(&f, MAX_TCP_FRAME)
                 && fh.kind == Kind::FollowUp
@@ -800,6 +805,11 @@ impl Probe for TcpCrrProbe {
         }
         reset(&stream);
         let dwell = Duration::from_nanos(h.dwell_ns);
+        // Without the handshake's stamps (no CAP_NET_RAW, a retransmitted
+        // SYN, the tap missed it) t1k − t1 would hold the handshake as
+        // well, and the split would look complete with the handshake
+        // counted as client send: leave the parts t1k gives unknown.
+        let t1k = t1k.filter(|_| handshake.is_some());
         let stamps = prober_core::Stamps {
             t1: Some(t1),
             t1k,

@@ -364,7 +364,7 @@ impl Probe for UdpProbe {
         self.tx.drain(self.socket.as_fd(), self.nonce);
         reply.stamps.t1k = self.tx.take(seq);
         if follow_up && let Some(r) = reply.stamps.responder.as_mut() {
-            r.send = self.follow.wait(seq, limit).await;
+            r.send = self.follow.wait(seq, limit, Duration::ZERO).await;
         }
         Ok(reply)
     }
