@@ -739,6 +739,56 @@ fn read_json(
     Ok(file)
 }
 
+/// The most significant digits a histogram read from an hlog may have:
+/// the deserializer allocates the counts its header asks for, and 4
+/// digits stay under 4.3 MiB for any range (prober writes 3).
+const MAX_DIGITS: u32 = 4;
+
+/// The largest counts payload a histogram's header may announce. The
+/// deserializer allocates the announced length before it reads a byte of
+/// it: the fuzzer found a 3 kB hlog line that made it allocate 16 MiB at
+/// once, and the field allows 4 GiB. A 4-digit histogram's counts take at
+/// most 9 bytes each, under 4.8 MB.
+const MAX_PAYLOAD: u32 = 8 << 20;
+
+/// Reads a V2 histogram's header (compressed or not) before the
+/// deserializer does, and refuses one that would make it allocate more
+/// than [`MAX_DIGITS`] and [`MAX_PAYLOAD`] allow; other encodings are left
+/// to the deserializer, which refuses them.
+fn header_ok(raw: &[u8]) -> Result<(), String> {
+    // hdrhistogram's cookies: 0x1c849303 | 0x10, and the compressed one.
+    const V2: u32 = 0x1c84_9313;
+    const V2_COMPRESSED: u32 = 0x1c84_9314;
+    let cookie = |b: &[u8]| {
+        b.get(..4)
+            .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]))
+    };
+    let mut head = [0u8; 16];
+    match cookie(raw) {
+        Some(V2_COMPRESSED) => {
+            let z = raw.get(8..).ok_or("a short histogram")?;
+            std::io::Read::read_exact(&mut flate2::read::ZlibDecoder::new(z), &mut head)
+                .map_err(|e| format!("a histogram that does not inflate: {e}"))?;
+        }
+        Some(V2) => head.copy_from_slice(raw.get(..16).ok_or("a short histogram")?),
+        _ => return Ok(()),
+    }
+    let field =
+        |at: usize| u32::from_be_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]);
+    let (payload, digits) = (field(4), field(12));
+    if digits > MAX_DIGITS {
+        return Err(format!(
+            "a histogram with {digits} significant digits (at most {MAX_DIGITS} are read)"
+        ));
+    }
+    if payload > MAX_PAYLOAD {
+        return Err(format!(
+            "a histogram announcing {payload} bytes of counts (at most {MAX_PAYLOAD} are read)"
+        ));
+    }
+    Ok(())
+}
+
 fn read_hlog(path: &Path, bytes: &[u8], filter: &Filter) -> InputFile {
     let mut file = InputFile {
         format: "hlog",
@@ -801,6 +851,7 @@ fn read_hlog(path: &Path, bytes: &[u8], filter: &Filter) -> InputFile {
             }
             let decoded = base64_decode(interval.encoded_histogram())
                 .ok_or_else(|| "not base64".to_owned())
+                .and_then(|raw| header_ok(&raw).map(|()| raw))
                 .and_then(|raw| {
                     deserializer
                         .deserialize::<u64, _>(&mut raw.as_slice())
@@ -917,6 +968,42 @@ pub fn parse_time(s: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_histogram_header_that_asks_too_much_is_refused_before_it_is_read() {
+        // An uncompressed V2 header: cookie, payload length, normalizing
+        // offset, digits, then lowest, highest and the ratio.
+        let header = |payload: u32, digits: u32| {
+            let mut h = Vec::new();
+            for v in [0x1c84_9313u32, payload, 0, digits] {
+                h.extend_from_slice(&v.to_be_bytes());
+            }
+            h
+        };
+        assert!(header_ok(&header(100, 3)).is_ok());
+        assert!(
+            header_ok(&header(16 << 20, 3))
+                .unwrap_err()
+                .contains("16777216 bytes")
+        );
+        assert!(
+            header_ok(&header(100, 5))
+                .unwrap_err()
+                .contains("5 significant digits")
+        );
+        assert!(header_ok(&header(100, 3)[..10]).is_err(), "cut short");
+        // A compressed one, as prober writes them, passes.
+        let mut h = hdrhistogram::Histogram::<u64>::new(3).unwrap();
+        h.record(1_000).unwrap();
+        let mut raw = Vec::new();
+        hdrhistogram::serialization::Serializer::serialize(
+            &mut hdrhistogram::serialization::V2DeflateSerializer::new(),
+            &h,
+            &mut raw,
+        )
+        .unwrap();
+        assert!(header_ok(&raw).is_ok());
+    }
 
     fn same(line: &str) {
         let fast = scan_probe_line(line.as_bytes(), &Keys::new()).expect(line);
