@@ -202,8 +202,6 @@ impl Stamps {
             (Some(a), Some(b)) if a > b => (None, None),
             pair => pair,
         };
-        let rtt_or_less = |h: u64| (h <= rtt).then_some(h);
-        let handshake = self.handshake.and_then(rtt_or_less);
         let kernel_rtt = t1k.zip(t4k).map(|(a, b)| b - a);
         let r = self.responder.unwrap_or_default();
         let turnaround = match (r.wake, r.dwell, r.send) {
@@ -213,22 +211,21 @@ impl Stamps {
         let network = if self.kernel_peer {
             kernel_rtt
         } else {
-            let exchange = kernel_rtt
+            kernel_rtt
                 .zip(turnaround)
-                .and_then(|(k, t)| k.checked_sub(t));
-            match self.handshake {
-                None => exchange,
-                Some(_) => exchange.zip(handshake).map(|(n, h)| n + h),
+                .and_then(|(k, t)| k.checked_sub(t))
+        };
+        let client_send = t1k.map(|k| k - t1);
+        // A handshake before t1k moves from the client send part to the
+        // network part; one that does not fit in t1k − t1 was misread, and
+        // leaves both unknown.
+        let (client_send, network) = match self.handshake {
+            None => (client_send, network),
+            Some(h) => {
+                let send = client_send.and_then(|s| s.checked_sub(h));
+                (send, network.filter(|_| send.is_some()).map(|n| n + h))
             }
         };
-        let client_send = match (t1k, self.handshake) {
-            (Some(k), None) => Some(k - t1),
-            (Some(k), Some(_)) => handshake.and_then(|h| (k - t1).checked_sub(h)),
-            _ => None,
-        };
-        // A handshake that does not fit in t1k − t1 was misread: the
-        // network part would then not leave room for the client's.
-        let network = network.filter(|_| self.handshake.is_none() || client_send.is_some());
         Parts {
             rtt: Some(rtt),
             kernel_rtt,

@@ -164,6 +164,17 @@ struct Seen {
     at: Instant,
 }
 
+impl Seen {
+    fn new(at: Instant) -> Self {
+        Self {
+            syn: None,
+            syns: 0,
+            syn_ack: None,
+            at,
+        }
+    }
+}
+
 /// A handshake's kernel stamps: the SYN as it left (t1k) and the SYN-ACK as
 /// it arrived (t4k), ns since the Unix epoch.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -235,11 +246,9 @@ impl SynTap {
             };
             match (syn.ack, from.pkttype()) {
                 (false, PACKET_OUTGOING) => {
-                    let e = seen.entry((syn.sport, syn.dst)).or_insert(Seen {
+                    let e = seen.entry((syn.sport, syn.dst)).or_insert_with(|| Seen {
                         syn: Some(at),
-                        syns: 0,
-                        syn_ack: None,
-                        at: now,
+                        ..Seen::new(now)
                     });
                     e.syns += 1;
                     if e.syns > 1 {
@@ -247,12 +256,9 @@ impl SynTap {
                     }
                 }
                 (true, PACKET_HOST) => {
-                    let e = seen.entry((syn.dport, syn.src)).or_insert(Seen {
-                        syn: None,
-                        syns: 0,
-                        syn_ack: None,
-                        at: now,
-                    });
+                    let e = seen
+                        .entry((syn.dport, syn.src))
+                        .or_insert_with(|| Seen::new(now));
                     e.syn_ack.get_or_insert(at);
                 }
                 _ => {}
@@ -313,6 +319,10 @@ mod tests {
             Err(e) if e.kind() == io::ErrorKind::PermissionDenied => return,
             Err(e) => panic!("{e}"),
         };
+        // The kernel switches packet stamps on from a work item after the
+        // first socket asks; until then packets are stamped when read
+        // (the probes keep only stamps inside their connect).
+        std::thread::sleep(std::time::Duration::from_millis(100));
         // Other traffic to other ports is filtered out.
         let other = std::net::TcpListener::bind(bind).unwrap();
         let _o = std::net::TcpStream::connect(other.local_addr().unwrap()).unwrap();

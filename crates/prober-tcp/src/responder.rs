@@ -396,8 +396,7 @@ async fn serve_conn(
             Ok(TcpEvent::Stamp(key, t3k)) => {
                 if let Some(at) = waiting.iter().position(|w| w.key == key) {
                     waiting[at].t3k = Some(t3k);
-                    if !waiting[at].on_ask || waiting[at].asked {
-                        let p = waiting.remove(at).unwrap_or_else(|| unreachable!());
+                    if let Some(p) = Pending::take_ready(&mut waiting, at) {
                         written += p.send(&mut writer, &mut follow).await?;
                     }
                 }
@@ -434,8 +433,7 @@ async fn serve_conn(
                     .position(|w| w.on_ask && w.seq == h.seq && w.nonce == h.nonce)
                 {
                     waiting[i].asked = true;
-                    if waiting[i].t3k.is_some() {
-                        let p = waiting.remove(i).unwrap_or_else(|| unreachable!());
+                    if let Some(p) = Pending::take_ready(&mut waiting, i) {
                         written += p.send(&mut writer, &mut follow).await?;
                     }
                 }
@@ -524,6 +522,14 @@ struct Pending {
 }
 
 impl Pending {
+    /// Takes the entry at `at` out if its follow-up can go: it has its
+    /// stamp, and its ask if it waits for one.
+    fn take_ready(waiting: &mut std::collections::VecDeque<Self>, at: usize) -> Option<Self> {
+        let p = waiting.get(at)?;
+        let ready = p.t3k.is_some() && (!p.on_ask || p.asked);
+        if ready { waiting.remove(at) } else { None }
+    }
+
     /// Writes the follow-up; the bytes written.
     async fn send(
         self,

@@ -562,17 +562,23 @@ impl Tap {
             .as_ref()
     }
 
-    /// The stamps of the handshake `stream` just made (after [`Tap::get`]
-    /// opened the tap).
-    fn take(&self, stream: &TcpStream) -> Handshake {
-        let (Some(tap), Ok(local), Ok(peer)) = (
-            self.tap.get().and_then(Option::as_ref),
-            stream.local_addr(),
-            stream.peer_addr(),
-        ) else {
+    /// The stamps of the handshake `stream` just made to `peer` (after
+    /// [`Tap::get`] opened the tap), each only if it lies between `t1`
+    /// and `connected` (the wall clock before and after the connect). The
+    /// kernel switches packet stamps on some time after the first socket
+    /// asks (a deferred work item): until then a packet socket stamps a
+    /// packet when it is read, after the connect.
+    fn take(&self, stream: &TcpStream, peer: SocketAddr, (t1, connected): (u64, u64)) -> Handshake {
+        let (Some(tap), Ok(local)) = (self.tap.get().and_then(Option::as_ref), stream.local_addr())
+        else {
             return Handshake::default();
         };
-        tap.take(local.port(), peer.ip())
+        let h = tap.take(local.port(), peer.ip());
+        let inside = |t: Option<u64>| t.filter(|t| (t1..=connected).contains(t));
+        Handshake {
+            syn_tx: inside(h.syn_tx),
+            syn_ack_rx: inside(h.syn_ack_rx),
+        }
     }
 }
 
@@ -619,7 +625,7 @@ impl Probe for TcpConnectProbe {
         let t4 = unix_now_ns();
         // The SYN as it left and the SYN-ACK as it came: t1k and t4k. The
         // peer's kernel answers, as for ICMP.
-        let h = self.tap.take(&stream);
+        let h = self.tap.take(&stream, self.addr, (t1, t4));
         reset(&stream);
         Ok(Reply {
             sent,
@@ -746,11 +752,11 @@ impl Probe for TcpCrrProbe {
         gate.pass().await;
         let sent = Instant::now();
         let t1 = unix_now_ns();
-        let stream = socket
+        let mut stream = socket
             .connect(self.addr)
             .await
             .map_err(|e| io_err(&format!("connect to {}", self.addr), e))?;
-        let mut stream = stream;
+        let connected = unix_now_ns();
         stream
             .write_all(&frame)
             .await
@@ -760,7 +766,7 @@ impl Probe for TcpCrrProbe {
             .map_err(|e| io_err("receive", e))?;
         let received = Instant::now();
         let rx = clean(&stream, rx);
-        let handshake = self.tap.take(&stream).rtt();
+        let handshake = self.tap.take(&stream, self.addr, (t1, connected)).rtt();
         let h = Header::decode(&frame, MAX_TCP_FRAME)
             .map_err(|e| ProbeError::protocol(format!("bad reply: {e}")))?;
         if h.kind != Kind::Response || h.nonce != self.nonce || h.seq != seq {
@@ -781,8 +787,9 @@ impl Probe for TcpCrrProbe {
                 }
             }
         }
-        // The follow-up comes right behind the response; the close is not
-        // timed, so waiting for it costs the RTT nothing.
+        // The follow-up comes once asked (or, from an older responder,
+        // right behind the response); the close is not timed, so waiting
+        // for it costs the RTT nothing.
         let mut send = None;
         if tx_on && wire::follow_up_promised(&frame) {
             if wire::waits_for_ask(&frame) {
