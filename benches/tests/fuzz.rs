@@ -227,7 +227,22 @@ fn tcp_udp_wire_frames() {
         wire::encode_follow_up(&mut follow, 7, 99, Some(3_000));
         let mut ask = Vec::new();
         wire::encode_ask(&mut ask, 7, 99);
-        built.extend([req, stamped, resp, on_ask, asked, follow, ask]);
+        let mut interleaved = req.clone();
+        wire::want_interleaved(&mut interleaved);
+        let mut carrying = interleaved.clone();
+        wire::make_followed_response(&mut carrying, 1_000, Some(2_000), true, true);
+        wire::carry(&mut carrying, 6, Some(4_000));
+        built.extend([
+            req,
+            stamped,
+            resp,
+            on_ask,
+            asked,
+            follow,
+            ask,
+            interleaved,
+            carrying,
+        ]);
     }
     fuzz("wire", seeds("wire", built), |b| {
         for max in [wire::MAX_TCP_FRAME, wire::MAX_UDP_FRAME] {
@@ -237,6 +252,8 @@ fn tcp_udp_wire_frames() {
                 let _ = wire::follow_up_send(b);
                 let _ = wire::follow_up_promised(b);
                 let _ = wire::waits_for_ask(b);
+                let _ = wire::interleaved(b);
+                let _ = wire::carried(b);
             }
         }
     });

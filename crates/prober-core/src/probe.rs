@@ -34,6 +34,17 @@ pub trait Probe: Send + Sync + 'static {
         async { Ok(()) }
     }
 
+    /// Completes reply `seq`'s split with what comes only after the reply
+    /// (the responder's transmit stamp, where a protocol carries it in its
+    /// next reply: [`crate::ResponderTimes::send_later`]). The runner calls
+    /// it for such replies off the schedule's path, so the probes after
+    /// `seq` go out meanwhile; it must end within a bounded time. The
+    /// default has nothing to wait for.
+    fn settle(&self, seq: u64, reply: Reply) -> impl Future<Output = Reply> + Send {
+        let _ = seq;
+        std::future::ready(reply)
+    }
+
     /// Replies that matched no waiting probe: late, duplicate, reordered.
     fn anomalies(&self) -> Anomalies {
         Anomalies::default()

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use futures_util::FutureExt as _;
 use futures_util::StreamExt as _;
 use futures_util::stream::FuturesUnordered;
 use tokio::sync::mpsc;
@@ -235,14 +236,9 @@ async fn open_loop<P: Probe>(
                 missed += 1;
                 continue;
             }
-            in_flight.push(one_probe(
-                &**probe,
-                target,
-                seq,
-                deadline,
-                gate,
-                cfg.timeout,
-            ));
+            let probing = one_probe(&**probe, target, seq, deadline, gate, cfg.timeout);
+            // Settled in flight: the schedule goes on meanwhile.
+            in_flight.push(async move { settled(&**probe, probing.await).await });
             seq += 1;
         }
         if cfg.count.is_some_and(|c| slots_used >= c) {
@@ -274,20 +270,75 @@ async fn closed_loop<P: Probe>(
         let (probe, events, stop) = (Arc::clone(probe), events.clone(), stop.clone());
         let (next_seq, count, timeout) = (Arc::clone(&next_seq), cfg.count, cfg.timeout);
         lanes.spawn(async move {
-            while !stop.is_cancelled() && end.is_none_or(|end| Instant::now() < end) {
+            // Replies whose split comes later (`Probe::settle`) wait here
+            // while the lane's next probes go out: the next one may be
+            // what brings it.
+            let mut settling = FuturesUnordered::new();
+            'lane: while !stop.is_cancelled() && end.is_none_or(|end| Instant::now() < end) {
                 let seq = next_seq.fetch_add(1, Ordering::Relaxed);
                 if count.is_some_and(|c| seq >= c) {
                     break;
                 }
-                let sample =
-                    one_probe(&*probe, target, seq, Instant::now(), Gate::open(), timeout).await;
-                if events.send(Event::Sample(sample)).await.is_err() {
+                let probing =
+                    one_probe(&*probe, target, seq, Instant::now(), Gate::open(), timeout);
+                tokio::pin!(probing);
+                let sample = loop {
+                    tokio::select! {
+                        biased;
+                        sample = &mut probing => break sample,
+                        Some(done) = settling.next(), if !settling.is_empty() => {
+                            if events.send(Event::Sample(done)).await.is_err() {
+                                break 'lane;
+                            }
+                        }
+                    }
+                };
+                if unsettled(&sample) {
+                    settling.push(settled(&*probe, sample));
+                } else if events.send(Event::Sample(sample)).await.is_err() {
+                    break;
+                }
+                // What this reply settled goes out now, before the next
+                // send, as a sample that needed no settling does. Handed over
+                // while the next probe was in flight (and with the carried
+                // stamp filed before the reply carrying it was delivered,
+                // which woke this task twice), UDP back to back measured
+                // client and responder wake-ups of 15-23 µs at the median,
+                // against 9 and 6 µs with both changed.
+                while let Some(Some(done)) = settling.next().now_or_never() {
+                    if events.send(Event::Sample(done)).await.is_err() {
+                        break 'lane;
+                    }
+                }
+            }
+            while let Some(done) = settling.next().await {
+                if events.send(Event::Sample(done)).await.is_err() {
                     break;
                 }
             }
         });
     }
     while lanes.join_next().await.is_some() {}
+}
+
+/// True when part of the sample's split comes after its reply.
+fn unsettled(sample: &Sample) -> bool {
+    matches!(&sample.outcome, Outcome::Ok(reply)
+        if reply.stamps.responder.is_some_and(|r| r.send_later))
+}
+
+/// The sample with its split completed by the probe, where part of it
+/// comes after the reply ([`Probe::settle`]).
+async fn settled<P: Probe>(probe: &P, mut sample: Sample) -> Sample {
+    if unsettled(&sample)
+        && let Outcome::Ok(reply) = &mut sample.outcome
+    {
+        *reply = probe.settle(sample.seq, *reply).await;
+        if let Some(r) = reply.stamps.responder.as_mut() {
+            r.send_later = false;
+        }
+    }
+    sample
 }
 
 async fn one_probe<P: Probe>(

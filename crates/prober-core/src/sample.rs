@@ -129,6 +129,11 @@ pub struct ResponderTimes {
     pub dwell: Option<u64>,
     /// Its write to its kernel transmit stamp (t3k − t3).
     pub send: Option<u64>,
+    /// `send` comes after the reply: in the responder's next reply on the
+    /// flow, or when asked for. The runner has the probe fill it in
+    /// ([`crate::Probe::settle`]) before the sample goes out, without
+    /// holding up the probes after it.
+    pub send_later: bool,
     /// Its whole turnaround, receive to transmit, where it reports only
     /// that (a STAMP reflector's T3 − T2): the split then has client send,
     /// network, this and client wake, and they add up to the RTT.

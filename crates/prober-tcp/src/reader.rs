@@ -33,20 +33,24 @@ pub(crate) struct Got {
     pub(crate) follow_up: bool,
     /// ... which it sends once asked ([`crate::wire::Kind::Ask`]).
     pub(crate) ask: bool,
+    /// ... or which comes in a later response, or on ask
+    /// ([`crate::wire::interleaved`]): the probe's split is settled later
+    /// ([`settle_interleaved`]).
+    pub(crate) interleaved: bool,
 }
 
 /// A reply, or why the connection failed.
 pub(crate) type Arrival = Result<Got, ProbeError>;
 
 /// Waits for the reply to a request of `bytes` bytes sent at `sent` (t1 on
-/// the wall clock: `t1`); with it, whether the responder promised a
-/// follow-up frame, and whether that waits for an ask.
+/// the wall clock: `t1`); with it, what the read gave (whether the
+/// responder promised a follow-up frame, and how it comes).
 pub(crate) async fn await_got(
     waiter: &mut Waiter<Arrival>,
     sent: Instant,
     t1: u64,
     bytes: usize,
-) -> Result<(Reply, bool, bool), ProbeError> {
+) -> Result<(Reply, Got), ProbeError> {
     let got = waiter.reply().await?;
     let stamps = Stamps {
         t1: Some(t1),
@@ -56,6 +60,7 @@ pub(crate) async fn await_got(
         responder: Some(ResponderTimes {
             wake: got.responder_wake,
             dwell: Some(u64::try_from(got.dwell.as_nanos()).unwrap_or(u64::MAX)),
+            send_later: got.interleaved,
             ..ResponderTimes::default()
         }),
         kernel_peer: false,
@@ -72,7 +77,7 @@ pub(crate) async fn await_got(
         stamps,
         app: Default::default(),
     };
-    Ok((reply, got.follow_up, got.ask))
+    Ok((reply, got))
 }
 
 /// Receives without blocking: the length read and its stamps (for TCP, the
@@ -130,6 +135,21 @@ impl FollowUps {
         kept.remove(at).map(|(_, v)| v)
     }
 
+    /// The follow-up of `seq` if it comes by `deadline`: `Some(send)`, where
+    /// `send` is `None` when the responder's kernel gave no stamp; `None`
+    /// when it has not come.
+    async fn wait_until(&self, seq: u64, deadline: Instant) -> Option<Option<u64>> {
+        loop {
+            let notified = self.arrived.notified();
+            if let Some(v) = self.take(seq) {
+                return Some(v);
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return self.take(seq);
+            }
+        }
+    }
+
     /// Waits up to [`FOLLOW_UP_WAIT`] and `extra` for the follow-up of
     /// `seq`, and never past `limit`. A follow-up that waits for an ask
     /// comes a round trip after it: `extra` covers that.
@@ -145,4 +165,47 @@ impl FollowUps {
             }
         }
     }
+}
+
+/// How long a reply whose transmit stamp comes interleaved waits for a
+/// later response on its flow to carry it before the probe asks for it. A
+/// schedule faster than this (and a closed loop) sends no extra frame.
+pub(crate) const INTERLEAVED_WAIT: Duration = FOLLOW_UP_WAIT;
+
+/// Completes the split of reply `seq`, whose transmit stamp comes
+/// interleaved ([`Got::interleaved`]): in a later response's carried block
+/// ([`crate::wire::carried`], filed in `follow`) within
+/// [`INTERLEAVED_WAIT`]; if none brings it, `ask` sends an ask (false if it
+/// could not) and the follow-up frame is waited for a round trip more
+/// (twice this reply's RTT, and [`FOLLOW_UP_WAIT`]). Without it the
+/// responder send part stays unknown and the split partial.
+pub(crate) async fn settle_interleaved<F>(
+    follow: &FollowUps,
+    seq: u64,
+    mut reply: Reply,
+    ask: impl FnOnce() -> F,
+) -> Reply
+where
+    F: std::future::Future<Output = bool>,
+{
+    let Some(r) = reply.stamps.responder.filter(|r| r.send_later) else {
+        return reply;
+    };
+    let send = match follow
+        .wait_until(seq, Instant::now() + INTERLEAVED_WAIT)
+        .await
+    {
+        Some(send) => send,
+        None if ask().await => {
+            let deadline = Instant::now() + FOLLOW_UP_WAIT + 2 * reply.rtt();
+            follow.wait_until(seq, deadline).await.flatten()
+        }
+        None => None,
+    };
+    reply.stamps.responder = Some(ResponderTimes {
+        send,
+        send_later: false,
+        ..r
+    });
+    reply
 }

@@ -397,7 +397,7 @@ async fn serve_conn(
                 if let Some(at) = waiting.iter().position(|w| w.key == key) {
                     waiting[at].t3k = Some(t3k);
                     if let Some(p) = Pending::take_ready(&mut waiting, at) {
-                        written += p.send(&mut writer, &mut follow).await?;
+                        written += p.write(&mut writer, &mut follow).await?;
                     }
                 }
                 continue;
@@ -434,7 +434,7 @@ async fn serve_conn(
                 {
                     waiting[i].asked = true;
                     if let Some(p) = Pending::take_ready(&mut waiting, i) {
-                        written += p.send(&mut writer, &mut follow).await?;
+                        written += p.write(&mut writer, &mut follow).await?;
                     }
                 }
                 continue;
@@ -457,7 +457,18 @@ async fn serve_conn(
             }
             wire::make_followed_response(frame, elapsed_ns(received), wake, tx_on, true);
             let follows = wire::follow_up_promised(frame);
-            let on_ask = wire::waits_for_ask(frame);
+            let interleaved = wire::interleaved(frame);
+            let on_ask = wire::waits_for_ask(frame) || interleaved;
+            // The oldest stamped response of this client that waits to be
+            // carried rides in this one (interleaved): no frame of its own.
+            if let Some(i) = waiting
+                .iter()
+                .position(|w| w.interleaved && w.t3k.is_some() && w.nonce == h.nonce)
+                && let Some(p) = waiting.get(i)
+                && wire::carry(frame, p.seq, p.send())
+            {
+                waiting.remove(i);
+            }
             for copy in 0..plan.copies {
                 let t3 = prober_core::clock::unix_now_ns();
                 writer.write_all(frame).await?;
@@ -476,6 +487,7 @@ async fn serve_conn(
                         nonce: h.nonce,
                         t3,
                         on_ask,
+                        interleaved,
                         t3k: None,
                         asked: false,
                     });
@@ -509,7 +521,8 @@ const MAX_PENDING: usize = 256;
 
 /// A response whose follow-up frame is still to be sent: its transmit
 /// stamp's key (the byte offset of its last byte), seq, nonce and t3; with
-/// `on_ask`, it waits for the client's ask as well as for its stamp.
+/// `on_ask`, it waits for the client's ask as well as for its stamp; with
+/// `interleaved` too, a later response of the client may carry it instead.
 #[derive(Debug)]
 struct Pending {
     key: u32,
@@ -517,6 +530,7 @@ struct Pending {
     nonce: u64,
     t3: u64,
     on_ask: bool,
+    interleaved: bool,
     t3k: Option<u64>,
     asked: bool,
 }
@@ -530,15 +544,19 @@ impl Pending {
         if ready { waiting.remove(at) } else { None }
     }
 
+    /// The responder send part (t3k − t3), once stamped.
+    fn send(&self) -> Option<u64> {
+        self.t3k.and_then(|k| k.checked_sub(self.t3))
+    }
+
     /// Writes the follow-up; the bytes written.
-    async fn send(
+    async fn write(
         self,
         writer: &mut tokio::net::tcp::OwnedWriteHalf,
         buf: &mut Vec<u8>,
     ) -> io::Result<u64> {
         use tokio::io::AsyncWriteExt as _;
-        let send = self.t3k.and_then(|k| k.checked_sub(self.t3));
-        wire::encode_follow_up(buf, self.seq, self.nonce, send);
+        wire::encode_follow_up(buf, self.seq, self.nonce, self.send());
         writer.write_all(buf).await?;
         Ok(buf.len() as u64)
     }
@@ -643,6 +661,7 @@ pub async fn serve_udp(
         let frame = &mut buf[..len];
         let h = match Header::decode(frame, MAX_UDP_FRAME) {
             Ok(h) if h.kind == Kind::Request && h.len as usize == len => h,
+            Ok(h) if h.kind == Kind::Ask && h.len as usize == len && len == wire::ASK_LEN => h,
             Ok(_) => {
                 tracing::debug!(%peer, "dropping a udp frame that is not a request");
                 continue;
@@ -661,6 +680,20 @@ pub async fn serve_udp(
             cfg.stats.rate_limited.fetch_add(1, Ordering::Relaxed);
             continue;
         }
+        // A follow-up is 48 bytes more than the request (8 more than an
+        // ask): only where that cannot amplify (loopback), unless allowed.
+        let may_follow = tx_on && (cfg.udp_follow_ups || guard::is_loopback(peer.ip()));
+        if h.kind == Kind::Ask {
+            // The client wants an interleaved transmit stamp that no later
+            // request of its came to carry: now, or once stamped.
+            if may_follow
+                && let Some(frame) = follow.asked(peer, h.seq, h.nonce)
+                && socket.send_to(&frame, peer).await.is_ok()
+            {
+                follow.sent = follow.sent.wrapping_add(1);
+            }
+            continue;
+        }
         n += 1;
         let plan = cfg.plan(n);
         if !plan.answer {
@@ -676,17 +709,22 @@ pub async fn serve_udp(
             });
             continue;
         }
-        // A follow-up is 48 bytes more than the request: only where that
-        // cannot amplify (loopback), unless allowed.
-        let may_follow = tx_on && (cfg.udp_follow_ups || guard::is_loopback(peer.ip()));
         wire::make_followed_response(frame, elapsed_ns(received), wake, may_follow, false);
         let follows = wire::follow_up_promised(frame);
+        let interleaved = wire::interleaved(frame);
+        // The oldest stamped reply of this client that waits to be carried
+        // rides in this one (interleaved): no frame of its own.
+        if wire::wants_interleaved(frame)
+            && let Some((seq, send)) = follow.carry_for(peer, h.nonce)
+        {
+            wire::carry(frame, seq, send);
+        }
         for copy in 0..plan.copies {
             let t3 = prober_core::clock::unix_now_ns();
             match socket.send_to(frame, peer).await {
                 Ok(_) => {
                     if follows && copy == 0 {
-                        follow.sent_reply(peer, h.seq, h.nonce, t3);
+                        follow.sent_reply(peer, h.seq, h.nonce, t3, interleaved);
                     }
                     follow.sent = follow.sent.wrapping_add(1);
                 }
@@ -708,33 +746,118 @@ enum UdpEvent {
 }
 
 /// Replies waiting for their transmit stamp, to send it in a follow-up
-/// frame (docs/wire-format.md).
+/// frame, or (interleaved) in the client's next response or when it asks
+/// (docs/wire-format.md).
 #[derive(Default)]
 struct FollowUps {
     /// Datagrams sent so far: the OPT_ID of the next send.
     sent: u32,
-    /// (send number, peer, seq, nonce, t3 on the wall clock), oldest first.
-    waiting: std::collections::VecDeque<(u32, SocketAddr, u64, u64, u64)>,
+    /// Replies not yet stamped, oldest first.
+    waiting: std::collections::VecDeque<Unstamped>,
+    /// Interleaved replies stamped and neither carried nor asked for yet,
+    /// oldest first.
+    stamped: std::collections::VecDeque<Stamped>,
+}
+
+/// A reply sent and not yet stamped.
+struct Unstamped {
+    /// Its send number (OPT_ID).
+    id: u32,
+    peer: SocketAddr,
+    seq: u64,
+    nonce: u64,
+    /// Wall clock just before the send.
+    t3: u64,
+    /// Its stamp may wait to be carried or asked for.
+    interleaved: bool,
+    /// ... and has been asked for.
+    asked: bool,
+}
+
+/// An interleaved reply's transmit stamp, waiting to be carried.
+struct Stamped {
+    peer: SocketAddr,
+    seq: u64,
+    nonce: u64,
+    /// t3k − t3.
+    send: Option<u64>,
 }
 
 impl FollowUps {
-    /// Replies kept waiting at most; older ones lose their follow-up.
+    /// Replies kept waiting at most, in each list; older ones lose their
+    /// follow-up.
     const KEPT: usize = 4096;
 
-    fn sent_reply(&mut self, peer: SocketAddr, seq: u64, nonce: u64, t3: u64) {
+    fn sent_reply(&mut self, peer: SocketAddr, seq: u64, nonce: u64, t3: u64, interleaved: bool) {
         if self.waiting.len() == Self::KEPT {
             self.waiting.pop_front();
         }
-        self.waiting.push_back((self.sent, peer, seq, nonce, t3));
+        self.waiting.push_back(Unstamped {
+            id: self.sent,
+            peer,
+            seq,
+            nonce,
+            t3,
+            interleaved,
+            asked: false,
+        });
     }
 
-    /// The follow-up frame for the send numbered `id`, stamped `t3k`.
+    /// The follow-up frame for the send numbered `id`, stamped `t3k`; an
+    /// interleaved reply that was not asked for is kept to be carried.
     fn frame_for(&mut self, id: u32, t3k: u64) -> Option<(Vec<u8>, SocketAddr)> {
-        let at = self.waiting.iter().position(|w| w.0 == id)?;
-        let (_, peer, seq, nonce, t3) = self.waiting.remove(at)?;
+        let at = self.waiting.iter().position(|w| w.id == id)?;
+        let w = self.waiting.remove(at)?;
+        let send = t3k.checked_sub(w.t3);
+        if w.interleaved && !w.asked {
+            if self.stamped.len() == Self::KEPT {
+                self.stamped.pop_front();
+            }
+            self.stamped.push_back(Stamped {
+                peer: w.peer,
+                seq: w.seq,
+                nonce: w.nonce,
+                send,
+            });
+            return None;
+        }
         let mut buf = Vec::new();
-        wire::encode_follow_up(&mut buf, seq, nonce, t3k.checked_sub(t3));
-        Some((buf, peer))
+        wire::encode_follow_up(&mut buf, w.seq, w.nonce, send);
+        Some((buf, w.peer))
+    }
+
+    /// An ask from `peer` for its reply (`seq`, `nonce`): the follow-up
+    /// frame if the reply is stamped; otherwise it goes once stamped. An
+    /// ask for nothing waiting (carried already) gets nothing.
+    fn asked(&mut self, peer: SocketAddr, seq: u64, nonce: u64) -> Option<Vec<u8>> {
+        if let Some(at) = self
+            .stamped
+            .iter()
+            .position(|s| s.peer == peer && s.seq == seq && s.nonce == nonce)
+        {
+            let s = self.stamped.remove(at)?;
+            let mut buf = Vec::new();
+            wire::encode_follow_up(&mut buf, s.seq, s.nonce, s.send);
+            return Some(buf);
+        }
+        if let Some(w) = self
+            .waiting
+            .iter_mut()
+            .find(|w| w.interleaved && w.peer == peer && w.seq == seq && w.nonce == nonce)
+        {
+            w.asked = true;
+        }
+        None
+    }
+
+    /// The oldest stamped reply of `peer`'s run `nonce` that waits to be
+    /// carried, taken out: its seq and send part.
+    fn carry_for(&mut self, peer: SocketAddr, nonce: u64) -> Option<(u64, Option<u64>)> {
+        let at = self
+            .stamped
+            .iter()
+            .position(|s| s.peer == peer && s.nonce == nonce)?;
+        self.stamped.remove(at).map(|s| (s.seq, s.send))
     }
 }
 

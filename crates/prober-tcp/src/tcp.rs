@@ -20,7 +20,10 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 use tokio_util::task::AbortOnDropHandle;
 
-use crate::reader::{Arrival, FOLLOW_UP_MARGIN, FollowUps, Got, RxStamp, await_got, recv_stamped};
+use crate::reader::{
+    Arrival, FOLLOW_UP_MARGIN, FOLLOW_UP_WAIT, FollowUps, Got, RxStamp, await_got, recv_stamped,
+    settle_interleaved,
+};
 use prober_net::busy::{Reader, SpinThread, Step};
 use prober_net::syntap::{Handshake, SynTap};
 
@@ -262,8 +265,16 @@ fn take_replies(
             responder_wake: wire::responder_wake(frame),
             follow_up: follow.is_some() && wire::follow_up_promised(frame),
             ask: follow.is_some() && wire::waits_for_ask(frame),
+            interleaved: follow.is_some() && wire::interleaved(frame),
         };
         matcher.deliver(h.seq, Ok(got));
+        // An earlier response's transmit stamp, interleaved: after the
+        // delivery, so that a probe waiting on both wakes once.
+        if let Some(f) = follow
+            && let Some((seq, send)) = wire::carried(frame)
+        {
+            f.put(seq, send);
+        }
         at += size;
     }
     acc.drain(..at);
@@ -418,7 +429,7 @@ impl Probe for TcpProbe {
             // The responder's transmit stamp too, unless transmit stamps are
             // off (--no-tx-stamps) or replies are busy-polled.
             if self.tx_stamps {
-                wire::want_follow_up_on_ask(buf);
+                wire::want_interleaved(buf);
             } else {
                 wire::want_stamps(buf);
             }
@@ -454,7 +465,9 @@ impl Probe for TcpProbe {
             }
             (sent, t1)
         };
-        let (mut reply, follow_up, ask) = await_got(&mut waiter, sent, t1, self.size).await?;
+        let (mut reply, got) = await_got(&mut waiter, sent, t1, self.size).await?;
+        // Interleaved, the transmit stamp comes later: `settle`.
+        let (follow_up, ask) = (got.follow_up && !got.interleaved, got.ask);
         if let Some(budget) = &self.spin {
             budget.record(reply.rtt());
         }
@@ -477,6 +490,26 @@ impl Probe for TcpProbe {
             r.send = self.stamps.follow.wait(seq, limit, extra).await;
         }
         Ok(reply)
+    }
+
+    async fn settle(&self, seq: u64, reply: Reply) -> Reply {
+        settle_interleaved(&self.stamps.follow, seq, reply, || async {
+            // On the connection in use: after a reconnect the responder
+            // has nothing for this seq, and the wait ends unanswered.
+            let asked = async {
+                let conn = {
+                    let slot = self.conn.lock().await;
+                    Arc::clone(slot.as_ref().filter(|c| c.alive.load(Ordering::Acquire))?)
+                };
+                Some(self.ask(&conn, seq).await)
+            };
+            tokio::time::timeout(FOLLOW_UP_WAIT, asked)
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or(false)
+        })
+        .await
     }
 
     async fn prepare(&self) -> Result<(), ProbeError> {

@@ -15,7 +15,9 @@ use prober_net::busy::{Reader, SpinThread, Step};
 use tokio::net::UdpSocket;
 use tokio::time::Instant;
 
-use crate::reader::{Arrival, FOLLOW_UP_MARGIN, FollowUps, Got, RxStamp, await_got, recv_stamped};
+use crate::reader::{
+    Arrival, FOLLOW_UP_MARGIN, FollowUps, Got, RxStamp, await_got, recv_stamped, settle_interleaved,
+};
 use socket2::SockRef;
 use tokio_util::task::AbortOnDropHandle;
 
@@ -252,10 +254,17 @@ fn on_datagram(
                 rx,
                 responder_wake: wire::responder_wake(buf),
                 follow_up: wire::follow_up_promised(buf),
-                // Datagrams are never merged: follow-ups come unasked.
+                // Datagrams are never merged: follow-ups come unasked, or
+                // interleaved.
                 ask: false,
+                interleaved: wire::interleaved(buf),
             };
             matcher.deliver(h.seq, Ok(got));
+            // An earlier response's transmit stamp, interleaved: after the
+            // delivery, so that a probe waiting on both wakes once.
+            if let Some((seq, send)) = wire::carried(buf) {
+                follow.put(seq, send);
+            }
         }
         // Ours (our nonce) but not what a reply can be: altered on the way.
         Ok(h) if h.nonce == nonce => {
@@ -329,7 +338,7 @@ impl Probe for UdpProbe {
         // The responder's transmit stamp too, unless transmit stamps are
         // off (--no-tx-stamps).
         if self.ask_follow_up {
-            wire::want_follow_up(&mut frame);
+            wire::want_interleaved(&mut frame);
         } else {
             wire::want_stamps(&mut frame);
         }
@@ -357,16 +366,29 @@ impl Probe for UdpProbe {
         if let Some(budget) = &self.spin {
             self.spin_for_reply(budget, &waiter);
         }
-        let (mut reply, follow_up, _) = await_got(&mut waiter, sent, t1, self.size).await?;
+        let (mut reply, got) = await_got(&mut waiter, sent, t1, self.size).await?;
         if let Some(budget) = &self.spin {
             budget.record(reply.rtt());
         }
         self.tx.drain(self.socket.as_fd(), self.nonce);
         reply.stamps.t1k = self.tx.take(seq);
-        if follow_up && let Some(r) = reply.stamps.responder.as_mut() {
+        // Interleaved, the transmit stamp comes later: `settle`.
+        if got.follow_up
+            && !got.interleaved
+            && let Some(r) = reply.stamps.responder.as_mut()
+        {
             r.send = self.follow.wait(seq, limit, Duration::ZERO).await;
         }
         Ok(reply)
+    }
+
+    async fn settle(&self, seq: u64, reply: Reply) -> Reply {
+        settle_interleaved(&self.follow, seq, reply, || async {
+            let mut ask = Vec::new();
+            wire::encode_ask(&mut ask, seq, self.nonce);
+            self.socket.send(&ask).await.is_ok()
+        })
+        .await
     }
 
     fn anomalies(&self) -> Anomalies {

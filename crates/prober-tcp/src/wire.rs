@@ -226,6 +226,79 @@ pub fn encode_ask(buf: &mut Vec<u8>, seq: u64, nonce: u64) {
     .encode(buf);
 }
 
+/// Request flag: the response's transmit stamp may instead ride in a later
+/// response on the same flow (the UDP source, the TCP connection), as in
+/// NTP's interleaved mode, or come in a follow-up frame when asked for. A
+/// closed loop then sends no extra frame at all. Set with
+/// [`want_follow_up_on_ask`]'s flags, in requests of at least
+/// [`INTERLEAVED_LEN`] bytes.
+pub const FLAG_WANT_INTERLEAVED: u16 = 0x0040;
+
+/// Response flag: this response's transmit stamp comes in a later
+/// response's carried block, or in a follow-up frame once asked for.
+pub const FLAG_INTERLEAVED: u16 = 0x0080;
+
+/// Response flag: bytes 48..64 carry an earlier response's transmit
+/// stamp: its seq (u64) and send_ns (u32, t3k − t3, `u32::MAX` when
+/// unknown), then 4 reserved bytes.
+pub const FLAG_CARRIES: u16 = 0x0100;
+
+/// Smallest frame that takes part in the interleaved exchange: the
+/// stamped header and the carried block.
+pub const INTERLEAVED_LEN: usize = STAMPED_LEN + 16;
+
+/// Sets [`FLAG_WANT_INTERLEAVED`] (with [`want_follow_up_on_ask`]'s flags,
+/// so that a responder from before it asks for an ask instead) in a
+/// request of at least [`INTERLEAVED_LEN`] bytes; a shorter one gets the
+/// ask's flags alone.
+pub fn want_interleaved(frame: &mut [u8]) {
+    want_follow_up_on_ask(frame);
+    if frame.len() >= INTERLEAVED_LEN {
+        let f = flags(frame) | FLAG_WANT_INTERLEAVED;
+        frame[6..8].copy_from_slice(&f.to_be_bytes());
+    }
+}
+
+/// True when a request (or its response) asks for the interleaved
+/// exchange and has room for it.
+pub fn wants_interleaved(frame: &[u8]) -> bool {
+    flags(frame) & FLAG_WANT_INTERLEAVED != 0 && frame.len() >= INTERLEAVED_LEN
+}
+
+/// True when a response's transmit stamp comes later: in a later
+/// response's carried block, or on ask.
+pub fn interleaved(frame: &[u8]) -> bool {
+    follow_up_promised(frame) && flags(frame) & FLAG_INTERLEAVED != 0
+}
+
+/// Writes an earlier response's seq and transmit stamp into a response to
+/// a request that asked for the interleaved exchange, and says so with
+/// [`FLAG_CARRIES`]. False (and the frame unchanged) where the request did
+/// not ask or has no room.
+pub fn carry(frame: &mut [u8], seq: u64, send_ns: Option<u64>) -> bool {
+    if !wants_interleaved(frame) {
+        return false;
+    }
+    let f = flags(frame) | FLAG_CARRIES;
+    frame[6..8].copy_from_slice(&f.to_be_bytes());
+    frame[STAMPED_LEN..STAMPED_LEN + 8].copy_from_slice(&seq.to_be_bytes());
+    let v = send_ns.map_or(u32::MAX, |s| u32::try_from(s).unwrap_or(u32::MAX));
+    frame[STAMPED_LEN + 8..STAMPED_LEN + 12].copy_from_slice(&v.to_be_bytes());
+    frame[STAMPED_LEN + 12..INTERLEAVED_LEN].fill(0);
+    true
+}
+
+/// The earlier response's seq and transmit stamp (t3k − t3) that a
+/// response carries, if it does.
+pub fn carried(frame: &[u8]) -> Option<(u64, Option<u64>)> {
+    if flags(frame) & FLAG_CARRIES == 0 || frame.len() < INTERLEAVED_LEN {
+        return None;
+    }
+    let seq = be64(&frame[STAMPED_LEN..STAMPED_LEN + 8]);
+    let v = u32::from_be_bytes(frame[STAMPED_LEN + 8..STAMPED_LEN + 12].try_into().ok()?);
+    Some((seq, (v != u32::MAX).then_some(u64::from(v))))
+}
+
 /// True when a response promises a follow-up frame.
 pub fn follow_up_promised(frame: &[u8]) -> bool {
     flags(frame) & FLAG_FOLLOW_UP != 0
@@ -315,7 +388,9 @@ pub fn make_followed_response(
         let mut f = flags(frame) | FLAG_STAMPS;
         if follow_up && f & FLAG_WANT_FOLLOW_UP != 0 {
             f |= FLAG_FOLLOW_UP;
-            if on_ask && f & FLAG_FOLLOW_UP_ON_ASK != 0 {
+            if wants_interleaved(frame) {
+                f |= FLAG_INTERLEAVED;
+            } else if on_ask && f & FLAG_FOLLOW_UP_ON_ASK != 0 {
                 f |= FLAG_WAITS_FOR_ASK;
             }
         }
@@ -397,6 +472,59 @@ mod tests {
         encode_request(&mut short, HEADER_LEN, 1, 1);
         want_stamps(&mut short);
         assert_eq!(flags(&short), 0);
+    }
+
+    #[test]
+    fn the_interleaved_exchange_is_negotiated_both_ways() {
+        let mut req = Vec::new();
+        encode_request(&mut req, 64, 7, 9);
+        want_interleaved(&mut req);
+        assert!(wants_interleaved(&req));
+        assert_eq!(
+            flags(&req),
+            FLAG_WANT_STAMPS | FLAG_WANT_FOLLOW_UP | FLAG_FOLLOW_UP_ON_ASK | FLAG_WANT_INTERLEAVED
+        );
+        // A responder from before it answers as it did to the ask's flags:
+        // the client asks at once.
+        let mut before = req.clone();
+        before[6..8].copy_from_slice(&(flags(&req) & !FLAG_WANT_INTERLEAVED).to_be_bytes());
+        make_followed_response(&mut before, 1_000, None, true, true);
+        let f = flags(&before) | FLAG_WANT_INTERLEAVED; // as echoed
+        before[6..8].copy_from_slice(&f.to_be_bytes());
+        assert!(waits_for_ask(&before) && !interleaved(&before));
+        assert_eq!(carried(&before), None);
+        // A version 1 responder echoes every flag and promises nothing.
+        let mut v1 = req.clone();
+        make_response(&mut v1, 1_000);
+        assert!(!interleaved(&v1) && !follow_up_promised(&v1));
+        assert_eq!(carried(&v1), None);
+        // One that knows it, over TCP or UDP.
+        for on_ask in [true, false] {
+            let mut now = req.clone();
+            make_followed_response(&mut now, 1_000, Some(2_000), true, on_ask);
+            assert!(interleaved(&now) && !waits_for_ask(&now));
+            assert_eq!(carried(&now), None, "nothing carried yet");
+            assert!(carry(&mut now, 6, Some(3_000)));
+            assert_eq!(carried(&now), Some((6, Some(3_000))));
+            assert_eq!(responder_wake(&now), Some(2_000), "the block is apart");
+            assert!(carry(&mut now, 6, None));
+            assert_eq!(carried(&now), Some((6, None)));
+        }
+        // No room: the ask's flags alone, and nothing is carried.
+        let mut short = Vec::new();
+        encode_request(&mut short, 48, 7, 9);
+        want_interleaved(&mut short);
+        assert!(!wants_interleaved(&short));
+        make_followed_response(&mut short, 1_000, None, true, true);
+        assert!(waits_for_ask(&short) && !interleaved(&short));
+        assert!(!carry(&mut short, 6, Some(1)));
+        // A request that did not ask never carries.
+        let mut plain = Vec::new();
+        encode_request(&mut plain, 64, 7, 9);
+        want_follow_up_on_ask(&mut plain);
+        make_followed_response(&mut plain, 1_000, None, true, true);
+        assert!(!carry(&mut plain, 6, Some(1)));
+        assert_eq!(carried(&plain), None);
     }
 
     #[test]

@@ -73,8 +73,8 @@ fn cfg(interval_ms: u64, count: u64) -> RunConfig {
     }
 }
 
-async fn run_one(
-    probe: Arc<ScriptedProbe>,
+async fn run_one<P: Probe>(
+    probe: Arc<P>,
     cfg: RunConfig,
     stop: CancellationToken,
 ) -> (Vec<Sample>, Anomalies, u64) {
@@ -259,6 +259,92 @@ async fn closed_loop_sends_after_each_reply() {
             .iter()
             .all(|s| s.latency() == Some(Duration::from_millis(3)))
     );
+}
+
+/// Replies after 1 ms with the responder send part to come later; the
+/// reply to the next seq brings it, as an interleaved responder does. With
+/// no next probe, settling gives up after 5 ms and leaves it unknown.
+#[derive(Debug, Default)]
+struct InterleavedProbe {
+    sent: tokio::sync::watch::Sender<Option<u64>>,
+}
+
+impl Probe for InterleavedProbe {
+    async fn probe_at(&self, seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
+        gate.pass().await;
+        let sent = Instant::now();
+        self.sent.send_replace(Some(seq));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let stamps = crate::sample::Stamps {
+            responder: Some(crate::ResponderTimes {
+                send_later: true,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        Ok(Reply {
+            sent,
+            received: Instant::now(),
+            server_dwell: None,
+            rx_wake: None,
+            bytes: 64,
+            ttl: None,
+            stamps,
+            app: Default::default(),
+        })
+    }
+
+    async fn settle(&self, seq: u64, mut reply: Reply) -> Reply {
+        let mut sent = self.sent.subscribe();
+        let next = tokio::time::timeout(
+            Duration::from_millis(5),
+            sent.wait_for(|s| s.is_some_and(|s| s > seq)),
+        )
+        .await;
+        if let Some(r) = reply.stamps.responder.as_mut() {
+            r.send = next.is_ok().then_some(seq + 1_000);
+        }
+        reply
+    }
+}
+
+/// Each probe's split waits for the next probe's reply, which a closed
+/// loop sends only once this probe returned: settling must not hold it up.
+#[tokio::test(start_paused = true)]
+async fn replies_settle_after_the_next_probe_without_holding_it_up() {
+    for interval in [0, 2] {
+        let probe = Arc::new(InterleavedProbe::default());
+        let start = Instant::now();
+        let (samples, _, _) = run_one(probe, cfg(interval, 4), CancellationToken::new()).await;
+        let sent: Vec<_> = samples
+            .iter()
+            .map(|s| (s.sent - start).as_millis())
+            .collect();
+        let step = interval.max(1);
+        assert_eq!(
+            sent,
+            [0, step, 2 * step, 3 * step].map(u128::from),
+            "-i {interval}ms"
+        );
+        let sends: Vec<_> = samples
+            .iter()
+            .map(|s| match &s.outcome {
+                Outcome::Ok(r) => r.stamps.responder.map(|r| (r.send, r.send_later)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            sends,
+            [
+                Some((Some(1_000), false)),
+                Some((Some(1_001), false)),
+                Some((Some(1_002), false)),
+                // The last: no next probe; unknown, and settled all the same.
+                Some((None, false)),
+            ],
+            "-i {interval}ms"
+        );
+    }
 }
 
 #[tokio::test(start_paused = true)]

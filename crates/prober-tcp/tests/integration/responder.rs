@@ -124,3 +124,92 @@ async fn tcp_follow_ups_come_unasked_or_on_ask_as_the_request_says() {
     let resp = frame(&mut s, 64).await.expect("still answered");
     assert_eq!(wire::Header::decode(&resp, MAX_TCP_FRAME).unwrap().seq, 3);
 }
+
+/// Interleaved: a response's transmit stamp rides in the client's next
+/// response, with no frame of its own; the last one comes on ask.
+#[tokio::test]
+async fn tcp_interleaved_stamps_ride_in_the_next_response_or_come_on_ask() {
+    let r = responder(ResponderConfig::default()).await;
+    let mut s = TcpStream::connect(r.tcp).await.unwrap();
+    s.set_nodelay(true).unwrap();
+    let mut req = Vec::new();
+    for seq in 1..=3u64 {
+        wire::encode_request(&mut req, 64, seq, 5);
+        wire::want_interleaved(&mut req);
+        s.write_all(&req).await.unwrap();
+        let resp = frame(&mut s, 64).await.expect("the response");
+        assert!(wire::interleaved(&resp), "seq {seq}: interleaved");
+        assert!(!wire::waits_for_ask(&resp));
+        match seq {
+            1 => assert_eq!(wire::carried(&resp), None, "nothing before the first"),
+            _ => {
+                let (prev, send) = wire::carried(&resp).expect("the previous one's stamp");
+                assert_eq!(prev, seq - 1);
+                assert!(send.is_some(), "loopback stamps sends");
+            }
+        }
+        assert_eq!(frame(&mut s, 1).await, None, "no frame of its own");
+    }
+    // The last one, asked for.
+    let mut ask = Vec::new();
+    wire::encode_ask(&mut ask, 3, 5);
+    s.write_all(&ask).await.unwrap();
+    let f = frame(&mut s, wire::FOLLOW_UP_LEN)
+        .await
+        .expect("the follow-up");
+    let h = wire::Header::decode(&f, MAX_TCP_FRAME).unwrap();
+    assert_eq!((h.kind, h.seq), (wire::Kind::FollowUp, 3));
+    // Asked for, it is carried no more.
+    wire::encode_request(&mut req, 64, 4, 5);
+    wire::want_interleaved(&mut req);
+    s.write_all(&req).await.unwrap();
+    let resp = frame(&mut s, 64).await.expect("the response");
+    assert_eq!(wire::carried(&resp), None);
+    // A frame too short for the block asks the earlier way: on ask.
+    wire::encode_request(&mut req, 48, 5, 5);
+    wire::want_interleaved(&mut req);
+    s.write_all(&req).await.unwrap();
+    let resp = frame(&mut s, 48).await.expect("the response");
+    assert!(!wire::interleaved(&resp) && wire::waits_for_ask(&resp));
+}
+
+#[tokio::test]
+async fn udp_interleaved_stamps_ride_in_the_next_response_or_come_on_ask() {
+    let r = responder(ResponderConfig::default()).await;
+    let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    sock.connect(r.udp).await.unwrap();
+    let mut buf = vec![0u8; 2048];
+    let mut next = async |sock: &UdpSocket| -> Option<Vec<u8>> {
+        match tokio::time::timeout(Duration::from_millis(50), sock.recv(&mut buf)).await {
+            Ok(Ok(n)) => Some(buf[..n].to_vec()),
+            _ => None,
+        }
+    };
+    let mut req = Vec::new();
+    for seq in 1..=3u64 {
+        wire::encode_request(&mut req, 64, seq, 6);
+        wire::want_interleaved(&mut req);
+        sock.send(&req).await.unwrap();
+        let resp = next(&sock).await.expect("the response");
+        assert_eq!(resp.len(), 64, "never more bytes than the request");
+        assert!(wire::interleaved(&resp), "seq {seq}: interleaved");
+        if seq > 1 {
+            let (prev, send) = wire::carried(&resp).expect("the previous one's stamp");
+            assert_eq!(prev, seq - 1);
+            assert!(send.is_some(), "loopback stamps sends");
+        }
+        assert_eq!(next(&sock).await, None, "no datagram of its own");
+    }
+    // An ask for one carried already gets nothing; for the last, its
+    // follow-up.
+    let mut ask = Vec::new();
+    wire::encode_ask(&mut ask, 2, 6);
+    sock.send(&ask).await.unwrap();
+    assert_eq!(next(&sock).await, None, "carried already");
+    wire::encode_ask(&mut ask, 3, 6);
+    sock.send(&ask).await.unwrap();
+    let f = next(&sock).await.expect("the follow-up");
+    let h = wire::Header::decode(&f, wire::MAX_UDP_FRAME).unwrap();
+    assert_eq!((h.kind, h.seq, h.nonce), (wire::Kind::FollowUp, 3, 6));
+    assert!(wire::follow_up_send(&f).is_some());
+}
