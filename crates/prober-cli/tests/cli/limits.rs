@@ -194,7 +194,13 @@ fn udp_replies_are_rate_limited_per_source() {
         .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no rate_limited count: {err}"));
-    assert_eq!(refused, 300 - ok, "every refused request is counted");
+    // Every refused request is counted; so is a refused ask for the
+    // transmit stamp of an answered probe (at most one each, when no
+    // response came within 5 ms to carry it: docs/wire-format.md).
+    assert!(
+        (300 - ok..=300).contains(&refused),
+        "{refused} refused, {ok} answered"
+    );
 }
 
 #[test]
