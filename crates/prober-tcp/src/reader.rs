@@ -172,6 +172,30 @@ impl FollowUps {
 /// schedule faster than this (and a closed loop) sends no extra frame.
 pub(crate) const INTERLEAVED_WAIT: Duration = FOLLOW_UP_WAIT;
 
+/// Whether a flow's requests go out often enough for the interleaved
+/// exchange: the gap since its previous request is at most half of
+/// [`INTERLEAVED_WAIT`] (or there was none: a closed loop's first). At
+/// longer gaps no next response would come in time to carry the stamp, and
+/// a follow-up frame right after the response costs less than waiting for
+/// one and then asking: over UDP it comes unasked, over TCP the client asks
+/// as soon as it has read the response. A daemon probing once a second
+/// sends no ask over UDP.
+#[derive(Debug, Default)]
+pub(crate) struct Cadence(std::sync::Mutex<Option<Instant>>);
+
+impl Cadence {
+    /// Notes a request going out at `now`; true when it should ask for the
+    /// interleaved exchange.
+    pub(crate) fn interleave(&self, now: Instant) -> bool {
+        let prev = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .replace(now);
+        prev.is_none_or(|p| now.saturating_duration_since(p) <= INTERLEAVED_WAIT / 2)
+    }
+}
+
 /// Completes the split of reply `seq`, whose transmit stamp comes
 /// interleaved ([`Got::interleaved`]): in a later response's carried block
 /// ([`crate::wire::carried`], filed in `follow`) within
@@ -208,4 +232,21 @@ where
         ..r
     });
     reply
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn requests_interleave_only_while_they_come_often() {
+        let c = Cadence::default();
+        let t = Instant::now();
+        assert!(c.interleave(t), "the first, as a closed loop's");
+        assert!(c.interleave(t), "back to back");
+        assert!(c.interleave(t + Duration::from_millis(2)));
+        assert!(!c.interleave(t + Duration::from_millis(12)), "10 ms apart");
+        assert!(!c.interleave(t + Duration::from_millis(1_012)));
+        assert!(c.interleave(t + Duration::from_millis(1_013)));
+    }
 }

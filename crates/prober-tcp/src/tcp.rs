@@ -21,8 +21,8 @@ use tokio::time::Instant;
 use tokio_util::task::AbortOnDropHandle;
 
 use crate::reader::{
-    Arrival, FOLLOW_UP_MARGIN, FOLLOW_UP_WAIT, FollowUps, Got, RxStamp, await_got, recv_stamped,
-    settle_interleaved,
+    Arrival, Cadence, FOLLOW_UP_MARGIN, FOLLOW_UP_WAIT, FollowUps, Got, RxStamp, await_got,
+    recv_stamped, settle_interleaved,
 };
 use prober_net::busy::{Reader, SpinThread, Step};
 use prober_net::syntap::{Handshake, SynTap};
@@ -56,6 +56,8 @@ pub struct TcpProbe {
     marks: Marks,
     /// Adaptive receive's budget (`--receive adaptive`); `None`: park.
     spin: Option<prober_core::spin::SpinBudget>,
+    /// Whether requests come often enough to interleave.
+    cadence: Cadence,
 }
 
 /// What a connection's reader files for the probes: transmit stamps by
@@ -103,6 +105,7 @@ impl TcpProbe {
             stamps: Arc::default(),
             marks: Marks::default(),
             spin: None,
+            cadence: Cadence::default(),
         }
     }
 
@@ -428,8 +431,10 @@ impl Probe for TcpProbe {
             wire::encode_request(buf, self.size, seq, self.nonce);
             // The responder's transmit stamp too, unless transmit stamps are
             // off (--no-tx-stamps) or replies are busy-polled.
-            if self.tx_stamps {
+            if self.tx_stamps && self.cadence.interleave(Instant::now()) {
                 wire::want_interleaved(buf);
+            } else if self.tx_stamps {
+                wire::want_follow_up_on_ask(buf);
             } else {
                 wire::want_stamps(buf);
             }

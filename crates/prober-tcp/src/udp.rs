@@ -16,7 +16,8 @@ use tokio::net::UdpSocket;
 use tokio::time::Instant;
 
 use crate::reader::{
-    Arrival, FOLLOW_UP_MARGIN, FollowUps, Got, RxStamp, await_got, recv_stamped, settle_interleaved,
+    Arrival, Cadence, FOLLOW_UP_MARGIN, FollowUps, Got, RxStamp, await_got, recv_stamped,
+    settle_interleaved,
 };
 use socket2::SockRef;
 use tokio_util::task::AbortOnDropHandle;
@@ -39,8 +40,10 @@ pub struct UdpProbe {
     follow: Arc<FollowUps>,
     /// The run's per-probe timeout.
     timeout: Duration,
-    /// Ask the responder for its transmit stamp in a follow-up frame.
+    /// Ask the responder for its transmit stamp in a follow-up frame...
     ask_follow_up: bool,
+    /// ... or interleaved, while requests come often enough.
+    cadence: Cadence,
     /// Adaptive receive's budget (`--receive adaptive`); `None`: park.
     spin: Option<prober_core::spin::SpinBudget>,
     _reader: Reader,
@@ -227,6 +230,7 @@ impl UdpProbe {
             follow,
             timeout: Duration::from_secs(1),
             ask_follow_up: tx_stamps && !busy_poll,
+            cadence: Cadence::default(),
             spin: None,
             _reader: reader,
         })
@@ -337,8 +341,10 @@ impl Probe for UdpProbe {
         wire::encode_request(&mut frame, self.size, seq, self.nonce);
         // The responder's transmit stamp too, unless transmit stamps are
         // off (--no-tx-stamps).
-        if self.ask_follow_up {
+        if self.ask_follow_up && self.cadence.interleave(Instant::now()) {
             wire::want_interleaved(&mut frame);
+        } else if self.ask_follow_up {
+            wire::want_follow_up(&mut frame);
         } else {
             wire::want_stamps(&mut frame);
         }
