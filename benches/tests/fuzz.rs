@@ -244,6 +244,11 @@ fn tcp_udp_wire_frames() {
             carrying,
         ]);
     }
+    // A sockperf client's ping (seq, flags client | pong request, length).
+    let mut ping = vec![0u8; 64];
+    ping[8..10].copy_from_slice(&3u16.to_be_bytes());
+    ping[10..14].copy_from_slice(&64u32.to_be_bytes());
+    built.push(ping);
     fuzz("wire", seeds("wire", built), |b| {
         for max in [wire::MAX_TCP_FRAME, wire::MAX_UDP_FRAME] {
             if wire::Header::decode(b, max).is_ok() {
@@ -255,6 +260,11 @@ fn tcp_udp_wire_frames() {
                 let _ = wire::interleaved(b);
                 let _ = wire::carried(b);
             }
+        }
+        // The sockperf listener reads the same datagrams' worth of bytes.
+        let mut m = b.to_vec();
+        if prober_tcp::sockperf::answer(&mut m) == prober_tcp::sockperf::Verdict::Answer {
+            assert_eq!(m.len(), b.len(), "an answer is never longer");
         }
     });
 }

@@ -711,6 +711,12 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "ADDR")]
     pub(crate) stamp: Option<SocketAddr>,
 
+    /// Answer sockperf's clients (`sockperf ping-pong`, `under-load`,
+    /// `throughput`) over UDP on this address, as `sockperf server` does
+    /// (docs/sockperf.md).
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) sockperf: Option<SocketAddr>,
+
     /// STAMP authenticated mode: the HMAC key is this file's bytes.
     #[arg(long, value_name = "FILE", requires = "stamp")]
     pub(crate) stamp_key: Option<PathBuf>,

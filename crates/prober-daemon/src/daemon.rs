@@ -438,6 +438,7 @@ pub async fn run(
     responders.grpc = responders.grpc.or(cfg.serve.grpc);
     responders.http = responders.http.or(cfg.serve.http);
     responders.https = responders.https.or(cfg.serve.https);
+    responders.sockperf = responders.sockperf.or(cfg.serve.sockperf);
     if responders.stamp.is_none() && cfg.serve.stamp.is_some() {
         responders.stamp = cfg.serve.stamp;
         let s = &mut responders.stamp_config;

@@ -56,6 +56,8 @@ pub struct ResponderOptions {
     pub grpc_delay: Duration,
     /// STAMP reflector address.
     pub stamp: Option<SocketAddr>,
+    /// Address of a UDP listener that answers sockperf's clients.
+    pub sockperf: Option<SocketAddr>,
     /// How the STAMP reflector answers.
     pub stamp_config: ReflectorConfig,
     /// Limits for a public address (docs/security.md), as given.
@@ -113,7 +115,14 @@ impl ResponderOptions {
     /// True when any listener is asked for.
     pub fn any(&self) -> bool {
         [
-            self.tcp, self.udp, self.grpc, self.http, self.https, self.grpcs, self.stamp,
+            self.tcp,
+            self.udp,
+            self.grpc,
+            self.http,
+            self.https,
+            self.grpcs,
+            self.stamp,
+            self.sockperf,
         ]
         .iter()
         .any(Option::is_some)
@@ -129,6 +138,8 @@ pub struct Responders {
     pub bound: Vec<(&'static str, SocketAddr)>,
     /// The STAMP reflector's counters, when it runs.
     pub stamp: Option<Arc<ReflectorStats>>,
+    /// The sockperf listener's counters, when it runs.
+    pub sockperf: Option<Arc<prober_tcp::sockperf::SockperfStats>>,
     /// What the TCP, UDP, gRPC and HTTP responders' limits refused.
     pub guard: Arc<GuardStats>,
 }
@@ -197,7 +208,22 @@ pub async fn start(
             .await
             .map_err(|e| DaemonError::io(format!("binding udp {addr}"), e))?;
         bound.push(("udp", local(socket.local_addr(), "udp")?));
-        tasks.spawn(serve_udp(socket, cfg, stop.clone()));
+        tasks.spawn(serve_udp(socket, cfg.clone(), stop.clone()));
+    }
+    let mut sockperf = None;
+    if let Some(addr) = opts.sockperf {
+        let socket = UdpSocket::bind(addr)
+            .await
+            .map_err(|e| DaemonError::io(format!("binding sockperf {addr}"), e))?;
+        bound.push(("sockperf", local(socket.local_addr(), "sockperf")?));
+        let stats = Arc::new(prober_tcp::sockperf::SockperfStats::default());
+        sockperf = Some(Arc::clone(&stats));
+        tasks.spawn(prober_tcp::sockperf::serve_sockperf_udp(
+            socket,
+            cfg,
+            stats,
+            stop.clone(),
+        ));
     }
     // With `grpcs` beside `grpc`, the plaintext one stays plaintext.
     let grpc_tls = if opts.grpcs.is_some() {
@@ -258,6 +284,7 @@ pub async fn start(
         tasks,
         bound,
         stamp,
+        sockperf,
         guard,
     })
 }

@@ -9,6 +9,8 @@
 //! - [`UdpProbe`] (`udp://`): datagram request/response.
 //! - [`responder`]: `serve_tcp` and `serve_udp`, the other end.
 //! - [`wire`]: the frame both sides speak (`docs/wire-format.md`).
+//! - [`sockperf`]: the server side of sockperf's protocol, for sockperf's
+//!   clients.
 //! - [`TCP`], [`TCP_CONNECT`], [`TCP_CRR`], [`UDP`]: their descriptors.
 //!
 //! Schedules, timeouts and statistics come from `prober-core`; this crate
@@ -17,6 +19,7 @@
 mod protocol;
 mod reader;
 pub mod responder;
+pub mod sockperf;
 mod tcp;
 mod udp;
 pub mod wire;

@@ -35,6 +35,7 @@ fn responder_options(args: &ServeArgs) -> ResponderOptions {
         delay: args.delay,
         grpc_delay: args.grpc_delay,
         stamp: args.stamp,
+        sockperf: args.sockperf,
         stamp_config: prober_stamp::ReflectorConfig {
             key: None,
             stateful: !args.stamp_stateless,
@@ -148,7 +149,13 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let none = [
-        args.tcp, args.udp, args.grpc, args.stamp, args.http, args.https,
+        args.tcp,
+        args.udp,
+        args.grpc,
+        args.stamp,
+        args.http,
+        args.https,
+        args.sockperf,
     ];
     if none.iter().all(Option::is_none) {
         let any = Ipv4Addr::UNSPECIFIED;
@@ -170,6 +177,14 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(stats) = &responders.stamp {
         log_stamp_stats(stats);
+    }
+    if let Some(s) = &responders.sockperf {
+        tracing::info!(
+            "sockperf: received {}, answered {}, ignored {}",
+            s.received.load(std::sync::atomic::Ordering::Relaxed),
+            s.answered.load(std::sync::atomic::Ordering::Relaxed),
+            s.ignored.load(std::sync::atomic::Ordering::Relaxed),
+        );
     }
     log_guard_stats(&responders.guard);
     tracing::info!("responder stopped");

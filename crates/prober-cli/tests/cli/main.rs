@@ -18,5 +18,6 @@ mod otlp;
 mod relay;
 mod report;
 mod run;
+mod sockperf;
 mod stamp;
 mod support;

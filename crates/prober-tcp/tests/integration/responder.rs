@@ -213,3 +213,53 @@ async fn udp_interleaved_stamps_ride_in_the_next_response_or_come_on_ask() {
     assert_eq!((h.kind, h.seq, h.nonce), (wire::Kind::FollowUp, 3, 6));
     assert!(wire::follow_up_send(&f).is_some());
 }
+
+/// The sockperf listener answers a client's pong request with its bytes and
+/// the client flag cleared, and nothing else (docs/sockperf.md).
+#[tokio::test]
+async fn sockperf_answers_pong_requests_only() {
+    use prober_tcp::sockperf::{self, FLAG_CLIENT, FLAG_PONG_REQUEST, FLAG_WARMUP};
+    let stop = tokio_util::sync::CancellationToken::new();
+    let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let addr = socket.local_addr().unwrap();
+    let stats = std::sync::Arc::new(sockperf::SockperfStats::default());
+    let task = tokio::spawn(sockperf::serve_sockperf_udp(
+        socket,
+        ResponderConfig::default(),
+        std::sync::Arc::clone(&stats),
+        stop.clone(),
+    ));
+    let message = |seq: u64, flags: u16| {
+        let mut m = vec![7u8; 64];
+        m[..8].copy_from_slice(&seq.to_be_bytes());
+        m[8..10].copy_from_slice(&flags.to_be_bytes());
+        m[10..14].copy_from_slice(&64u32.to_be_bytes());
+        m
+    };
+    let ping = message(42, FLAG_CLIENT | FLAG_PONG_REQUEST);
+    let pong = udp_reply(addr, &ping).await.expect("answered");
+    assert_eq!(pong.len(), 64);
+    assert_eq!(sockperf::header(&pong), Some((FLAG_PONG_REQUEST, 64)));
+    assert_eq!(pong[..8], ping[..8]);
+    assert_eq!(pong[14..], ping[14..]);
+    for flags in [
+        FLAG_CLIENT,
+        FLAG_PONG_REQUEST,
+        FLAG_CLIENT | FLAG_PONG_REQUEST | FLAG_WARMUP,
+    ] {
+        assert_eq!(
+            udp_reply(addr, &message(1, flags)).await,
+            None,
+            "flags {flags}"
+        );
+    }
+    // Received: the ping and the client's message without a pong request.
+    assert_eq!(stats.received.load(std::sync::atomic::Ordering::Relaxed), 2);
+    assert_eq!(stats.answered.load(std::sync::atomic::Ordering::Relaxed), 1);
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(2), task)
+        .await
+        .expect("the listener stops within its read timeout")
+        .unwrap()
+        .unwrap();
+}
