@@ -461,10 +461,15 @@ impl Probe for TcpProbe {
             // probe of this target waits for its write at most one budget.
             // Data only: the request's own transmit stamp lands on the error
             // queue within a microsecond, and counting it ended every spin
-            // there, "caught", with the reply still to come.
+            // there, "caught", with the reply still to come. Or the reply
+            // already read: the reader task, on another thread, may take it
+            // before the spin sees it, and the spin then ran its whole
+            // budget (30 spins of 5 ms each, none caught, in a CI run with
+            // the other tests beside it).
             if let Some(budget) = &self.spin
-                && let Some((used, readable)) =
-                    budget.spin(|| prober_net::busy::data_waiting(writer.as_ref().as_fd()))
+                && let Some((used, readable)) = budget.spin(|| {
+                    waiter.is_answered() || prober_net::busy::data_waiting(writer.as_ref().as_fd())
+                })
             {
                 conn.matcher.count_spin(used, readable);
             }
