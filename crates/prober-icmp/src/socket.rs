@@ -213,11 +213,11 @@ impl IcmpSocket {
         // An error or stamp, its offender address, SCM_TIMESTAMPING, and
         // the TTL and hop-limit options: a truncated control message
         // (MSG_CTRUNC) would lose the whole entry, so leave room to spare.
-        let mut cmsg = nix::cmsg_space!([u8; 512]);
+        let mut cmsg = prober_net::rx::CmsgBuf::new();
         let msg = recvmsg::<SockaddrStorage>(
             fd,
             &mut iov,
-            Some(&mut cmsg),
+            Some(&mut cmsg.0),
             MsgFlags::MSG_ERRQUEUE | MsgFlags::MSG_DONTWAIT,
         )
         .map_err(io::Error::from)?;

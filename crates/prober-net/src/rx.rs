@@ -116,6 +116,31 @@ pub struct Meta<S> {
     pub dst: Option<std::net::IpAddr>,
 }
 
+/// Room for one receive's control messages, on the stack and aligned as
+/// `cmsghdr` needs: `nix::cmsg_space!` allocated a `Vec` for every
+/// datagram, and allocation was about a tenth of the daemon's CPU at
+/// 10,000 targets (BENCHMARKS.md). 640 bytes hold SCM_TIMESTAMPNS,
+/// SCM_TIMESTAMPING (three timespecs), an extended error with its offender
+/// address, the TTL, TOS and packet info with room to spare: a truncated
+/// control message (MSG_CTRUNC) would lose them all.
+#[derive(Debug)]
+#[repr(C, align(8))]
+pub struct CmsgBuf(pub [u8; 640]);
+
+impl CmsgBuf {
+    /// An empty one.
+    #[must_use]
+    pub const fn new() -> Self {
+        Self([0; 640])
+    }
+}
+
+impl Default for CmsgBuf {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// Receives one datagram without blocking, with every control message
 /// prober asks for: kernel stamp, TTL, TOS and destination address.
 ///
@@ -123,14 +148,11 @@ pub struct Meta<S> {
 /// Whatever `recvmsg` reports, `WouldBlock` included.
 pub fn recv_meta<S: SockaddrLike>(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Meta<S>> {
     let mut iov = [IoSliceMut::new(buf)];
-    // Room for SCM_TIMESTAMPNS, SCM_TIMESTAMPING (three timespecs, sent as
-    // well once SO_TIMESTAMPING reports software stamps), the TTL and more:
-    // a truncated control message (MSG_CTRUNC) would lose them all.
-    let mut cmsg = nix::cmsg_space!([u8; 256]);
+    let mut cmsg = CmsgBuf::new();
     let msg = recvmsg::<S>(
         fd.as_raw_fd(),
         &mut iov,
-        Some(&mut cmsg),
+        Some(&mut cmsg.0),
         MsgFlags::MSG_DONTWAIT,
     )
     .map_err(io::Error::from)?;
@@ -247,11 +269,11 @@ pub fn recv_tx_stamp(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, O
 /// for a transmit stamp, its `OPT_ID` key (`ee_data`) and stamp.
 fn recv_error_entry(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, Option<(u32, u64)>)> {
     let mut iov = [IoSliceMut::new(buf)];
-    let mut cmsg = nix::cmsg_space!([u8; 512]);
+    let mut cmsg = CmsgBuf::new();
     let msg = recvmsg::<()>(
         fd.as_raw_fd(),
         &mut iov,
-        Some(&mut cmsg),
+        Some(&mut cmsg.0),
         MsgFlags::MSG_ERRQUEUE | MsgFlags::MSG_DONTWAIT,
     )
     .map_err(io::Error::from)?;

@@ -235,6 +235,10 @@ impl RotatingFile {
 #[derive(Debug)]
 pub struct JsonLinesFile {
     file: RotatingFile,
+    /// One line's bytes, kept from line to line: serde_json's `to_vec`
+    /// grew a new buffer from 128 bytes for every line (allocation and
+    /// copying were about a tenth of the daemon's CPU at 10,000 targets).
+    line: Vec<u8>,
 }
 
 impl JsonLinesFile {
@@ -245,6 +249,7 @@ impl JsonLinesFile {
     pub fn open(path: &Path, rotation: Rotation) -> io::Result<Self> {
         Ok(Self {
             file: RotatingFile::open(path, rotation, None)?,
+            line: Vec::with_capacity(1024),
         })
     }
 }
@@ -292,9 +297,15 @@ macro_rules! file_hooks {
 
 impl Sink for JsonLinesFile {
     fn record(&mut self, cx: &Context<'_>, t: &TargetEntry, s: &Sample) -> io::Result<()> {
-        let mut line = serde_json::to_vec(&ProbeLine::new(&t.info, s, &cx.clock))?;
-        line.push(b'\n');
-        self.file.write_all(&line)
+        self.line.clear();
+        serde_json::to_writer(&mut self.line, &ProbeLine::new(&t.info, s, &cx.clock))?;
+        self.line.push(b'\n');
+        // A line far longer than usual does not keep its memory.
+        let wrote = self.file.write_all(&self.line);
+        if self.line.capacity() > 64 * 1024 {
+            self.line = Vec::with_capacity(1024);
+        }
+        wrote
     }
 
     file_hooks!();
