@@ -264,7 +264,15 @@ fn tcp_udp_wire_frames() {
         // The sockperf listener reads the same datagrams' worth of bytes.
         let mut m = b.to_vec();
         if prober_tcp::sockperf::answer(&mut m) == prober_tcp::sockperf::Verdict::Answer {
-            assert_eq!(m.len(), b.len(), "an answer is never longer");
+            // Answered only as long as it says it is, and changed only in
+            // its flags (the client flag cleared).
+            let said = prober_tcp::sockperf::header(&m).map(|(_, len)| len);
+            assert_eq!(said, Some(b.len()), "an answer is never longer");
+            assert_eq!((&m[..8], &m[10..]), (&b[..8], &b[10..]));
+            assert_eq!(
+                m[8..10],
+                (u16::from_be_bytes([b[8], b[9]]) & !1).to_be_bytes()
+            );
         }
     });
 }

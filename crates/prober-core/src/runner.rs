@@ -182,6 +182,10 @@ async fn open_loop<P: Probe>(
     // goes out the moment its slot is due, without a hand-off to another
     // worker thread (which costs a wake-up of tens of µs on an idle vCPU).
     let mut in_flight = FuturesUnordered::new();
+    // Answered probes whose split comes later (`Probe::settle`): apart from
+    // `in_flight`, so that they do not count against `max_in_flight` (the
+    // next probe may be what brings their stamp).
+    let mut settling = FuturesUnordered::new();
     let mut finished = std::collections::VecDeque::new();
     let start = Instant::now() + phase;
     let end = cfg.duration.map(|d| start + d);
@@ -207,6 +211,13 @@ async fn open_loop<P: Probe>(
                 biased;
                 () = stop.cancelled() => break 'schedule,
                 Some(sample) = in_flight.next(), if !in_flight.is_empty() => {
+                    if unsettled(&sample) {
+                        settling.push(settled(&**probe, sample));
+                    } else {
+                        finished.push_back(sample);
+                    }
+                }
+                Some(sample) = settling.next(), if !settling.is_empty() => {
                     finished.push_back(sample);
                 }
                 // Hand samples to the collector only as it has room, so a slow
@@ -236,9 +247,14 @@ async fn open_loop<P: Probe>(
                 missed += 1;
                 continue;
             }
-            let probing = one_probe(&**probe, target, seq, deadline, gate, cfg.timeout);
-            // Settled in flight: the schedule goes on meanwhile.
-            in_flight.push(async move { settled(&**probe, probing.await).await });
+            in_flight.push(one_probe(
+                &**probe,
+                target,
+                seq,
+                deadline,
+                gate,
+                cfg.timeout,
+            ));
             seq += 1;
         }
         if cfg.count.is_some_and(|c| slots_used >= c) {
@@ -248,6 +264,13 @@ async fn open_loop<P: Probe>(
     // Probes in flight first (the last ones may not even be sent yet), then
     // hand everything over.
     while let Some(sample) = in_flight.next().await {
+        if unsettled(&sample) {
+            settling.push(settled(&**probe, sample));
+        } else {
+            finished.push_back(sample);
+        }
+    }
+    while let Some(sample) = settling.next().await {
         finished.push_back(sample);
     }
     for sample in finished {

@@ -459,11 +459,13 @@ async fn serve_conn(
             let follows = wire::follow_up_promised(frame);
             let interleaved = wire::interleaved(frame);
             let on_ask = wire::waits_for_ask(frame) || interleaved;
-            // The oldest stamped response of this client that waits to be
+            // The newest stamped response of this client that waits to be
             // carried rides in this one (interleaved): no frame of its own.
+            // The newest, so that a stamp read late once does not leave
+            // every later one a response behind; older ones come on ask.
             if let Some(i) = waiting
                 .iter()
-                .position(|w| w.interleaved && w.t3k.is_some() && w.nonce == h.nonce)
+                .rposition(|w| w.interleaved && w.t3k.is_some() && w.nonce == h.nonce)
                 && let Some(p) = waiting.get(i)
                 && wire::carry(frame, p.seq, p.send())
             {
@@ -712,7 +714,7 @@ pub async fn serve_udp(
         wire::make_followed_response(frame, elapsed_ns(received), wake, may_follow, false);
         let follows = wire::follow_up_promised(frame);
         let interleaved = wire::interleaved(frame);
-        // The oldest stamped reply of this client that waits to be carried
+        // The newest stamped reply of this client that waits to be carried
         // rides in this one (interleaved): no frame of its own.
         if wire::wants_interleaved(frame)
             && let Some((seq, send)) = follow.carry_for(peer, h.nonce)
@@ -850,13 +852,15 @@ impl FollowUps {
         None
     }
 
-    /// The oldest stamped reply of `peer`'s run `nonce` that waits to be
-    /// carried, taken out: its seq and send part.
+    /// The newest stamped reply of `peer`'s run `nonce` that waits to be
+    /// carried, taken out: its seq and send part. The newest, so that a
+    /// stamp read late once does not leave every later one a response
+    /// behind; older ones come on ask.
     fn carry_for(&mut self, peer: SocketAddr, nonce: u64) -> Option<(u64, Option<u64>)> {
         let at = self
             .stamped
             .iter()
-            .position(|s| s.peer == peer && s.nonce == nonce)?;
+            .rposition(|s| s.peer == peer && s.nonce == nonce)?;
         self.stamped.remove(at).map(|s| (s.seq, s.send))
     }
 }

@@ -107,6 +107,10 @@ pub async fn serve_sockperf_udp(
     // How often the thread looks at `stop` when nothing comes.
     socket.set_read_timeout(Some(std::time::Duration::from_millis(100)))?;
     let stopped = Arc::new(AtomicBool::new(false));
+    // Dropped with this future (a failed start elsewhere drops the task
+    // without cancelling `stop`): the thread then ends as well, within one
+    // read timeout, instead of holding the runtime's shutdown for ever.
+    let _stop_thread = StopOnDrop(Arc::clone(&stopped));
     let watch = {
         let (stopped, stop) = (Arc::clone(&stopped), stop.clone());
         tokio::spawn(async move {
@@ -124,6 +128,15 @@ pub async fn serve_sockperf_udp(
         .map_err(|_| io::Error::other("the sockperf thread panicked"));
     watch.abort();
     res
+}
+
+/// Sets its flag when dropped.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 /// The blocking loop of [`serve_sockperf_udp`].

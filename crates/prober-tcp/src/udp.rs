@@ -392,7 +392,9 @@ impl Probe for UdpProbe {
         settle_interleaved(&self.follow, seq, reply, || async {
             let mut ask = Vec::new();
             wire::encode_ask(&mut ask, seq, self.nonce);
-            self.socket.send(&ask).await.is_ok()
+            // Without waiting: a full send buffer leaves the split partial
+            // rather than holding the sample.
+            self.socket.try_send(&ask).is_ok()
         })
         .await
     }

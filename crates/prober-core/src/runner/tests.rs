@@ -315,7 +315,14 @@ async fn replies_settle_after_the_next_probe_without_holding_it_up() {
     for interval in [0, 2] {
         let probe = Arc::new(InterleavedProbe::default());
         let start = Instant::now();
-        let (samples, _, _) = run_one(probe, cfg(interval, 4), CancellationToken::new()).await;
+        // One in flight at most: a probe waiting to settle is answered,
+        // not in flight, or every slot would wait for the one before it.
+        let cfg = RunConfig {
+            max_in_flight: 1,
+            ..cfg(interval, 4)
+        };
+        let (samples, _, missed) = run_one(probe, cfg, CancellationToken::new()).await;
+        assert_eq!(missed, 0, "-i {interval}ms");
         let sent: Vec<_> = samples
             .iter()
             .map(|s| (s.sent - start).as_millis())

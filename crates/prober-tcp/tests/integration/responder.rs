@@ -262,4 +262,29 @@ async fn sockperf_answers_pong_requests_only() {
         .expect("the listener stops within its read timeout")
         .unwrap()
         .unwrap();
+
+    // Dropped without `stop` (another listener failed to start): its
+    // thread ends too, and lets the port go.
+    let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let addr = socket.local_addr().unwrap();
+    let task = tokio::spawn(sockperf::serve_sockperf_udp(
+        socket,
+        ResponderConfig::default(),
+        std::sync::Arc::new(sockperf::SockperfStats::default()),
+        tokio_util::sync::CancellationToken::new(),
+    ));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    task.abort();
+    let mut freed = false;
+    for _ in 0..40 {
+        if std::net::UdpSocket::bind(addr).is_ok() {
+            freed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(
+        freed,
+        "the thread of an aborted listener still holds {addr}"
+    );
 }
