@@ -129,6 +129,23 @@ impl ResponderOptions {
     }
 }
 
+/// Binds the UDP socket of the `what` listener on `addr`, and notes where
+/// it listens in `bound`.
+async fn bind_udp(
+    addr: SocketAddr,
+    what: &'static str,
+    bound: &mut Vec<(&'static str, SocketAddr)>,
+) -> Result<UdpSocket, DaemonError> {
+    let socket = UdpSocket::bind(addr)
+        .await
+        .map_err(|e| DaemonError::io(format!("binding {what} {addr}"), e))?;
+    let at = socket
+        .local_addr()
+        .map_err(|e| DaemonError::io(format!("reading the address of {what}"), e))?;
+    bound.push((what, at));
+    Ok(socket)
+}
+
 /// Running responders.
 #[derive(Debug)]
 pub struct Responders {
@@ -204,18 +221,12 @@ pub async fn start(
         tasks.spawn(serve_tcp(listener, cfg.clone(), stop.clone()));
     }
     if let Some(addr) = opts.udp {
-        let socket = UdpSocket::bind(addr)
-            .await
-            .map_err(|e| DaemonError::io(format!("binding udp {addr}"), e))?;
-        bound.push(("udp", local(socket.local_addr(), "udp")?));
+        let socket = bind_udp(addr, "udp", &mut bound).await?;
         tasks.spawn(serve_udp(socket, cfg.clone(), stop.clone()));
     }
     let mut sockperf = None;
     if let Some(addr) = opts.sockperf {
-        let socket = UdpSocket::bind(addr)
-            .await
-            .map_err(|e| DaemonError::io(format!("binding sockperf {addr}"), e))?;
-        bound.push(("sockperf", local(socket.local_addr(), "sockperf")?));
+        let socket = bind_udp(addr, "sockperf", &mut bound).await?;
         let stats = Arc::new(prober_tcp::sockperf::SockperfStats::default());
         sockperf = Some(Arc::clone(&stats));
         tasks.spawn(prober_tcp::sockperf::serve_sockperf_udp(
@@ -267,10 +278,7 @@ pub async fn start(
     }
     let mut stamp = None;
     if let Some(addr) = opts.stamp {
-        let socket = UdpSocket::bind(addr)
-            .await
-            .map_err(|e| DaemonError::io(format!("binding stamp {addr}"), e))?;
-        bound.push(("stamp", local(socket.local_addr(), "stamp")?));
+        let socket = bind_udp(addr, "stamp", &mut bound).await?;
         let stats = Arc::new(ReflectorStats::default());
         stamp = Some(Arc::clone(&stats));
         tasks.spawn(serve_stamp(

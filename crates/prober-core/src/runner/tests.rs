@@ -48,18 +48,23 @@ impl Probe for ScriptedProbe {
             Some(Err(e)) => Err(ProbeError::new(crate::ErrorKind::Other, e)),
             Some(Ok(delay)) => {
                 tokio::time::sleep(delay).await;
-                Ok(Reply {
-                    sent,
-                    received: Instant::now(),
-                    server_dwell: None,
-                    rx_wake: None,
-                    bytes: 64,
-                    ttl: None,
-                    stamps: crate::sample::Stamps::default(),
-                    app: Default::default(),
-                })
+                Ok(reply_now(sent, crate::sample::Stamps::default()))
             }
         }
+    }
+}
+
+/// A 64-byte reply to a request sent at `sent`, received now.
+fn reply_now(sent: Instant, stamps: crate::sample::Stamps) -> Reply {
+    Reply {
+        sent,
+        received: Instant::now(),
+        server_dwell: None,
+        rx_wake: None,
+        bytes: 64,
+        ttl: None,
+        stamps,
+        app: Default::default(),
     }
 }
 
@@ -282,16 +287,7 @@ impl Probe for InterleavedProbe {
             }),
             ..Default::default()
         };
-        Ok(Reply {
-            sent,
-            received: Instant::now(),
-            server_dwell: None,
-            rx_wake: None,
-            bytes: 64,
-            ttl: None,
-            stamps,
-            app: Default::default(),
-        })
+        Ok(reply_now(sent, stamps))
     }
 
     async fn settle(&self, seq: u64, mut reply: Reply) -> Reply {
