@@ -155,15 +155,7 @@ impl FollowUps {
     /// comes a round trip after it: `extra` covers that.
     pub(crate) async fn wait(&self, seq: u64, limit: Instant, extra: Duration) -> Option<u64> {
         let deadline = (Instant::now() + FOLLOW_UP_WAIT + extra).min(limit);
-        loop {
-            let notified = self.arrived.notified();
-            if let Some(v) = self.take(seq) {
-                return v;
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return self.take(seq).flatten();
-            }
-        }
+        self.wait_until(seq, deadline).await.flatten()
     }
 }
 

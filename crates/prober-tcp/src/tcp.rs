@@ -157,9 +157,7 @@ impl TcpProbe {
 
     async fn connection(&self) -> Result<Arc<Conn>, ProbeError> {
         let mut slot = self.conn.lock().await;
-        if let Some(conn) = slot.as_ref()
-            && conn.alive.load(Ordering::Acquire)
-        {
+        if let Some(conn) = alive(&slot) {
             return Ok(Arc::clone(conn));
         }
         *slot = None;
@@ -509,7 +507,7 @@ impl Probe for TcpProbe {
             let asked = async {
                 let conn = {
                     let slot = self.conn.lock().await;
-                    Arc::clone(slot.as_ref().filter(|c| c.alive.load(Ordering::Acquire))?)
+                    Arc::clone(alive(&slot)?)
                 };
                 Some(self.ask(&conn, seq).await)
             };
@@ -537,6 +535,11 @@ impl Probe for TcpProbe {
         }
         a
     }
+}
+
+/// The connection in `slot`, if it is still alive.
+fn alive(slot: &Option<Arc<Conn>>) -> Option<&Arc<Conn>> {
+    slot.as_ref().filter(|c| c.alive.load(Ordering::Acquire))
 }
 
 /// A socket for `addr`, its packets marked from the SYN on, bound to the
