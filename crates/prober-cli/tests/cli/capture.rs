@@ -410,12 +410,39 @@ fn frames_split_agrees_with_a_packet_capture(proto: &str) {
             complete,
         );
         // Back to back, each response carries the transmit stamp of the one
-        // before it (interleaved): the last probe's comes in a follow-up
-        // frame, asked for, and hardly any other does.
+        // before it (interleaved), and a follow-up frame goes only where the
+        // client had a reason to want one: the next request left more than
+        // 2.5 ms after this one (the client then asks the older way), or
+        // no later response came within 5 ms of this one (it then asks),
+        // as for the last probe. On a loaded machine (a debug build among
+        // the other tests) such gaps come, so they are counted from the
+        // probes' own send and receive times (a little below the client's
+        // limits, for the time between those and its checks), and at most
+        // 1 % of the probes may have a follow-up beyond them.
         if interval == "0" {
+            let mut times: Vec<(u64, i64, i64)> = probes
+                .iter()
+                .map(|p| {
+                    let sent = p["sent_unix_ns"].as_i64().unwrap();
+                    (
+                        p["seq"].as_u64().unwrap(),
+                        sent,
+                        sent + p["rtt_ns"].as_i64().unwrap(),
+                    )
+                })
+                .collect();
+            times.sort_unstable();
+            let gaps = times
+                .windows(2)
+                .filter(|w| w[1].1 - w[0].1 > 2_000_000 || w[1].2 - w[0].2 > 4_000_000)
+                .count()
+                + 1;
+            eprintln!(
+                "{proto} -i 0: {follow_ups} follow-up frames, {gaps} probes with a gap that asks for one"
+            );
             assert!(
-                follow_ups * 100 <= probes.len(),
-                "{proto} -i 0: {follow_ups} follow-up frames for {} probes",
+                follow_ups <= gaps + probes.len() / 100,
+                "{proto} -i 0: {follow_ups} follow-up frames for {} probes, {gaps} of them with a gap",
                 probes.len()
             );
         }
@@ -526,7 +553,7 @@ fn handshake_split_agrees_with_a_packet_capture() {
         let probes = of_type(&lines, "probe");
         assert_eq!(probes.len(), 300, "{scheme}: every probe has a line");
         assert_eq!(handshakes.len(), 300, "{scheme}: every handshake captured");
-        let (mut excess, mut complete) = (Vec::new(), 0usize);
+        let (mut excess, mut complete, mut below) = (Vec::new(), 0usize, 0usize);
         for p in &probes {
             assert_eq!(p["outcome"], "ok", "{p}");
             let rtt = p["rtt_ns"].as_i64().unwrap();
@@ -541,14 +568,20 @@ fn handshake_split_agrees_with_a_packet_capture() {
             if scheme == "tcp-connect" {
                 // The SYN and SYN-ACK stamps are its t1k and t4k: client
                 // send + network + client wake, adding up to the RTT.
-                // Within 1 µs below: the tap's SYN-ACK stamp and tcpdump's
-                // are each taken as the packet is handed to that socket
-                // (one run here had one probe in 300 101 ns below).
+                // On loopback a SYN-ACK keeps TCP's departure time (a
+                // monotonic delivery time), so no receive stamp is put on
+                // it, and each packet socket stamps it as the packet is
+                // handed to that socket: the tap's and tcpdump's one after
+                // the other, usually within 1 µs (one run here had one
+                // probe in 300 101 ns below), but an interrupt or a vCPU
+                // stall between the two handings moves them apart (a CI
+                // run had one 13 µs below). At most 1 % may be more than
+                // 1 µs below.
                 let kernel = p["kernel_rtt_ns"].as_i64().expect("a kernel rtt");
-                assert!(
-                    kernel + 1000 >= wire,
-                    "kernel rtt {kernel} below the wire's {wire}: {p}"
-                );
+                if kernel + 1000 < wire {
+                    eprintln!("kernel rtt {kernel} below the wire's {wire}: {p}");
+                    below += 1;
+                }
                 assert_eq!(parts["network_ns"].as_i64(), Some(kernel), "{p}");
                 let sum: i64 = parts.values().map(|v| v.as_i64().unwrap()).sum();
                 assert_eq!((parts.len(), sum), (3, rtt), "the parts add up: {p}");
@@ -575,6 +608,11 @@ fn handshake_split_agrees_with_a_packet_capture() {
             }
             excess.push(kernel - exchange);
         }
+        assert!(
+            below * 100 <= probes.len(),
+            "{scheme}: {below} of {} kernel RTTs more than 1 µs below the capture's",
+            probes.len()
+        );
         report_excess(&format!("{scheme} -i 10ms"), probes.len(), excess, complete);
     }
     let _ = srv.kill();
