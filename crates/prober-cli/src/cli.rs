@@ -712,8 +712,8 @@ pub(crate) struct ServeArgs {
     pub(crate) stamp: Option<SocketAddr>,
 
     /// Answer sockperf's clients (`sockperf ping-pong`, `under-load`,
-    /// `throughput`) over UDP on this address, as `sockperf server` does
-    /// (docs/sockperf.md).
+    /// `throughput`) over UDP and TCP (`--tcp`) on this address, as
+    /// `sockperf server` does (docs/sockperf.md).
     #[arg(long, value_name = "ADDR")]
     pub(crate) sockperf: Option<SocketAddr>,
 

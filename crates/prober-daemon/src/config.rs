@@ -121,7 +121,7 @@ pub struct ServeSection {
     pub https: Option<SocketAddr>,
     /// STAMP reflector address (RFC 8762; the standard port is 862).
     pub stamp: Option<SocketAddr>,
-    /// A UDP listener that answers sockperf's clients.
+    /// UDP and TCP listeners (one port) that answer sockperf's clients.
     pub sockperf: Option<SocketAddr>,
     /// STAMP authenticated mode: the HMAC key is this file's bytes.
     pub stamp_key: Option<std::path::PathBuf>,

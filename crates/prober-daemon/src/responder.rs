@@ -56,7 +56,7 @@ pub struct ResponderOptions {
     pub grpc_delay: Duration,
     /// STAMP reflector address.
     pub stamp: Option<SocketAddr>,
-    /// Address of a UDP listener that answers sockperf's clients.
+    /// Address of the UDP and TCP listeners that answer sockperf's clients.
     pub sockperf: Option<SocketAddr>,
     /// How the STAMP reflector answers.
     pub stamp_config: ReflectorConfig,
@@ -226,9 +226,25 @@ pub async fn start(
     }
     let mut sockperf = None;
     if let Some(addr) = opts.sockperf {
+        // UDP and TCP on one port, as sockperf's clients take one port for
+        // either (`--tcp`); port 0 gets the UDP socket's port for both.
         let socket = bind_udp(addr, "sockperf", &mut bound).await?;
+        let tcp_addr = SocketAddr::new(addr.ip(), local(socket.local_addr(), "sockperf")?.port());
+        let listener = TcpListener::bind(tcp_addr)
+            .await
+            .map_err(|e| DaemonError::io(format!("binding sockperf tcp {tcp_addr}"), e))?;
+        bound.push((
+            "sockperf-tcp",
+            local(listener.local_addr(), "sockperf tcp")?,
+        ));
         let stats = Arc::new(prober_tcp::sockperf::SockperfStats::default());
         sockperf = Some(Arc::clone(&stats));
+        tasks.spawn(prober_tcp::sockperf::serve_sockperf_tcp(
+            listener,
+            cfg.clone(),
+            Arc::clone(&stats),
+            stop.clone(),
+        ));
         tasks.spawn(prober_tcp::sockperf::serve_sockperf_udp(
             socket,
             cfg,

@@ -128,9 +128,53 @@ pub async fn serve_tcp(
     let gate = Gate::new(cfg.limits, Arc::clone(&cfg.stats));
     let cfg = Arc::new(cfg);
     let counter = Arc::new(AtomicU64::new(0));
+    let mut spinning: Vec<SpinThread> = Vec::new();
+    let res = accept_loop(
+        &listener,
+        &gate,
+        "tcp",
+        cfg.log_clients,
+        &stop,
+        |stream, peer| {
+            if cfg.busy_poll {
+                spinning.retain(|t| !t.is_finished());
+                match stream
+                    .into_std()
+                    .and_then(|s| spin_conn(s, Arc::clone(&cfg), Arc::clone(&counter)))
+                {
+                    Ok(t) => spinning.push(t),
+                    Err(error) => tracing::warn!(%peer, %error, "cannot busy-poll tcp client"),
+                }
+                return None;
+            }
+            let (cfg, counter, gate) = (Arc::clone(&cfg), Arc::clone(&counter), Arc::clone(&gate));
+            Some(async move { serve_conn(stream, &cfg, &counter, &gate).await })
+        },
+    )
+    .await;
+    drop(spinning);
+    res
+}
+
+/// Accepts clients from `listener` until `stop` is cancelled, then ends
+/// every connection. Each client passes `gate` first (over a cap: closed at
+/// once, counted, logged once a minute), then is served by the future
+/// `serve` makes for it, on a task of its own that holds the gate's permit;
+/// `serve` may also take the client elsewhere and return `None`.
+pub(crate) async fn accept_loop<F, Fut>(
+    listener: &TcpListener,
+    gate: &Arc<Gate>,
+    what: &'static str,
+    log_clients: bool,
+    stop: &CancellationToken,
+    mut serve: F,
+) -> io::Result<()>
+where
+    F: FnMut(TcpStream, SocketAddr) -> Option<Fut>,
+    Fut: std::future::Future<Output = io::Result<()>> + Send + 'static,
+{
     let logs = LogLimiter::default();
     let mut conns = JoinSet::new();
-    let mut spinning: Vec<SpinThread> = Vec::new();
     loop {
         let accepted = tokio::select! {
             () = stop.cancelled() => break,
@@ -139,43 +183,29 @@ pub async fn serve_tcp(
         };
         match accepted {
             Ok((stream, peer)) => {
-                // Over a cap: closed at once, counted, logged once a minute.
-                let Some(permit) = gate.admit_or_warn(peer, "tcp") else {
+                let Some(permit) = gate.admit_or_warn(peer, what) else {
                     continue;
                 };
-                if cfg.log_clients {
-                    tracing::debug!(%peer, "tcp client connected");
+                if log_clients {
+                    tracing::debug!(%peer, "{what} client connected");
                 }
-                if cfg.busy_poll {
-                    spinning.retain(|t| !t.is_finished());
-                    match stream
-                        .into_std()
-                        .and_then(|s| spin_conn(s, Arc::clone(&cfg), Arc::clone(&counter)))
-                    {
-                        Ok(t) => spinning.push(t),
-                        Err(error) => tracing::warn!(%peer, %error, "cannot busy-poll tcp client"),
-                    }
+                let Some(served) = serve(stream, peer) else {
                     continue;
-                }
-                let (cfg, counter, stop, gate) = (
-                    Arc::clone(&cfg),
-                    Arc::clone(&counter),
-                    stop.clone(),
-                    Arc::clone(&gate),
-                );
+                };
+                let stop = stop.clone();
                 conns.spawn(async move {
                     let _permit = permit;
                     let res = tokio::select! {
                         () = stop.cancelled() => Ok(()),
-                        res = serve_conn(stream, &cfg, &counter, &gate) => res,
+                        res = served => res,
                     };
                     // A client that misbehaves or goes away is its own
                     // business: debug level only, so a flood cannot flood
                     // the log.
                     match res {
-                        Ok(()) if cfg.log_clients => tracing::debug!(%peer, "tcp client left"),
+                        Ok(()) if log_clients => tracing::debug!(%peer, "{what} client left"),
                         Ok(()) => {}
-                        Err(error) => tracing::debug!(%peer, %error, "closing tcp client"),
+                        Err(error) => tracing::debug!(%peer, %error, "closing {what} client"),
                     }
                 });
             }
@@ -189,7 +219,6 @@ pub async fn serve_tcp(
         }
     }
     conns.shutdown().await;
-    drop(spinning);
     Ok(())
 }
 
@@ -275,15 +304,20 @@ enum TcpEvent {
 
 /// Bytes of a connection's unfinished request held against the gate's
 /// budget; given back on drop.
-struct Held<'a> {
+pub(crate) struct Held<'a> {
     gate: &'a Gate,
     bytes: usize,
 }
 
-impl Held<'_> {
+impl<'a> Held<'a> {
+    /// Nothing held yet.
+    pub(crate) fn new(gate: &'a Gate) -> Self {
+        Self { gate, bytes: 0 }
+    }
+
     /// Holds `now` bytes instead of what was held; false when the budget is
     /// spent.
-    fn set(&mut self, now: usize) -> bool {
+    pub(crate) fn set(&mut self, now: usize) -> bool {
         if now > self.bytes {
             if !self.gate.reserve(now - self.bytes) {
                 return false;
@@ -305,8 +339,8 @@ impl Drop for Held<'_> {
 /// The smallest and largest read buffer of a connection: it starts small,
 /// so an idle or slow connection holds little, and doubles while reads fill
 /// it.
-const READ_MIN: usize = 2048;
-const READ_MAX: usize = 64 * 1024;
+pub(crate) const READ_MIN: usize = 2048;
+pub(crate) const READ_MAX: usize = 64 * 1024;
 
 async fn serve_conn(
     stream: TcpStream,
@@ -329,7 +363,7 @@ async fn serve_conn(
     // frame costs what was sent, not 1 MiB.
     let mut acc: Vec<u8> = Vec::new();
     let mut chunk = vec![0u8; READ_MIN];
-    let mut held = Held { gate, bytes: 0 };
+    let mut held = Held::new(gate);
     let limits = gate.limits();
     // When the connection's current wait began (its opening, the first
     // byte of a request, the end of the last one), and whether it has
@@ -376,20 +410,7 @@ async fn serve_conn(
         )
         .await;
         let Ok(event) = event else {
-            let counter = if idle {
-                &gate.stats.idle_timeouts
-            } else {
-                &gate.stats.request_timeouts
-            };
-            counter.fetch_add(1, Ordering::Relaxed);
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                if idle {
-                    "idle too long"
-                } else {
-                    "no whole request in time"
-                },
-            ));
+            return Err(timed_out(gate, idle));
         };
         let (n, t2k, t2) = match event {
             Ok(TcpEvent::Data(n, t2k, t2)) => (n, t2k, t2),
@@ -513,6 +534,18 @@ async fn serve_conn(
             ));
         }
     }
+}
+
+/// A connection's wait ran out: counted, and the error that closes it.
+/// `idle`: it had answered requests and held no part of another.
+pub(crate) fn timed_out(gate: &Gate, idle: bool) -> io::Error {
+    let (counter, why) = if idle {
+        (&gate.stats.idle_timeouts, "idle too long")
+    } else {
+        (&gate.stats.request_timeouts, "no whole request in time")
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
+    io::Error::new(io::ErrorKind::TimedOut, why)
 }
 
 /// The most responses per connection whose follow-up is still to be sent

@@ -10,17 +10,22 @@
 //! bytes and the client flag cleared, and answers nothing else; warm-up
 //! messages are not answered. Over UDP a datagram is one message and its
 //! length field must be the datagram's length, so an answer is never
-//! longer than what came in.
+//! longer than what came in. Over TCP (`sockperf --tcp`) the length field
+//! frames the stream, and a length no message can have closes the
+//! connection.
 
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use prober_net::guard::{self, RateLimiter};
-use tokio::net::UdpSocket;
+use prober_net::guard::{self, Gate, RateLimiter};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::ResponderConfig;
+use crate::responder::{Held, READ_MAX, READ_MIN, accept_loop, timed_out};
 
 /// The header's length: seq, flags and length, packed.
 pub const HEADER_LEN: usize = 14;
@@ -128,6 +133,129 @@ pub async fn serve_sockperf_udp(
         .map_err(|_| io::Error::other("the sockperf thread panicked"));
     watch.abort();
     res
+}
+
+/// Answers sockperf's TCP clients (`sockperf --tcp`) from `listener` until
+/// `stop` is cancelled, within the TCP limits of `cfg` (connection caps,
+/// request and idle timeouts, the buffer budget: docs/security.md).
+///
+/// On the runtime, one task a connection, as `tcp://` is served: a TCP
+/// client waits for each answer, so the parking that the UDP thread avoids
+/// under `throughput` does not pile up here.
+///
+/// # Errors
+/// Only if accepting fails in a way that cannot be retried.
+pub async fn serve_sockperf_tcp(
+    listener: TcpListener,
+    cfg: ResponderConfig,
+    stats: Arc<SockperfStats>,
+    stop: CancellationToken,
+) -> io::Result<()> {
+    let gate = Gate::new(cfg.limits, Arc::clone(&cfg.stats));
+    accept_loop(
+        &listener,
+        &gate,
+        "sockperf tcp",
+        cfg.log_clients,
+        &stop,
+        |stream, _| {
+            let (gate, stats) = (Arc::clone(&gate), Arc::clone(&stats));
+            Some(async move { answer_stream(stream, &gate, &stats).await })
+        },
+    )
+    .await
+}
+
+/// Serves one sockperf TCP client: every whole message of a read is
+/// decided on, and the answers go back in one write.
+async fn answer_stream(
+    mut stream: TcpStream,
+    gate: &Gate,
+    stats: &SockperfStats,
+) -> io::Result<()> {
+    stream.set_nodelay(true)?;
+    let limits = gate.limits();
+    // Buffers grow only as bytes arrive, as for `tcp://`.
+    let (mut acc, mut out): (Vec<u8>, Vec<u8>) = (Vec::new(), Vec::new());
+    let mut chunk = vec![0u8; READ_MIN];
+    let mut held = Held::new(gate);
+    // As for `tcp://`: a whole message within the request timeout of the
+    // connection's opening or of its first byte, then idle for at most the
+    // idle timeout.
+    let (mut since, mut served) = (Instant::now(), false);
+    loop {
+        let idle = served && acc.is_empty();
+        let limit = if idle {
+            limits.idle_timeout
+        } else {
+            limits.request_timeout
+        };
+        let Ok(read) = tokio::time::timeout_at(since + limit, stream.read(&mut chunk)).await else {
+            return Err(timed_out(gate, idle));
+        };
+        let n = match read {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let received = Instant::now();
+        if acc.is_empty() {
+            since = received;
+        }
+        acc.extend_from_slice(&chunk[..n]);
+        if n == chunk.len() && chunk.len() < READ_MAX {
+            chunk.resize(chunk.len() * 2, 0);
+        }
+        let (mut at, mut answers) = (0, 0);
+        while let Some((_, len)) = header(&acc[at..]) {
+            if !(HEADER_LEN..=MAX_MESSAGE).contains(&len) {
+                stats.ignored.fetch_add(1, Ordering::Relaxed);
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("no sockperf message is {len} bytes long"),
+                ));
+            }
+            if acc.len() - at < len {
+                break;
+            }
+            let msg = &mut acc[at..at + len];
+            at += len;
+            match answer(msg) {
+                Verdict::Answer => {
+                    out.extend_from_slice(msg);
+                    answers += 1;
+                }
+                Verdict::Count => {}
+                Verdict::Ignore => {
+                    stats.ignored.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+            }
+            stats.received.fetch_add(1, Ordering::Relaxed);
+        }
+        if at > 0 {
+            served = true;
+            since = received;
+            acc.drain(..at);
+            if acc.capacity() > READ_MAX && acc.len() < READ_MAX {
+                acc.shrink_to(READ_MAX);
+            }
+        }
+        if !out.is_empty() {
+            stream.write_all(&out).await?;
+            stats.answered.fetch_add(answers, Ordering::Relaxed);
+            out.clear();
+            if out.capacity() > READ_MAX {
+                out.shrink_to(READ_MAX);
+            }
+        }
+        if !held.set(acc.len()) {
+            return Err(io::Error::other(
+                "buffer budget for unfinished requests spent",
+            ));
+        }
+    }
 }
 
 /// Sets its flag when dropped.
@@ -239,5 +367,73 @@ mod tests {
         long[10..14].copy_from_slice(&1000u32.to_be_bytes());
         assert_eq!(answer(&mut long), Verdict::Ignore);
         assert_eq!(answer(&mut []), Verdict::Ignore);
+    }
+
+    /// Over TCP the length field frames the stream: a message split across
+    /// writes is answered once whole, pipelined messages each get their
+    /// verdict (answers in order, in one write), and a length no message
+    /// can have closes the connection.
+    #[tokio::test]
+    async fn tcp_messages_are_framed_by_their_length() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stats = Arc::new(SockperfStats::default());
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(serve_sockperf_tcp(
+            listener,
+            ResponderConfig::default(),
+            Arc::clone(&stats),
+            stop.clone(),
+        ));
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        let pong = FLAG_CLIENT | FLAG_PONG_REQUEST;
+        let split = message(1, pong, 100);
+        c.write_all(&split[..10]).await.unwrap();
+        c.flush().await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        c.write_all(&split[10..]).await.unwrap();
+        let mut got = vec![0u8; 100];
+        c.read_exact(&mut got).await.unwrap();
+        let mut want = split.clone();
+        want[8..10].copy_from_slice(&FLAG_PONG_REQUEST.to_be_bytes());
+        assert_eq!(got, want);
+        // No answer for a throughput message, a warm-up or a message that
+        // is not a client's; answers for the two pong requests, in order.
+        let batch = [
+            message(2, FLAG_CLIENT, 30),
+            message(3, pong, 20),
+            message(4, pong | FLAG_WARMUP, 40),
+            message(5, FLAG_PONG_REQUEST, 16),
+            message(6, pong, 64),
+        ]
+        .concat();
+        c.write_all(&batch).await.unwrap();
+        let mut got = vec![0u8; 20 + 64];
+        c.read_exact(&mut got).await.unwrap();
+        assert_eq!(header(&got), Some((FLAG_PONG_REQUEST, 20)));
+        assert_eq!(got[..8], 3u64.to_be_bytes());
+        assert_eq!(header(&got[20..]), Some((FLAG_PONG_REQUEST, 64)));
+        assert_eq!(got[20..28], 6u64.to_be_bytes());
+        // A length below the header's: the stream cannot be framed.
+        c.write_all(&message(7, pong, 14)[..10]).await.unwrap();
+        c.write_all(&[0, 0, 0, 5]).await.unwrap();
+        let mut rest = Vec::new();
+        let closed =
+            tokio::time::timeout(std::time::Duration::from_secs(5), c.read_to_end(&mut rest))
+                .await
+                .expect("closed in time");
+        assert!(matches!(closed, Ok(0)), "{closed:?} {rest:?}");
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        assert_eq!(
+            (
+                get(&stats.received),
+                get(&stats.answered),
+                get(&stats.ignored)
+            ),
+            (4, 3, 3)
+        );
+        stop.cancel();
+        server.await.unwrap().unwrap();
     }
 }

@@ -46,15 +46,17 @@ fn idle_connections_are_closed_on_every_protocol() {
             "127.0.0.1:0",
             "--http",
             "127.0.0.1:0",
+            "--sockperf",
+            "127.0.0.1:0",
             "--request-timeout",
             "1s",
             "-q",
         ],
-        3,
+        5,
     );
     let start = Instant::now();
     let mut conns: Vec<(&str, TcpStream)> = Vec::new();
-    for what in ["tcp", "grpc", "http"] {
+    for what in ["tcp", "grpc", "http", "sockperf-tcp"] {
         for _ in 0..100 {
             conns.push((what, TcpStream::connect(s.addr(what)).unwrap()));
         }
@@ -64,6 +66,15 @@ fn idle_connections_are_closed_on_every_protocol() {
         let mut c = TcpStream::connect(s.addr("tcp")).unwrap();
         c.write_all(&header(1000)).unwrap();
         conns.push(("tcp, half a request", c));
+    }
+    // Half a sockperf message: a header that announces 1000 bytes.
+    for _ in 0..50 {
+        let mut c = TcpStream::connect(s.addr("sockperf-tcp")).unwrap();
+        let mut h = [0u8; 14];
+        h[8..10].copy_from_slice(&3u16.to_be_bytes());
+        h[10..].copy_from_slice(&1000u32.to_be_bytes());
+        c.write_all(&h).unwrap();
+        conns.push(("sockperf tcp, half a message", c));
     }
     // Half an HTTP/1.1 request: a request line and a header, no end.
     for _ in 0..50 {
@@ -90,7 +101,7 @@ fn idle_connections_are_closed_on_every_protocol() {
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(of_type(&lines, "summary")[0]["ok"], 5);
     let err = s.stop();
-    assert!(err.contains("request_timeout 350"), "{err}");
+    assert!(err.contains("request_timeout 500"), "{err}");
 }
 
 #[test]

@@ -15,7 +15,8 @@ fn sockperf(args: &[&str]) -> Option<String> {
 }
 
 /// `sockperf ping-pong` and `sockperf under-load` get every reply they ask
-/// for, and the listener counts what it took and answered.
+/// for, over UDP and over TCP (`--tcp`, the same port), and the listener
+/// counts what it took and answered.
 #[test]
 fn sockperf_clients_get_their_answers() {
     if sockperf(&["--version"]).is_none() {
@@ -23,8 +24,10 @@ fn sockperf_clients_get_their_answers() {
         return;
     }
     // Not quiet: the counts come at exit, at info level.
-    let s = Serve::start(&["--sockperf", "127.0.0.1:0"], 1);
+    let s = Serve::start(&["--sockperf", "127.0.0.1:0"], 2);
     let addr: std::net::SocketAddr = s.addr("sockperf").parse().unwrap();
+    let tcp: std::net::SocketAddr = s.addr("sockperf-tcp").parse().unwrap();
+    assert_eq!(tcp, addr, "one port for both");
     let port = addr.port().to_string();
     let common = ["-i", "127.0.0.1", "-p", &port, "-m", "64", "-t", "1"];
     let pp = sockperf(&[&["ping-pong"][..], &common].concat()).unwrap();
@@ -50,6 +53,12 @@ fn sockperf_clients_get_their_answers() {
     assert!(sent > 100 && got == sent, "{pp}");
     let ul = sockperf(&[&["under-load", "--mps", "2000"][..], &common].concat()).unwrap();
     assert!(ul.contains("Summary: Latency is"), "{ul}");
+    let pp_tcp = sockperf(&[&["ping-pong", "--tcp"][..], &common].concat()).unwrap();
+    let (sent_tcp, got_tcp) = counts(&pp_tcp);
+    assert!(sent_tcp > 100 && got_tcp == sent_tcp, "{pp_tcp}");
+    let ul_tcp =
+        sockperf(&[&["under-load", "--tcp", "--mps", "2000"][..], &common].concat()).unwrap();
+    assert!(ul_tcp.contains("Summary: Latency is"), "{ul_tcp}");
     let err = s.stop();
     let line = err
         .lines()
@@ -61,5 +70,8 @@ fn sockperf_clients_get_their_answers() {
         .and_then(|r| r.split(',').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{line}"));
-    assert!(answered >= sent, "{line}; ping-pong sent {sent}");
+    assert!(
+        answered >= sent + sent_tcp,
+        "{line}; ping-pong sent {sent} over UDP and {sent_tcp} over TCP"
+    );
 }
