@@ -274,6 +274,17 @@ fn tcp_udp_wire_frames() {
                 (u16::from_be_bytes([b[8], b[9]]) & !1).to_be_bytes()
             );
         }
+        // And its TCP side the same bytes as a stream: the answers are
+        // never more bytes than the whole messages taken, which never run
+        // past the stream.
+        let (mut stream, mut out) = (b.to_vec(), Vec::new());
+        let stats = prober_tcp::sockperf::SockperfStats::default();
+        if let Ok((took, answers)) =
+            prober_tcp::sockperf::answer_messages(&mut stream, &mut out, &stats)
+        {
+            assert!(took <= b.len() && out.len() <= took, "{took} {}", out.len());
+            assert_eq!(answers == 0, out.is_empty());
+        }
     });
 }
 

@@ -207,33 +207,15 @@ async fn answer_stream(
         if n == chunk.len() && chunk.len() < READ_MAX {
             chunk.resize(chunk.len() * 2, 0);
         }
-        let (mut at, mut answers) = (0, 0);
-        while let Some((_, len)) = header(&acc[at..]) {
-            if !(HEADER_LEN..=MAX_MESSAGE).contains(&len) {
-                stats.ignored.fetch_add(1, Ordering::Relaxed);
+        let (at, answers) = match answer_messages(&mut acc, &mut out, stats) {
+            Ok(done) => done,
+            Err(len) => {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
                     format!("no sockperf message is {len} bytes long"),
                 ));
             }
-            if acc.len() - at < len {
-                break;
-            }
-            let msg = &mut acc[at..at + len];
-            at += len;
-            match answer(msg) {
-                Verdict::Answer => {
-                    out.extend_from_slice(msg);
-                    answers += 1;
-                }
-                Verdict::Count => {}
-                Verdict::Ignore => {
-                    stats.ignored.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-            }
-            stats.received.fetch_add(1, Ordering::Relaxed);
-        }
+        };
         if at > 0 {
             served = true;
             since = received;
@@ -256,6 +238,46 @@ async fn answer_stream(
             ));
         }
     }
+}
+
+/// Decides on every whole message at the start of `stream` (a TCP
+/// stream's unread bytes, framed by their length fields), appending the
+/// answers to `out` and counting in `stats` what was received and ignored.
+/// Returns the bytes the whole messages took and how many were answered.
+///
+/// # Errors
+/// A length field no message can have (below the header's, above
+/// [`MAX_MESSAGE`]): the stream cannot be framed past it.
+pub fn answer_messages(
+    stream: &mut [u8],
+    out: &mut Vec<u8>,
+    stats: &SockperfStats,
+) -> Result<(usize, u64), usize> {
+    let (mut at, mut answers) = (0, 0);
+    while let Some((_, len)) = header(&stream[at..]) {
+        if !(HEADER_LEN..=MAX_MESSAGE).contains(&len) {
+            stats.ignored.fetch_add(1, Ordering::Relaxed);
+            return Err(len);
+        }
+        if stream.len() - at < len {
+            break;
+        }
+        let msg = &mut stream[at..at + len];
+        at += len;
+        match answer(msg) {
+            Verdict::Answer => {
+                out.extend_from_slice(msg);
+                answers += 1;
+            }
+            Verdict::Count => {}
+            Verdict::Ignore => {
+                stats.ignored.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+        }
+        stats.received.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok((at, answers))
 }
 
 /// Sets its flag when dropped.
