@@ -6,19 +6,27 @@ use tokio_util::sync::CancellationToken;
 
 /// Cancels `token` on the first SIGINT or SIGTERM. A second signal exits at
 /// once with status 130, for a user who does not want to wait for the drain.
+///
+/// Both handlers are in place when this returns, not when the task first
+/// runs: a signal that comes right after start-up is caught, instead of
+/// taking the default action and killing the process with nothing written.
 pub(crate) fn cancel_on_signals(token: CancellationToken) -> tokio::task::JoinHandle<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let handlers = signal(SignalKind::terminate()).and_then(|term| {
+        let int = signal(SignalKind::interrupt())?;
+        Ok((term, int))
+    });
     tokio::spawn(async move {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(error) => {
-                    tracing::warn!(%error, "cannot listen for SIGTERM");
-                    return;
-                }
-            };
+        let (mut term, mut int) = match handlers {
+            Ok(h) => h,
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM and SIGINT");
+                return;
+            }
+        };
         for round in 0..2 {
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
+                _ = int.recv() => {}
                 _ = term.recv() => {}
             }
             if round == 0 {

@@ -10,8 +10,8 @@
 //! the device takes the SYN (`dev_queue_xmit_nit`, next to where transmit
 //! software stamps are taken) and its incoming copy where the receive path
 //! stamps it (`netif_rx`, the value `SO_TIMESTAMPNS` would give): the same
-//! points as t1k and t4k of the other protocols. Except over loopback (and
-//! a veth pair): there the SYN-ACK still carries its sender's TCP
+//! points as t1k and t4k of the other protocols. Except over loopback:
+//! there the SYN-ACK still carries its sender's TCP
 //! departure time (a monotonic delivery time, `skb_clear_tstamp` keeps
 //! it), `netif_rx` stamps nothing, and each packet socket stamps it as the
 //! packet is handed to that socket (`skb_clear_delivery_time`), after the

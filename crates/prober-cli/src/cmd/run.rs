@@ -415,6 +415,10 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                 .map_err(|e| anyhow!("--{}", e.replacen('_', "-", 1)))?,
         );
     }
+    // Signals are caught from here on: one during the start-up below stops
+    // the run before its first probe, with its (empty) results written.
+    let stop = CancellationToken::new();
+    let _signals = cancel_on_signals(stop.clone());
     let responder_stop = CancellationToken::new();
     let pki = if self_test {
         Some(SelfTestPki::new().context("making the self-test's certificate")?)
@@ -438,7 +442,12 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let mut addrs = Vec::with_capacity(targets.len());
     for t in &targets {
-        let addr = resolve(t, family).await?;
+        // A name that takes long to resolve must not hold a Ctrl-C back.
+        let addr = tokio::select! {
+            biased;
+            addr = resolve(t, family) => addr?,
+            () = stop.cancelled() => bail!("stopped while resolving {t}"),
+        };
         if let Err(e) = env.marks.check_family(addr) {
             bail!("--source {e}, the address of {t}");
         }
@@ -489,8 +498,6 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     let mut collector = Collector::new(meta, Clock::now(), Fanout::skipping_failed(sinks), false);
 
-    let stop = CancellationToken::new();
-    let _signals = cancel_on_signals(stop.clone());
     let interim = interim_on_sigquit();
     let (events, rx) = mpsc::channel(EVENT_CHANNEL);
     let n = built.len() as u64;

@@ -85,12 +85,14 @@ fn daemon_signals() -> anyhow::Result<mpsc::Receiver<Control>> {
     let (tx, rx) = mpsc::channel(4);
     let mut hup = signal(SignalKind::hangup()).context("listening for SIGHUP")?;
     let mut term = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
+    // Here, not in the task: caught from the moment this returns.
+    let mut int = signal(SignalKind::interrupt()).context("listening for SIGINT")?;
     tokio::spawn(async move {
         loop {
             let ctl = tokio::select! {
                 _ = hup.recv() => Control::Reload,
                 _ = term.recv() => Control::Stop,
-                _ = tokio::signal::ctrl_c() => Control::Stop,
+                _ = int.recv() => Control::Stop,
             };
             if tx.send(ctl).await.is_err() || ctl == Control::Stop {
                 break;
@@ -164,11 +166,13 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         opts.grpc = Some(SocketAddr::from((any, prober_grpc::DEFAULT_PORT)));
     }
     let stop = CancellationToken::new();
+    // Caught before the listening lines go out: whoever reads them may stop
+    // the responder at once.
+    let _signals = cancel_on_signals(stop.clone());
     let mut responders = prober_daemon::responder::start(&opts, &stop).await?;
     for (what, addr) in &responders.bound {
         print_listening(what, *addr);
     }
-    let _signals = cancel_on_signals(stop.clone());
     while let Some(res) = responders.tasks.join_next().await {
         if let Err(e) = res.context("responder task failed").and_then(|r| Ok(r?)) {
             stop.cancel();

@@ -237,6 +237,26 @@ fn a_responder_stopped_for_two_seconds_shows_in_latency_and_loses_no_slot() {
     }
 }
 
+/// Waits (at most 10 s) until process `pid` catches SIGTERM and SIGINT
+/// (`SigCgt` in /proc/PID/status).
+fn catches_term_and_int(pid: u32) {
+    let want = (1u64 << (15 - 1)) | (1u64 << (2 - 1));
+    let start = std::time::Instant::now();
+    while start.elapsed() < std::time::Duration::from_secs(10) {
+        let caught = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                let line = s.lines().find(|l| l.starts_with("SigCgt:"))?.to_owned();
+                u64::from_str_radix(line.split_whitespace().nth(1)?, 16).ok()
+            });
+        if caught.is_some_and(|c| c & want == want) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    panic!("process {pid} did not catch SIGTERM and SIGINT within 10 s");
+}
+
 /// The last line of a file is whole and every line parses as `parse` says.
 fn whole_lines(what: &str, text: &str) {
     assert!(
@@ -265,6 +285,10 @@ fn run_stopped_at_random_moments_writes_every_probe_once_and_whole_lines() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
+        // From the moment prober catches both signals (it sets its handlers
+        // first thing in a run; before that the default action kills it, as
+        // for any program still starting up).
+        catches_term_and_int(child.id());
         std::thread::sleep(wait);
         signal(child.id(), sig);
         let out = child.wait_with_output().unwrap();

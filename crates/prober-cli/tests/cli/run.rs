@@ -38,16 +38,16 @@ fn json_has_every_seq_once_per_protocol() {
     assert_eq!(meta[0]["pacing"], "timer");
     assert!(meta[0]["kernel"].as_str().is_some_and(|k| !k.is_empty()));
     let mut seqs: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    let mut with_wake = 0;
+    let mut with_wake: BTreeMap<&str, usize> = BTreeMap::new();
     for p in of_type(&lines, "probe") {
         assert_eq!(p["outcome"], "ok", "{p}");
         assert!(p["rtt_ns"].as_u64().is_some() && p["sent_unix_ns"].as_u64().is_some());
         // udp://, tcp:// and tcp-crr:// (of these) read with kernel receive
         // timestamps (a TCP read with more data queued behind it drops
         // its stamp: docs/timestamps.md); tcp-connect:// reads nothing.
-        let stamped = ["udp", "tcp", "tcp-crr"].contains(&p["protocol"].as_str().unwrap());
-        if stamped {
-            with_wake += usize::from(p["rx_wake_ns"].is_u64());
+        let protocol = p["protocol"].as_str().unwrap();
+        if ["udp", "tcp", "tcp-crr"].contains(&protocol) {
+            *with_wake.entry(protocol).or_default() += usize::from(p["rx_wake_ns"].is_u64());
             assert!(p["rx_wake_ns"].as_u64() <= p["rtt_ns"].as_u64(), "{p}");
         } else {
             assert!(p["rx_wake_ns"].is_null(), "{p}");
@@ -56,9 +56,15 @@ fn json_has_every_seq_once_per_protocol() {
             .or_default()
             .push(p["seq"].as_u64().unwrap());
     }
+    // A UDP reply has its stamp (one may be set aside as a clock
+    // anomaly). A TCP read drops its stamp when more data was queued
+    // behind it, which a loaded machine (the client read late) makes
+    // common: 65 of 75 had one in a run beside a busy loop.
+    let wakes = |p: &str| with_wake.get(p).copied().unwrap_or(0);
+    assert!(wakes("udp") >= 24, "{with_wake:?}");
     assert!(
-        with_wake * 10 >= 3 * 25 * 9,
-        "{with_wake} of 75 with a wake-up"
+        wakes("tcp") + wakes("tcp-crr") >= 25,
+        "{with_wake:?} of 25 each with a wake-up"
     );
     let summaries = of_type(&lines, "summary");
     assert_eq!(summaries.len(), 4);

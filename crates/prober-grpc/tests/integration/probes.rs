@@ -195,12 +195,15 @@ async fn probe_reports_reconnects_through_anomalies() {
 
 /// `--receive adaptive`: the connection's reads spin while a probe waits,
 /// the spins are counted, and they end with the response: a spin that ran
-/// on after it would add the whole budget (10 ms here) to the RTT.
+/// on after it would add the whole budget (200 ms here) to the RTT.
 #[tokio::test(flavor = "current_thread")]
 async fn adaptive_receive_spins_while_a_call_waits_and_no_longer() {
     use prober_core::spin::{Receive, SpinPool};
     let srv = Server::start(ServerConfig::default()).await;
-    let budget = Duration::from_millis(10);
+    // Far above any scheduling gap of a loaded machine, so a runaway spin
+    // cannot be mistaken for one (a 10 ms budget with a 9 ms bound failed
+    // on gaps alone).
+    let budget = Duration::from_millis(200);
     let mut cfg = client(srv.addr, None);
     // A whole CPU's worth of pool, so no spin is refused for lack of it.
     cfg.receive = Receive::Adaptive(SpinPool::new(budget, 1000));
@@ -214,21 +217,16 @@ async fn adaptive_receive_spins_while_a_call_waits_and_no_longer() {
     );
     assert!(spin.caught <= spin.probes, "{spin:?}");
     assert!(spin.caught >= 1, "{spin:?}");
-    assert!(spin.ns <= spin.probes * 10_000_000, "{spin:?}");
+    assert!(spin.ns <= spin.probes * 200_000_000, "{spin:?}");
     for x in &samples {
         let Outcome::Ok(r) = &x.outcome else {
             panic!("{x:?}")
         };
-        // Below the budget: a spin that ran on would add all of it. (The
-        // bound was 5 ms; on this 2-vCPU machine one call in 40 sometimes
-        // took 5.4-5.8 ms, in about one run in four, cause not found:
-        // BENCHMARKS.md, "gRPC: reading the error queue".)
-        assert!(
-            r.rtt() < Duration::from_millis(9),
-            "seq {}: {:?}",
-            x.seq,
-            r.rtt()
-        );
+        // Below half the budget: a spin that ran on would add all of it.
+        // (With a 10 ms budget the bound was 5 ms, then 9: on this 2-vCPU
+        // machine one call in 40 sometimes took 5.4-5.8 ms, cause not
+        // found, BENCHMARKS.md, "gRPC: reading the error queue".)
+        assert!(r.rtt() < budget / 2, "seq {}: {:?}", x.seq, r.rtt());
     }
     // The default waits in epoll and reports no spin at all.
     let (s, _) = run_probe(
