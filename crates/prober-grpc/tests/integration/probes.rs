@@ -194,40 +194,43 @@ async fn probe_reports_reconnects_through_anomalies() {
 }
 
 /// `--receive adaptive`: the connection's reads spin while a probe waits,
-/// the spins are counted, and they end with the response: a spin that ran
-/// on after it would add the whole budget (200 ms here) to the RTT.
+/// the spins are counted, and they end with the response. A spin that ran
+/// on after it (its look at the socket blind to the response) would miss
+/// the response every time and add its whole grant to every RTT; the
+/// pool grants at most 5 ms at once, so that is what it would add.
 #[tokio::test(flavor = "current_thread")]
 async fn adaptive_receive_spins_while_a_call_waits_and_no_longer() {
     use prober_core::spin::{Receive, SpinPool};
     let srv = Server::start(ServerConfig::default()).await;
-    // Far above any scheduling gap of a loaded machine, so a runaway spin
-    // cannot be mistaken for one (a 10 ms budget with a 9 ms bound failed
-    // on gaps alone).
-    let budget = Duration::from_millis(200);
+    let budget = Duration::from_millis(10);
     let mut cfg = client(srv.addr, None);
-    // A whole CPU's worth of pool, so no spin is refused for lack of it.
+    // A whole CPU's worth of pool, so few spins are cut short for lack of
+    // it (on a loaded machine some still are: spins of 3 ms every 2 ms).
     cfg.receive = Receive::Adaptive(SpinPool::new(budget, 1000));
     let p = GrpcProbe::new(cfg);
     let (s, samples) = run_probe(p, config(40, 2 * MS), CancellationToken::new()).await;
     assert_eq!((s.sent, s.ok), (40, 40), "{s:?}");
     let spin = s.spin.expect("adaptive receive reports its spins");
     assert!(
-        (20..=40).contains(&spin.probes),
+        (1..=40).contains(&spin.probes),
         "a probe counts once: {spin:?}"
     );
+    // Most spins see their response (a blind one sees none).
     assert!(spin.caught <= spin.probes, "{spin:?}");
-    assert!(spin.caught >= 1, "{spin:?}");
-    assert!(spin.ns <= spin.probes * 200_000_000, "{spin:?}");
-    for x in &samples {
-        let Outcome::Ok(r) = &x.outcome else {
-            panic!("{x:?}")
-        };
-        // Below half the budget: a spin that ran on would add all of it.
-        // (With a 10 ms budget the bound was 5 ms, then 9: on this 2-vCPU
-        // machine one call in 40 sometimes took 5.4-5.8 ms, cause not
-        // found, BENCHMARKS.md, "gRPC: reading the error queue".)
-        assert!(r.rtt() < budget / 2, "seq {}: {:?}", x.seq, r.rtt());
-    }
+    assert!(spin.caught * 2 >= spin.probes, "{spin:?}");
+    assert!(spin.ns <= spin.probes * 10_000_000, "{spin:?}");
+    // And the RTTs are not the grant longer: the median, not each one, so
+    // a scheduling gap of a loaded machine is not taken for it (single
+    // calls of 5.4-5.8 ms were seen, and one over 9 ms).
+    let mut rtts: Vec<Duration> = samples
+        .iter()
+        .map(|x| match &x.outcome {
+            Outcome::Ok(r) => r.rtt(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    rtts.sort_unstable();
+    assert!(rtts[rtts.len() / 2] < 5 * MS, "{rtts:?}");
     // The default waits in epoll and reports no spin at all.
     let (s, _) = run_probe(
         GrpcProbe::new(client(srv.addr, None)),

@@ -71,14 +71,23 @@ async fn tcp_closes_on_bad_frames() {
     assert!(closes_after(&huge[..HEADER_LEN]).await, "oversized frame");
 }
 
-/// Reads one frame of `len` bytes, or `None` if nothing comes within 50 ms.
+/// Reads one frame of `len` bytes, or `None` if nothing comes within 5 s
+/// (a frame that must come may be late on a loaded machine).
 async fn frame(s: &mut TcpStream, len: usize) -> Option<Vec<u8>> {
+    frame_within(s, len, Duration::from_secs(5)).await
+}
+
+/// [`frame`] waiting `wait`: 50 ms where nothing must come.
+async fn frame_within(s: &mut TcpStream, len: usize, wait: Duration) -> Option<Vec<u8>> {
     let mut buf = vec![0u8; len];
-    match tokio::time::timeout(Duration::from_millis(50), s.read_exact(&mut buf)).await {
+    match tokio::time::timeout(wait, s.read_exact(&mut buf)).await {
         Ok(Ok(_)) => Some(buf),
         _ => None,
     }
 }
+
+/// How long a check that nothing comes waits.
+const NOTHING: Duration = Duration::from_millis(50);
 
 /// A follow-up frame comes unasked to a client that asked for follow-ups
 /// the first way (no ask), and only after the ask to one that said it
@@ -107,7 +116,11 @@ async fn tcp_follow_ups_come_unasked_or_on_ask_as_the_request_says() {
     s.write_all(&req).await.unwrap();
     let resp = frame(&mut s, 64).await.expect("the response");
     assert!(wire::waits_for_ask(&resp));
-    assert_eq!(frame(&mut s, 1).await, None, "no follow-up before the ask");
+    assert_eq!(
+        frame_within(&mut s, 1, NOTHING).await,
+        None,
+        "no follow-up before the ask"
+    );
     let mut ask = Vec::new();
     wire::encode_ask(&mut ask, 2, 5);
     s.write_all(&ask).await.unwrap();
@@ -148,7 +161,11 @@ async fn tcp_interleaved_stamps_ride_in_the_next_response_or_come_on_ask() {
                 assert!(send.is_some(), "loopback stamps sends");
             }
         }
-        assert_eq!(frame(&mut s, 1).await, None, "no frame of its own");
+        assert_eq!(
+            frame_within(&mut s, 1, NOTHING).await,
+            None,
+            "no frame of its own"
+        );
     }
     // The last one, asked for.
     let mut ask = Vec::new();
@@ -179,18 +196,21 @@ async fn udp_interleaved_stamps_ride_in_the_next_response_or_come_on_ask() {
     let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     sock.connect(r.udp).await.unwrap();
     let mut buf = vec![0u8; 2048];
-    let mut next = async |sock: &UdpSocket| -> Option<Vec<u8>> {
-        match tokio::time::timeout(Duration::from_millis(50), sock.recv(&mut buf)).await {
+    // A datagram that must come may be late on a loaded machine: 5 s; 50 ms
+    // where nothing must come.
+    let mut next = async |sock: &UdpSocket, wait: Duration| -> Option<Vec<u8>> {
+        match tokio::time::timeout(wait, sock.recv(&mut buf)).await {
             Ok(Ok(n)) => Some(buf[..n].to_vec()),
             _ => None,
         }
     };
+    let must = Duration::from_secs(5);
     let mut req = Vec::new();
     for seq in 1..=3u64 {
         wire::encode_request(&mut req, 64, seq, 6);
         wire::want_interleaved(&mut req);
         sock.send(&req).await.unwrap();
-        let resp = next(&sock).await.expect("the response");
+        let resp = next(&sock, must).await.expect("the response");
         assert_eq!(resp.len(), 64, "never more bytes than the request");
         assert!(wire::interleaved(&resp), "seq {seq}: interleaved");
         if seq > 1 {
@@ -198,17 +218,17 @@ async fn udp_interleaved_stamps_ride_in_the_next_response_or_come_on_ask() {
             assert_eq!(prev, seq - 1);
             assert!(send.is_some(), "loopback stamps sends");
         }
-        assert_eq!(next(&sock).await, None, "no datagram of its own");
+        assert_eq!(next(&sock, NOTHING).await, None, "no datagram of its own");
     }
     // An ask for one carried already gets nothing; for the last, its
     // follow-up.
     let mut ask = Vec::new();
     wire::encode_ask(&mut ask, 2, 6);
     sock.send(&ask).await.unwrap();
-    assert_eq!(next(&sock).await, None, "carried already");
+    assert_eq!(next(&sock, NOTHING).await, None, "carried already");
     wire::encode_ask(&mut ask, 3, 6);
     sock.send(&ask).await.unwrap();
-    let f = next(&sock).await.expect("the follow-up");
+    let f = next(&sock, must).await.expect("the follow-up");
     let h = wire::Header::decode(&f, wire::MAX_UDP_FRAME).unwrap();
     assert_eq!((h.kind, h.seq, h.nonce), (wire::Kind::FollowUp, 3, 6));
     assert!(wire::follow_up_send(&f).is_some());
