@@ -312,11 +312,22 @@ async fn read_replies(
     loop {
         // ERROR too: an ICMP port unreachable makes the socket report
         // POLLERR alone, which READABLE by itself does not wake on here; and
-        // transmit stamps wait on the error queue, which is drained first.
+        // transmit stamps wait on the error queue. A reply is read first and
+        // the error queue only when no reply waits: a look at the error
+        // queue before the reply is a syscall between the reply's arrival
+        // and its receive time, in every RTT (the stamp itself was raised
+        // inside the send, so the wake it caused has taken it by then;
+        // `probe_at` takes a late one).
         let read = socket
-            .async_io(Interest::READABLE | Interest::ERROR, || {
-                tx.drain(socket.as_fd(), nonce);
-                recv_stamped(socket.as_fd(), &mut buf)
+            .async_io(Interest::READABLE | Interest::ERROR, || match recv_stamped(
+                socket.as_fd(),
+                &mut buf,
+            ) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    tx.drain(socket.as_fd(), nonce);
+                    Err(e)
+                }
+                other => other,
             })
             .await;
         match read {
@@ -376,8 +387,12 @@ impl Probe for UdpProbe {
         if let Some(budget) = &self.spin {
             budget.record(reply.rtt());
         }
-        self.tx.drain(self.socket.as_fd(), self.nonce);
-        reply.stamps.t1k = self.tx.take(seq);
+        // Filed by the reader's wake on the stamp; if that wake has not
+        // come yet, read the error queue here.
+        reply.stamps.t1k = self.tx.take(seq).or_else(|| {
+            self.tx.drain(self.socket.as_fd(), self.nonce);
+            self.tx.take(seq)
+        });
         // Interleaved, the transmit stamp comes later: `settle`.
         if got.follow_up
             && !got.interleaved
