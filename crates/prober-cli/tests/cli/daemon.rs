@@ -19,11 +19,19 @@ pub(crate) struct Daemon {
 }
 
 pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    // Below the kernel's ephemeral range (32768-60999), which the other
+    // tests' connections draw their source ports from: a port from there
+    // could be taken by one of them between this check and the daemon's
+    // bind. Free for TCP and UDP both, as the daemon binds it for both.
+    for _ in 0..10_000 {
+        let port = fastrand::u16(20_000..32_000);
+        let tcp = std::net::TcpListener::bind(("127.0.0.1", port));
+        let udp = std::net::UdpSocket::bind(("127.0.0.1", port));
+        if tcp.is_ok() && udp.is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in 20000..32000");
 }
 
 impl Daemon {
@@ -364,9 +372,6 @@ fn metrics_agree_with_the_files_and_pass_promtool() {
 #[test]
 fn reload_adds_removes_and_changes_targets() {
     let d = Daemon::start("reload", JOBS);
-    std::thread::sleep(Duration::from_millis(500));
-    let before = d.scrape();
-    assert!(before.contains("target=\"tcp-connect://"));
     // Remove tcp-connect, add udp to another port of the same responder... a
     // new job "extra", and change nothing else in "loop": loop's udp target
     // keeps its counters.
@@ -378,6 +383,12 @@ fn reload_adds_removes_and_changes_targets() {
             .and_then(|l| l.rsplit(' ').next()?.parse().ok())
     };
     let udp_target = format!("udp://{}", d.udp);
+    // Each step waits for what it must see, not for a fixed time: a reload
+    // on a loaded machine may take longer than any sleep.
+    let wait = Duration::from_secs(10);
+    let before = d.scrape_until("both jobs probing", wait, &|t| {
+        t.contains("target=\"tcp-connect://") && sent(t, &udp_target).is_some_and(|n| n > 0)
+    });
     let udp_before = sent(&before, &udp_target).unwrap();
     d.rewrite(r#"
 [[job]]
@@ -393,8 +404,10 @@ name = "extra"
 interval = "50ms"
 targets = ["tcp-connect://RESPONDER"]
 "#);
-    std::thread::sleep(Duration::from_millis(500));
-    let after = d.scrape();
+    let after = d.scrape_until("the first reload", wait, &|t| {
+        t.contains("probe=\"extra\",target=\"tcp-connect://")
+            && sent(t, &udp_target).is_some_and(|n| n > udp_before)
+    });
     assert!(
         sent(&after, &udp_target).unwrap() > udp_before,
         "udp kept counting"
@@ -419,8 +432,9 @@ labels = { site = "lab" }
 sinks = { jsonl = { path = "loop.jsonl" } }
 "#,
     );
-    std::thread::sleep(Duration::from_millis(300));
-    let changed = d.scrape();
+    let changed = d.scrape_until("the second reload", wait, &|t| {
+        !t.contains("probe=\"extra\"")
+    });
     assert!(
         sent(&changed, &udp_target).unwrap() < sent(&after, &udp_target).unwrap(),
         "restarted"
@@ -428,8 +442,10 @@ sinks = { jsonl = { path = "loop.jsonl" } }
     assert!(!changed.contains("probe=\"extra\""));
     // An invalid config is rejected and the old one keeps running.
     d.rewrite("[[job]]\nname = \"loop\"\nbogus = true\ntargets = [\"udp://RESPONDER\"]\n");
-    std::thread::sleep(Duration::from_millis(300));
-    let still = d.scrape();
+    let still = d.scrape_until("the rejected reload", wait, &|t| {
+        series(t, "prober_config_last_reload_successful ") == Some(0.0)
+            && sent(t, &udp_target) > sent(&changed, &udp_target)
+    });
     assert!(sent(&still, &udp_target).unwrap() > sent(&changed, &udp_target).unwrap());
     // The metric says so too, and the last good load's time stays.
     assert_eq!(
