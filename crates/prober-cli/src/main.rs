@@ -55,6 +55,11 @@ fn main() -> ExitCode {
         .init();
     // The daemon does many small I/O events; one thread saves the
     // cross-thread wake-ups (0.27 instead of 0.37 cores for 10,000 targets).
+    // So does the responder: under `ghz -c 50` its gRPC side spent 6.5-7.0
+    // µs of CPU a request on one thread against 11.5-13.0 on two (h2's
+    // stream lock contended between workers, and parking), with as many
+    // requests a second or more, and no worse latency one call at a time
+    // (BENCHMARKS.md).
     // Spinning pacing and busy-poll leave no idle core on a small machine:
     // a second runtime worker only contends with the spinners (on 2 vCPUs,
     // spin send-lag p99 0.1-0.2 µs on one thread against 0.3-311 µs on two;
@@ -63,7 +68,7 @@ fn main() -> ExitCode {
     // waiting for, after the very wake-up the spin avoids. The self-test keeps
     // its in-process responder on other workers.
     let single = match &cli.command {
-        Command::Serve(args) => args.config.is_some(),
+        Command::Serve(_) => true,
         Command::Run(args) => {
             !args.targets.is_empty()
                 && (args.busy_poll
@@ -98,8 +103,10 @@ fn main() -> ExitCode {
             Command::Sweep(args) => cmd::sweep::sweep(args).await,
         }
     });
-    // Every log line is out before the last words below.
-    drop(runtime);
+    // Every log line is out before the last words below. Blocking tasks
+    // still running (a name lookup given up on) are not waited for beyond
+    // a moment: getaddrinfo can take the resolver's whole timeout.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
     drop(log_guard);
     let dropped = log_dropped.dropped_lines();
     if dropped > 0 {

@@ -227,12 +227,33 @@ pub async fn start(
     let mut sockperf = None;
     if let Some(addr) = opts.sockperf {
         // UDP and TCP on one port, as sockperf's clients take one port for
-        // either (`--tcp`); port 0 gets the UDP socket's port for both.
-        let socket = bind_udp(addr, "sockperf", &mut bound).await?;
-        let tcp_addr = SocketAddr::new(addr.ip(), local(socket.local_addr(), "sockperf")?.port());
-        let listener = TcpListener::bind(tcp_addr)
-            .await
-            .map_err(|e| DaemonError::io(format!("binding sockperf tcp {tcp_addr}"), e))?;
+        // either (`--tcp`); port 0 gets the UDP socket's port for both, and
+        // another one if a TCP socket already holds that port.
+        let mut attempts = 0;
+        let (socket, listener) = loop {
+            let socket = UdpSocket::bind(addr)
+                .await
+                .map_err(|e| DaemonError::io(format!("binding sockperf {addr}"), e))?;
+            let port = local(socket.local_addr(), "sockperf")?.port();
+            let tcp_addr = SocketAddr::new(addr.ip(), port);
+            match TcpListener::bind(tcp_addr).await {
+                Ok(listener) => break (socket, listener),
+                Err(e)
+                    if addr.port() == 0
+                        && e.kind() == std::io::ErrorKind::AddrInUse
+                        && attempts < 16 =>
+                {
+                    attempts += 1;
+                }
+                Err(e) => {
+                    return Err(DaemonError::io(
+                        format!("binding sockperf tcp {tcp_addr}"),
+                        e,
+                    ));
+                }
+            }
+        };
+        bound.push(("sockperf", local(socket.local_addr(), "sockperf")?));
         bound.push((
             "sockperf-tcp",
             local(listener.local_addr(), "sockperf tcp")?,

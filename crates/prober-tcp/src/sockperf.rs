@@ -209,7 +209,11 @@ async fn answer_stream(
         }
         let (at, answers) = match answer_messages(&mut acc, &mut out, stats) {
             Ok(done) => done,
-            Err(len) => {
+            Err((len, answers)) => {
+                // The whole messages before it are answered first.
+                if !out.is_empty() && stream.write_all(&out).await.is_ok() {
+                    stats.answered.fetch_add(answers, Ordering::Relaxed);
+                }
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
                     format!("no sockperf message is {len} bytes long"),
@@ -247,17 +251,18 @@ async fn answer_stream(
 ///
 /// # Errors
 /// A length field no message can have (below the header's, above
-/// [`MAX_MESSAGE`]): the stream cannot be framed past it.
+/// [`MAX_MESSAGE`]): the stream cannot be framed past it. The error holds
+/// that length and how many answers `out` got before it.
 pub fn answer_messages(
     stream: &mut [u8],
     out: &mut Vec<u8>,
     stats: &SockperfStats,
-) -> Result<(usize, u64), usize> {
+) -> Result<(usize, u64), (usize, u64)> {
     let (mut at, mut answers) = (0, 0);
     while let Some((_, len)) = header(&stream[at..]) {
         if !(HEADER_LEN..=MAX_MESSAGE).contains(&len) {
             stats.ignored.fetch_add(1, Ordering::Relaxed);
-            return Err(len);
+            return Err((len, answers));
         }
         if stream.len() - at < len {
             break;
@@ -437,9 +442,15 @@ mod tests {
         assert_eq!(got[..8], 3u64.to_be_bytes());
         assert_eq!(header(&got[20..]), Some((FLAG_PONG_REQUEST, 64)));
         assert_eq!(got[20..28], 6u64.to_be_bytes());
-        // A length below the header's: the stream cannot be framed.
-        c.write_all(&message(7, pong, 14)[..10]).await.unwrap();
-        c.write_all(&[0, 0, 0, 5]).await.unwrap();
+        // A length below the header's: the stream cannot be framed. A pong
+        // request before it in the same write is still answered.
+        let mut bad = message(8, pong, 32);
+        bad.extend_from_slice(&message(7, pong, 14)[..10]);
+        bad.extend_from_slice(&[0, 0, 0, 5]);
+        c.write_all(&bad).await.unwrap();
+        let mut got = vec![0u8; 32];
+        c.read_exact(&mut got).await.unwrap();
+        assert_eq!(got[..8], 8u64.to_be_bytes());
         let mut rest = Vec::new();
         let closed =
             tokio::time::timeout(std::time::Duration::from_secs(5), c.read_to_end(&mut rest))
@@ -453,7 +464,7 @@ mod tests {
                 get(&stats.answered),
                 get(&stats.ignored)
             ),
-            (4, 3, 3)
+            (5, 4, 3)
         );
         stop.cancel();
         server.await.unwrap().unwrap();

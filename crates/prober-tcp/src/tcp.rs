@@ -488,16 +488,14 @@ impl Probe for TcpProbe {
         if let Some(budget) = &self.spin {
             budget.record(reply.rtt());
         }
-        reply.stamps.t1k = match self.stamps.tx.take(seq) {
-            Some(t1k) => Some(t1k),
-            // The reader has not had the stamp's wake yet.
-            None if conn.tx_on => {
-                let guard = conn.writer.lock().await;
-                self.stamps.tx.drain(guard.0.as_ref().as_fd());
-                self.stamps.tx.take(seq)
-            }
-            None => None,
-        };
+        // The reader has not had the stamp's wake yet: the error queue is
+        // read here, through the socket's duplicate (not the writer, whose
+        // lock another probe may hold with its write).
+        reply.stamps.t1k = self.stamps.tx.take(seq).or_else(|| {
+            let dup = conn.info.as_ref().filter(|_| conn.tx_on)?;
+            self.stamps.tx.drain(dup.as_fd());
+            self.stamps.tx.take(seq)
+        });
         // The response has been read: now the follow-up cannot be merged
         // into it by TCP (which would lend the response its stamp). The ask
         // waits for the writer no longer than the follow-up may be waited

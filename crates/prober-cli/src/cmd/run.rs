@@ -416,7 +416,8 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         );
     }
     // Signals are caught from here on: one during the start-up below stops
-    // the run before its first probe, with its (empty) results written.
+    // the run before its first probe (with its empty results written once
+    // the targets are resolved; while a name is resolved, at once with 130).
     let stop = CancellationToken::new();
     let _signals = cancel_on_signals(stop.clone());
     let responder_stop = CancellationToken::new();
@@ -442,11 +443,16 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let mut addrs = Vec::with_capacity(targets.len());
     for t in &targets {
-        // A name that takes long to resolve must not hold a Ctrl-C back.
+        // A name that takes long to resolve must not hold a Ctrl-C back:
+        // nothing was measured yet, so the run ends there with 130, and
+        // `main` does not wait for the resolver's thread.
         let addr = tokio::select! {
             biased;
             addr = resolve(t, family) => addr?,
-            () = stop.cancelled() => bail!("stopped while resolving {t}"),
+            () = stop.cancelled() => {
+                eprintln!("prober: stopped while resolving {t}");
+                return Ok(ExitCode::from(130));
+            }
         };
         if let Err(e) = env.marks.check_family(addr) {
             bail!("--source {e}, the address of {t}");
