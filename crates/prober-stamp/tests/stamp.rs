@@ -514,8 +514,15 @@ async fn the_reflector_drops_what_it_must_and_says_why() {
         client.send(&pkt).await.unwrap();
         sent += 1;
         if i % 16 == 15 {
-            // Keep the reflector's receive buffer from overflowing.
-            tokio::time::sleep(Duration::from_millis(1)).await;
+            // Keep the reflector's receive buffer from overflowing: wait
+            // until it has taken what was sent (a loaded machine may not
+            // run it within a fixed pause).
+            let until = tokio::time::Instant::now() + Duration::from_secs(5);
+            while stats.received.load(Ordering::Relaxed) < sent
+                && tokio::time::Instant::now() < until
+            {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
         }
     }
     let mut buf = [0u8; 2048];

@@ -626,7 +626,13 @@ fn real_prometheus_scrapes_what_the_files_say() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let query = format!("http://127.0.0.1:{prom_port}/api/v1/query?query=prober_probes_sent_total");
+    // The raw samples of the last 10 s, each with its scrape's own time: the
+    // bounds below are anchored there, not at the query's time, which may
+    // come any time after the scrape (%5B %5D: the brackets, which curl
+    // would glob).
+    let query = format!(
+        "http://127.0.0.1:{prom_port}/api/v1/query?query=prober_probes_sent_total%5B10s%5D"
+    );
     let deadline = Instant::now() + Duration::from_secs(60);
     let result = loop {
         assert!(
@@ -637,6 +643,15 @@ fn real_prometheus_scrapes_what_the_files_say() {
         let Some(body) = curl(&query) else { continue };
         let v: Value = serde_json::from_str(&body).unwrap();
         let r = v["data"]["result"].as_array().cloned().unwrap_or_default();
+        // Each series' newest sample, as an instant query's `value`.
+        let r: Vec<Value> = r
+            .into_iter()
+            .filter_map(|mut s| {
+                let last = s["values"].as_array()?.last()?.clone();
+                s["value"] = last;
+                Some(s)
+            })
+            .collect();
         if r.len() == 3
             && r.iter()
                 .all(|s| s["value"][1].as_str().is_some_and(|n| n != "0"))
@@ -702,7 +717,14 @@ fn real_prometheus_scrapes_what_the_files_say() {
                 })
                 .count() as u64
         };
-        let (low, high) = (done_by(at_ns.saturating_sub(1_100_000_000)), done_by(at_ns));
+        // At the scrape's time: what had been recorded by then (probes that
+        // ended up to 200 ms before may still have been on their way to the
+        // collector) and no more than had ended by the time the scrape's
+        // answer could have been made (1 s on a loaded machine).
+        let (low, high) = (
+            done_by(at_ns.saturating_sub(200_000_000)),
+            done_by(at_ns + 1_000_000_000),
+        );
         assert!(
             low <= scraped && scraped <= high,
             "{target}: prometheus {scraped}, files {low}..={high}"

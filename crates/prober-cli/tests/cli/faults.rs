@@ -207,10 +207,13 @@ fn a_responder_stopped_for_two_seconds_shows_in_latency_and_loses_no_slot() {
         .unwrap();
     std::thread::sleep(Duration::from_millis(1000));
     signal(srv.pid(), "STOP");
+    // The stall lasted at least from the STOP's `kill` returning to the
+    // CONT's being started (each `kill` is a process of its own, which a
+    // loaded machine may take tens of ms to run).
     let stopped = Instant::now();
     std::thread::sleep(Duration::from_secs(2));
-    signal(srv.pid(), "CONT");
     let stall = stopped.elapsed();
+    signal(srv.pid(), "CONT");
     let out = run.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
