@@ -196,8 +196,8 @@ async fn probe_reports_reconnects_through_anomalies() {
 /// `--receive adaptive`: the connection's reads spin while a probe waits,
 /// the spins are counted, and they end with the response. A spin that ran
 /// on after it (its look at the socket blind to the response) would miss
-/// the response every time and add its whole grant to every RTT; the
-/// pool grants at most 5 ms at once, so that is what it would add.
+/// the response every time, and add its whole grant (the pool grants at
+/// most 5 ms at once) to every RTT.
 #[tokio::test(flavor = "current_thread")]
 async fn adaptive_receive_spins_while_a_call_waits_and_no_longer() {
     use prober_core::spin::{Receive, SpinPool};
@@ -219,18 +219,13 @@ async fn adaptive_receive_spins_while_a_call_waits_and_no_longer() {
     assert!(spin.caught <= spin.probes, "{spin:?}");
     assert!(spin.caught * 2 >= spin.probes, "{spin:?}");
     assert!(spin.ns <= spin.probes * 10_000_000, "{spin:?}");
-    // And the RTTs are not the grant longer: the median, not each one, so
-    // a scheduling gap of a loaded machine is not taken for it (single
-    // calls of 5.4-5.8 ms were seen, and one over 9 ms).
-    let mut rtts: Vec<Duration> = samples
-        .iter()
-        .map(|x| match &x.outcome {
-            Outcome::Ok(r) => r.rtt(),
-            other => panic!("{other:?}"),
-        })
-        .collect();
-    rtts.sort_unstable();
-    assert!(rtts[rtts.len() / 2] < 5 * MS, "{rtts:?}");
+    // No bound on the RTTs themselves: beside a busy loop they ran 0.7-16
+    // ms with the median at 6 ms (the scheduler's slices), where a blind
+    // spin would add at most the pool's 5 ms. The spins' own count above
+    // tells a blind spin (it never sees its response) from a slow machine.
+    for x in &samples {
+        assert!(matches!(x.outcome, Outcome::Ok(_)), "{x:?}");
+    }
     // The default waits in epoll and reports no spin at all.
     let (s, _) = run_probe(
         GrpcProbe::new(client(srv.addr, None)),
