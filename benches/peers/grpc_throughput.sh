@@ -11,13 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROUNDS=${ROUNDS:-3}
 N=${N:-100000}
-PROBER=${PROBER:-target/release/prober}
-BIN=benches/peers/.bin
-mkdir -p "$BIN"
-[ -x "$PROBER" ] || cargo build --release -p prober-cli
-[ -x "$BIN/grpc-go-echo" ] ||
-  (cd benches/peers/grpc-go-echo && go build -o ../.bin/grpc-go-echo .)
-[ -x "$BIN/ghz" ] || GOBIN=$PWD/$BIN go install github.com/bojand/ghz/cmd/ghz@v0.93.0
+. benches/peers/grpc_tools.sh
 clk=$(getconf CLK_TCK)
 one() {
   local port=$((30000 + RANDOM % 20000))

@@ -378,12 +378,7 @@ async fn serve_conn(
     let mut follow = Vec::new();
     let mut next = NextRequest::new(&cfg.receive);
     loop {
-        let idle = served && acc.is_empty();
-        let limit = if idle {
-            limits.idle_timeout
-        } else {
-            limits.request_timeout
-        };
+        let (limit, idle) = next_wait(limits, served, !acc.is_empty());
         let event = tokio::time::timeout_at(
             since + limit,
             sock.async_io(
@@ -534,6 +529,20 @@ async fn serve_conn(
             ));
         }
     }
+}
+
+/// How long a connection may wait for its next bytes, and whether that
+/// wait is idle: one that has answered requests (`served`) and holds no
+/// part of another may idle for the idle timeout; otherwise it must bring
+/// a whole request within the request timeout.
+pub(crate) fn next_wait(limits: &Limits, served: bool, holding: bool) -> (Duration, bool) {
+    let idle = served && !holding;
+    let limit = if idle {
+        limits.idle_timeout
+    } else {
+        limits.request_timeout
+    };
+    (limit, idle)
 }
 
 /// A connection's wait ran out: counted, and the error that closes it.

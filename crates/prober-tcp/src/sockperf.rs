@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::ResponderConfig;
-use crate::responder::{Held, READ_MAX, READ_MIN, accept_loop, timed_out};
+use crate::responder::{Held, READ_MAX, READ_MIN, accept_loop, next_wait, timed_out};
 
 /// The header's length: seq, flags and length, packed.
 pub const HEADER_LEN: usize = 14;
@@ -184,12 +184,7 @@ async fn answer_stream(
     // idle timeout.
     let (mut since, mut served) = (Instant::now(), false);
     loop {
-        let idle = served && acc.is_empty();
-        let limit = if idle {
-            limits.idle_timeout
-        } else {
-            limits.request_timeout
-        };
+        let (limit, idle) = next_wait(limits, served, !acc.is_empty());
         let Ok(read) = tokio::time::timeout_at(since + limit, stream.read(&mut chunk)).await else {
             return Err(timed_out(gate, idle));
         };

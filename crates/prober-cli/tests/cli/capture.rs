@@ -692,6 +692,29 @@ fn http_stack_split_agrees_with_a_packet_capture(name: &str, serve: &str, target
     let _ = srv.wait();
     let lines = ok_json(&out);
     let probes = of_type(&lines, "probe");
+    // Each probe's exchange, user send to user receive, by seq: the pairing
+    // below assumes one exchange at a time, which a loaded machine breaks
+    // (a probe sent 17.8 ms late overlapped the one before it, on a second
+    // connection, and was paired with that one's response).
+    let mut spans: Vec<(u64, u64, u64)> = probes
+        .iter()
+        .map(|p| {
+            let sent = p["sent_unix_ns"].as_u64().unwrap();
+            (
+                p["seq"].as_u64().unwrap(),
+                sent,
+                sent + p["rtt_ns"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    spans.sort_unstable();
+    let alone = |seq: u64| {
+        let i = spans.iter().position(|s| s.0 == seq).unwrap();
+        let (_, sent, end) = spans[i];
+        let before = i.checked_sub(1).map(|j| spans[j].2);
+        let after = spans.get(i + 1).map(|s| s.1);
+        before.is_none_or(|e| e + 400_000 < sent) && after.is_none_or(|s| end + 400_000 < s)
+    };
     let (mut excess, mut stamped) = (Vec::new(), 0usize);
     for p in &probes {
         assert_eq!(p["outcome"], "ok", "{p}");
@@ -713,7 +736,7 @@ fn http_stack_split_agrees_with_a_packet_capture(name: &str, serve: &str, target
         // opening ones (SETTINGS and their ACKs), which this pairing can
         // take for the probe's. The one time it failed, seq 0 had a 1.3 ms
         // client send and a wire "RTT" 88 µs over its kernel RTT.
-        if p["seq"] == 0 {
+        if p["seq"] == 0 || !alone(p["seq"].as_u64().unwrap()) {
             continue;
         }
         let sent = p["sent_unix_ns"].as_u64().unwrap().saturating_sub(200_000);
@@ -763,15 +786,18 @@ fn http_stack_split_agrees_with_a_packet_capture(name: &str, serve: &str, target
         complete * 10 >= n * 9,
         "{complete} of {n} with the network part"
     );
+    // Of the probes that had the connection to themselves (all but a few
+    // on a quiet machine), 90 % matched.
+    let solo = spans.iter().filter(|s| alone(s.0)).count();
     assert!(
-        excess.len() * 10 >= n * 9,
-        "{} of {n} matched",
+        excess.len() * 10 >= solo * 9 && solo * 10 >= n * 7,
+        "{} of {n} matched, {solo} alone",
         excess.len()
     );
     let med = quantile(&mut excess, 0.5);
     let p99 = quantile(&mut excess, 0.99);
     eprintln!(
-        "{name} -i 10ms: {n} probes, {stamped} with kernel stamps; kernel rtt − wire rtt median {med} ns, p99 {p99} ns"
+        "{name} -i 10ms: {n} probes, {solo} alone, {stamped} with kernel stamps; kernel rtt − wire rtt median {med} ns, p99 {p99} ns"
     );
 }
 
