@@ -258,14 +258,32 @@ fn jittered_delays_show_in_the_rtt_quantiles() {
             let want = quantile(&drawn, q) + base;
             let got = s["rtt"][key].as_f64().unwrap();
             eprintln!("{jitter:?} {key}: rtt {got:.0} ns, relay held {want:.0} ns (+ base)");
-            // 500 µs: under the whole suite on 2 vCPUs, prober's and the
-            // responder's own wake-ups added 376 µs at a p90 once (4.75 ms
-            // against 4.37 ms held), beyond the relay's lateness.
-            assert!(
-                (got - want).abs() <= (0.05 * want).max(500_000.0),
-                "{jitter:?} {key}: rtt {got} ns, want {want} ns"
-            );
         }
+        // Probe by probe (the k-th reply the relay held is seq k - 1: it
+        // drops, duplicates and reorders nothing here), each RTT is that
+        // reply's hold plus the unimpaired round trip. Quantiles of whole
+        // runs drifted by more than 500 µs under the suite on 2 vCPUs
+        // (prober's and the responder's own wake-ups, beyond the relay's
+        // lateness), so the bound is per probe, for 90 % of them.
+        let hold: std::collections::HashMap<u64, f64> = held
+            .iter()
+            .map(|(k, d)| (k - 1, d.as_nanos() as f64))
+            .collect();
+        let mut extra: Vec<f64> = rtts.iter().map(|(seq, rtt)| rtt - hold[seq]).collect();
+        extra.sort_by(f64::total_cmp);
+        let med = quantile(&extra, 0.5);
+        let close = extra
+            .iter()
+            .filter(|e| (*e - med).abs() <= 500_000.0)
+            .count();
+        eprintln!(
+            "{jitter:?}: RTT − hold median {med:.0} ns (base {base:.0}), {close} of 400 within 500 µs of it"
+        );
+        assert!(close * 10 >= 400 * 9, "{jitter:?}: {close} of 400");
+        assert!(
+            (med - base).abs() <= 300_000.0,
+            "{jitter:?}: RTT − hold median {med} ns, base {base} ns"
+        );
     }
 }
 
