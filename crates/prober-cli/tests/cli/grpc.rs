@@ -48,21 +48,28 @@ fn unary_stream_and_health() {
         .into_iter()
         .filter(|p| p["protocol"] == "grpc-health")
         .collect();
-    let split: Vec<_> = health.iter().filter(|p| p["parts"].is_object()).collect();
+    // A part the stamps do not give is absent: one CI run had a probe with
+    // its client wake but no transmit stamp, so no client send.
+    let split: Vec<_> = health
+        .iter()
+        .filter(|p| p["parts"]["client_send_ns"].is_u64() && p["parts"]["client_wake_ns"].is_u64())
+        .collect();
     assert!(
         split.len() * 2 >= health.len(),
         "{} of {}",
         split.len(),
         health.len()
     );
+    for p in &health {
+        assert!(p["parts"].get("network_ns").is_none(), "{p}");
+    }
     for p in split {
         let parts = p["parts"].as_object().unwrap();
         let rtt = p["rtt_ns"].as_u64().unwrap();
-        let send = parts["client_send_ns"].as_u64().expect("client send");
-        let wake = parts["client_wake_ns"].as_u64().expect("client wake");
+        let send = parts["client_send_ns"].as_u64().unwrap();
+        let wake = parts["client_wake_ns"].as_u64().unwrap();
         let kernel = p["kernel_rtt_ns"].as_u64().expect("kernel rtt");
         assert_eq!(send + kernel + wake, rtt, "{p}");
-        assert!(parts.get("network_ns").is_none(), "{p}");
     }
 }
 
