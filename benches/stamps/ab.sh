@@ -6,6 +6,7 @@
 # so the machine's slow and fast states fall on all of them. Loopback only.
 #
 #   A=/tmp/prober-old B=target/release/prober T=udp R=9 C=5000 bash benches/stamps/ab.sh
+#   T=tcp, T=grpc: the same over tcp:// or grpc://
 #   PIN=1 ...   client on CPU 0, responder on CPU 1 (taskset)
 set -euo pipefail
 A=${A:?A=path to the first build}
@@ -14,12 +15,16 @@ T=${T:-udp}; R=${R:-9}; C=${C:-5000}
 port=$((30000 + RANDOM % 20000))
 client=(); server=()
 if [ -n "${PIN:-}" ]; then client=(taskset -c 0); server=(taskset -c 1); fi
-"${server[@]}" "$B" serve --quiet --udp "127.0.0.1:$port" --tcp "127.0.0.1:$port" >/dev/null &
+"${server[@]}" "$B" serve --quiet --udp "127.0.0.1:$port" --tcp "127.0.0.1:$port" \
+  --grpc "127.0.0.1:$((port + 1))" >/dev/null &
 srv=$!
 trap 'kill $srv' EXIT
 sleep 0.5
-p50() {
-  "${client[@]}" "$@" run -q -o json -c "$C" -i 0 "$T://127.0.0.1:$port" | python3 -c 'import json,sys
+p50() { # BUILD [RUN OPTIONS]
+  local bin=$1 at=$port
+  shift
+  [ "$T" = grpc ] && at=$((port + 1))
+  "${client[@]}" "$bin" run -q -o json -c "$C" -i 0 "$@" "$T://127.0.0.1:$at" | python3 -c 'import json,sys
 for l in sys.stdin:
     d=json.loads(l)
     if d.get("type")=="summary":

@@ -293,6 +293,17 @@ impl ChannelStamps {
         }
     }
 
+    /// Whether the transmit stamp of the last byte written is filed (true
+    /// when nothing was written).
+    fn has_last_tx(&self) -> bool {
+        let s = self.lock();
+        s.written.checked_sub(1).is_none_or(|k| {
+            #[allow(clippy::cast_possible_truncation)] // OPT_ID keys are 32-bit
+            let k = k as u32;
+            s.tx.iter().rev().any(|(x, _)| *x == k)
+        })
+    }
+
     /// Files the transmit stamps waiting on the error queue.
     fn drain(&self, fd: std::os::fd::BorrowedFd<'_>) {
         crate::rx::drain_tx_stamps_id(fd, 64, |key, stamp| {
@@ -407,22 +418,35 @@ impl AsyncRead for StampedStream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        let (stamps, tx_on) = (&this.stamps, this.tx_on);
-        let before = |fd: std::os::fd::BorrowedFd<'_>| {
+        let (stamps, tx_on, fd) = (&this.stamps, this.tx_on, this.inner.as_fd());
+        // Transmit stamps are filed when a read finds nothing (the wait
+        // after a request), not before each read: a look at the error
+        // queue ahead of the response's read is a syscall inside the RTT
+        // (as it was for udp:// and tcp://, BENCHMARKS.md). A response read
+        // before its request's stamp was filed files it then.
+        let on_block = |fd: std::os::fd::BorrowedFd<'_>| {
             if tx_on {
+                stamps.drain(fd);
+            }
+        };
+        let on_data = |t: Option<u64>| {
+            stamps.on_read(t);
+            if tx_on && !stamps.has_last_tx() {
                 stamps.drain(fd);
             }
         };
         if stamps.is_spinning() {
             // Straight at the socket: the runtime has not polled its
             // events since the last try, so its readiness is stale.
-            before(this.inner.as_fd());
-            let res = crate::rx::recv_stamped::<()>(this.inner.as_fd(), buf.initialize_unfilled());
-            if let Some(done) = filled(buf, res, |t| stamps.on_read(t)) {
+            let res = crate::rx::recv_stamped::<()>(fd, buf.initialize_unfilled());
+            if matches!(&res, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
+                on_block(fd);
+            }
+            if let Some(done) = filled(buf, res, on_data) {
                 return Poll::Ready(done);
             }
         }
-        let res = poll_read_stamped(&this.inner, cx, buf, before, |t| stamps.on_read(t));
+        let res = poll_read_stamped(&this.inner, cx, buf, on_block, on_data);
         if res.is_pending() && stamps.spin_on() {
             cx.waker().wake_by_ref();
         }
@@ -431,21 +455,24 @@ impl AsyncRead for StampedStream {
 }
 
 /// Reads from `inner` into `buf` with `recvmsg`, handing the kernel's
-/// receive stamp of a read with data to `on_data`; `before` runs ahead of
-/// each attempt (the client drains its transmit stamps there).
+/// receive stamp of a read with data to `on_data`; `on_block` runs when an
+/// attempt finds nothing (the client drains its transmit stamps there).
 fn poll_read_stamped(
     inner: &TcpStream,
     cx: &mut Context<'_>,
     buf: &mut ReadBuf<'_>,
-    before: impl Fn(std::os::fd::BorrowedFd<'_>),
+    on_block: impl Fn(std::os::fd::BorrowedFd<'_>),
     on_data: impl Fn(Option<u64>),
 ) -> Poll<io::Result<()>> {
     loop {
         ready!(inner.poll_read_ready(cx))?;
         let unfilled = buf.initialize_unfilled();
         let res = inner.try_io(Interest::READABLE, || {
-            before(inner.as_fd());
-            crate::rx::recv_stamped::<()>(inner.as_fd(), unfilled)
+            let res = crate::rx::recv_stamped::<()>(inner.as_fd(), unfilled);
+            if matches!(&res, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
+                on_block(inner.as_fd());
+            }
+            res
         });
         if let Some(done) = filled(buf, res, &on_data) {
             return Poll::Ready(done);
