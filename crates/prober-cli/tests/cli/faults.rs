@@ -240,6 +240,79 @@ fn a_responder_stopped_for_two_seconds_shows_in_latency_and_loses_no_slot() {
     }
 }
 
+/// Ctrl-C while a target's name is still being resolved, against a DNS
+/// server that never answers (the resolver would wait 2 × 5 s): the run
+/// ends within a second, with 130 and a line that says so.
+#[test]
+fn ctrl_c_while_a_name_resolves_ends_the_run_at_once() {
+    use std::io::BufRead as _;
+    let Some(ns) = crate::support::Netns::new("resolve") else {
+        return;
+    };
+    // `ip netns exec` mounts /etc/netns/NAME/resolv.conf over the host's.
+    let etc = std::path::PathBuf::from(format!("/etc/netns/{}", ns.name));
+    std::fs::create_dir_all(&etc).unwrap();
+    struct Gone(std::path::PathBuf);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _etc = Gone(etc.clone());
+    std::fs::write(
+        etc.join("resolv.conf"),
+        "nameserver 127.0.0.1\noptions timeout:5 attempts:2\n",
+    )
+    .unwrap();
+    // A server that takes the queries and answers none (bound, so no port
+    // unreachable ends the wait early).
+    let mut dns = std::process::Command::new("ip")
+        .args(["netns", "exec", &ns.name, "python3", "-c"])
+        .arg(
+            "import socket,time\n\
+             s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+             s.bind(('127.0.0.1',53))\n\
+             print('up',flush=True)\n\
+             time.sleep(60)",
+        )
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut up = String::new();
+    std::io::BufReader::new(dns.stdout.take().unwrap())
+        .read_line(&mut up)
+        .unwrap();
+    let _dns = Killed(dns);
+    assert_eq!(up.trim(), "up", "the silent DNS server started");
+    let child = std::process::Command::new("ip")
+        .args(["netns", "exec", &ns.name, env!("CARGO_BIN_EXE_prober")])
+        .args(["run", "-c", "1", "udp://never-answered.test:9"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    catches_term_and_int(child.id());
+    std::thread::sleep(Duration::from_millis(300));
+    signal(child.id(), "INT");
+    let start = Instant::now();
+    let out = child.wait_with_output().unwrap();
+    let took = start.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("stopped while resolving"), "{err}");
+    assert!(
+        took < Duration::from_secs(2),
+        "took {took:?} after the signal"
+    );
+}
+
 /// Waits (at most 10 s) until process `pid` catches SIGTERM and SIGINT
 /// (`SigCgt` in /proc/PID/status).
 fn catches_term_and_int(pid: u32) {
