@@ -31,9 +31,10 @@ Exit status:
 pub(crate) struct Cli {
     /// Runtime worker threads: 0 = one per CPU, 1 = a single-threaded
     /// runtime (no cross-thread wake-ups; busy-poll threads come on top).
-    /// [default: 1 for `serve` (the responder and the daemon) and for `run`
-    /// with targets and --pacing spin, --pacing hybrid, --busy-poll or
-    /// --receive adaptive, else 0]
+    /// [default: 1 for `serve` (the responder, unless it receives with
+    /// --receive adaptive, and the daemon) and for `run` with targets and
+    /// --pacing spin, --pacing hybrid, --busy-poll or --receive adaptive,
+    /// else 0]
     #[arg(long, global = true, value_name = "N", value_parser = threads)]
     pub(crate) threads: Option<usize>,
 

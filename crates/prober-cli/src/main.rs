@@ -68,7 +68,12 @@ fn main() -> ExitCode {
     // waiting for, after the very wake-up the spin avoids. The self-test keeps
     // its in-process responder on other workers.
     let single = match &cli.command {
-        Command::Serve(_) => true,
+        // Not with the responder's adaptive receive: it spins inside a
+        // connection's task for the next request, and on one thread every
+        // other responder would wait out each spin.
+        Command::Serve(args) => {
+            args.config.is_some() || args.receive.receive != cli::ReceiveArg::Adaptive
+        }
         Command::Run(args) => {
             !args.targets.is_empty()
                 && (args.busy_poll
@@ -104,9 +109,10 @@ fn main() -> ExitCode {
         }
     });
     // Every log line is out before the last words below. Blocking tasks
-    // still running (a name lookup given up on) are not waited for beyond
-    // a moment: getaddrinfo can take the resolver's whole timeout.
-    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    // still running are not waited for: the results are written by now,
+    // inside `block_on`, and a name lookup given up on (Ctrl-C while it
+    // resolves) can take the resolver's whole timeout.
+    runtime.shutdown_background();
     drop(log_guard);
     let dropped = log_dropped.dropped_lines();
     if dropped > 0 {
