@@ -515,10 +515,7 @@ async fn serve_conn(
         if at > 0 {
             served = true;
             since = received;
-            acc.drain(..at);
-            if acc.capacity() > READ_MAX && acc.len() < READ_MAX {
-                acc.shrink_to(READ_MAX);
-            }
+            consume(&mut acc, at);
             if acc.is_empty() {
                 let _ = next.answered(sock.as_fd());
             }
@@ -528,6 +525,15 @@ async fn serve_conn(
                 "buffer budget for unfinished requests spent",
             ));
         }
+    }
+}
+
+/// Drops the first `n` bytes of a connection's unread requests (whole ones,
+/// answered), and the room a long one took beyond one read buffer.
+pub(crate) fn consume(acc: &mut Vec<u8>, n: usize) {
+    acc.drain(..n);
+    if acc.capacity() > READ_MAX && acc.len() < READ_MAX {
+        acc.shrink_to(READ_MAX);
     }
 }
 

@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::ResponderConfig;
-use crate::responder::{Held, READ_MAX, READ_MIN, accept_loop, next_wait, timed_out};
+use crate::responder::{Held, READ_MAX, READ_MIN, accept_loop, consume, next_wait, timed_out};
 
 /// The header's length: seq, flags and length, packed.
 pub const HEADER_LEN: usize = 14;
@@ -218,10 +218,7 @@ async fn answer_stream(
         if at > 0 {
             served = true;
             since = received;
-            acc.drain(..at);
-            if acc.capacity() > READ_MAX && acc.len() < READ_MAX {
-                acc.shrink_to(READ_MAX);
-            }
+            consume(&mut acc, at);
         }
         if !out.is_empty() {
             stream.write_all(&out).await?;
