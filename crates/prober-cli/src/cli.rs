@@ -13,7 +13,9 @@ Exit status:
   0  every target answered at least one probe, as ping (and, with
      --fail-on-loss PCT, lost no more than PCT percent of its slots)
   1  a target answered no probe at all, or lost more than --fail-on-loss
-  2  an error: bad arguments, unresolvable host, no permission, cannot bind";
+  2  an error: bad arguments, unresolvable host, no permission, cannot bind
+  130 stopped by SIGINT or SIGTERM while a target's name was still
+      being resolved (once probing began, a stop ends with 0 or 1)";
 
 /// Exit codes of `prober serve`.
 pub(crate) const SERVE_EXIT_CODES: &str = "\
