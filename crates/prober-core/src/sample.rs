@@ -101,6 +101,21 @@ pub struct AppReply {
 }
 
 impl Reply {
+    /// A reply of `bytes` bytes to a request sent at `sent`, received at
+    /// `received`, with nothing else known (no stamps, dwell or TTL).
+    pub fn plain(sent: Instant, received: Instant, bytes: usize) -> Self {
+        Self {
+            sent,
+            received,
+            server_dwell: None,
+            rx_wake: None,
+            bytes,
+            ttl: None,
+            stamps: Stamps::default(),
+            app: AppReply::default(),
+        }
+    }
+
     /// Round-trip time, user send to user receive (t4 − t1) for every
     /// protocol: on the wall clock when the split is known (so its parts add
     /// up to it exactly), else received minus sent on the monotonic clock.

@@ -891,14 +891,8 @@ mod tests {
     /// A reply `us` µs after `now`, with `stamps`.
     fn reply(now: Instant, us: u64, stamps: prober_core::sample::Stamps) -> Reply {
         Reply {
-            sent: now,
-            received: now + Duration::from_micros(us),
-            server_dwell: None,
-            rx_wake: None,
-            bytes: 64,
-            ttl: None,
             stamps,
-            app: Default::default(),
+            ..Reply::plain(now, now + Duration::from_micros(us), 64)
         }
     }
 

@@ -57,14 +57,8 @@ impl Probe for ScriptedProbe {
 /// A 64-byte reply to a request sent at `sent`, received now.
 fn reply_now(sent: Instant, stamps: crate::sample::Stamps) -> Reply {
     Reply {
-        sent,
-        received: Instant::now(),
-        server_dwell: None,
-        rx_wake: None,
-        bytes: 64,
-        ttl: None,
         stamps,
-        app: Default::default(),
+        ..Reply::plain(sent, Instant::now(), 64)
     }
 }
 
