@@ -71,6 +71,7 @@ async fn run(addr: &str, count: usize) -> Result<Vec<u64>, Error> {
             payload: vec![0u8; 64],
             client_send_unix_ns: 0,
             reply_size: 0,
+            want_send_time: false,
         };
         // gRPC message framing: uncompressed flag, big-endian length, bytes.
         let mut frame = BytesMut::with_capacity(5 + msg.encoded_len());

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use prober_core::{Anomalies, ErrorKind, Gate, Matcher, MatcherSet, Probe, ProbeError, Reply};
+use prober_core::{
+    Anomalies, ErrorKind, Gate, Matcher, MatcherSet, Probe, ProbeError, Reply, ResponderTimes,
+};
 use tokio::sync::{Mutex, mpsc};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
@@ -18,10 +20,13 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
 use crate::pb::echo_client::EchoClient;
-use crate::pb::{PingReply, PingRequest};
+use crate::pb::{PingReply, PingRequest, SendTimeRequest};
 use crate::stamped::StampedConnector;
 use crate::tls::ClientTls;
 use prober_core::clock::unix_now_ns;
+use prober_net::follow::{
+    Cadence, FOLLOW_UP_MARGIN, FOLLOW_UP_WAIT, FollowUps, settle_interleaved,
+};
 use prober_net::stream::{ChannelStamps, WindowStamps};
 
 use crate::error_chain;
@@ -79,6 +84,12 @@ struct Conn {
     /// When the server's certificate expires, as last seen (`i64::MIN`:
     /// not yet, or no TLS).
     cert_not_after: Arc<std::sync::atomic::AtomicI64>,
+    /// The responder's send parts (t3k − t3) by seq, as later replies
+    /// carry them.
+    follow: Arc<FollowUps>,
+    /// Whether requests go out often enough for a later reply to carry
+    /// a reply's send part; if not, the probe asks for it at once.
+    cadence: Cadence,
 }
 
 fn jitter(d: Duration) -> Duration {
@@ -101,6 +112,8 @@ impl Conn {
             reconnects: AtomicU64::new(0),
             stamps,
             cert_not_after: Arc::new(std::sync::atomic::AtomicI64::new(i64::MIN)),
+            follow: Arc::default(),
+            cadence: Cadence::default(),
         }
     }
 
@@ -250,6 +263,86 @@ impl Conn {
         }
     }
 
+    /// A probe's request: `seq`, the payload, and with kernel stamps on,
+    /// the ask for the reply's send time.
+    fn ping(&self, seq: u64, payload: &[u8]) -> PingRequest {
+        PingRequest {
+            seq,
+            payload: payload.to_vec(),
+            client_send_unix_ns: unix_now_ns(),
+            reply_size: 0,
+            want_send_time: self.cfg.tx_stamps,
+        }
+    }
+
+    /// Files the send part of an earlier reply that `r` carries.
+    fn file_prev(follow: &FollowUps, r: &PingReply) {
+        if let Some(p) = &r.prev {
+            follow.put(p.seq, p.known.then_some(p.send_ns));
+        }
+    }
+
+    /// Asks the responder for reply `seq`'s send part, on the open channel
+    /// (after a reconnect the responder has none for it), giving up at
+    /// `until`: `Some(send)` when it answered, `send` being `None` where it
+    /// had no stamp; `None` when it could not be asked.
+    async fn ask_send_time(&self, seq: u64, until: Instant) -> Option<Option<u64>> {
+        let channel = self.state.lock().await.channel.clone()?;
+        // Its bytes are not a probe's: a probe window it overlaps gets no
+        // stamps.
+        let _aside = self.stamps.aside();
+        let mut client = EchoClient::new(channel);
+        let asked = client.send_time(SendTimeRequest { seq });
+        let r = tokio::time::timeout_at(until, asked)
+            .await
+            .ok()?
+            .ok()?
+            .into_inner();
+        (r.seq == seq).then(|| r.known.then_some(r.send_ns))
+    }
+
+    /// Completes `reply`'s responder send part now, when requests go out
+    /// too seldom for the next reply to carry it (`interleave` false):
+    /// asks for it, within twice its RTT and [`FOLLOW_UP_WAIT`], and never
+    /// past `limit`. Otherwise the runner settles it later.
+    async fn complete(
+        &self,
+        seq: u64,
+        mut reply: Reply,
+        interleave: bool,
+        limit: Instant,
+    ) -> Reply {
+        let Some(r) = reply.stamps.responder.as_mut().filter(|r| r.send_later) else {
+            return reply;
+        };
+        if interleave {
+            return reply;
+        }
+        r.send_later = false;
+        let until = (Instant::now() + FOLLOW_UP_WAIT + 2 * reply.rtt()).min(limit);
+        let send = self.ask_send_time(seq, until).await.flatten();
+        if let Some(r) = reply.stamps.responder.as_mut() {
+            r.send = send;
+        }
+        reply
+    }
+
+    /// Settles a reply whose send part a later reply carries, asking for
+    /// it if none does in time ([`settle_interleaved`]).
+    async fn settle(&self, seq: u64, reply: Reply) -> Reply {
+        let until = Instant::now() + FOLLOW_UP_WAIT + 2 * reply.rtt();
+        settle_interleaved(&self.follow, seq, reply, || async {
+            match self.ask_send_time(seq, until).await {
+                Some(send) => {
+                    self.follow.put(seq, send);
+                    true
+                }
+                None => false,
+            }
+        })
+        .await
+    }
+
     fn request<T>(&self, msg: T) -> Request<T> {
         let mut req = Request::new(msg);
         req.set_timeout(self.cfg.timeout);
@@ -285,15 +378,11 @@ impl GrpcProbe {
 impl Probe for GrpcProbe {
     async fn probe_at(&self, seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
         let mut client = EchoClient::new(self.conn.channel().await?);
-        let msg = PingRequest {
-            seq,
-            payload: self.payload.clone(),
-            client_send_unix_ns: unix_now_ns(),
-            reply_size: 0,
-        };
-        let req = self.conn.request(msg);
+        let req = self.conn.request(self.conn.ping(seq, &self.payload));
         gate.pass().await;
+        let interleave = self.conn.cadence.interleave(Instant::now());
         let sent = Instant::now();
+        let limit = sent + self.conn.cfg.timeout.saturating_sub(FOLLOW_UP_MARGIN);
         let t1 = unix_now_ns();
         let window = self.conn.stamps.begin();
         let res = client.ping(req).await;
@@ -304,19 +393,21 @@ impl Probe for GrpcProbe {
                 let window = window.end();
                 self.conn.stamps.record_rtt(received - sent);
                 let r = resp.into_inner();
+                Conn::file_prev(&self.conn.follow, &r);
                 if r.seq != seq {
                     return Err(ProbeError::protocol(format!(
                         "reply for seq {} to request {seq}",
                         r.seq
                     )));
                 }
-                Ok(stamped_reply(
+                let reply = stamped_reply(
                     (sent, t1),
                     (received, t4),
                     window,
-                    (dwell(&r), turnaround(&r)),
+                    (dwell(&r), responder_times(&r)),
                     r.payload.len(),
-                ))
+                );
+                Ok(self.conn.complete(seq, reply, interleave, limit).await)
             }
             Err(status) => Err(self.conn.status_error(&status).await),
         }
@@ -326,24 +417,51 @@ impl Probe for GrpcProbe {
         self.conn.channel().await.map(drop)
     }
 
+    async fn settle(&self, seq: u64, reply: Reply) -> Reply {
+        self.conn.settle(seq, reply).await
+    }
+
     fn anomalies(&self) -> Anomalies {
         self.conn.anomalies()
     }
 }
 
 /// A stream reply: when it was read (monotonic, wall), the responder's
-/// dwell and turnaround, and its size.
-type Arrival = Result<(Instant, u64, Option<Duration>, Option<u64>, usize), ProbeError>;
+/// dwell and times, and its size.
+type Arrival = Result<
+    (
+        Instant,
+        u64,
+        Option<Duration>,
+        Option<ResponderTimes>,
+        usize,
+    ),
+    ProbeError,
+>;
 
-/// The responder's turnaround (its kernel receive stamp to its handler's
-/// return), where it reports the stamp.
-fn turnaround(r: &PingReply) -> Option<u64> {
-    (r.server_recv_kernel_unix_ns > 0)
-        .then(|| {
-            r.server_send_unix_ns
-                .checked_sub(r.server_recv_kernel_unix_ns)
-        })
-        .flatten()
+/// What the responder reports of its part of the round trip. One that
+/// stamps its sends (prober's, asked with `want_send_time`) gives its
+/// wake-up (t2 − t2k) and dwell (t3 − t2) now and its send part (t3k −
+/// t3) later; one that does not gives its turnaround from its kernel
+/// receive stamp to its handler's return (t3 − t2k), with its send path
+/// left in the network part. None from a server that reports no times.
+fn responder_times(r: &PingReply) -> Option<ResponderTimes> {
+    let dwell = r.server_send_unix_ns.checked_sub(r.server_recv_unix_ns)?;
+    let t2k = Some(r.server_recv_kernel_unix_ns).filter(|k| *k > 0);
+    Some(if r.send_time_later {
+        ResponderTimes {
+            wake: t2k.and_then(|k| r.server_recv_unix_ns.checked_sub(k)),
+            dwell: Some(dwell),
+            send_later: true,
+            ..ResponderTimes::default()
+        }
+    } else {
+        ResponderTimes {
+            dwell: Some(dwell),
+            turnaround: t2k.and_then(|k| r.server_send_unix_ns.checked_sub(k)),
+            ..ResponderTimes::default()
+        }
+    })
 }
 
 #[derive(Debug)]
@@ -401,13 +519,21 @@ impl GrpcStreamProbe {
         let alive = Arc::new(AtomicBool::new(true));
         let stream_matcher = self.matchers.next(false);
         let (matcher, flag) = (Arc::clone(&stream_matcher), Arc::clone(&alive));
+        let follow = Arc::clone(&self.conn.follow);
         let reader = tokio::spawn(async move {
             let why = loop {
                 match replies.message().await {
                     Ok(Some(r)) => {
                         let received = Instant::now();
                         let t4 = unix_now_ns();
-                        let got = (received, t4, dwell(&r), turnaround(&r), r.payload.len());
+                        Conn::file_prev(&follow, &r);
+                        let got = (
+                            received,
+                            t4,
+                            dwell(&r),
+                            responder_times(&r),
+                            r.payload.len(),
+                        );
                         matcher.deliver(r.seq, Ok(got));
                     }
                     Ok(None) => break "stream closed by server".to_owned(),
@@ -437,15 +563,12 @@ impl GrpcStreamProbe {
 impl Probe for GrpcStreamProbe {
     async fn probe_at(&self, seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
         let (tx, matcher) = self.sender().await?;
-        let msg = PingRequest {
-            seq,
-            payload: self.payload.clone(),
-            client_send_unix_ns: unix_now_ns(),
-            reply_size: 0,
-        };
+        let msg = self.conn.ping(seq, &self.payload);
         let mut waiter = matcher.register(seq);
         gate.pass().await;
+        let interleave = self.conn.cadence.interleave(Instant::now());
         let sent = Instant::now();
+        let limit = sent + self.conn.cfg.timeout.saturating_sub(FOLLOW_UP_MARGIN);
         let t1 = unix_now_ns();
         let window = self.conn.stamps.begin();
         if tx.send(msg).await.is_err() {
@@ -453,16 +576,17 @@ impl Probe for GrpcStreamProbe {
             return Err(ProbeError::new(ErrorKind::Reset, "stream closed"));
         }
         match waiter.recv().await {
-            Some(Ok((received, t4, dwell, turn, bytes))) => {
+            Some(Ok((received, t4, dwell, responder, bytes))) => {
                 let window = window.end();
                 self.conn.stamps.record_rtt(received - sent);
-                Ok(stamped_reply(
+                let reply = stamped_reply(
                     (sent, t1),
                     (received, t4),
                     window,
-                    (dwell, turn),
+                    (dwell, responder),
                     bytes,
-                ))
+                );
+                Ok(self.conn.complete(seq, reply, interleave, limit).await)
             }
             Some(Err(e)) => {
                 self.conn.broken(e.message()).await;
@@ -474,6 +598,10 @@ impl Probe for GrpcStreamProbe {
 
     async fn prepare(&self) -> Result<(), ProbeError> {
         self.sender().await.map(drop)
+    }
+
+    async fn settle(&self, seq: u64, reply: Reply) -> Reply {
+        self.conn.settle(seq, reply).await
     }
 
     fn anomalies(&self) -> Anomalies {
@@ -585,13 +713,12 @@ fn error_kind(msg: &str) -> ErrorKind {
 
 /// A unary or stream reply: sent at (monotonic, wall), received at
 /// (monotonic, wall), the probe's stamp window, and the responder's dwell
-/// and turnaround (its kernel's receive stamp to its handler's return, on
-/// its clock; its send path is in the network part).
+/// and times ([`responder_times`]).
 fn stamped_reply(
     (sent, t1): (Instant, u64),
     (received, t4): (Instant, u64),
     window: WindowStamps,
-    (dwell, turnaround): (Option<Duration>, Option<u64>),
+    (dwell, responder): (Option<Duration>, Option<ResponderTimes>),
     bytes: usize,
 ) -> Reply {
     let stamps = prober_core::Stamps {
@@ -599,11 +726,7 @@ fn stamped_reply(
         t1k: window.t1k,
         t4k: window.t4k,
         t4: Some(t4),
-        responder: dwell.map(|d| prober_core::ResponderTimes {
-            dwell: Some(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
-            turnaround,
-            ..Default::default()
-        }),
+        responder,
         kernel_peer: false,
         handshake: None,
     };

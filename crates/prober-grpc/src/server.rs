@@ -15,7 +15,7 @@ use std::sync::Arc;
 use tonic::transport::server::TlsConnectInfo;
 
 use crate::pb::echo_server::{Echo, EchoServer};
-use crate::pb::{PingReply, PingRequest};
+use crate::pb::{PingReply, PingRequest, SendTimeReply, SendTimeRequest};
 use crate::stamped::ServerStream;
 use crate::tls::ServerTls;
 use prober_core::clock::unix_now_ns;
@@ -62,7 +62,45 @@ fn reply(req: PingRequest, recv_ns: u64, recv_kernel_ns: Option<u64>) -> PingRep
         server_recv_unix_ns: recv_ns,
         server_send_unix_ns: unix_now_ns(),
         server_recv_kernel_unix_ns: recv_kernel_ns.unwrap_or(0),
+        send_time_later: false,
+        prev: None,
     }
+}
+
+fn send_time((seq, send): (u64, Option<u64>)) -> SendTimeReply {
+    SendTimeReply {
+        seq,
+        known: send.is_some(),
+        send_ns: send.unwrap_or(0),
+    }
+}
+
+/// The kernel's receive stamp of the read that brought a request the
+/// handler got at `recv_ns` (plaintext or under TLS): the request's, when
+/// the connection carries one call at a time. A stamp after the handler's
+/// own read time cannot be this request's.
+fn t2k(stamps: Option<&ServerRx>, recv_ns: u64) -> Option<u64> {
+    stamps.and_then(ServerRx::last).filter(|k| *k <= recv_ns)
+}
+
+/// The reply to `req`, read at `recv_ns` (kernel stamp `kernel`), on a
+/// connection with `stamps`: with the previous reply's send time where one
+/// waits, and, where `req` asks, the promise of its own.
+fn answer(
+    req: PingRequest,
+    (recv_ns, kernel): (u64, Option<u64>),
+    stamps: Option<&ServerRx>,
+) -> PingReply {
+    let want = req.want_send_time;
+    let mut out = reply(req, recv_ns, kernel);
+    if let Some(rx) = stamps {
+        out.prev = rx.take_send(None).map(send_time);
+        if want && rx.want_send_times() {
+            out.send_time_later = true;
+            rx.sent(out.seq, out.server_send_unix_ns);
+        }
+    }
+    out
 }
 
 /// The connection's receive stamps (plaintext or under TLS).
@@ -82,17 +120,26 @@ type ReplyStream = Pin<Box<dyn Stream<Item = Result<PingReply, Status>> + Send +
 impl Echo for EchoService {
     async fn ping(&self, request: Request<PingRequest>) -> Result<Response<PingReply>, Status> {
         let recv = unix_now_ns();
-        // The kernel's receive stamp of the read that brought this request
-        // (plaintext or under TLS): the request's, when the connection
-        // carries one call at a time. A stamp after the handler's own read
-        // time cannot be this request's.
-        let kernel = server_rx(&request)
-            .and_then(|rx| rx.last())
-            .filter(|k| *k <= recv);
+        let stamps = server_rx(&request);
+        let kernel = t2k(stamps.as_deref(), recv);
         if !self.delay.is_zero() {
             tokio::time::sleep(self.delay).await;
         }
-        Ok(Response::new(reply(request.into_inner(), recv, kernel)))
+        Ok(Response::new(answer(
+            request.into_inner(),
+            (recv, kernel),
+            stamps.as_deref(),
+        )))
+    }
+
+    async fn send_time(
+        &self,
+        request: Request<SendTimeRequest>,
+    ) -> Result<Response<SendTimeReply>, Status> {
+        let stamps = server_rx(&request);
+        let seq = request.into_inner().seq;
+        let took = stamps.and_then(|rx| rx.take_send(Some(seq)));
+        Ok(Response::new(send_time(took.unwrap_or((seq, None)))))
     }
 
     type StreamStream = ReplyStream;
@@ -110,16 +157,13 @@ impl Echo for EchoService {
         tokio::spawn(async move {
             while let Some(item) = requests.next().await {
                 let recv = unix_now_ns();
-                let kernel = stamps
-                    .as_ref()
-                    .and_then(|s| s.last())
-                    .filter(|k| *k <= recv);
+                let kernel = t2k(stamps.as_deref(), recv);
                 let out = match item {
                     Ok(req) => {
                         if !delay.is_zero() {
                             tokio::time::sleep(delay).await;
                         }
-                        Ok(reply(req, recv, kernel))
+                        Ok(answer(req, (recv, kernel), stamps.as_deref()))
                     }
                     Err(status) => Err(status),
                 };

@@ -7,6 +7,8 @@
 //! - [`mod@resolve`]: resolving a target's host once, by address family.
 //! - [`stream`]: a TCP stream for HTTP clients and servers that reads
 //!   with kernel receive stamps and files transmit stamps by byte.
+//! - [`follow`]: waiting for a responder's send part that comes after
+//!   its reply.
 //! - [`guard`]: a responder's limits on a public address (per-source
 //!   rate, connection caps, buffer budget, log lines a flood cannot
 //!   multiply).
@@ -15,6 +17,7 @@
 //! - [`host`]: this machine's host name and kernel, for results.
 
 pub mod busy;
+pub mod follow;
 pub mod guard;
 pub mod mark;
 pub mod resolve;

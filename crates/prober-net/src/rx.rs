@@ -312,6 +312,24 @@ pub fn enable_tx_timestamps_id(fd: BorrowedFd<'_>) -> io::Result<()> {
     Ok(())
 }
 
+/// As [`enable_tx_timestamps_id`], on a TCP connection that has written
+/// already: its keys count bytes from the next one written
+/// (`OPT_ID_TCP`, Linux 6.2), where plain `OPT_ID` counts them from the
+/// first byte not yet acknowledged, which a reply in flight moves.
+///
+/// # Errors
+/// If the socket refuses the option (an older kernel).
+pub fn enable_tx_timestamps_id_tcp(fd: BorrowedFd<'_>) -> io::Result<()> {
+    use nix::sys::socket::TimestampingFlag as F;
+    let flags = F::SOF_TIMESTAMPING_TX_SOFTWARE
+        | F::SOF_TIMESTAMPING_SOFTWARE
+        | F::SOF_TIMESTAMPING_OPT_ID
+        | F::SOF_TIMESTAMPING_OPT_TSONLY
+        | F::from_bits_retain(nix::libc::SOF_TIMESTAMPING_OPT_ID_TCP);
+    setsockopt(&fd, sockopt::Timestamping, &flags)?;
+    Ok(())
+}
+
 /// Reads one transmit stamp of [`enable_tx_timestamps_id`] without
 /// blocking: the send counter of the datagram and its stamp (ns since the
 /// epoch); `Ok(None)` for an entry that is not a stamp (an ICMP error).

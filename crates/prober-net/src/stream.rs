@@ -128,6 +128,18 @@ impl Drop for Mark {
     }
 }
 
+/// A call that is not a probe, from [`ChannelStamps::aside`]; dropping it
+/// ends it.
+#[derive(Debug)]
+pub struct Aside(Arc<ChannelStamps>);
+
+impl Drop for Aside {
+    fn drop(&mut self) {
+        let mut s = self.0.lock();
+        s.open = s.open.saturating_sub(1);
+    }
+}
+
 const KEPT: usize = 256;
 
 impl ChannelStamps {
@@ -150,6 +162,19 @@ impl ChannelStamps {
             stamps: Arc::clone(self),
             open: true,
         }
+    }
+
+    /// Opens a call that is not a probe (an ask for the responder's send
+    /// time): a probe's window it overlaps gets no stamps, as with another
+    /// probe's, since its bytes cannot be told apart from the probe's.
+    pub fn aside(self: &Arc<Self>) -> Aside {
+        let mut s = self.lock();
+        s.open += 1;
+        if let Some(w) = &mut s.window {
+            w.clean = false;
+        }
+        drop(s);
+        Aside(Arc::clone(self))
     }
 
     fn end(&self) -> WindowStamps {
@@ -541,23 +566,163 @@ impl AsyncWrite for StampedStream {
     }
 }
 
-/// The responder's side: the kernel receive stamp of the latest read with
-/// data on one accepted connection, which the Echo handler reads when a
+/// The responder's side of one accepted connection: the kernel receive
+/// stamp of the latest read with data, which the Echo handler reads when a
 /// request reaches it (t2k of that request, when one call at a time uses
-/// the connection, as a probe's does).
+/// the connection, as a probe's does); and, once a request asks for it,
+/// the send part (t3k − t3) of the latest reply.
+///
+/// A reply's t3 is when its handler returned it; its t3k is the kernel's
+/// transmit stamp of the first write that returned after that: HTTP/2
+/// writes the reply's frames when the handler returns, and the client's
+/// t4k is its first read of them. With several calls at once on the
+/// connection, that write can be another call's; the client only uses a
+/// send part of a probe that had the connection to itself.
 #[derive(Debug, Default)]
 pub struct ServerRx {
     last: Mutex<Option<u64>>,
+    tx: Mutex<ServerTx>,
+}
+
+/// Send times of one accepted connection.
+#[derive(Debug, Default)]
+struct ServerTx {
+    /// A request asked for send times: transmit stamps go on at the next
+    /// write.
+    wanted: bool,
+    /// Transmit stamps are on, keyed by byte from the first write after.
+    on: bool,
+    /// The kernel refused them.
+    refused: bool,
+    /// Bytes written since they went on.
+    written: u64,
+    /// Writes since: the key of each one's last byte, and when it returned
+    /// (wall clock, Unix ns), newest last.
+    writes: VecDeque<(u32, u64)>,
+    /// Stamps read from the error queue, by key, newest last.
+    stamps: VecDeque<(u32, u64)>,
+    /// The latest reply whose send time was asked for: (seq, t3).
+    pending: Option<(u64, u64)>,
+}
+
+/// Writes and stamps a connection keeps for its send times: a reply's
+/// write is found long before this many more.
+const SERVER_KEPT: usize = 64;
+
+impl ServerTx {
+    /// The key of the last byte written, if any.
+    fn last_key(&self) -> Option<u32> {
+        self.writes.back().map(|(k, _)| *k)
+    }
+
+    /// Whether the latest write's stamp is still on the error queue.
+    fn missing(&self) -> bool {
+        self.last_key()
+            .is_some_and(|k| !self.stamps.iter().rev().any(|(x, _)| *x == k))
+    }
+
+    /// The send part of the reply handed over at `t3`: the stamp of the
+    /// first write that returned at or after it, less `t3`.
+    fn send_of(&self, t3: u64) -> Option<u64> {
+        let key = self.writes.iter().find(|(_, at)| *at >= t3)?.0;
+        let stamp = self.stamps.iter().rev().find(|(x, _)| *x == key)?.1;
+        stamp.checked_sub(t3)
+    }
 }
 
 impl ServerRx {
+    fn tx(&self) -> std::sync::MutexGuard<'_, ServerTx> {
+        self.tx.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// The kernel receive stamp of the latest read with data.
     pub fn last(&self) -> Option<u64> {
         *self.last.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// A request asks for its reply's send time: turns transmit stamps on
+    /// (at the next write). False if the kernel refused them.
+    pub fn want_send_times(&self) -> bool {
+        let mut tx = self.tx();
+        tx.wanted = true;
+        !tx.refused
+    }
+
+    /// Reply `seq` was handed to HTTP/2 at `t3` (wall clock, Unix ns): its
+    /// send time is the next one [`Self::take_send`] gives.
+    pub fn sent(&self, seq: u64, t3: u64) {
+        self.tx().pending = Some((seq, t3));
+    }
+
+    /// Takes the send part (t3k − t3) of the latest reply [`Self::sent`],
+    /// or only of reply `only` where given: its seq, and the part, `None`
+    /// where its write is not stamped (yet: another call's reply came
+    /// first). `None` when no such reply waits.
+    pub fn take_send(&self, only: Option<u64>) -> Option<(u64, Option<u64>)> {
+        let mut tx = self.tx();
+        let (seq, t3) = tx.pending?;
+        if only.is_some_and(|s| s != seq) {
+            return None;
+        }
+        tx.pending = None;
+        Some((seq, tx.send_of(t3)))
+    }
+
+    /// Before a write: transmit stamps on, if asked for and not yet.
+    fn before_write(&self, fd: std::os::fd::BorrowedFd<'_>) {
+        let mut tx = self.tx();
+        if tx.wanted && !tx.on && !tx.refused {
+            match crate::rx::enable_tx_timestamps_id_tcp(fd) {
+                Ok(()) => tx.on = true,
+                Err(e) => {
+                    tx.refused = true;
+                    tracing::debug!("no transmit stamps on an accepted connection: {e}");
+                }
+            }
+        }
+    }
+
+    /// After a write of `n` bytes.
+    fn wrote(&self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        let mut tx = self.tx();
+        if !tx.on {
+            return;
+        }
+        tx.written += n as u64;
+        #[allow(clippy::cast_possible_truncation)] // OPT_ID keys are 32-bit
+        let key = (tx.written - 1) as u32;
+        if tx.writes.len() == SERVER_KEPT {
+            tx.writes.pop_front();
+        }
+        tx.writes
+            .push_back((key, prober_core::clock::unix_now_ns()));
+    }
+
+    /// After a read (one that found nothing, or a request): files the
+    /// latest write's stamp, if it is not yet.
+    fn after_read(&self, fd: std::os::fd::BorrowedFd<'_>) {
+        if !self.tx().missing() {
+            return;
+        }
+        while let Ok(entry) = crate::rx::recv_tx_stamp_id(fd) {
+            let Some((key, stamp)) = entry else { continue };
+            let mut tx = self.tx();
+            if tx.stamps.len() == SERVER_KEPT {
+                tx.stamps.pop_front();
+            }
+            tx.stamps.push_back((key, stamp));
+            if tx.last_key() == Some(key) {
+                break;
+            }
+        }
+    }
 }
 
-/// An accepted connection that reads with kernel receive stamps.
+/// An accepted connection that reads with kernel receive stamps, and
+/// stamps its writes once a request asks for send times.
 #[derive(Debug)]
 pub struct ServerStream {
     inner: TcpStream,
@@ -574,7 +739,7 @@ impl ServerStream {
         }
     }
 
-    /// Where its latest kernel receive stamp is kept.
+    /// Where its latest kernel receive stamp and send times are kept.
     pub fn rx(&self) -> Arc<ServerRx> {
         Arc::clone(&self.rx)
     }
@@ -588,13 +753,22 @@ impl AsyncRead for ServerStream {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let rx = &this.rx;
-        poll_read_stamped(
+        let before = buf.filled().len();
+        // The latest reply's stamp is read when the connection next finds
+        // nothing to read, right after the reply went out: not in the
+        // next request's round trip. On loopback it is there by then;
+        // where it comes later, the next request's read takes it.
+        let res = ready!(poll_read_stamped(
             &this.inner,
             cx,
             buf,
-            |_| {},
+            |fd| rx.after_read(fd),
             |t| *rx.last.lock().unwrap_or_else(PoisonError::into_inner) = t,
-        )
+        ));
+        if res.is_ok() && buf.filled().len() > before {
+            rx.after_read(this.inner.as_fd());
+        }
+        Poll::Ready(res)
     }
 }
 
@@ -604,7 +778,11 @@ impl AsyncWrite for ServerStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+        let this = self.get_mut();
+        this.rx.before_write(this.inner.as_fd());
+        let n = ready!(Pin::new(&mut this.inner).poll_write(cx, buf))?;
+        this.rx.wrote(n);
+        Poll::Ready(Ok(n))
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -652,5 +830,64 @@ mod tests {
         s.write_all(b"ack").await.unwrap();
         let n = peer.read(&mut got).await.unwrap();
         assert_eq!(&got[..n], b"ack", "no window: written at once");
+    }
+
+    /// A reply's send part is the stamp of the first write that returned
+    /// at or after its handler did, less that time: not an earlier write's
+    /// (another call's reply, a SETTINGS ACK), and not a later one's.
+    #[test]
+    fn a_reply_is_sent_by_the_first_write_after_its_handler_returned() {
+        let rx = ServerRx::default();
+        {
+            let mut tx = rx.tx();
+            tx.on = true;
+            tx.writes.extend([(99, 1_000), (199, 2_500), (299, 4_000)]);
+            tx.stamps.extend([(99, 990), (199, 2_400), (299, 3_900)]);
+        }
+        rx.sent(7, 2_000);
+        assert_eq!(rx.take_send(Some(8)), None, "not that reply's");
+        assert_eq!(rx.take_send(Some(7)), Some((7, Some(400))));
+        assert_eq!(rx.take_send(None), None, "taken once");
+        // Handed over after every write so far: not sent yet.
+        rx.sent(8, 5_000);
+        assert_eq!(rx.take_send(None), Some((8, None)));
+    }
+
+    /// The latest write's stamp is looked for on the error queue only
+    /// until it has been read.
+    #[test]
+    fn the_error_queue_is_read_only_for_a_write_without_its_stamp() {
+        let mut tx = ServerTx::default();
+        assert!(!tx.missing(), "nothing written");
+        tx.writes.push_back((99, 1_000));
+        assert!(tx.missing());
+        tx.stamps.push_back((99, 990));
+        assert!(!tx.missing());
+    }
+
+    /// Over a real connection: once asked, the accepted stream stamps its
+    /// writes, and the stamp is read when the next request comes.
+    #[tokio::test]
+    async fn an_accepted_stream_stamps_its_writes_once_asked() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let mut srv = ServerStream::new(listener.accept().await.unwrap().0);
+        let rx = srv.rx();
+        let mut buf = [0u8; 16];
+        client.write_all(b"req1").await.unwrap();
+        let _ = srv.read(&mut buf).await.unwrap();
+        assert!(rx.want_send_times(), "this kernel stamps TCP sends");
+        let t3 = prober_core::clock::unix_now_ns();
+        rx.sent(1, t3);
+        srv.write_all(b"reply1").await.unwrap();
+        let _ = client.read(&mut buf).await.unwrap();
+        client.write_all(b"req2").await.unwrap();
+        let _ = srv.read(&mut buf).await.unwrap();
+        let (seq, send) = rx.take_send(None).unwrap();
+        assert_eq!(seq, 1);
+        let send = send.expect("the reply's write was stamped");
+        assert!(send < 1_000_000_000, "{send} ns");
     }
 }

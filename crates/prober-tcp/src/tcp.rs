@@ -20,11 +20,11 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 use tokio_util::task::AbortOnDropHandle;
 
-use crate::reader::{
-    Arrival, Cadence, FOLLOW_UP_MARGIN, FOLLOW_UP_WAIT, FollowUps, Got, RxStamp, await_got,
-    recv_stamped, settle_interleaved,
-};
+use crate::reader::{Arrival, Got, RxStamp, await_got, recv_stamped};
 use prober_net::busy::{Reader, SpinThread, Step};
+use prober_net::follow::{
+    Cadence, FOLLOW_UP_MARGIN, FOLLOW_UP_WAIT, FollowUps, settle_interleaved,
+};
 use prober_net::syntap::{Handshake, SynTap};
 
 use crate::wire::{self, HEADER_LEN, Header, Kind, MAX_TCP_FRAME};
@@ -862,7 +862,7 @@ impl Probe for TcpCrrProbe {
             let mut f = [0u8; wire::FOLLOW_UP_LEN];
             // A round trip after the ask: twice the RTT covers it.
             let rtt = received.saturating_duration_since(sent);
-            let until = (Instant::now() + crate::reader::FOLLOW_UP_WAIT + 2 * rtt).min(limit);
+            let until = (Instant::now() + FOLLOW_UP_WAIT + 2 * rtt).min(limit);
             if let Ok(Ok(_)) = tokio::time::timeout_at(until, read_stamped(&stream, &mut f)).await
                 && let Ok(fh) = Header::decode(&f, MAX_TCP_FRAME)
                 && fh.kind == Kind::FollowUp

@@ -15,10 +15,8 @@ use prober_net::busy::{Reader, SpinThread, Step};
 use tokio::net::UdpSocket;
 use tokio::time::Instant;
 
-use crate::reader::{
-    Arrival, Cadence, FOLLOW_UP_MARGIN, FollowUps, Got, RxStamp, await_got, recv_stamped,
-    settle_interleaved,
-};
+use crate::reader::{Arrival, Got, RxStamp, await_got, recv_stamped};
+use prober_net::follow::{Cadence, FOLLOW_UP_MARGIN, FollowUps, settle_interleaved};
 use socket2::SockRef;
 use tokio_util::task::AbortOnDropHandle;
 

@@ -1,6 +1,7 @@
 //! gRPC probes against the Echo responder on loopback.
 
 mod probes;
+mod split;
 mod tls;
 
 use std::net::SocketAddr;

@@ -1,0 +1,159 @@
+//! The responder's send part (t3k − t3) of a reply, which comes only after
+//! the reply: in a follow-up frame right behind it, in the responder's
+//! next reply on the flow (interleaved, as NTP's interleaved mode), or when
+//! the client asks. The TCP, UDP and gRPC probes share the waiting.
+
+use std::time::Duration;
+
+use prober_core::{Reply, ResponderTimes};
+use tokio::time::Instant;
+
+/// How long a probe whose reply promised a follow-up frame waits for it
+/// after the reply: the responder sends it as soon as its kernel stamped the
+/// reply, so it comes right behind; one that does not come in time leaves
+/// the responder send part unknown.
+pub const FOLLOW_UP_WAIT: Duration = Duration::from_millis(5);
+
+/// How long before the probe's timeout the wait for a follow-up gives up.
+pub const FOLLOW_UP_MARGIN: Duration = Duration::from_micros(500);
+
+/// Follow-up frames by seq: the responder send part (t3k − t3, `None` when
+/// the responder's kernel gave no stamp), kept until their probe takes it.
+#[derive(Debug, Default)]
+pub struct FollowUps {
+    kept: std::sync::Mutex<std::collections::VecDeque<(u64, Option<u64>)>>,
+    arrived: tokio::sync::Notify,
+}
+
+impl FollowUps {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<(u64, Option<u64>)>> {
+        self.kept
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Files `seq`'s send part (`None`: the responder's kernel gave no
+    /// stamp) and wakes its waiter.
+    pub fn put(&self, seq: u64, send: Option<u64>) {
+        let mut kept = self.lock();
+        if kept.len() >= crate::rx::TxStamps::KEPT {
+            kept.pop_front();
+        }
+        kept.push_back((seq, send));
+        drop(kept);
+        self.arrived.notify_waiters();
+    }
+
+    fn take(&self, seq: u64) -> Option<Option<u64>> {
+        let mut kept = self.lock();
+        let at = kept.iter().position(|(s, _)| *s == seq)?;
+        kept.remove(at).map(|(_, v)| v)
+    }
+
+    /// The follow-up of `seq` if it comes by `deadline`: `Some(send)`, where
+    /// `send` is `None` when the responder's kernel gave no stamp; `None`
+    /// when it has not come.
+    pub async fn wait_until(&self, seq: u64, deadline: Instant) -> Option<Option<u64>> {
+        loop {
+            let notified = self.arrived.notified();
+            if let Some(v) = self.take(seq) {
+                return Some(v);
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return self.take(seq);
+            }
+        }
+    }
+
+    /// Waits up to [`FOLLOW_UP_WAIT`] and `extra` for the follow-up of
+    /// `seq`, and never past `limit`. A follow-up that waits for an ask
+    /// comes a round trip after it: `extra` covers that.
+    pub async fn wait(&self, seq: u64, limit: Instant, extra: Duration) -> Option<u64> {
+        let deadline = (Instant::now() + FOLLOW_UP_WAIT + extra).min(limit);
+        self.wait_until(seq, deadline).await.flatten()
+    }
+}
+
+/// How long a reply whose transmit stamp comes interleaved waits for a
+/// later response on its flow to carry it before the probe asks for it. A
+/// schedule faster than this (and a closed loop) sends no extra frame.
+pub const INTERLEAVED_WAIT: Duration = FOLLOW_UP_WAIT;
+
+/// Whether a flow's requests go out often enough for the interleaved
+/// exchange: the gap since its previous request is at most half of
+/// [`INTERLEAVED_WAIT`] (or there was none: a closed loop's first). At
+/// longer gaps no next response would come in time to carry the stamp, and
+/// a follow-up frame right after the response costs less than waiting for
+/// one and then asking: over UDP it comes unasked, over TCP the client asks
+/// as soon as it has read the response. A daemon probing once a second
+/// sends no ask over UDP.
+#[derive(Debug, Default)]
+pub struct Cadence(std::sync::Mutex<Option<Instant>>);
+
+impl Cadence {
+    /// Notes a request going out at `now`; true when it should ask for the
+    /// interleaved exchange.
+    pub fn interleave(&self, now: Instant) -> bool {
+        let prev = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .replace(now);
+        prev.is_none_or(|p| now.saturating_duration_since(p) <= INTERLEAVED_WAIT / 2)
+    }
+}
+
+/// Completes the split of reply `seq`, whose transmit stamp comes
+/// interleaved: in a later response (filed in `follow` by the protocol's
+/// reader) within
+/// [`INTERLEAVED_WAIT`]; if none brings it, `ask` sends an ask (false if it
+/// could not) and the follow-up frame is waited for a round trip more
+/// (twice this reply's RTT, and [`FOLLOW_UP_WAIT`]). Without it the
+/// responder send part stays unknown and the split partial.
+pub async fn settle_interleaved<F>(
+    follow: &FollowUps,
+    seq: u64,
+    mut reply: Reply,
+    ask: impl FnOnce() -> F,
+) -> Reply
+where
+    F: std::future::Future<Output = bool>,
+{
+    let Some(r) = reply.stamps.responder.filter(|r| r.send_later) else {
+        return reply;
+    };
+    let send = match follow
+        .wait_until(seq, Instant::now() + INTERLEAVED_WAIT)
+        .await
+    {
+        Some(send) => send,
+        None if ask().await => {
+            let deadline = Instant::now() + FOLLOW_UP_WAIT + 2 * reply.rtt();
+            follow.wait_until(seq, deadline).await.flatten()
+        }
+        None => None,
+    };
+    reply.stamps.responder = Some(ResponderTimes {
+        send,
+        send_later: false,
+        ..r
+    });
+    reply
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn requests_interleave_only_while_they_come_often() {
+        let c = Cadence::default();
+        let t = Instant::now();
+        assert!(c.interleave(t), "the first, as a closed loop's");
+        assert!(c.interleave(t), "back to back");
+        assert!(c.interleave(t + Duration::from_millis(2)));
+        assert!(!c.interleave(t + Duration::from_millis(12)), "10 ms apart");
+        assert!(!c.interleave(t + Duration::from_millis(1_012)));
+        assert!(c.interleave(t + Duration::from_millis(1_013)));
+    }
+}
