@@ -24,9 +24,7 @@ use crate::pb::{PingReply, PingRequest, SendTimeRequest};
 use crate::stamped::StampedConnector;
 use crate::tls::ClientTls;
 use prober_core::clock::unix_now_ns;
-use prober_net::follow::{
-    Cadence, FOLLOW_UP_MARGIN, FOLLOW_UP_WAIT, FollowUps, settle_interleaved,
-};
+use prober_net::follow::{Cadence, FOLLOW_UP_MARGIN, FOLLOW_UP_WAIT, FollowUps, INTERLEAVED_WAIT};
 use prober_net::stream::{ChannelStamps, WindowStamps};
 
 use crate::error_chain;
@@ -92,12 +90,18 @@ struct Conn {
     cadence: Cadence,
     /// When the latest reply came, in ns since `since`.
     last_reply_ns: AtomicU64,
+    /// The latest reply's RTT, and the gap before the latest request, ns.
+    last_rtt_ns: AtomicU64,
+    last_gap_ns: AtomicU64,
     since: Instant,
 }
 
 /// A probe that goes out within this long of the previous reply is back
 /// to back ([`Conn::settle_runtime`]).
 const BACK_TO_BACK: Duration = Duration::from_micros(100);
+
+/// Time to spare between an ask's expected end and the next request.
+const ASK_MARGIN: Duration = Duration::from_millis(1);
 
 fn jitter(d: Duration) -> Duration {
     d.mul_f64(0.75 + fastrand::f64() * 0.5)
@@ -122,14 +126,36 @@ impl Conn {
             follow: Arc::default(),
             cadence: Cadence::default(),
             last_reply_ns: AtomicU64::new(u64::MAX),
+            last_rtt_ns: AtomicU64::new(0),
+            last_gap_ns: AtomicU64::new(0),
             since: Instant::now(),
         }
     }
 
-    /// Notes a reply that came at `at`.
-    fn replied(&self, at: Instant) {
-        let ns = u64::try_from((at - self.since).as_nanos()).unwrap_or(u64::MAX);
-        self.last_reply_ns.store(ns, Ordering::Relaxed);
+    /// Notes a reply to a request sent at `sent` that came at `at`.
+    fn replied(&self, sent: Instant, at: Instant) {
+        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.last_reply_ns
+            .store(ns(at - self.since), Ordering::Relaxed);
+        self.last_rtt_ns.store(ns(at - sent), Ordering::Relaxed);
+    }
+
+    /// Notes a request going out now, and says whether the next reply
+    /// should carry its reply's send part (interleaved) rather than the
+    /// probe asking for it right after the reply. It asks when requests
+    /// come more than 2.5 ms apart, and the ask's round trip (with a
+    /// millisecond to spare) ends before the next request goes out: an
+    /// ask open when a probe starts spoils that probe's stamps.
+    fn interleave(&self) -> bool {
+        let Some(gap) = self.cadence.gap(Instant::now()) else {
+            return true;
+        };
+        self.last_gap_ns.store(
+            u64::try_from(gap.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        let rtt = Duration::from_nanos(self.last_rtt_ns.load(Ordering::Relaxed));
+        gap <= INTERLEAVED_WAIT / 2 || gap < 2 * rtt + ASK_MARGIN
     }
 
     /// Back to back, lets the runtime's other ready tasks run before a
@@ -325,7 +351,13 @@ impl Conn {
     /// `until`: `Some(send)` when it answered, `send` being `None` where it
     /// had no stamp; `None` when it could not be asked.
     async fn ask_send_time(&self, seq: u64, until: Instant) -> Option<Option<u64>> {
-        let channel = self.state.lock().await.channel.clone()?;
+        // Not behind a reconnect, which holds the lock for up to the
+        // connect timeout.
+        let channel = tokio::time::timeout_at(until, self.state.lock())
+            .await
+            .ok()?
+            .channel
+            .clone()?;
         // Its bytes are not a probe's: a probe window it overlaps gets no
         // stamps.
         let _aside = self.stamps.aside();
@@ -339,10 +371,10 @@ impl Conn {
         (r.seq == seq).then(|| r.known.then_some(r.send_ns))
     }
 
-    /// Completes `reply`'s responder send part now, when requests go out
-    /// too seldom for the next reply to carry it (`interleave` false):
-    /// asks for it, within twice its RTT and [`FOLLOW_UP_WAIT`], and never
-    /// past `limit`. Otherwise the runner settles it later.
+    /// Completes `reply`'s responder send part now, when the next reply
+    /// would come too late to carry it (`interleave` false): asks for it,
+    /// within twice its RTT and [`FOLLOW_UP_WAIT`], and never past
+    /// `limit`. Otherwise the runner settles it later.
     async fn complete(
         &self,
         seq: u64,
@@ -350,35 +382,37 @@ impl Conn {
         interleave: bool,
         limit: Instant,
     ) -> Reply {
-        let Some(r) = reply.stamps.responder.as_mut().filter(|r| r.send_later) else {
-            return reply;
-        };
-        if interleave {
+        if interleave || !reply.stamps.responder.is_some_and(|r| r.send_later) {
             return reply;
         }
-        r.send_later = false;
         let until = (Instant::now() + FOLLOW_UP_WAIT + 2 * reply.rtt()).min(limit);
         let send = self.ask_send_time(seq, until).await.flatten();
         if let Some(r) = reply.stamps.responder.as_mut() {
-            r.send = send;
+            finish(r, send);
         }
         reply
     }
 
-    /// Settles a reply whose send part a later reply carries, asking for
-    /// it if none does in time ([`settle_interleaved`]).
-    async fn settle(&self, seq: u64, reply: Reply) -> Reply {
-        let until = Instant::now() + FOLLOW_UP_WAIT + 2 * reply.rtt();
-        settle_interleaved(&self.follow, seq, reply, || async {
-            match self.ask_send_time(seq, until).await {
-                Some(send) => {
-                    self.follow.put(seq, send);
-                    true
-                }
-                None => false,
+    /// Settles a reply whose send part a later reply carries: waits for
+    /// the next reply (the gap between requests, a round trip, and
+    /// [`FOLLOW_UP_WAIT`]), and asks if it has not brought it by then.
+    async fn settle(&self, seq: u64, mut reply: Reply) -> Reply {
+        if !reply.stamps.responder.is_some_and(|r| r.send_later) {
+            return reply;
+        }
+        let gap = Duration::from_nanos(self.last_gap_ns.load(Ordering::Relaxed));
+        let carried = Instant::now() + gap + 2 * reply.rtt() + FOLLOW_UP_WAIT;
+        let send = match self.follow.wait_until(seq, carried).await {
+            Some(send) => send,
+            None => {
+                let until = Instant::now() + FOLLOW_UP_WAIT + 2 * reply.rtt();
+                self.ask_send_time(seq, until).await.flatten()
             }
-        })
-        .await
+        };
+        if let Some(r) = reply.stamps.responder.as_mut() {
+            finish(r, send);
+        }
+        reply
     }
 
     fn request<T>(&self, msg: T) -> Request<T> {
@@ -415,13 +449,14 @@ impl GrpcProbe {
 
 impl Probe for GrpcProbe {
     async fn probe_at(&self, seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
+        // The runner's timeout counts from about now.
+        let limit = Instant::now() + self.conn.cfg.timeout.saturating_sub(FOLLOW_UP_MARGIN);
         let mut client = EchoClient::new(self.conn.channel().await?);
         let req = self.conn.request(self.conn.ping(seq, &self.payload));
         self.conn.settle_runtime().await;
         gate.pass().await;
-        let interleave = self.conn.cadence.interleave(Instant::now());
+        let interleave = self.conn.interleave();
         let sent = Instant::now();
-        let limit = sent + self.conn.cfg.timeout.saturating_sub(FOLLOW_UP_MARGIN);
         let t1 = unix_now_ns();
         let window = self.conn.stamps.begin();
         let res = client.ping(req).await;
@@ -431,7 +466,7 @@ impl Probe for GrpcProbe {
             Ok(resp) => {
                 let window = window.end();
                 self.conn.stamps.record_rtt(received - sent);
-                self.conn.replied(received);
+                self.conn.replied(sent, received);
                 let r = resp.into_inner();
                 Conn::file_prev(&self.conn.follow, &r);
                 if r.seq != seq {
@@ -463,6 +498,18 @@ impl Probe for GrpcProbe {
 
     fn anomalies(&self) -> Anomalies {
         self.conn.anomalies()
+    }
+}
+
+/// Puts the responder's send part in: where it is unknown (no stamp, no
+/// answer to the ask), the responder's turnaround to its handler's return
+/// (wake + dwell) stands for its parts, with its send path in the network
+/// part, as from a responder that stamps no sends.
+fn finish(r: &mut ResponderTimes, send: Option<u64>) {
+    r.send = send;
+    r.send_later = false;
+    if send.is_none() {
+        r.turnaround = r.wake.zip(r.dwell).and_then(|(w, d)| w.checked_add(d));
     }
 }
 
@@ -602,14 +649,15 @@ impl GrpcStreamProbe {
 
 impl Probe for GrpcStreamProbe {
     async fn probe_at(&self, seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
+        // The runner's timeout counts from about now.
+        let limit = Instant::now() + self.conn.cfg.timeout.saturating_sub(FOLLOW_UP_MARGIN);
         let (tx, matcher) = self.sender().await?;
         let msg = self.conn.ping(seq, &self.payload);
         let mut waiter = matcher.register(seq);
         self.conn.settle_runtime().await;
         gate.pass().await;
-        let interleave = self.conn.cadence.interleave(Instant::now());
+        let interleave = self.conn.interleave();
         let sent = Instant::now();
-        let limit = sent + self.conn.cfg.timeout.saturating_sub(FOLLOW_UP_MARGIN);
         let t1 = unix_now_ns();
         let window = self.conn.stamps.begin();
         if tx.send(msg).await.is_err() {
@@ -620,7 +668,7 @@ impl Probe for GrpcStreamProbe {
             Some(Ok((received, t4, dwell, responder, bytes))) => {
                 let window = window.end();
                 self.conn.stamps.record_rtt(received - sent);
-                self.conn.replied(received);
+                self.conn.replied(sent, received);
                 let reply = stamped_reply(
                     (sent, t1),
                     (received, t4),
@@ -763,6 +811,19 @@ fn stamped_reply(
     (dwell, responder): (Option<Duration>, Option<ResponderTimes>),
     bytes: usize,
 ) -> Reply {
+    // With another call overlapping the window, the responder's kernel
+    // stamps may be that call's: only its dwell (its handler's own) is
+    // kept.
+    let responder = responder.map(|r| {
+        if window.alone {
+            r
+        } else {
+            ResponderTimes {
+                dwell: r.dwell,
+                ..ResponderTimes::default()
+            }
+        }
+    });
     let stamps = prober_core::Stamps {
         t1: Some(t1),
         t1k: window.t1k,

@@ -94,12 +94,18 @@ impl Cadence {
     /// Notes a request going out at `now`; true when it should ask for the
     /// interleaved exchange.
     pub fn interleave(&self, now: Instant) -> bool {
+        self.gap(now).is_none_or(|gap| gap <= INTERLEAVED_WAIT / 2)
+    }
+
+    /// Notes a request going out at `now`: the gap since the one before
+    /// (`None` for the first).
+    pub fn gap(&self, now: Instant) -> Option<Duration> {
         let prev = self
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .replace(now);
-        prev.is_none_or(|p| now.saturating_duration_since(p) <= INTERLEAVED_WAIT / 2)
+        prev.map(|p| now.saturating_duration_since(p))
     }
 }
 

@@ -98,6 +98,9 @@ pub struct WindowStamps {
     pub first_read_ns: Option<u64>,
     /// When the last write before that read returned.
     pub last_write_ns: Option<u64>,
+    /// No other call overlapped the window: what the responder reports of
+    /// its side is this probe's.
+    pub alone: bool,
 }
 
 /// A probe's window, from [`ChannelStamps::begin`]; dropped without
@@ -193,6 +196,10 @@ impl ChannelStamps {
         if !clean {
             return user;
         }
+        let user = WindowStamps {
+            alone: true,
+            ..user
+        };
         let key = first.written.checked_sub(1).map(|k| k as u32);
         let t1k = key.and_then(|k| s.tx.iter().rev().find(|(x, _)| *x == k).map(|(_, t)| *t));
         WindowStamps {
@@ -596,23 +603,39 @@ struct ServerTx {
     refused: bool,
     /// Bytes written since they went on.
     written: u64,
-    /// Writes since: the key of each one's last byte, and when it returned
-    /// (wall clock, Unix ns), newest last.
-    writes: VecDeque<(u32, u64)>,
+    /// Writes since, newest last.
+    writes: VecDeque<Write>,
     /// Stamps read from the error queue, by key, newest last.
     stamps: VecDeque<(u32, u64)>,
     /// The latest reply whose send time was asked for: (seq, t3).
     pending: Option<(u64, u64)>,
 }
 
+/// One write of an accepted connection.
+#[derive(Debug, Clone, Copy)]
+struct Write {
+    /// The key of its last byte.
+    key: u32,
+    /// When it returned (wall clock, Unix ns).
+    at: u64,
+    /// Its length.
+    len: usize,
+}
+
 /// Writes and stamps a connection keeps for its send times: a reply's
 /// write is found long before this many more.
 const SERVER_KEPT: usize = 64;
 
+/// The longest write that is nothing but HTTP/2 control frames the
+/// connection sends on its own: a PING ACK (17 bytes), a WINDOW_UPDATE or
+/// RST_STREAM (13), a SETTINGS ACK (9). A reply's HEADERS and DATA are
+/// longer, so a write this short is never taken for a reply's.
+const CONTROL_ONLY: usize = 17;
+
 impl ServerTx {
     /// The key of the last byte written, if any.
     fn last_key(&self) -> Option<u32> {
-        self.writes.back().map(|(k, _)| *k)
+        self.writes.back().map(|w| w.key)
     }
 
     /// Whether the latest write's stamp is still on the error queue.
@@ -622,9 +645,13 @@ impl ServerTx {
     }
 
     /// The send part of the reply handed over at `t3`: the stamp of the
-    /// first write that returned at or after it, less `t3`.
+    /// first write after it that is not control frames alone, less `t3`.
     fn send_of(&self, t3: u64) -> Option<u64> {
-        let key = self.writes.iter().find(|(_, at)| *at >= t3)?.0;
+        let key = self
+            .writes
+            .iter()
+            .find(|w| w.at >= t3 && w.len > CONTROL_ONLY)?
+            .key;
         let stamp = self.stamps.iter().rev().find(|(x, _)| *x == key)?.1;
         stamp.checked_sub(t3)
     }
@@ -697,8 +724,11 @@ impl ServerRx {
         if tx.writes.len() == SERVER_KEPT {
             tx.writes.pop_front();
         }
-        tx.writes
-            .push_back((key, prober_core::clock::unix_now_ns()));
+        tx.writes.push_back(Write {
+            key,
+            at: prober_core::clock::unix_now_ns(),
+            len: n,
+        });
     }
 
     /// After a read (one that found nothing, or a request): files the
@@ -841,11 +871,19 @@ mod tests {
         {
             let mut tx = rx.tx();
             tx.on = true;
-            tx.writes.extend([(99, 1_000), (199, 2_500), (299, 4_000)]);
-            tx.stamps.extend([(99, 990), (199, 2_400), (299, 3_900)]);
+            let w = |key, at, len| Write { key, at, len };
+            tx.writes.extend([
+                w(99, 1_000, 100),
+                w(116, 2_100, 17),
+                w(216, 2_500, 100),
+                w(316, 4_000, 100),
+            ]);
+            tx.stamps
+                .extend([(99, 990), (116, 2_050), (216, 2_400), (316, 3_900)]);
         }
         rx.sent(7, 2_000);
         assert_eq!(rx.take_send(Some(8)), None, "not that reply's");
+        // Not the PING ACK written first.
         assert_eq!(rx.take_send(Some(7)), Some((7, Some(400))));
         assert_eq!(rx.take_send(None), None, "taken once");
         // Handed over after every write so far: not sent yet.
@@ -859,7 +897,11 @@ mod tests {
     fn the_error_queue_is_read_only_for_a_write_without_its_stamp() {
         let mut tx = ServerTx::default();
         assert!(!tx.missing(), "nothing written");
-        tx.writes.push_back((99, 1_000));
+        tx.writes.push_back(Write {
+            key: 99,
+            at: 1_000,
+            len: 100,
+        });
         assert!(tx.missing());
         tx.stamps.push_back((99, 990));
         assert!(!tx.missing());
@@ -875,19 +917,27 @@ mod tests {
             .unwrap();
         let mut srv = ServerStream::new(listener.accept().await.unwrap().0);
         let rx = srv.rx();
-        let mut buf = [0u8; 16];
+        let mut buf = [0u8; 64];
+        // An exchange before stamps go on: the keys count from the first
+        // byte written after, not from the connection's first.
+        client.write_all(b"req0").await.unwrap();
+        let _ = srv.read(&mut buf).await.unwrap();
+        srv.write_all(&[0u8; 40]).await.unwrap();
+        let _ = client.read(&mut buf).await.unwrap();
         client.write_all(b"req1").await.unwrap();
         let _ = srv.read(&mut buf).await.unwrap();
-        assert!(rx.want_send_times(), "this kernel stamps TCP sends");
+        assert!(rx.want_send_times());
         let t3 = prober_core::clock::unix_now_ns();
         rx.sent(1, t3);
-        srv.write_all(b"reply1").await.unwrap();
+        srv.write_all(&[1u8; 30]).await.unwrap();
         let _ = client.read(&mut buf).await.unwrap();
         client.write_all(b"req2").await.unwrap();
         let _ = srv.read(&mut buf).await.unwrap();
         let (seq, send) = rx.take_send(None).unwrap();
         assert_eq!(seq, 1);
-        let send = send.expect("the reply's write was stamped");
+        let send = send.expect("the reply's write was stamped (OPT_ID_TCP, Linux 6.2)");
         assert!(send < 1_000_000_000, "{send} ns");
+        assert_eq!(rx.tx().written, 30, "counted from the first write after");
+        assert_eq!(rx.tx().stamps.back().map(|s| s.0), Some(29));
     }
 }

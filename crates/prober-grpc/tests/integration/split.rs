@@ -77,3 +77,29 @@ async fn a_client_that_does_not_ask_gets_no_send_part() {
     assert!(p.iter().all(|p| p.responder_send.is_none()), "{p:?}");
     assert!(p.iter().all(|p| p.client_send.is_none()), "{p:?}");
 }
+
+/// Calls that overlap on the connection (a 4 ms hold at a 1 ms interval)
+/// cannot tell their stamps apart: they get the responder's dwell, and no
+/// send part or other responder stamp that may be another call's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_calls_get_no_responder_stamps() {
+    let srv = Server::start(ServerConfig {
+        delay: Duration::from_millis(4),
+        ..ServerConfig::default()
+    })
+    .await;
+    let p = split_of(
+        GrpcProbe::new(client(srv.addr, None)),
+        40,
+        Duration::from_millis(1),
+    )
+    .await;
+    for p in &p {
+        assert!(p.responder_dwell.is_some(), "{p:?}");
+        if p.responder_send.is_some() || p.responder_wake.is_some() {
+            assert!(p.client_send.is_some(), "a window of its own: {p:?}");
+        }
+    }
+    let overlapped = p.iter().filter(|p| p.responder_wake.is_none()).count();
+    assert!(overlapped >= 30, "{overlapped} of 40 overlapped");
+}
