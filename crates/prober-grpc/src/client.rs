@@ -408,6 +408,13 @@ impl Conn {
         if interleave || !reply.stamps.responder.is_some_and(|r| r.send_later) {
             return reply;
         }
+        // Decided with the previous reply's RTT: if this one's says the ask
+        // would still be open when the next request goes out, the next
+        // reply carries it instead (`settle`).
+        let gap = Duration::from_nanos(self.last_gap_ns.load(Ordering::Relaxed));
+        if gap < 2 * reply.rtt() + ASK_MARGIN {
+            return reply;
+        }
         let until = (Instant::now() + FOLLOW_UP_WAIT + 2 * reply.rtt()).min(limit);
         let send = self.ask_send_time(seq, until).await.flatten();
         if let Some(r) = reply.stamps.responder.as_mut() {
@@ -424,12 +431,16 @@ impl Conn {
             return reply;
         }
         let gap = Duration::from_nanos(self.last_gap_ns.load(Ordering::Relaxed));
-        let carried = Instant::now() + gap + 2 * reply.rtt() + FOLLOW_UP_WAIT;
-        let send = match self.follow.wait_until(seq, carried).await {
+        let wait = (gap + 2 * reply.rtt()).min(self.cfg.timeout) + FOLLOW_UP_WAIT;
+        let send = match self.follow.wait_until(seq, Instant::now() + wait).await {
             Some(send) => send,
             None => {
                 let until = Instant::now() + FOLLOW_UP_WAIT + 2 * reply.rtt();
-                self.ask_send_time(seq, until).await.flatten()
+                match self.ask_send_time(seq, until).await {
+                    Some(send) => send,
+                    // The next reply may have brought it meanwhile.
+                    None => self.follow.wait_until(seq, Instant::now()).await.flatten(),
+                }
             }
         };
         if let Some(r) = reply.stamps.responder.as_mut() {
@@ -532,7 +543,11 @@ fn finish(r: &mut ResponderTimes, send: Option<u64>) {
     r.send = send;
     r.send_later = false;
     if send.is_none() {
+        // As from a responder that stamps no sends: dwell and turnaround,
+        // no wake-up of its own (a turnaround stands for the parts only
+        // where they are not all there).
         r.turnaround = r.wake.zip(r.dwell).and_then(|(w, d)| w.checked_add(d));
+        r.wake = None;
     }
 }
 

@@ -193,6 +193,7 @@ pub async fn serve_grpc(
         .max_concurrent_streams(prober_net::guard::H2_MAX_CONCURRENT_STREAMS)
         .http2_max_header_list_size(prober_net::guard::H2_MAX_HEADER_LIST)
         .http2_max_pending_accept_reset_streams(Some(prober_net::guard::H2_MAX_PENDING_RESETS));
+    let tls = cfg.tls.is_some();
     if let Some(tls) = cfg.tls {
         builder = builder.tls_config(tls.into_config())?;
     }
@@ -206,7 +207,11 @@ pub async fn serve_grpc(
             Ok(stream) => match stream.peer_addr().map(|p| gate.admit_or_warn(p, "grpc")) {
                 Ok(Some(permit)) => Some(stream.set_nodelay(true).map(|()| {
                     ServerStream::new(
-                        prober_net::stream::ServerStream::new(stream),
+                        if tls {
+                            prober_net::stream::ServerStream::new(stream).under_tls()
+                        } else {
+                            prober_net::stream::ServerStream::new(stream)
+                        },
                         permit,
                         gate.limits(),
                         Arc::clone(&gate.stats),

@@ -609,6 +609,8 @@ struct ServerTx {
     stamps: VecDeque<(u32, u64)>,
     /// The latest reply whose send time was asked for: (seq, t3).
     pending: Option<(u64, u64)>,
+    /// What TLS adds to each write ([`ServerStream::under_tls`]).
+    record_overhead: usize,
 }
 
 /// One write of an accepted connection.
@@ -632,6 +634,11 @@ const SERVER_KEPT: usize = 64;
 /// longer, so a write this short is never taken for a reply's.
 const CONTROL_ONLY: usize = 17;
 
+/// The most a TLS record adds to what it carries: a 5-byte header, and
+/// TLS 1.2 AES-GCM's 8-byte explicit nonce and 16-byte tag (TLS 1.3 adds
+/// 1 + 16).
+const TLS_RECORD_OVERHEAD: usize = 29;
+
 impl ServerTx {
     /// The key of the last byte written, if any.
     fn last_key(&self) -> Option<u32> {
@@ -650,7 +657,7 @@ impl ServerTx {
         let key = self
             .writes
             .iter()
-            .find(|w| w.at >= t3 && w.len > CONTROL_ONLY)?
+            .find(|w| w.at >= t3 && w.len > CONTROL_ONLY + self.record_overhead)?
             .key;
         let stamp = self.stamps.iter().rev().find(|(x, _)| *x == key)?.1;
         stamp.checked_sub(t3)
@@ -767,6 +774,14 @@ impl ServerStream {
             inner,
             rx: Arc::default(),
         }
+    }
+
+    /// The stream carries TLS records: a write of control frames alone is
+    /// longer by a record's overhead.
+    #[must_use]
+    pub fn under_tls(self) -> Self {
+        self.rx.tx().record_overhead = TLS_RECORD_OVERHEAD;
+        self
     }
 
     /// Where its latest kernel receive stamp and send times are kept.

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{Server, client, config};
 
 /// Each answered probe's parts.
-fn parts(samples: &[Sample]) -> Vec<Parts> {
+pub(crate) fn parts(samples: &[Sample]) -> Vec<Parts> {
     samples
         .iter()
         .filter_map(|s| match &s.outcome {
@@ -25,7 +25,7 @@ fn parts(samples: &[Sample]) -> Vec<Parts> {
 /// At least 90 % of `n` probes have all six parts, none of them negative
 /// by construction, adding up to the RTT; the send part is never 0 (a
 /// write is stamped after the handler returns it).
-fn assert_complete(what: &str, n: usize, parts: &[Parts]) {
+pub(crate) fn assert_complete(what: &str, n: usize, parts: &[Parts]) {
     let full: Vec<&Parts> = parts
         .iter()
         .filter(|p| p.list().iter().all(Option::is_some))

@@ -146,3 +146,37 @@ async fn mtls_requires_a_client_certificate() {
     .await;
     assert_eq!(s.ok, 0);
 }
+
+/// Under TLS the responder's writes are TLS records, longer than what they
+/// carry: its send part is still the reply's record's, and every part is
+/// known.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_probes_get_every_part() {
+    let p = pki();
+    let srv = Server::start(ServerConfig {
+        tls: Some(ServerTls::from_pem(
+            p.server_cert.into(),
+            p.server_key.into(),
+            None,
+        )),
+        ..Default::default()
+    })
+    .await;
+    for interval in [Duration::ZERO, Duration::from_millis(10)] {
+        let (s, samples) = run_probe(
+            GrpcProbe::new(client(
+                srv.addr,
+                Some(ClientTls::from_pem(Some(p.ca.clone().into()), None, None)),
+            )),
+            config(40, interval),
+            CancellationToken::new(),
+        )
+        .await;
+        assert_eq!(s.ok, 40, "{s:?}");
+        crate::split::assert_complete(
+            &format!("grpcs every {interval:?}"),
+            40,
+            &crate::split::parts(&samples),
+        );
+    }
+}
