@@ -394,13 +394,12 @@ impl Sink for PrometheusSink {
             if let Outcome::Ok(r) = &s.outcome {
                 h.rtt.observe(r.rtt().as_secs_f64());
                 observe_each(&self.buckets, &mut h.phases, r.app.phases.0);
+                let parts = r.parts().list_all();
                 if self.parts {
-                    observe_each(&self.buckets, &mut h.parts, r.parts().list_all());
+                    observe_each(&self.buckets, &mut h.parts, parts);
                 }
-            }
-            drop(h);
-            if let Outcome::Ok(r) = &s.outcome {
-                series.last_parts = r.parts().list_all();
+                drop(h);
+                series.last_parts = parts;
             }
         }
         Ok(())
