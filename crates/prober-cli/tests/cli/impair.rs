@@ -472,21 +472,14 @@ fn grpc_through_a_slow_path_keeps_its_split() {
     let (code, lines, err) = run_json(&["run", "-o", "json", "-c", "100", "-i", "7ms", &target]);
     assert_eq!(code, Some(0), "{err}");
     let probes = of_type(&lines, "probe");
-    let six = [
-        "client_send_ns",
-        "network_ns",
-        "responder_wake_ns",
-        "responder_dwell_ns",
-        "responder_send_ns",
-        "client_wake_ns",
-    ];
+    let six = prober_core::Parts::NAMES.map(|n| format!("{n}_ns"));
     let full: Vec<_> = probes
         .iter()
-        .filter(|p| six.iter().all(|k| p["parts"][*k].is_u64()))
+        .filter(|p| six.iter().all(|k| p["parts"][k].is_u64()))
         .collect();
     let partial: Vec<_> = probes
         .iter()
-        .filter(|p| !six.iter().all(|k| p["parts"][*k].is_u64()))
+        .filter(|p| !six.iter().all(|k| p["parts"][k].is_u64()))
         .map(|p| format!("{} {} {}", p["seq"], p["rtt_ns"], p["parts"]))
         .collect();
     assert!(

@@ -50,6 +50,20 @@ fn pki() -> Pki {
     }
 }
 
+/// A responder with the PKI's server certificate, checking client
+/// certificates against `client_ca` where given.
+async fn tls_server(p: &Pki, client_ca: Option<String>) -> Server {
+    Server::start(ServerConfig {
+        tls: Some(ServerTls::from_pem(
+            p.server_cert.clone().into(),
+            p.server_key.clone().into(),
+            client_ca.map(Into::into),
+        )),
+        ..Default::default()
+    })
+    .await
+}
+
 async fn one(srv: &Server, tls: ClientTls) -> (Summary, Option<String>) {
     let (s, samples) = run_probe(
         GrpcProbe::new(client(srv.addr, Some(tls))),
@@ -67,15 +81,7 @@ async fn one(srv: &Server, tls: ClientTls) -> (Summary, Option<String>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_with_the_right_ca() {
     let p = pki();
-    let srv = Server::start(ServerConfig {
-        tls: Some(ServerTls::from_pem(
-            p.server_cert.into(),
-            p.server_key.into(),
-            None,
-        )),
-        ..Default::default()
-    })
-    .await;
+    let srv = tls_server(&p, None).await;
     let (s, err) = one(
         &srv,
         ClientTls::from_pem(Some(p.ca.clone().into()), None, None),
@@ -108,15 +114,7 @@ async fn tls_with_the_right_ca() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mtls_requires_a_client_certificate() {
     let p = pki();
-    let srv = Server::start(ServerConfig {
-        tls: Some(ServerTls::from_pem(
-            p.server_cert.into(),
-            p.server_key.into(),
-            Some(p.ca.clone().into()),
-        )),
-        ..Default::default()
-    })
-    .await;
+    let srv = tls_server(&p, Some(p.ca.clone())).await;
     let with_id = ClientTls::from_pem(
         Some(p.ca.clone().into()),
         Some((p.client_cert.into(), p.client_key.into())),
@@ -153,15 +151,7 @@ async fn mtls_requires_a_client_certificate() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_probes_get_every_part() {
     let p = pki();
-    let srv = Server::start(ServerConfig {
-        tls: Some(ServerTls::from_pem(
-            p.server_cert.into(),
-            p.server_key.into(),
-            None,
-        )),
-        ..Default::default()
-    })
-    .await;
+    let srv = tls_server(&p, None).await;
     for interval in [Duration::ZERO, Duration::from_millis(10)] {
         let (s, samples) = run_probe(
             GrpcProbe::new(client(
