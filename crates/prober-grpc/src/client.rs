@@ -186,12 +186,12 @@ impl Conn {
     /// ([`prober_net::stream`]'s coalescing).
     ///
     /// `prober run -i 0 -c 5000 grpc://…` against `prober serve`, 5 rounds
-    /// alternating: client send p50 6.9–8.0 µs (25.2 in one slow round)
-    /// with this yield, 14.7–20.5 µs without; RTT p50 60.7–72.5 µs (105.0)
-    /// against 68.0–85.2. Not at longer intervals: at 10 ms the yield
-    /// added 15–30 µs of send lag, as the worker looks at its IO driver
-    /// first. Over TCP and UDP, whose sends do not give way, the same yield
-    /// (tried in the runner) made RTTs 5–10 µs longer.
+    /// alternating: client send p50 6.7–10.2 µs with this yield, 14.0–19.9
+    /// µs without; RTT p50 59.6–67.5 µs against 67.5–73.3 (BENCHMARKS.md).
+    /// Not at longer intervals: at 10 ms a yield added 15–30 µs of send
+    /// lag, as the worker looks at its IO driver first. Over TCP and UDP,
+    /// whose sends do not give way, the same yield (tried in the runner)
+    /// made RTTs 5–10 µs longer.
     async fn settle_runtime(&self) {
         let last = self.last_reply_ns.load(Ordering::Relaxed);
         let now = u64::try_from(self.since.elapsed().as_nanos()).unwrap_or(u64::MAX);
@@ -535,17 +535,16 @@ impl Probe for GrpcProbe {
     }
 }
 
-/// Puts the responder's send part in: where it is unknown (no stamp, no
-/// answer to the ask), the responder's turnaround to its handler's return
-/// (wake + dwell) stands for its parts, with its send path in the network
-/// part, as from a responder that stamps no sends.
+/// Puts the responder's send part in. Where it is unknown (no stamp, no
+/// answer to the ask), the split is as from a responder that stamps no
+/// sends: dwell, and the turnaround to its handler's return (wake +
+/// dwell) standing for its parts, with its send path in the network part.
+/// The wake goes: a turnaround stands for the parts only where they are
+/// not all there.
 fn finish(r: &mut ResponderTimes, send: Option<u64>) {
     r.send = send;
     r.send_later = false;
     if send.is_none() {
-        // As from a responder that stamps no sends: dwell and turnaround,
-        // no wake-up of its own (a turnaround stands for the parts only
-        // where they are not all there).
         r.turnaround = r.wake.zip(r.dwell).and_then(|(w, d)| w.checked_add(d));
         r.wake = None;
     }
