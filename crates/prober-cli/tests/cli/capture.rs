@@ -766,7 +766,7 @@ fn http_stack_split_agrees_with_a_packet_capture(name: &str, serve: &str, target
     // send + network + the responder's parts + client wake = rtt. gRPC's
     // responder gives its three parts (its send part in the next reply, or
     // asked for at 10 ms); HTTP's, its turnaround as a whole.
-    let mut complete = 0;
+    let (mut complete, mut three_parts) = (0, 0);
     for p in &probes {
         let parts = &p["parts"];
         let three = [
@@ -777,11 +777,8 @@ fn http_stack_split_agrees_with_a_packet_capture(name: &str, serve: &str, target
         .iter()
         .map(|k| parts[*k].as_i64())
         .sum::<Option<i64>>();
-        if name == "grpc" {
-            assert!(
-                p["responder_turnaround_ns"].is_null(),
-                "prober's gRPC responder gives its parts: {p}"
-            );
+        if name == "grpc" && three.is_some() {
+            three_parts += 1;
         }
         let (Some(net), Some(turn)) = (
             parts["network_ns"].as_i64(),
@@ -801,6 +798,13 @@ fn http_stack_split_agrees_with_a_packet_capture(name: &str, serve: &str, target
     assert!(
         complete * 10 >= n * 9,
         "{complete} of {n} with the network part"
+    );
+    // prober's gRPC responder gives its three parts, its send part asked
+    // for after each reply at 10 ms; an ask that came too late leaves the
+    // turnaround in their place.
+    assert!(
+        name != "grpc" || three_parts * 10 >= n * 7,
+        "{three_parts} of {n} with the responder's three parts"
     );
     // Of the probes that had the connection to themselves (all but a few
     // on a quiet machine), 90 % matched.

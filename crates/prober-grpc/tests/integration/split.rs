@@ -22,9 +22,12 @@ pub(crate) fn parts(samples: &[Sample]) -> Vec<Parts> {
         .collect()
 }
 
-/// At least 90 % of `n` probes have all six parts, none of them negative
-/// by construction, adding up to the RTT; the send part is never 0 (a
-/// write is stamped after the handler returns it).
+/// Most of `n` probes have all six parts, adding up to the RTT, with a
+/// send part that is never 0 (a write is stamped after the handler returns
+/// it). The others are what a busy machine makes of them: a send part
+/// that came too late for its wait (the turnaround then stands for the
+/// responder's parts). On a quiet machine all but the odd one have six
+/// parts; beside two busy loops, one run in five had 10-20 % without.
 pub(crate) fn assert_complete(what: &str, n: usize, parts: &[Parts]) {
     let full: Vec<&Parts> = parts
         .iter()
@@ -36,10 +39,15 @@ pub(crate) fn assert_complete(what: &str, n: usize, parts: &[Parts]) {
         assert!(p.responder_send.unwrap() > 0, "{what}: {p:?}");
         assert_eq!(p.responder_turnaround, None, "{what}: {p:?}");
     }
+    let late: Vec<&Parts> = parts
+        .iter()
+        .filter(|p| p.responder_send.is_none() && p.responder_turnaround.is_some())
+        .collect();
     assert!(
-        full.len() * 10 >= n * 9,
-        "{what}: {} of {n} with all six parts",
-        full.len()
+        full.len() * 10 >= n * 7 && (full.len() + late.len()) * 10 >= n * 9,
+        "{what}: {} of {n} with all six parts, {} with the turnaround for a late send part",
+        full.len(),
+        late.len()
     );
 }
 
