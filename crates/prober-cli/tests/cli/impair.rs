@@ -264,7 +264,10 @@ fn jittered_delays_show_in_the_rtt_quantiles() {
         // reply's hold plus the unimpaired round trip. Quantiles of whole
         // runs drifted by more than 500 µs under the suite on 2 vCPUs
         // (prober's and the responder's own wake-ups, beyond the relay's
-        // lateness), so the bound is per probe, for 90 % of them.
+        // lateness), so the bound is per probe, for 90 % of them: within
+        // 1 ms of the median (500 µs held alone beside a busy loop, 396 of
+        // 400, but not once in the whole suite beside one); a reply paired
+        // with the wrong hold is off by several ms.
         let hold: std::collections::HashMap<u64, f64> = held
             .iter()
             .map(|(k, d)| (k - 1, d.as_nanos() as f64))
@@ -274,10 +277,10 @@ fn jittered_delays_show_in_the_rtt_quantiles() {
         let med = quantile(&extra, 0.5);
         let close = extra
             .iter()
-            .filter(|e| (*e - med).abs() <= 500_000.0)
+            .filter(|e| (*e - med).abs() <= 1_000_000.0)
             .count();
         eprintln!(
-            "{jitter:?}: RTT − hold median {med:.0} ns (base {base:.0}), {close} of 400 within 500 µs of it"
+            "{jitter:?}: RTT − hold median {med:.0} ns (base {base:.0}), {close} of 400 within 1 ms of it"
         );
         assert!(close * 10 >= 400 * 9, "{jitter:?}: {close} of 400");
         assert!(
