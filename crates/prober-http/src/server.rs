@@ -175,7 +175,17 @@ async fn handle(
                 .and_then(|v| v.parse::<usize>().ok())
                 .unwrap_or(DEFAULT_ECHO)
                 .min(MAX_ECHO);
-            Response::new(Full::new(Bytes::from(vec![b'x'; size])))
+            if method == http::Method::HEAD {
+                // The GET's length and no body: hyper leaves a HEAD's body
+                // in place over HTTP/2, where a client then finds DATA
+                // past a content-length of 0 and resets the stream.
+                let mut r = Response::new(Full::new(Bytes::new()));
+                r.headers_mut()
+                    .insert(header::CONTENT_LENGTH, header::HeaderValue::from(size));
+                r
+            } else {
+                Response::new(Full::new(Bytes::from(vec![b'x'; size])))
+            }
         } else {
             match Limited::new(req.into_body(), MAX_REQUEST_BODY)
                 .collect()

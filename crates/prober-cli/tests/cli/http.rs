@@ -610,3 +610,21 @@ fn a_bad_job_http_table_is_a_config_error() {
         fails(&["serve", "--config", &path, "--check-config"], want);
     }
 }
+
+/// HEAD over HTTP/2 and HTTP/1.1: the responder sends the GET's length
+/// and no body. hyper's HTTP/2 server sent the body anyway, and the
+/// client reset the stream (DATA past the content length), so every
+/// `--method HEAD h2c://` probe was an error.
+#[test]
+fn head_requests_are_answered_over_http2_and_http1() {
+    let srv = Serve::start(&["--http", "127.0.0.1:0"]);
+    for scheme in ["h2c", "http"] {
+        let target = format!("{scheme}://{}/echo?size=100", srv.addr("http"));
+        let (code, lines, err) = run_json(&[
+            "run", "-o", "json", "-q", "-c", "3", "-i", "5ms", "--method", "HEAD", &target,
+        ]);
+        assert_eq!(code, Some(0), "{scheme}: {err}");
+        let s = &of_type(&lines, "summary")[0];
+        assert_eq!(s["ok"], 3, "{scheme}: {s}");
+    }
+}
