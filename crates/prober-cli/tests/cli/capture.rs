@@ -426,21 +426,14 @@ fn frames_split_agrees_with_a_packet_capture(proto: &str) {
         // limits, for the time between those and its checks), and at most
         // 1 % of the probes may have a follow-up beyond them.
         if interval == "0" {
-            let mut times: Vec<(u64, i64, i64)> = probes
-                .iter()
-                .map(|p| {
-                    let sent = p["sent_unix_ns"].as_i64().unwrap();
-                    (
-                        p["seq"].as_u64().unwrap(),
-                        sent,
-                        sent + p["rtt_ns"].as_i64().unwrap(),
-                    )
-                })
-                .collect();
-            times.sort_unstable();
+            let times = crate::support::Exchanges::of(&probes);
             let gaps = times
+                .all()
                 .windows(2)
-                .filter(|w| w[1].1 - w[0].1 > 2_000_000 || w[1].2 - w[0].2 > 4_000_000)
+                .filter(|w| {
+                    w[1].1.saturating_sub(w[0].1) > 2_000_000
+                        || w[1].2.saturating_sub(w[0].2) > 4_000_000
+                })
                 .count()
                 + 1;
             eprintln!(
@@ -696,25 +689,8 @@ fn http_stack_split_agrees_with_a_packet_capture(name: &str, serve: &str, target
     // below assumes one exchange at a time, which a loaded machine breaks
     // (a probe sent 17.8 ms late overlapped the one before it, on a second
     // connection, and was paired with that one's response).
-    let mut spans: Vec<(u64, u64, u64)> = probes
-        .iter()
-        .map(|p| {
-            let sent = p["sent_unix_ns"].as_u64().unwrap();
-            (
-                p["seq"].as_u64().unwrap(),
-                sent,
-                sent + p["rtt_ns"].as_u64().unwrap(),
-            )
-        })
-        .collect();
-    spans.sort_unstable();
-    let alone = |seq: u64| {
-        let i = spans.iter().position(|s| s.0 == seq).unwrap();
-        let (_, sent, end) = spans[i];
-        let before = i.checked_sub(1).map(|j| spans[j].2);
-        let after = spans.get(i + 1).map(|s| s.1);
-        before.is_none_or(|e| e + 400_000 < sent) && after.is_none_or(|s| end + 400_000 < s)
-    };
+    let spans = crate::support::Exchanges::of(&probes);
+    let alone = |seq: u64| spans.alone(seq, 400_000);
     let (mut excess, mut stamped) = (Vec::new(), 0usize);
     for p in &probes {
         assert_eq!(p["outcome"], "ok", "{p}");
@@ -808,7 +784,7 @@ fn http_stack_split_agrees_with_a_packet_capture(name: &str, serve: &str, target
     );
     // Of the probes that had the connection to themselves (all but a few
     // on a quiet machine), 90 % matched.
-    let solo = spans.iter().filter(|s| alone(s.0)).count();
+    let solo = spans.all().iter().filter(|s| alone(s.0)).count();
     assert!(
         excess.len() * 10 >= solo * 9 && solo * 10 >= n * 7,
         "{} of {n} matched, {solo} alone",

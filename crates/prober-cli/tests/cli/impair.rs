@@ -483,21 +483,11 @@ fn grpc_through_a_slow_path_keeps_its_split() {
     // next one went out, after the one before was answered. On a loaded
     // machine the relay's RTTs reach 11 ms, and probes that overlap rightly
     // get no stamps; an ask left open would spoil the ones that do not.
-    let mut spans: Vec<(u64, u64)> = probes
+    let spans = crate::support::Exchanges::of(&probes);
+    let solo: Vec<_> = probes
         .iter()
-        .map(|p| {
-            let sent = p["sent_unix_ns"].as_u64().unwrap();
-            (sent, sent + p["rtt_ns"].as_u64().unwrap())
-        })
+        .filter(|p| spans.alone(p["seq"].as_u64().unwrap(), 0))
         .collect();
-    spans.sort_unstable();
-    let alone = |p: &serde_json::Value| {
-        let sent = p["sent_unix_ns"].as_u64().unwrap();
-        let i = spans.iter().position(|s| s.0 == sent).unwrap();
-        i.checked_sub(1).is_none_or(|j| spans[j].1 < sent)
-            && spans.get(i + 1).is_none_or(|next| spans[i].1 < next.0)
-    };
-    let solo: Vec<_> = probes.iter().filter(|p| alone(p)).collect();
     let full: Vec<_> = solo.iter().filter(|p| has_six(p)).collect();
     let partial: Vec<_> = solo
         .iter()

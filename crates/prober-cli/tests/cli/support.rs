@@ -271,6 +271,45 @@ pub(crate) fn of_type<'a>(lines: &'a [Value], kind: &str) -> Vec<&'a Value> {
     lines.iter().filter(|l| l["type"] == kind).collect()
 }
 
+/// Each probe's exchange, from its JSON line: (seq, user send, user
+/// receive), the last two `sent_unix_ns` and `sent_unix_ns + rtt_ns`, in
+/// seq order. It tells which probes had their connection to themselves.
+pub(crate) struct Exchanges(Vec<(u64, u64, u64)>);
+
+impl Exchanges {
+    pub(crate) fn of(probes: &[&Value]) -> Self {
+        let mut all: Vec<(u64, u64, u64)> = probes
+            .iter()
+            .map(|p| {
+                let sent = p["sent_unix_ns"].as_u64().unwrap();
+                (
+                    p["seq"].as_u64().unwrap(),
+                    sent,
+                    sent + p["rtt_ns"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        all.sort_unstable();
+        Self(all)
+    }
+
+    /// (seq, sent, received) of each, in seq order.
+    pub(crate) fn all(&self) -> &[(u64, u64, u64)] {
+        &self.0
+    }
+
+    /// Whether probe `seq` went out more than `margin_ns` after the one
+    /// before it was answered, and was answered more than `margin_ns`
+    /// before the next went out.
+    pub(crate) fn alone(&self, seq: u64, margin_ns: u64) -> bool {
+        let s = &self.0;
+        let i = s.iter().position(|e| e.0 == seq).unwrap();
+        let (_, sent, end) = s[i];
+        i.checked_sub(1).is_none_or(|j| s[j].2 + margin_ns < sent)
+            && s.get(i + 1).is_none_or(|next| end + margin_ns < next.1)
+    }
+}
+
 /// Stops a child with SIGTERM and waits for it (tcpdump writes its last
 /// packets then).
 pub(crate) fn stop(mut child: std::process::Child) {
