@@ -24,7 +24,9 @@ use crate::pb::{PingReply, PingRequest, SendTimeRequest};
 use crate::stamped::StampedConnector;
 use crate::tls::ClientTls;
 use prober_core::clock::unix_now_ns;
-use prober_net::follow::{Cadence, FOLLOW_UP_MARGIN, FOLLOW_UP_WAIT, FollowUps, INTERLEAVED_WAIT};
+use prober_net::follow::{
+    Cadence, FOLLOW_UP_MARGIN, FOLLOW_UP_WAIT, FollowUps, INTERLEAVED_WAIT, settle_interleaved,
+};
 use prober_net::stream::{ChannelStamps, WindowStamps};
 
 use crate::error_chain;
@@ -426,24 +428,26 @@ impl Conn {
     /// Settles a reply whose send part a later reply carries: waits for
     /// the next reply (the gap between requests, a round trip, and
     /// [`FOLLOW_UP_WAIT`]), and asks if it has not brought it by then.
-    async fn settle(&self, seq: u64, mut reply: Reply) -> Reply {
+    async fn settle(&self, seq: u64, reply: Reply) -> Reply {
         if !reply.stamps.responder.is_some_and(|r| r.send_later) {
             return reply;
         }
         let gap = Duration::from_nanos(self.last_gap_ns.load(Ordering::Relaxed));
-        let wait = (gap + 2 * reply.rtt()).min(self.cfg.timeout) + FOLLOW_UP_WAIT;
-        let send = match self.follow.wait_until(seq, Instant::now() + wait).await {
-            Some(send) => send,
-            None => {
-                let until = Instant::now() + FOLLOW_UP_WAIT + 2 * reply.rtt();
-                match self.ask_send_time(seq, until).await {
-                    Some(send) => send,
-                    // The next reply may have brought it meanwhile.
-                    None => self.follow.wait_until(seq, Instant::now()).await.flatten(),
+        let carry = (gap + 2 * reply.rtt()).min(self.cfg.timeout) + FOLLOW_UP_WAIT;
+        let rtt = reply.rtt();
+        let mut reply = settle_interleaved(&self.follow, seq, reply, carry, || async {
+            let until = Instant::now() + FOLLOW_UP_WAIT + 2 * rtt;
+            match self.ask_send_time(seq, until).await {
+                Some(send) => {
+                    self.follow.put(seq, send);
+                    true
                 }
+                None => false,
             }
-        };
+        })
+        .await;
         if let Some(r) = reply.stamps.responder.as_mut() {
+            let send = r.send;
             finish(r, send);
         }
         reply

@@ -111,15 +111,16 @@ impl Cadence {
 
 /// Completes the split of reply `seq`, whose transmit stamp comes
 /// interleaved: in a later response (filed in `follow` by the protocol's
-/// reader) within
-/// [`INTERLEAVED_WAIT`]; if none brings it, `ask` sends an ask (false if it
-/// could not) and the follow-up frame is waited for a round trip more
-/// (twice this reply's RTT, and [`FOLLOW_UP_WAIT`]). Without it the
-/// responder send part stays unknown and the split partial.
+/// reader) within `carry` (TCP and UDP: [`INTERLEAVED_WAIT`]); if none
+/// brings it, `ask` sends an ask (false if it could not) and the answer is
+/// waited for a round trip more (twice this reply's RTT, and
+/// [`FOLLOW_UP_WAIT`]). Without it the responder send part stays unknown
+/// and the split partial.
 pub async fn settle_interleaved<F>(
     follow: &FollowUps,
     seq: u64,
     mut reply: Reply,
+    carry: Duration,
     ask: impl FnOnce() -> F,
 ) -> Reply
 where
@@ -128,16 +129,14 @@ where
     let Some(r) = reply.stamps.responder.filter(|r| r.send_later) else {
         return reply;
     };
-    let send = match follow
-        .wait_until(seq, Instant::now() + INTERLEAVED_WAIT)
-        .await
-    {
+    let send = match follow.wait_until(seq, Instant::now() + carry).await {
         Some(send) => send,
         None if ask().await => {
             let deadline = Instant::now() + FOLLOW_UP_WAIT + 2 * reply.rtt();
             follow.wait_until(seq, deadline).await.flatten()
         }
-        None => None,
+        // Not asked: a later response may have brought it meanwhile.
+        None => follow.wait_until(seq, Instant::now()).await.flatten(),
     };
     reply.stamps.responder = Some(ResponderTimes {
         send,

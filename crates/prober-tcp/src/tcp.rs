@@ -23,7 +23,7 @@ use tokio_util::task::AbortOnDropHandle;
 use crate::reader::{Arrival, Got, RxStamp, await_got, recv_stamped};
 use prober_net::busy::{Reader, SpinThread, Step};
 use prober_net::follow::{
-    Cadence, FOLLOW_UP_MARGIN, FOLLOW_UP_WAIT, FollowUps, settle_interleaved,
+    Cadence, FOLLOW_UP_MARGIN, FOLLOW_UP_WAIT, FollowUps, INTERLEAVED_WAIT, settle_interleaved,
 };
 use prober_net::syntap::{Handshake, SynTap};
 
@@ -517,22 +517,28 @@ impl Probe for TcpProbe {
     }
 
     async fn settle(&self, seq: u64, reply: Reply) -> Reply {
-        settle_interleaved(&self.stamps.follow, seq, reply, || async {
-            // On the connection in use: after a reconnect the responder
-            // has nothing for this seq, and the wait ends unanswered.
-            let asked = async {
-                let conn = {
-                    let slot = self.conn.lock().await;
-                    Arc::clone(alive(&slot)?)
+        settle_interleaved(
+            &self.stamps.follow,
+            seq,
+            reply,
+            INTERLEAVED_WAIT,
+            || async {
+                // On the connection in use: after a reconnect the responder
+                // has nothing for this seq, and the wait ends unanswered.
+                let asked = async {
+                    let conn = {
+                        let slot = self.conn.lock().await;
+                        Arc::clone(alive(&slot)?)
+                    };
+                    Some(self.ask(&conn, seq).await)
                 };
-                Some(self.ask(&conn, seq).await)
-            };
-            tokio::time::timeout(FOLLOW_UP_WAIT, asked)
-                .await
-                .ok()
-                .flatten()
-                .unwrap_or(false)
-        })
+                tokio::time::timeout(FOLLOW_UP_WAIT, asked)
+                    .await
+                    .ok()
+                    .flatten()
+                    .unwrap_or(false)
+            },
+        )
         .await
     }
 

@@ -16,7 +16,9 @@ use tokio::net::UdpSocket;
 use tokio::time::Instant;
 
 use crate::reader::{Arrival, Got, RxStamp, await_got, recv_stamped};
-use prober_net::follow::{Cadence, FOLLOW_UP_MARGIN, FollowUps, settle_interleaved};
+use prober_net::follow::{
+    Cadence, FOLLOW_UP_MARGIN, FollowUps, INTERLEAVED_WAIT, settle_interleaved,
+};
 use socket2::SockRef;
 use tokio_util::task::AbortOnDropHandle;
 
@@ -402,7 +404,7 @@ impl Probe for UdpProbe {
     }
 
     async fn settle(&self, seq: u64, reply: Reply) -> Reply {
-        settle_interleaved(&self.follow, seq, reply, || async {
+        settle_interleaved(&self.follow, seq, reply, INTERLEAVED_WAIT, || async {
             let mut ask = Vec::new();
             wire::encode_ask(&mut ask, seq, self.nonce);
             // Without waiting: a full send buffer leaves the split partial
