@@ -45,14 +45,59 @@ pub struct ChannelStamps {
     spin: Option<SpinBudget>,
 }
 
+/// Bytes written on a connection and the kernel's transmit stamps of
+/// them, keyed by byte (`OPT_ID`): what the client's stream and the
+/// responder's each keep.
+#[derive(Debug, Default)]
+struct ByteStamps {
+    /// Bytes written since the keys began.
+    written: u64,
+    /// Stamps read from the error queue, by key, newest last.
+    stamps: VecDeque<(u32, u64)>,
+}
+
+impl ByteStamps {
+    /// Counts a write of `n` bytes.
+    fn wrote(&mut self, n: usize) {
+        self.written += n as u64;
+    }
+
+    /// The key of the last byte written, if any.
+    fn last_key(&self) -> Option<u32> {
+        #[allow(clippy::cast_possible_truncation)] // OPT_ID keys are 32-bit
+        self.written.checked_sub(1).map(|k| k as u32)
+    }
+
+    /// The stamp of the byte keyed `key`, if it was read.
+    fn stamp(&self, key: u32) -> Option<u64> {
+        self.stamps
+            .iter()
+            .rev()
+            .find(|(x, _)| *x == key)
+            .map(|(_, t)| *t)
+    }
+
+    /// Whether the last byte written has its stamp read (true when
+    /// nothing was written).
+    fn has_last(&self) -> bool {
+        self.last_key().is_none_or(|k| self.stamp(k).is_some())
+    }
+
+    /// Files a stamp read from the error queue, keeping at most `kept`.
+    fn file(&mut self, key: u32, stamp: u64, kept: usize) {
+        if self.stamps.len() == kept {
+            self.stamps.pop_front();
+        }
+        self.stamps.push_back((key, stamp));
+    }
+}
+
 #[derive(Debug, Default)]
 struct State {
-    /// Bytes written on the current connection.
-    written: u64,
+    /// The current connection's bytes and their transmit stamps.
+    bytes: ByteStamps,
     /// When the latest write returned (wall clock, Unix ns).
     last_write_ns: u64,
-    /// Transmit stamps by the key of the last byte of a write, newest last.
-    tx: VecDeque<(u32, u64)>,
     /// Windows open now.
     open: u32,
     /// The current window: no other call overlapped it so far.
@@ -201,7 +246,7 @@ impl ChannelStamps {
             ..user
         };
         let key = first.written.checked_sub(1).map(|k| k as u32);
-        let t1k = key.and_then(|k| s.tx.iter().rev().find(|(x, _)| *x == k).map(|(_, t)| *t));
+        let t1k = key.and_then(|k| s.bytes.stamp(k));
         WindowStamps {
             t1k,
             t4k: first.t4k,
@@ -295,8 +340,7 @@ impl ChannelStamps {
         *self.info.lock().unwrap_or_else(PoisonError::into_inner) =
             socket2::SockRef::from(stream).try_clone().ok();
         let mut s = self.lock();
-        s.written = 0;
-        s.tx.clear();
+        s.bytes = ByteStamps::default();
         if let Some(w) = &mut s.window {
             w.clean = false;
         }
@@ -305,14 +349,14 @@ impl ChannelStamps {
     fn on_write(&self, n: usize) {
         let now = prober_core::clock::unix_now_ns();
         let mut s = self.lock();
-        s.written += n as u64;
+        s.bytes.wrote(n);
         s.last_write_ns = now;
     }
 
     fn on_read(&self, t4k: Option<u64>) {
         let mut s = self.lock();
         self.stop_spin(&mut s, true);
-        let (written, last_write_ns) = (s.written, s.last_write_ns);
+        let (written, last_write_ns) = (s.bytes.written, s.last_write_ns);
         if let Some(w) = &mut s.window
             && w.first_rx.is_none()
         {
@@ -328,22 +372,13 @@ impl ChannelStamps {
     /// Whether the transmit stamp of the last byte written is filed (true
     /// when nothing was written).
     fn has_last_tx(&self) -> bool {
-        let s = self.lock();
-        s.written.checked_sub(1).is_none_or(|k| {
-            #[allow(clippy::cast_possible_truncation)] // OPT_ID keys are 32-bit
-            let k = k as u32;
-            s.tx.iter().rev().any(|(x, _)| *x == k)
-        })
+        self.lock().bytes.has_last()
     }
 
     /// Files the transmit stamps waiting on the error queue.
     fn drain(&self, fd: std::os::fd::BorrowedFd<'_>) {
         crate::rx::drain_tx_stamps_id(fd, 64, |key, stamp| {
-            let mut s = self.lock();
-            if s.tx.len() == KEPT {
-                s.tx.pop_front();
-            }
-            s.tx.push_back((key, stamp));
+            self.lock().bytes.file(key, stamp, KEPT);
         });
     }
 }
@@ -601,12 +636,10 @@ struct ServerTx {
     on: bool,
     /// The kernel refused them.
     refused: bool,
-    /// Bytes written since they went on.
-    written: u64,
+    /// Bytes written since they went on, and their stamps.
+    bytes: ByteStamps,
     /// Writes since, newest last.
     writes: VecDeque<Write>,
-    /// Stamps read from the error queue, by key, newest last.
-    stamps: VecDeque<(u32, u64)>,
     /// The latest reply whose send time was asked for: (seq, t3).
     pending: Option<(u64, u64)>,
     /// What TLS adds to each write ([`ServerStream::under_tls`]).
@@ -640,15 +673,9 @@ const CONTROL_ONLY: usize = 17;
 const TLS_RECORD_OVERHEAD: usize = 29;
 
 impl ServerTx {
-    /// The key of the last byte written, if any.
-    fn last_key(&self) -> Option<u32> {
-        self.writes.back().map(|w| w.key)
-    }
-
     /// Whether the latest write's stamp is still on the error queue.
     fn missing(&self) -> bool {
-        self.last_key()
-            .is_some_and(|k| !self.stamps.iter().rev().any(|(x, _)| *x == k))
+        !self.bytes.has_last()
     }
 
     /// The send part of the reply handed over at `t3`: the stamp of the
@@ -659,8 +686,7 @@ impl ServerTx {
             .iter()
             .find(|w| w.at >= t3 && w.len > CONTROL_ONLY + self.record_overhead)?
             .key;
-        let stamp = self.stamps.iter().rev().find(|(x, _)| *x == key)?.1;
-        stamp.checked_sub(t3)
+        self.bytes.stamp(key)?.checked_sub(t3)
     }
 }
 
@@ -725,9 +751,10 @@ impl ServerRx {
         if !tx.on {
             return;
         }
-        tx.written += n as u64;
-        #[allow(clippy::cast_possible_truncation)] // OPT_ID keys are 32-bit
-        let key = (tx.written - 1) as u32;
+        tx.bytes.wrote(n);
+        let Some(key) = tx.bytes.last_key() else {
+            return;
+        };
         if tx.writes.len() == SERVER_KEPT {
             tx.writes.pop_front();
         }
@@ -747,11 +774,8 @@ impl ServerRx {
         while let Ok(entry) = crate::rx::recv_tx_stamp_id(fd) {
             let Some((key, stamp)) = entry else { continue };
             let mut tx = self.tx();
-            if tx.stamps.len() == SERVER_KEPT {
-                tx.stamps.pop_front();
-            }
-            tx.stamps.push_back((key, stamp));
-            if tx.last_key() == Some(key) {
+            tx.bytes.file(key, stamp, SERVER_KEPT);
+            if tx.bytes.last_key() == Some(key) {
                 break;
             }
         }
@@ -893,7 +917,8 @@ mod tests {
                 w(216, 2_500, 100),
                 w(316, 4_000, 100),
             ]);
-            tx.stamps
+            tx.bytes
+                .stamps
                 .extend([(99, 990), (116, 2_050), (216, 2_400), (316, 3_900)]);
         }
         rx.sent(7, 2_000);
@@ -912,13 +937,9 @@ mod tests {
     fn the_error_queue_is_read_only_for_a_write_without_its_stamp() {
         let mut tx = ServerTx::default();
         assert!(!tx.missing(), "nothing written");
-        tx.writes.push_back(Write {
-            key: 99,
-            at: 1_000,
-            len: 100,
-        });
+        tx.bytes.wrote(100);
         assert!(tx.missing());
-        tx.stamps.push_back((99, 990));
+        tx.bytes.stamps.push_back((99, 990));
         assert!(!tx.missing());
     }
 
@@ -952,7 +973,11 @@ mod tests {
         assert_eq!(seq, 1);
         let send = send.expect("the reply's write was stamped (OPT_ID_TCP, Linux 6.2)");
         assert!(send < 1_000_000_000, "{send} ns");
-        assert_eq!(rx.tx().written, 30, "counted from the first write after");
-        assert_eq!(rx.tx().stamps.back().map(|s| s.0), Some(29));
+        assert_eq!(
+            rx.tx().bytes.written,
+            30,
+            "counted from the first write after"
+        );
+        assert_eq!(rx.tx().bytes.stamps.back().map(|s| s.0), Some(29));
     }
 }
