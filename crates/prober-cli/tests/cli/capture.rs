@@ -88,7 +88,7 @@ fn icmp_split_agrees_with_a_packet_capture() {
     // load both cores, so they hold the machine to themselves.
     let mut quiet = Some(crate::support::times_things());
     let mut _loading = None;
-    if Command::new("tcpdump").arg("--version").output().is_err() {
+    if !crate::support::installed("tcpdump") {
         eprintln!("SKIPPED capture check: tcpdump is not installed (.ci/run installs it)");
         return;
     }
@@ -348,7 +348,7 @@ fn tcp_split_agrees_with_a_packet_capture() {
 
 fn frames_split_agrees_with_a_packet_capture(proto: &str) {
     let _machine = crate::support::times_things();
-    if Command::new("tcpdump").arg("--version").output().is_err() {
+    if !crate::support::installed("tcpdump") {
         eprintln!("SKIPPED {proto} capture check: tcpdump is not installed (.ci/run installs it)");
         return;
     }
@@ -516,7 +516,7 @@ fn read_handshakes(bytes: &[u8], server_port: u16) -> Vec<(u64, u64)> {
 #[test]
 fn handshake_split_agrees_with_a_packet_capture() {
     let _machine = crate::support::times_things();
-    if Command::new("tcpdump").arg("--version").output().is_err() {
+    if !crate::support::installed("tcpdump") {
         eprintln!(
             "SKIPPED handshake capture check: tcpdump is not installed (.ci/run installs it)"
         );
@@ -658,7 +658,7 @@ fn http_split_agrees_with_a_packet_capture() {
 /// SERVE 127.0.0.1:8708` in a namespace, checked against tcpdump there.
 fn http_stack_split_agrees_with_a_packet_capture(name: &str, serve: &str, target: &str) {
     let _machine = crate::support::times_things();
-    if Command::new("tcpdump").arg("--version").output().is_err() {
+    if !crate::support::installed("tcpdump") {
         eprintln!("SKIPPED {name} capture check: tcpdump is not installed (.ci/run installs it)");
         return;
     }

@@ -591,11 +591,7 @@ fn prom_query(port: u16, query: &str, time: Option<f64>) -> Option<Vec<Value>> {
 /// and p99 of the same probes in the JSON lines, within one native bucket.
 #[test]
 fn real_prometheus_scrapes_what_the_files_say() {
-    if Command::new("prometheus")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
+    if !crate::support::installed("prometheus") {
         eprintln!("SKIPPED: prometheus is not installed (.ci/run installs Debian's prometheus)");
         return;
     }

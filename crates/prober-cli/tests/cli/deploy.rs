@@ -164,11 +164,7 @@ fn systemd_unit_runs_the_daemon() {
     }
     // systemd's own reading of the unit, where systemd is installed: an
     // unknown or misspelt directive is a warning there.
-    if std::process::Command::new("systemd-analyze")
-        .arg("--version")
-        .output()
-        .is_ok()
-    {
+    if crate::support::installed("systemd-analyze") {
         let dir = std::env::temp_dir().join(format!("prober-unit-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let unit = dir.join("prober.service");

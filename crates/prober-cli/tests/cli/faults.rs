@@ -256,11 +256,7 @@ fn ctrl_c_while_a_name_resolves_ends_the_run_at_once() {
         eprintln!("SKIPPED: names resolve through nscd or systemd-resolved here");
         return;
     }
-    if std::process::Command::new("python3")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
+    if !crate::support::installed("python3") {
         eprintln!("SKIPPED: no python3 for the silent DNS server (.ci/run has it)");
         return;
     }

@@ -356,11 +356,7 @@ fn a_deterministic_loss_pattern_gives_exactly_its_bursts() {
 /// firewall mark on each); the options are refused where they cannot apply.
 #[test]
 fn dscp_and_source_hold_for_every_request_on_the_wire() {
-    if std::process::Command::new("tcpdump")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
+    if !crate::support::installed("tcpdump") {
         eprintln!("SKIPPED: tcpdump is not installed (.ci/run installs it)");
         return;
     }

@@ -163,9 +163,7 @@ fn wireshark_time(s: &str) -> i64 {
 
 #[test]
 fn wireshark_decodes_what_prober_sends_and_reflects() {
-    if Command::new("tshark").arg("--version").output().is_err()
-        || Command::new("tcpdump").arg("--version").output().is_err()
-    {
+    if !crate::support::installed("tshark") || !crate::support::installed("tcpdump") {
         eprintln!(
             "SKIPPED tshark check: tshark or tcpdump is not installed (.ci/run installs them)"
         );
@@ -282,7 +280,7 @@ fn wireshark_decodes_what_prober_sends_and_reflects() {
 
 #[test]
 fn a_stamp_peer_written_from_the_rfc_interoperates() {
-    if Command::new("python3").arg("--version").output().is_err() {
+    if !crate::support::installed("python3") {
         eprintln!("SKIPPED: python3 is not installed");
         return;
     }
@@ -358,7 +356,7 @@ fn a_stamp_peer_written_from_the_rfc_interoperates() {
 /// and checks the sender puts the loss on that side, within 4σ.
 #[test]
 fn loss_in_one_direction_is_attributed_to_it() {
-    if Command::new("nft").arg("--version").output().is_err() {
+    if !crate::support::installed("nft") {
         eprintln!("SKIPPED: nft is not installed (.ci/run installs nftables)");
         return;
     }

@@ -507,10 +507,16 @@ pub(crate) fn times_things() -> std::sync::RwLockReadGuard<'static, ()> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// Whether `tool` runs here (`tool --version` starts): a test that needs
+/// it is skipped without it.
+pub(crate) fn installed(tool: &str) -> bool {
+    Command::new(tool).arg("--version").output().is_ok()
+}
+
 /// Whether dnsmasq is installed; without it a DNS test is skipped, except
 /// in CI, whose `.ci/run` installs it.
 pub(crate) fn have_dnsmasq() -> bool {
-    if Command::new("dnsmasq").arg("--version").output().is_ok() {
+    if installed("dnsmasq") {
         return true;
     }
     assert!(
