@@ -460,12 +460,6 @@ impl Conn {
     }
 }
 
-fn dwell(r: &PingReply) -> Option<Duration> {
-    r.server_send_unix_ns
-        .checked_sub(r.server_recv_unix_ns)
-        .map(Duration::from_nanos)
-}
-
 /// `grpc://host:port` (and `grpcs://`): unary `Ping` on one HTTP/2 channel
 /// per target, reused for every probe.
 #[derive(Debug)]
@@ -517,7 +511,7 @@ impl Probe for GrpcProbe {
                     (sent, t1),
                     (received, t4),
                     window,
-                    (dwell(&r), responder_times(&r)),
+                    responder_times(&r),
                     r.payload.len(),
                 );
                 Ok(self.conn.complete(seq, reply, interleave, limit).await)
@@ -555,17 +549,8 @@ fn finish(r: &mut ResponderTimes, send: Option<u64>) {
 }
 
 /// A stream reply: when it was read (monotonic, wall), the responder's
-/// dwell and times, and its size.
-type Arrival = Result<
-    (
-        Instant,
-        u64,
-        Option<Duration>,
-        Option<ResponderTimes>,
-        usize,
-    ),
-    ProbeError,
->;
+/// times, and its size.
+type Arrival = Result<(Instant, u64, Option<ResponderTimes>, usize), ProbeError>;
 
 /// What the responder reports of its part of the round trip. One that
 /// stamps its sends (prober's, asked with `want_send_time`) gives its
@@ -655,13 +640,7 @@ impl GrpcStreamProbe {
                         let received = Instant::now();
                         let t4 = unix_now_ns();
                         Conn::file_prev(&follow, &r);
-                        let got = (
-                            received,
-                            t4,
-                            dwell(&r),
-                            responder_times(&r),
-                            r.payload.len(),
-                        );
+                        let got = (received, t4, responder_times(&r), r.payload.len());
                         matcher.deliver(r.seq, Ok(got));
                     }
                     Ok(None) => break "stream closed by server".to_owned(),
@@ -706,17 +685,11 @@ impl Probe for GrpcStreamProbe {
             return Err(ProbeError::new(ErrorKind::Reset, "stream closed"));
         }
         match waiter.recv().await {
-            Some(Ok((received, t4, dwell, responder, bytes))) => {
+            Some(Ok((received, t4, responder, bytes))) => {
                 let window = window.end();
                 self.conn.stamps.record_rtt(received - sent);
                 self.conn.replied(sent, received);
-                let reply = stamped_reply(
-                    (sent, t1),
-                    (received, t4),
-                    window,
-                    (dwell, responder),
-                    bytes,
-                );
+                let reply = stamped_reply((sent, t1), (received, t4), window, responder, bytes);
                 Ok(self.conn.complete(seq, reply, interleave, limit).await)
             }
             Some(Err(e)) => {
@@ -789,13 +762,7 @@ impl Probe for GrpcHealthProbe {
                     // Any server's health service: no responder stamps, so
                     // the network part (which would include the server) is
                     // unknown; the client's send and wake-up parts are not.
-                    Ok(stamped_reply(
-                        (sent, t1),
-                        (received, t4),
-                        window,
-                        (None, None),
-                        0,
-                    ))
+                    Ok(stamped_reply((sent, t1), (received, t4), window, None, 0))
                 } else {
                     Err(ProbeError::protocol(format!(
                         "health status {}",
@@ -843,15 +810,16 @@ fn error_kind(msg: &str) -> ErrorKind {
 }
 
 /// A unary or stream reply: sent at (monotonic, wall), received at
-/// (monotonic, wall), the probe's stamp window, and the responder's dwell
-/// and times ([`responder_times`]).
+/// (monotonic, wall), the probe's stamp window, and the responder's times
+/// ([`responder_times`]; its dwell is the reply's `server_dwell`).
 fn stamped_reply(
     (sent, t1): (Instant, u64),
     (received, t4): (Instant, u64),
     window: WindowStamps,
-    (dwell, responder): (Option<Duration>, Option<ResponderTimes>),
+    responder: Option<ResponderTimes>,
     bytes: usize,
 ) -> Reply {
+    let dwell = responder.and_then(|r| r.dwell).map(Duration::from_nanos);
     // With another call overlapping the window, the responder's kernel
     // stamps may be that call's: only its dwell (its handler's own) is
     // kept.
