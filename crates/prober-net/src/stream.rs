@@ -728,8 +728,9 @@ impl ServerRx {
         Some((seq, tx.send_of(t3)))
     }
 
-    /// Before a write: transmit stamps on, if asked for and not yet.
-    fn before_write(&self, fd: std::os::fd::BorrowedFd<'_>) {
+    /// Before a write: transmit stamps on, if asked for and not yet;
+    /// whether they are on (the write is then [`Self::wrote`]).
+    fn before_write(&self, fd: std::os::fd::BorrowedFd<'_>) -> bool {
         let mut tx = self.tx();
         if tx.wanted && !tx.on && !tx.refused {
             match crate::rx::enable_tx_timestamps_id_tcp(fd) {
@@ -740,17 +741,15 @@ impl ServerRx {
                 }
             }
         }
+        tx.on
     }
 
-    /// After a write of `n` bytes.
+    /// After a write of `n` bytes with transmit stamps on.
     fn wrote(&self, n: usize) {
         if n == 0 {
             return;
         }
         let mut tx = self.tx();
-        if !tx.on {
-            return;
-        }
         tx.bytes.wrote(n);
         let Some(key) = tx.bytes.last_key() else {
             return;
@@ -848,9 +847,13 @@ impl AsyncWrite for ServerStream {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        this.rx.before_write(this.inner.as_fd());
+        // One look at the send-time state per write where no client asked
+        // for it (ghz under load, say).
+        let stamped = this.rx.before_write(this.inner.as_fd());
         let n = ready!(Pin::new(&mut this.inner).poll_write(cx, buf))?;
-        this.rx.wrote(n);
+        if stamped {
+            this.rx.wrote(n);
+        }
         Poll::Ready(Ok(n))
     }
 
