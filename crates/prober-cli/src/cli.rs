@@ -34,9 +34,9 @@ pub(crate) struct Cli {
     /// Runtime worker threads: 0 = one per CPU, 1 = a single-threaded
     /// runtime (no cross-thread wake-ups; busy-poll threads come on top).
     /// [default: 1 for `serve` (the responder, unless it receives with
-    /// --receive adaptive, and the daemon) and for `run` with targets and
-    /// --pacing spin, --pacing hybrid, --busy-poll or --receive adaptive,
-    /// else 0]
+    /// --receive adaptive, and the daemon) and for `run` with targets
+    /// (adaptive receive, the default, or --pacing spin, --pacing hybrid or
+    /// --busy-poll), else 0]
     #[arg(long, global = true, value_name = "N", value_parser = threads)]
     pub(crate) threads: Option<usize>,
 
@@ -833,8 +833,9 @@ pub(crate) struct ReceiveArgs {
     /// gRPC probes) or each answer (serve: the TCP and UDP responders), for
     /// a budget that adapts to the target's recent RTTs or to the gaps
     /// between requests (at most --spin-budget), then parks.
-    #[arg(long, value_enum, default_value_t = ReceiveArg::Async, value_name = "MODE")]
-    pub(crate) receive: ReceiveArg,
+    /// [default: adaptive for `run` with targets, else async]
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub(crate) receive: Option<ReceiveArg>,
 
     /// Adaptive receive's longest spin.
     #[arg(long, default_value = "100us", value_parser = spin_budget, value_name = "DURATION")]
@@ -842,15 +843,46 @@ pub(crate) struct ReceiveArgs {
 
     /// Adaptive receive: the share of one core all spins together may use.
     /// 1 lets a back-to-back run (-i 0) spin on every probe, as Go's gRPC
-    /// runtime does.
-    #[arg(long, default_value = "0.1", value_parser = spin_share, value_name = "FRACTION")]
-    pub(crate) spin_share: u32,
+    /// runtime does. [default: 1 for `run`, 0.1 for `serve`]
+    #[arg(long, value_parser = spin_share, value_name = "FRACTION")]
+    pub(crate) spin_share: Option<u32>,
 }
 
 impl ReceiveArgs {
-    /// The build setting.
-    pub(crate) fn receive(&self) -> prober_core::spin::Receive {
-        self.receive.receive(self.spin_budget, self.spin_share)
+    /// `run`'s mode: adaptive unless --receive says otherwise, but never
+    /// for the self-test (no targets), whose responders share the process.
+    ///
+    /// Adaptive is the default because it measured better at an interval
+    /// for every protocol, at less CPU (`prober run -c 500 -i 10ms`, 2
+    /// rounds alternating with async, BENCHMARKS.md "Adaptive receive by
+    /// default"): p50 UDP 133/148 µs against 167/166, TCP 137/141 against
+    /// 157/147, ICMP 67/68 against 97/93, gRPC 432/330 against 496/436.
+    pub(crate) fn run_mode(&self, has_targets: bool) -> ReceiveArg {
+        self.receive.unwrap_or(if has_targets {
+            ReceiveArg::Adaptive
+        } else {
+            ReceiveArg::Async
+        })
+    }
+
+    /// `run`'s build setting. A one-shot run may spin up to a whole core,
+    /// at most one budget per probe: back to back, a tenth of a core runs
+    /// dry within a few probes, and the wake-ups come back.
+    pub(crate) fn run_receive(&self, has_targets: bool) -> prober_core::spin::Receive {
+        self.run_mode(has_targets)
+            .receive(self.spin_budget, self.spin_share.unwrap_or(1000))
+    }
+
+    /// `serve`'s mode: async unless --receive says otherwise (a spinning
+    /// responder only takes CPU from the clients on a small machine).
+    pub(crate) fn serve_mode(&self) -> ReceiveArg {
+        self.receive.unwrap_or(ReceiveArg::Async)
+    }
+
+    /// `serve`'s build setting: spins share a tenth of a core by default.
+    pub(crate) fn serve_receive(&self) -> prober_core::spin::Receive {
+        self.serve_mode()
+            .receive(self.spin_budget, self.spin_share.unwrap_or(100))
     }
 }
 

@@ -72,12 +72,12 @@ fn main() -> ExitCode {
         // connection's task for the next request, and on one thread every
         // other responder would wait out each spin.
         Command::Serve(args) => {
-            args.config.is_some() || args.receive.receive != cli::ReceiveArg::Adaptive
+            args.config.is_some() || args.receive.serve_mode() != cli::ReceiveArg::Adaptive
         }
         Command::Run(args) => {
             !args.targets.is_empty()
                 && (args.busy_poll
-                    || args.receive.receive == cli::ReceiveArg::Adaptive
+                    || args.receive.run_mode(true) == cli::ReceiveArg::Adaptive
                     || matches!(args.pacing, PacingArg::Spin | PacingArg::Hybrid))
         }
         Command::Sweep(args) => {

@@ -41,6 +41,6 @@ pub use self::fields::{
 };
 pub use self::human::HumanSink;
 pub use self::json::{JsonSink, ProbeLine, SCHEMA_VERSION, SweepTag};
-pub use self::output::{Destination, RawStdout, Records};
+pub use self::output::{Destination, PipeDrain, PipedStdout, RawStdout, Records};
 pub use self::progress::ProgressSink;
 pub use self::prometheus::PrometheusSink;

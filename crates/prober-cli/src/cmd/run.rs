@@ -380,7 +380,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // fight for the CPUs and every percentile gets worse.
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     let busy_poll = args.busy_poll || (cfg.pacing == prober_core::Pacing::Spin && cores >= 4);
-    let receive = args.receive.receive();
+    let receive = args.receive.run_receive(!self_test);
     let env = BuildEnv {
         busy_poll,
         receive: receive.clone(),
@@ -476,7 +476,11 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
 
     let quiet = args.quiet || (self_test && args.output == Output::Human);
-    let stdout = prober_sinks::RawStdout::boxed;
+    // A pipe or terminal is written from a thread of its own, so a reader
+    // that falls behind does not hold up the probes' runtime.
+    let (out, drain) = prober_sinks::PipedStdout::or_raw();
+    let mut out = Some(out);
+    let mut stdout = || out.take().unwrap_or_else(prober_sinks::RawStdout::boxed);
     let sink: Box<dyn Sink> = match args.output {
         Output::Human => Box::new(
             HumanSink::new(stdout(), quiet, fields)
@@ -546,8 +550,10 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(mut r) = responders {
         while r.tasks.join_next().await.is_some() {}
     }
+    let drained = drain.as_ref().map_or(Ok(()), prober_sinks::PipeDrain::wait);
     let _ = std::io::stdout().flush();
     written.context("writing results")?;
+    drained.context("writing results")?;
     if let Some(e) = collector.sink_mut().take_error() {
         return Err(anyhow!(e).context("writing results"));
     }

@@ -28,7 +28,7 @@ fn responder_options(args: &ServeArgs) -> ResponderOptions {
         tls_client_ca: args.tls_client_ca.clone(),
         log_clients: true,
         busy_poll: args.busy_poll,
-        receive: args.receive.receive(),
+        receive: args.receive.serve_receive(),
         drop_every: args.drop_every,
         duplicate_every: args.duplicate_every,
         delay_every: args.delay_every,

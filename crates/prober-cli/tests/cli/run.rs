@@ -293,6 +293,50 @@ fn sigterm_stops_and_still_reports() {
     assert!(v.is_empty(), "{v:?}");
 }
 
+/// A reader of the JSON lines that reads nothing for 1.5 s (the pipe fills
+/// within 0.1 s at 1 ms): the probes keep their schedule, on the one
+/// runtime thread adaptive receive runs on, and every line arrives once the
+/// reader reads. Before standard output had a writer thread of its own, the
+/// full pipe stopped the schedule until it was read: send lag 1.47 s.
+#[test]
+fn a_reader_that_falls_behind_does_not_hold_up_the_probes() {
+    let srv = Server::start(&[]);
+    let a = format!("udp://{}", srv.udp);
+    let mut child = prober()
+        .args(["run", "-i", "1ms", "-d", "2s", "-o", "json", &a])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut stdout = child.stdout.take().unwrap();
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut text).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let probes = of_type(&lines, "probe");
+    let s = of_type(&lines, "summary");
+    assert_eq!(s.len(), 1);
+    assert_eq!(s[0]["sent"].as_u64(), Some(probes.len() as u64));
+    assert!(probes.len() >= 1900, "{} probes", probes.len());
+    // A stall would show as one send lag as long as it; the machine's own
+    // hiccups stay far below 300 ms.
+    let worst = probes
+        .iter()
+        .filter_map(|p| p["send_lag_ns"].as_u64())
+        .max()
+        .unwrap();
+    assert!(
+        worst < 300_000_000,
+        "send lag up to {} ms",
+        worst / 1_000_000
+    );
+}
+
 #[test]
 fn serve_exits_cleanly_on_sigterm() {
     let srv = Server::start(&[]);
@@ -320,7 +364,8 @@ fn busy_poll_on_both_sides_answers_every_probe() {
             "{s}"
         );
     }
-    // Spin pacing implies busy-poll receive where there are cores to spare.
+    // Spin pacing implies busy-poll receive where there are cores to spare;
+    // else the receive is `run`'s default, adaptive.
     let out = run(&[
         "run",
         "--pacing",
@@ -335,7 +380,7 @@ fn busy_poll_on_both_sides_answers_every_probe() {
     ]);
     assert_eq!(out.status.code(), Some(0));
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    let want = if cores >= 4 { "busy-poll" } else { "async" };
+    let want = if cores >= 4 { "busy-poll" } else { "adaptive" };
     assert_eq!(of_type(&json_lines(&out), "meta")[0]["receive"], want);
 }
 
