@@ -843,7 +843,7 @@ pub(crate) struct ReceiveArgs {
 
     /// Adaptive receive: the share of one core all spins together may use.
     /// 1 lets a back-to-back run (-i 0) spin on every probe, as Go's gRPC
-    /// runtime does. [default: 1 for `run`, 0.1 for `serve`]
+    /// runtime does. [default: 1 for `run` with targets, else 0.1]
     #[arg(long, value_parser = spin_share, value_name = "FRACTION")]
     pub(crate) spin_share: Option<u32>,
 }
@@ -867,10 +867,13 @@ impl ReceiveArgs {
 
     /// `run`'s build setting. A one-shot run may spin up to a whole core,
     /// at most one budget per probe: back to back, a tenth of a core runs
-    /// dry within a few probes, and the wake-ups come back.
+    /// dry within a few probes, and the wake-ups come back. The self-test
+    /// (no targets) keeps a tenth: its responders share the process.
     pub(crate) fn run_receive(&self, has_targets: bool) -> prober_core::spin::Receive {
-        self.run_mode(has_targets)
-            .receive(self.spin_budget, self.spin_share.unwrap_or(1000))
+        let share = self
+            .spin_share
+            .unwrap_or(if has_targets { 1000 } else { 100 });
+        self.run_mode(has_targets).receive(self.spin_budget, share)
     }
 
     /// `serve`'s mode: async unless --receive says otherwise (a spinning

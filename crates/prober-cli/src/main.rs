@@ -75,7 +75,7 @@ fn main() -> ExitCode {
             args.config.is_some() || args.receive.serve_mode() != cli::ReceiveArg::Adaptive
         }
         Command::Run(args) => {
-            !args.targets.is_empty()
+            (!args.targets.is_empty() || args.file.is_some())
                 && (args.busy_poll
                     || args.receive.run_mode(true) == cli::ReceiveArg::Adaptive
                     || matches!(args.pacing, PacingArg::Spin | PacingArg::Hybrid))

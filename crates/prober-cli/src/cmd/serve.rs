@@ -168,7 +168,7 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let stop = CancellationToken::new();
     // Caught before the listening lines go out: whoever reads them may stop
     // the responder at once.
-    let _signals = cancel_on_signals(stop.clone());
+    cancel_on_signals(stop.clone());
     let mut responders = prober_daemon::responder::start(&opts, &stop).await?;
     for (what, addr) in &responders.bound {
         print_listening(what, *addr);

@@ -236,7 +236,7 @@ pub(crate) async fn sweep(args: SweepArgs) -> anyhow::Result<ExitCode> {
     );
 
     let stop = CancellationToken::new();
-    let _signals = cancel_on_signals(stop.clone());
+    cancel_on_signals(stop.clone());
     let (host, kernel) = prober_net::host();
     let mut cells: BTreeMap<(usize, Duration), Arc<Mutex<Cell>>> = BTreeMap::new();
     let mut done = 0usize;

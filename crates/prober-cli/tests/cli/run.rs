@@ -337,6 +337,43 @@ fn a_reader_that_falls_behind_does_not_hold_up_the_probes() {
     );
 }
 
+/// A reader that never reads: the first SIGINT stops the probes, the
+/// results wait for the reader, and a second SIGINT exits at once with
+/// 130, as it says in the README. The signals are handled on a thread of
+/// their own: on the one runtime thread, the wait for the writer thread
+/// held the handler too, and the process ignored every Ctrl-C.
+#[test]
+fn a_second_ctrl_c_exits_while_nobody_reads_the_output() {
+    let srv = Server::start(&[]);
+    let a = format!("udp://{}", srv.udp);
+    let mut child = prober()
+        .args(["run", "-i", "1ms", "-o", "json", &a])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    crate::support::signal(child.id(), "INT");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the results are still waiting for the reader"
+    );
+    crate::support::signal(child.id(), "INT");
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            panic!("still running 10 s after the second SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(130));
+}
+
 #[test]
 fn serve_exits_cleanly_on_sigterm() {
     let srv = Server::start(&[]);
