@@ -799,13 +799,14 @@ impl ServerRx {
 /// An accepted connection that reads with kernel receive stamps, and
 /// stamps its writes once a request asks for send times.
 ///
-/// A write of HTTP/2 control frames alone (a PING's ACK, say) that comes
-/// while a request is being answered is held until the answer is written
-/// with it, or [`HOLD_LIMIT`] has passed. grpc-go's clients (ghz) send a
-/// PING with every request, and h2 wrote its ACK ahead of the reply: two
-/// `sendto`s a call, the first inside the reply's path, and two wake-ups
-/// of the client. Held, ghz's p50 against the responder was 2-8 µs lower
-/// in each of 6 rounds (BENCHMARKS.md).
+/// A PING's ACK written alone while a request is being answered is held
+/// until the answer is written with it, or [`HOLD_LIMIT`] has passed.
+/// grpc-go's clients (ghz) send a PING with every request, and h2 wrote its
+/// ACK ahead of the reply: two `sendto`s a call, the first inside the
+/// reply's path, and two wake-ups of the client. Held, ghz's p50 against
+/// the responder was 0.2-7.4 µs lower in each of 6 rounds (BENCHMARKS.md).
+/// Only a PING's ACK: a lone WINDOW_UPDATE (a large upload waits for it),
+/// the end of a stream, or a TLS handshake's last flight must not wait.
 #[derive(Debug)]
 pub struct ServerStream {
     inner: TcpStream,
@@ -819,6 +820,21 @@ pub struct ServerStream {
     answering: bool,
     /// The longest write that is control frames alone.
     control_max: usize,
+    /// The stream carries TLS records.
+    tls: bool,
+}
+
+/// An HTTP/2 PING frame with the ACK flag: 9 bytes of header (length 8,
+/// type 6, flags 1, stream 0) and 8 of opaque data.
+fn is_ping_ack(buf: &[u8]) -> bool {
+    buf.len() == 17 && buf[..9] == [0, 0, 8, 6, 1, 0, 0, 0, 0]
+}
+
+/// A TLS record as long as one holding a PING's ACK alone: TLS 1.3
+/// (header, 17 bytes, content type, tag: 39), TLS 1.2 with AES-GCM
+/// (explicit nonce too: 46) or ChaCha20-Poly1305 (38).
+fn is_ping_ack_record(buf: &[u8]) -> bool {
+    matches!(buf.len(), 38 | 39 | 46) && buf[0] == 23
 }
 
 /// The longest a [`ServerStream`] holds control frames for a reply: tokio's
@@ -839,6 +855,7 @@ impl ServerStream {
             hold_until: None,
             answering: false,
             control_max: CONTROL_ONLY,
+            tls: false,
         }
     }
 
@@ -848,7 +865,17 @@ impl ServerStream {
     pub fn under_tls(mut self) -> Self {
         self.rx.tx().record_overhead = TLS_RECORD_OVERHEAD;
         self.control_max = CONTROL_ONLY + TLS_RECORD_OVERHEAD;
+        self.tls = true;
         self
+    }
+
+    /// Whether `buf` is a PING's ACK alone, to hold.
+    fn holds(&self, buf: &[u8]) -> bool {
+        if self.tls {
+            is_ping_ack_record(buf)
+        } else {
+            is_ping_ack(buf)
+        }
     }
 
     /// Writes `buf` to the socket, stamped if a client asked.
@@ -934,8 +961,12 @@ impl AsyncRead for ServerStream {
 /// handshake the server refuses, say, which tells the client why.
 impl Drop for ServerStream {
     fn drop(&mut self) {
-        if !self.held.is_empty() {
-            let _ = self.inner.try_write(&self.held);
+        let mut at = 0;
+        while at < self.held.len() {
+            match self.inner.try_write(&self.held[at..]) {
+                Ok(n) if n > 0 => at += n,
+                _ => break,
+            }
         }
     }
 }
@@ -951,11 +982,7 @@ impl AsyncWrite for ServerStream {
             this.held.extend_from_slice(buf);
             return Poll::Ready(Ok(buf.len()));
         }
-        if this.held.is_empty()
-            && this.answering
-            && !buf.is_empty()
-            && buf.len() <= this.control_max
-        {
+        if this.held.is_empty() && this.answering && this.holds(buf) {
             this.held.extend_from_slice(buf);
             this.hold();
             return Poll::Ready(Ok(buf.len()));
@@ -970,7 +997,7 @@ impl AsyncWrite for ServerStream {
         // it, or when the hold runs out (the timer wakes this task, and
         // the connection flushes again).
         if !this.held.is_empty()
-            && this.held.len() <= this.control_max
+            && this.holds(&this.held)
             && this.answering
             && let Some(until) = &mut this.hold_until
             && until.as_mut().poll(cx).is_pending()
@@ -1079,23 +1106,38 @@ mod tests {
             .unwrap();
         let mut srv = ServerStream::new(listener.accept().await.unwrap().0);
         let mut buf = [0u8; 128];
-        // No request being answered: a short write goes at once.
-        srv.write_all(&[9u8; 17]).await.unwrap();
+        let ack = |b: u8| {
+            let mut f = [b; 17];
+            f[..9].copy_from_slice(&[0, 0, 8, 6, 1, 0, 0, 0, 0]);
+            f
+        };
+        // No request being answered: a PING's ACK goes at once.
+        srv.write_all(&ack(9)).await.unwrap();
         srv.flush().await.unwrap();
         assert_eq!(client.read(&mut buf).await.unwrap(), 17);
-        // A request: a PING's ACK (17 bytes) waits for the reply, and both
-        // leave in one write, so the client reads them at once.
+        // A request: the ACK waits for the reply, and both leave in one
+        // write, so the client reads them at once.
         client.write_all(b"req1").await.unwrap();
         let _ = srv.read(&mut buf).await.unwrap();
-        srv.write_all(&[1u8; 17]).await.unwrap();
+        srv.write_all(&ack(1)).await.unwrap();
         srv.write_all(&[2u8; 40]).await.unwrap();
         srv.flush().await.unwrap();
         assert_eq!(client.read(&mut buf).await.unwrap(), 57);
-        assert_eq!((buf[0], buf[16], buf[17], buf[56]), (1, 1, 2, 2));
-        // A request with no reply: the ACK leaves when the hold runs out.
+        assert_eq!((buf[3], buf[16], buf[17], buf[56]), (6, 1, 2, 2));
+        // Other short writes (a WINDOW_UPDATE, the end of a stream) are not
+        // held, request or not.
         client.write_all(b"req2").await.unwrap();
         let _ = srv.read(&mut buf).await.unwrap();
-        srv.write_all(&[3u8; 17]).await.unwrap();
+        srv.write_all(&[0, 0, 4, 8, 0, 0, 0, 0, 0, 0, 0, 1, 0])
+            .await
+            .unwrap();
+        srv.flush().await.unwrap();
+        assert_eq!(client.read(&mut buf).await.unwrap(), 13);
+        // A request with no reply: the ACK leaves when the hold runs out
+        // (after the deadline of the first hold has passed: it is moved
+        // only then).
+        tokio::time::sleep(HOLD_LIMIT * 3).await;
+        srv.write_all(&ack(3)).await.unwrap();
         let t = Instant::now();
         srv.flush().await.unwrap();
         assert!(t.elapsed() >= HOLD_LIMIT / 2, "{:?}", t.elapsed());
@@ -1103,10 +1145,10 @@ mod tests {
         // Held and dropped: it still goes out.
         client.write_all(b"req3").await.unwrap();
         let _ = srv.read(&mut buf).await.unwrap();
-        srv.write_all(&[4u8; 17]).await.unwrap();
+        srv.write_all(&ack(4)).await.unwrap();
         drop(srv);
         assert_eq!(client.read(&mut buf).await.unwrap(), 17);
-        assert_eq!(buf[0], 4);
+        assert_eq!(buf[16], 4);
     }
 
     /// Over a real connection: once asked, the accepted stream stamps its
