@@ -779,8 +779,8 @@ impl ServerRx {
         });
     }
 
-    /// After a read (one that found nothing, or a request): files the
-    /// latest write's stamp, if it is not yet.
+    /// After a read (one that found nothing, or a request) or a reply's
+    /// write: files the latest write's stamp, if it is not yet.
     fn after_read(&self, fd: std::os::fd::BorrowedFd<'_>) {
         if !self.tx().missing() {
             return;
@@ -889,6 +889,13 @@ impl ServerStream {
         }
         if n > self.control_max {
             self.answering = false;
+            // A reply's stamp, read right after it left (where the kernel
+            // stamps within the send, as on loopback): h2 reads next only
+            // when the next request is there, and a read of the error
+            // queue then was a syscall inside that request's turnaround.
+            if stamped {
+                self.rx.after_read(self.inner.as_fd());
+            }
         }
         Poll::Ready(Ok(n))
     }
