@@ -17,6 +17,9 @@ use prober_core::{
     Anomalies, AppReply, Detail, ErrorKind, Gate, Phases, Probe, ProbeError, Reply, ResponderTimes,
     Stamps,
 };
+use prober_net::follow::{
+    Cadence, FOLLOW_UP_WAIT, FollowUps, INTERLEAVED_WAIT, settle_interleaved,
+};
 use prober_net::stream::{ChannelStamps, StampedStream, WindowStamps};
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -137,6 +140,16 @@ pub struct HttpProbe {
     /// Connections lost under a request or closed while kept.
     lost: Arc<AtomicU64>,
     cert_not_after: AtomicI64,
+    /// The server reports its times (`Server-Timing: dwell`): prober's
+    /// responder, which is then asked for its responses' send parts.
+    ours: std::sync::atomic::AtomicBool,
+    /// Send parts carried by later responses (or asked for), by seq.
+    follow: FollowUps,
+    /// The gaps between requests: back to back, the next response carries
+    /// a response's send part; further apart, the probe asks at once.
+    cadence: Cadence,
+    /// The per-probe timeout: an ask for a send part ends before it.
+    timeout: Duration,
 }
 
 impl std::fmt::Debug for HttpProbe {
@@ -161,6 +174,8 @@ pub(crate) struct Target<'a> {
     pub(crate) tx_stamps: bool,
     /// `--tls-server-name`: verified and sent as SNI instead of the host.
     pub(crate) server_name: Option<String>,
+    /// The per-probe timeout.
+    pub(crate) timeout: Duration,
 }
 
 impl HttpProbe {
@@ -185,6 +200,35 @@ impl HttpProbe {
             pool: Mutex::new(Vec::new()),
             lost: Arc::default(),
             cert_not_after: AtomicI64::new(i64::MIN),
+            ours: std::sync::atomic::AtomicBool::new(false),
+            follow: FollowUps::default(),
+            cadence: Cadence::default(),
+            timeout: t.timeout,
+        }
+    }
+
+    /// Asks `conn` for the send part of response `seq` (`GET
+    /// /prober/send-time?seq=SEQ`) and files what it says. False when the
+    /// ask failed or did not answer for `seq`.
+    async fn ask_send(&self, conn: &mut Conn, seq: u64, until: Instant) -> bool {
+        let path = format!("{}?seq={seq}", crate::server::SEND_TIME_PATH);
+        let h2 = conn.version() == 20;
+        let Ok(mut req) = self.request(&self.origin, &path, h2) else {
+            return false;
+        };
+        *req.method_mut() = http::Method::GET;
+        *req.body_mut() = Full::new(Bytes::new());
+        let Ok(Ok(resp)) = tokio::time::timeout_at(until, conn.send(req)).await else {
+            return false;
+        };
+        let (parts, body) = resp.into_parts();
+        let _ = tokio::time::timeout_at(until, body.collect()).await;
+        match server_timing(parts.headers.get(crate::SERVER_TIMING)).carried {
+            Some((s, send)) if s == seq => {
+                self.follow.put(seq, send);
+                true
+            }
+            _ => false,
         }
     }
 
@@ -457,24 +501,60 @@ fn add(slot: &mut Option<u64>, b: Option<u64>) {
     }
 }
 
-/// Parses `Server-Timing: dwell;dur=0.012345, turnaround;dur=0.020000`
-/// (milliseconds) into (dwell, turnaround) in ns.
-fn server_timing(v: Option<&HeaderValue>) -> (Option<u64>, Option<u64>) {
+/// The responder's part of a response, as its `Server-Timing` says.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Timing {
+    /// Its handler's time (t3 − t2), ns.
+    dwell: Option<u64>,
+    /// Its kernel receive stamp to its handler's return (t3 − t2k), ns.
+    turnaround: Option<u64>,
+    /// This response's send part comes later (`send-later`).
+    send_later: bool,
+    /// An earlier response's send part: its seq, and the part (`None`:
+    /// the responder's kernel gave no stamp).
+    carried: Option<(u64, Option<u64>)>,
+}
+
+/// Parses `Server-Timing: dwell;dur=0.012345, turnaround;dur=0.020000,
+/// send;desc=7;dur=0.004100, send-later` (milliseconds; see the
+/// responder's docs).
+fn server_timing(v: Option<&HeaderValue>) -> Timing {
+    let mut t = Timing::default();
     let Some(text) = v.and_then(|v| v.to_str().ok()) else {
-        return (None, None);
+        return t;
     };
-    let (mut dwell, mut turn) = (None, None);
     for metric in text.split(',') {
         let mut it = metric.split(';').map(str::trim);
         let name = it.next().unwrap_or("");
-        let dur = it.find_map(|p| p.strip_prefix("dur=")).and_then(ms_to_ns);
+        let (mut dur, mut desc) = (None, None);
+        for p in it {
+            if let Some(d) = p.strip_prefix("dur=") {
+                dur = ms_to_ns(d);
+            } else if let Some(d) = p.strip_prefix("desc=") {
+                desc = d.trim_matches('"').parse::<u64>().ok();
+            }
+        }
         match name {
-            "dwell" => dwell = dur,
-            "turnaround" => turn = dur,
+            "dwell" => t.dwell = dur,
+            "turnaround" => t.turnaround = dur,
+            "send-later" => t.send_later = true,
+            "send" => t.carried = desc.map(|seq| (seq, dur)),
             _ => {}
         }
     }
-    (dwell, turn)
+    t
+}
+
+/// Fills in a send part that came later, or, where none did, falls back to
+/// the responder's turnaround (wake and dwell), as from a responder that
+/// stamps no sends.
+fn finish(r: &mut ResponderTimes, send: Option<u64>) {
+    r.send = send;
+    r.send_later = false;
+    if send.is_none() {
+        r.turnaround = r.wake.zip(r.dwell).and_then(|(w, d)| w.checked_add(d));
+        r.wake = None;
+    }
 }
 
 /// `12.345678` ms to ns, exactly (no float rounding).
@@ -525,7 +605,7 @@ fn hyper_error(e: hyper::Error) -> ProbeError {
 }
 
 impl Probe for HttpProbe {
-    async fn probe_at(&self, _seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
+    async fn probe_at(&self, seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
         // A kept connection is taken before the gate, so a probe that
         // reuses one starts its request right after it.
         let mut kept = if self.opts.new_connection {
@@ -536,6 +616,13 @@ impl Probe for HttpProbe {
         gate.pass().await;
         let sent = Instant::now();
         let t0 = unix_now_ns();
+        // prober's responder, on a kept connection: the response's send
+        // part is asked for, carried by the next response back to back or
+        // asked for right after the response when requests are further
+        // apart than the next one could bring it.
+        let want_send =
+            self.tx_stamps && !self.opts.new_connection && self.ours.load(Ordering::Relaxed);
+        let interleave = self.cadence.interleave(sent);
         let mut phases = Phases::default();
         let (mut origin, mut path) = (self.origin.clone(), self.path.clone());
         let mut hops: u8 = 0;
@@ -553,7 +640,11 @@ impl Probe for HttpProbe {
             };
             let version = conn.version();
             let h2 = version == 20;
-            let req = self.request(&origin, &path, h2)?;
+            let mut req = self.request(&origin, &path, h2)?;
+            if want_send && hops == 0 && own {
+                req.headers_mut()
+                    .insert(crate::server::SEND_TIME, HeaderValue::from(seq));
+            }
             conn.busy = true;
             let t_req = unix_now_ns();
             let window = conn.stamps.begin();
@@ -598,6 +689,32 @@ impl Probe for HttpProbe {
                 .flatten()
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned);
+            let timing = server_timing(parts.headers.get(crate::SERVER_TIMING));
+            if timing.dwell.is_some() {
+                self.ours.store(true, Ordering::Relaxed);
+            }
+            if let Some((s, send)) = timing.carried {
+                self.follow.put(s, send);
+            }
+            // Kernel stamps split the round trip only when this probe was
+            // one request on a connection it did not open.
+            let clean = !opened && hops == 0;
+            let send_later = timing.send_later && clean && location.is_none();
+            // Asked for now: the next response would come too late.
+            let mut asked = None;
+            if send_later && !interleave && own {
+                let until = (Instant::now() + FOLLOW_UP_WAIT + 2 * received.duration_since(sent))
+                    .min(
+                        sent + self
+                            .timeout
+                            .saturating_sub(prober_net::follow::FOLLOW_UP_MARGIN),
+                    );
+                asked = Some(if self.ask_send(&mut conn, seq, until).await {
+                    self.follow.wait_until(seq, Instant::now()).await.flatten()
+                } else {
+                    None
+                });
+            }
             if own {
                 self.give_back(conn);
             }
@@ -624,20 +741,31 @@ impl Probe for HttpProbe {
             {
                 add(&mut phases.0[3], Some(gap));
             }
-            let (dwell, turnaround) = server_timing(parts.headers.get(crate::SERVER_TIMING));
-            // Kernel stamps split the round trip only when this probe was
-            // one request on a connection it did not open.
-            let clean = !opened && hops == 0;
+            let (dwell, turnaround) = (timing.dwell, timing.turnaround);
+            let responder = if send_later {
+                let mut r = ResponderTimes {
+                    wake: turnaround.zip(dwell).and_then(|(t, d)| t.checked_sub(d)),
+                    dwell,
+                    send_later: true,
+                    ..ResponderTimes::default()
+                };
+                if let Some(send) = asked {
+                    finish(&mut r, send);
+                }
+                Some(r)
+            } else {
+                (dwell.is_some() || turnaround.is_some()).then_some(ResponderTimes {
+                    dwell,
+                    turnaround: turnaround.filter(|_| hops == 0),
+                    ..ResponderTimes::default()
+                })
+            };
             let stamps = Stamps {
                 t1: Some(t0),
                 t1k: w.t1k.filter(|_| clean),
                 t4k: w.t4k.filter(|_| clean),
                 t4: Some(t_done),
-                responder: (dwell.is_some() || turnaround.is_some()).then_some(ResponderTimes {
-                    dwell,
-                    turnaround: turnaround.filter(|_| hops == 0),
-                    ..ResponderTimes::default()
-                }),
+                responder,
                 kernel_peer: false,
                 handshake: None,
             };
@@ -659,6 +787,32 @@ impl Probe for HttpProbe {
                 },
             });
         }
+    }
+
+    /// Completes a response's send part that the next response carries
+    /// (back to back): waits for it, and asks on a kept connection if it
+    /// has not come.
+    async fn settle(&self, seq: u64, reply: Reply) -> Reply {
+        if !reply.stamps.responder.is_some_and(|r| r.send_later) {
+            return reply;
+        }
+        let rtt = reply.rtt();
+        let carry = INTERLEAVED_WAIT.min(self.timeout) + 2 * rtt;
+        let mut reply = settle_interleaved(&self.follow, seq, reply, carry, || async {
+            let Some(mut conn) = self.take() else {
+                return false;
+            };
+            let until = Instant::now() + FOLLOW_UP_WAIT + 2 * rtt;
+            let asked = self.ask_send(&mut conn, seq, until).await;
+            self.give_back(conn);
+            asked
+        })
+        .await;
+        if let Some(r) = reply.stamps.responder.as_mut() {
+            let send = r.send;
+            finish(r, send);
+        }
+        reply
     }
 
     async fn prepare(&self) -> Result<(), ProbeError> {
@@ -691,9 +845,21 @@ mod tests {
     #[test]
     fn server_timing_is_read_to_the_nanosecond() {
         let v = HeaderValue::from_static("dwell;dur=0.012345, turnaround;dur=1.5");
-        assert_eq!(server_timing(Some(&v)), (Some(12_345), Some(1_500_000)));
+        let t = server_timing(Some(&v));
+        assert_eq!((t.dwell, t.turnaround), (Some(12_345), Some(1_500_000)));
+        assert_eq!((t.send_later, t.carried), (false, None));
         let v = HeaderValue::from_static("cache;desc=hit, dwell;dur=x");
-        assert_eq!(server_timing(Some(&v)), (None, None));
+        assert_eq!(server_timing(Some(&v)), Timing::default());
+        // A later send part promised, and an earlier one carried; one the
+        // responder's kernel did not stamp has no duration.
+        let v = HeaderValue::from_static(
+            "dwell;dur=0.000200, turnaround;dur=0.030000, send;desc=7;dur=0.004100, send-later",
+        );
+        let t = server_timing(Some(&v));
+        assert!(t.send_later);
+        assert_eq!(t.carried, Some((7, Some(4_100))));
+        let v = HeaderValue::from_static("dwell;dur=0.000200, send;desc=\"8\"");
+        assert_eq!(server_timing(Some(&v)).carried, Some((8, None)));
         assert_eq!(ms_to_ns("3"), Some(3_000_000));
         assert_eq!(ms_to_ns("0.0000019"), Some(1));
     }

@@ -37,6 +37,7 @@ fn build<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
                 prior_knowledge: spec.scheme.name == "h2c",
                 tx_stamps: env.tx_stamps,
                 server_name: env.tls.server_name.clone(),
+                timeout: spec.timeout,
             },
             opts,
         );

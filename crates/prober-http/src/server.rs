@@ -13,6 +13,14 @@
 //! in milliseconds with nanosecond digits: the handler's own time (dwell)
 //! and the time from the kernel's receive stamp of the request's last read
 //! to the handler's return (turnaround, the responder part of the split).
+//!
+//! A request with `Prober-Send-Time: SEQ` (prober's client, with kernel
+//! stamps on) asks for its response's send part (t3k − t3, its stamp comes
+//! only after the response): the response says `send-later`, and the next
+//! response on the connection carries it as `send;desc=SEQ;dur=S` (no
+//! `dur` where the kernel gave no stamp), as NTP's interleaved mode does.
+//! `GET /prober/send-time?seq=SEQ` asks for it at once
+//! (docs/timestamps.md).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -33,6 +41,13 @@ use tokio_util::sync::CancellationToken;
 
 /// The response header that carries the responder's times.
 pub const SERVER_TIMING: &str = "server-timing";
+
+/// The request header that asks for the response's send part: the
+/// probe's seq.
+pub(crate) const SEND_TIME: &str = "prober-send-time";
+
+/// The path that answers a send part asked for: `?seq=SEQ`.
+pub(crate) const SEND_TIME_PATH: &str = "/prober/send-time";
 
 /// The largest `GET /echo?size=N` body.
 const MAX_ECHO: usize = 16 << 20;
@@ -99,7 +114,12 @@ pub async fn serve_http(
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 return;
             }
-            let stream = ServerStream::new(stream);
+            // Under TLS, a write of control frames alone is a record longer.
+            let stream = if acceptor.is_some() {
+                ServerStream::new(stream).under_tls()
+            } else {
+                ServerStream::new(stream)
+            };
             let rx = stream.rx();
             let service = service_fn(move |req| handle(req, Arc::clone(&rx)));
             let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -167,7 +187,32 @@ async fn handle(
     let path = req.uri().path().to_owned();
     let query = req.uri().query().unwrap_or("").to_owned();
     let method = req.method().clone();
-    let mut resp = if path == "/echo" {
+    let want = req
+        .headers()
+        .get(SEND_TIME)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    // The previous response's send part, carried in this one; or the one
+    // asked for.
+    let asked = (path == SEND_TIME_PATH).then(|| {
+        query
+            .split('&')
+            .find_map(|kv| kv.strip_prefix("seq="))
+            .and_then(|v| v.parse::<u64>().ok())
+    });
+    let carried = match asked {
+        Some(Some(seq)) => rx.take_send(Some(seq)),
+        Some(None) => None,
+        None if want.is_some() => rx.take_send(None),
+        None => None,
+    };
+    let mut resp = if asked.is_some() {
+        if asked.flatten().is_some() {
+            status(StatusCode::NO_CONTENT)
+        } else {
+            status(StatusCode::BAD_REQUEST)
+        }
+    } else if path == "/echo" {
         if method == http::Method::GET || method == http::Method::HEAD {
             let size = query
                 .split('&')
@@ -227,6 +272,19 @@ async fn handle(
     let mut timing = format!("dwell;dur={}", ms(t3.saturating_sub(t2)));
     if let Some(k) = t2k.filter(|k| *k <= t3) {
         timing.push_str(&format!(", turnaround;dur={}", ms(t3 - k)));
+    }
+    if let Some((seq, send)) = carried {
+        timing.push_str(&format!(", send;desc={seq}"));
+        if let Some(send) = send {
+            timing.push_str(&format!(";dur={}", ms(send)));
+        }
+    }
+    if let Some(seq) = want
+        && asked.is_none()
+        && rx.want_send_times()
+    {
+        timing.push_str(", send-later");
+        rx.sent(seq, t3);
     }
     if let Ok(v) = header::HeaderValue::from_str(&timing) {
         resp.headers_mut().insert(SERVER_TIMING, v);

@@ -127,24 +127,91 @@ fn http_h2c_and_https_phases_and_split_add_up() {
         if p["protocol"] == "http" {
             assert_eq!(p["bytes"], 100, "{p}");
         }
-        let parts = [
-            &p["parts"]["client_send_ns"],
-            &p["parts"]["network_ns"],
-            &p["responder_turnaround_ns"],
-            &p["parts"]["client_wake_ns"],
+        // All six parts: prober's responder gave its send part (asked for
+        // right after the response, at 5 ms). Or its turnaround in place
+        // of wake, dwell and send: the first probe, before the client knew
+        // the responder was prober's.
+        let pp = &p["parts"];
+        let six = [
+            &pp["client_send_ns"],
+            &pp["network_ns"],
+            &pp["responder_wake_ns"],
+            &pp["responder_dwell_ns"],
+            &pp["responder_send_ns"],
+            &pp["client_wake_ns"],
         ];
-        if parts.iter().all(|v| v.is_u64()) {
-            complete += 1;
-            let sum: u64 = parts.iter().map(|v| v.as_u64().unwrap()).sum();
-            assert_eq!(sum, rtt, "the split adds up to the RTT exactly: {p}");
+        let four = [
+            &pp["client_send_ns"],
+            &pp["network_ns"],
+            &p["responder_turnaround_ns"],
+            &pp["client_wake_ns"],
+        ];
+        for parts in [&six[..], &four[..]] {
+            if parts.iter().all(|v| v.is_u64()) {
+                if parts.len() == 6 {
+                    complete += 1;
+                }
+                let sum: u64 = parts.iter().map(|v| v.as_u64().unwrap()).sum();
+                assert_eq!(sum, rtt, "the split adds up to the RTT exactly: {p}");
+            }
         }
     }
     // A probe that overlapped another opened its own connection, and has
     // no kernel stamps of its own: most did not.
     assert!(
         complete >= 30,
-        "most probes have their split: {complete} of 60"
+        "most probes have all six parts: {complete} of 60"
     );
+}
+
+/// Back to back and at 10 ms, `http://` and `h2c://` against prober's
+/// responder: the responder's send part (t3k − t3) comes in the next
+/// response or when asked for right after the response, and all six parts
+/// add up to the RTT.
+#[test]
+fn the_responders_send_part_completes_the_split() {
+    let srv = Serve::start(&["--http", "127.0.0.1:0"]);
+    let targets = [
+        format!("http://{}/echo", srv.addr("http")),
+        format!("h2c://{}/echo", srv.addr("http")),
+    ];
+    for interval in ["0", "10ms"] {
+        let mut args = vec!["run", "-c", "200", "-i", interval, "-o", "json"];
+        args.extend(targets.iter().map(String::as_str));
+        let (code, lines, err) = run_json(&args);
+        assert_eq!(code, Some(0), "{err}");
+        for s in of_type(&lines, "summary") {
+            assert_eq!(s["ok"].as_u64(), Some(200), "{s}");
+            let sends = s["parts"]["responder_send"]["count"].as_u64().unwrap_or(0);
+            // All but the first (the client does not yet know the
+            // responder) and the odd one whose stamp came late.
+            assert!(
+                sends >= 180,
+                "{interval}: {sends} of 200 with a send part: {s}"
+            );
+        }
+        for p in of_type(&lines, "probe") {
+            let pp = &p["parts"];
+            let six: Vec<u64> = [
+                "client_send_ns",
+                "network_ns",
+                "responder_wake_ns",
+                "responder_dwell_ns",
+                "responder_send_ns",
+                "client_wake_ns",
+            ]
+            .iter()
+            .filter_map(|k| pp[k].as_u64())
+            .collect();
+            if six.len() == 6 {
+                assert_eq!(
+                    six.iter().sum::<u64>(),
+                    p["rtt_ns"].as_u64().unwrap(),
+                    "{p}"
+                );
+            }
+        }
+    }
 }
 
 #[test]
