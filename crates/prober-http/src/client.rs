@@ -18,7 +18,7 @@ use prober_core::{
     Stamps,
 };
 use prober_net::follow::{
-    Cadence, FOLLOW_UP_WAIT, FollowUps, INTERLEAVED_WAIT, settle_interleaved,
+    Cadence, FOLLOW_UP_MARGIN, FOLLOW_UP_WAIT, FollowUps, INTERLEAVED_WAIT, settle_interleaved,
 };
 use prober_net::stream::{ChannelStamps, StampedStream, WindowStamps};
 use rustls::pki_types::ServerName;
@@ -31,6 +31,9 @@ use crate::options::{HttpOptions, HttpVersion};
 
 /// Connections kept for reuse: more than one only when probes overlap.
 const POOL: usize = 8;
+
+/// Time to spare between an ask's expected end and the next request.
+const ASK_MARGIN: Duration = Duration::from_millis(1);
 
 trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
@@ -150,6 +153,8 @@ pub struct HttpProbe {
     cadence: Cadence,
     /// The per-probe timeout: an ask for a send part ends before it.
     timeout: Duration,
+    /// The latest response's RTT, ns: an ask takes about as long.
+    last_rtt_ns: AtomicU64,
 }
 
 impl std::fmt::Debug for HttpProbe {
@@ -204,7 +209,22 @@ impl HttpProbe {
             follow: FollowUps::default(),
             cadence: Cadence::default(),
             timeout: t.timeout,
+            last_rtt_ns: AtomicU64::new(0),
         }
+    }
+
+    /// Whether the next response, rather than an ask right after this
+    /// one, should bring a response's send part, for a request going out
+    /// `gap` after the one before: when requests come at most 2.5 ms apart,
+    /// or so close that an ask's round trip (with 1 ms to spare) would
+    /// still be open at the next request, as gRPC's client decides
+    /// (an ask open when a probe starts costs that probe its connection).
+    fn interleave(&self, gap: Option<Duration>) -> bool {
+        let Some(gap) = gap else {
+            return true;
+        };
+        let rtt = Duration::from_nanos(self.last_rtt_ns.load(Ordering::Relaxed));
+        gap <= INTERLEAVED_WAIT / 2 || gap < 2 * rtt + ASK_MARGIN
     }
 
     /// Asks `conn` for the send part of response `seq` (`GET
@@ -213,11 +233,24 @@ impl HttpProbe {
     async fn ask_send(&self, conn: &mut Conn, seq: u64, until: Instant) -> bool {
         let path = format!("{}?seq={seq}", crate::server::SEND_TIME_PATH);
         let h2 = conn.version() == 20;
-        let Ok(mut req) = self.request(&self.origin, &path, h2) else {
+        // Not the probe's request: no method, body or headers of the user's
+        // (a Content-Length of theirs would leave this one waiting).
+        let origin = &self.origin;
+        let uri = if h2 {
+            let scheme = if origin.tls { "https" } else { "http" };
+            format!("{scheme}://{}{path}", origin.authority())
+        } else {
+            path
+        };
+        let mut builder = Request::get(uri).header(header::USER_AGENT, "prober");
+        if !h2 {
+            builder = builder.header(header::HOST, origin.authority());
+        }
+        let Ok(req) = builder.body(Full::new(Bytes::new())) else {
             return false;
         };
-        *req.method_mut() = http::Method::GET;
-        *req.body_mut() = Full::new(Bytes::new());
+        // Its bytes are not a probe's: a window it overlaps gets no stamps.
+        let _aside = conn.stamps.aside();
         let Ok(Ok(resp)) = tokio::time::timeout_at(until, conn.send(req)).await else {
             return false;
         };
@@ -606,6 +639,8 @@ fn hyper_error(e: hyper::Error) -> ProbeError {
 
 impl Probe for HttpProbe {
     async fn probe_at(&self, seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
+        // The runner's timeout runs from about now: an ask ends before it.
+        let limit = Instant::now() + self.timeout.saturating_sub(FOLLOW_UP_MARGIN);
         // A kept connection is taken before the gate, so a probe that
         // reuses one starts its request right after it.
         let mut kept = if self.opts.new_connection {
@@ -622,7 +657,8 @@ impl Probe for HttpProbe {
         // apart than the next one could bring it.
         let want_send =
             self.tx_stamps && !self.opts.new_connection && self.ours.load(Ordering::Relaxed);
-        let interleave = self.cadence.interleave(sent);
+        let gap = self.cadence.gap(sent);
+        let interleave = self.interleave(gap);
         let mut phases = Phases::default();
         let (mut origin, mut path) = (self.origin.clone(), self.path.clone());
         let mut hops: u8 = 0;
@@ -641,9 +677,12 @@ impl Probe for HttpProbe {
             let version = conn.version();
             let h2 = version == 20;
             let mut req = self.request(&origin, &path, h2)?;
-            if want_send && hops == 0 && own {
+            let asks = want_send && hops == 0 && own && !opened;
+            if asks {
                 req.headers_mut()
                     .insert(crate::server::SEND_TIME, HeaderValue::from(seq));
+            } else {
+                req.headers_mut().remove(crate::server::SEND_TIME);
             }
             conn.busy = true;
             let t_req = unix_now_ns();
@@ -690,32 +729,42 @@ impl Probe for HttpProbe {
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned);
             let timing = server_timing(parts.headers.get(crate::SERVER_TIMING));
-            if timing.dwell.is_some() {
-                self.ours.store(true, Ordering::Relaxed);
+            let rtt = received.duration_since(sent);
+            if hops == 0 && own {
+                if timing.dwell.is_some() {
+                    self.ours.store(true, Ordering::Relaxed);
+                }
+                self.last_rtt_ns.store(
+                    u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX),
+                    Ordering::Relaxed,
+                );
             }
-            if let Some((s, send)) = timing.carried {
+            // Only what answers this probe's own ask counts.
+            if asks && let Some((s, send)) = timing.carried {
                 self.follow.put(s, send);
             }
             // Kernel stamps split the round trip only when this probe was
             // one request on a connection it did not open.
             let clean = !opened && hops == 0;
-            let send_later = timing.send_later && clean && location.is_none();
-            // Asked for now: the next response would come too late.
+            let send_later = asks && timing.send_later && clean && location.is_none();
+            // Asked for now: the next response would come too late. Not
+            // when this response's RTT says the ask would still be open at
+            // the next request, nor when it would not end before the
+            // probe's timeout (the send part then stays unknown).
             let mut asked = None;
-            if send_later && !interleave && own {
-                let until = (Instant::now() + FOLLOW_UP_WAIT + 2 * received.duration_since(sent))
-                    .min(
-                        sent + self
-                            .timeout
-                            .saturating_sub(prober_net::follow::FOLLOW_UP_MARGIN),
-                    );
+            let mut keep = own;
+            let until = Instant::now() + FOLLOW_UP_WAIT + 2 * rtt;
+            let too_close = gap.is_some_and(|g| g < 2 * rtt + ASK_MARGIN);
+            if send_later && !interleave && !too_close && until <= limit {
                 asked = Some(if self.ask_send(&mut conn, seq, until).await {
                     self.follow.wait_until(seq, Instant::now()).await.flatten()
                 } else {
+                    // An HTTP/1 request given up closes its connection.
+                    keep = false;
                     None
                 });
             }
-            if own {
+            if keep {
                 self.give_back(conn);
             }
             if let Some(loc) = location
