@@ -197,9 +197,10 @@ impl HumanSink {
         }
         // The responder's turnaround as a whole, where a responder reports
         // only that (STAMP, gRPC): a column after its parts.
-        let turnaround = with
-            .iter()
-            .any(|s| s.parts.contains_key(prober_core::Parts::TURNAROUND));
+        let turnaround = with.iter().any(|s| {
+            s.parts.contains_key(prober_core::Parts::TURNAROUND)
+                && !s.parts.contains_key(prober_core::Parts::NAMES[4])
+        });
         let mut names: Vec<&str> = prober_core::Parts::NAMES.to_vec();
         if turnaround {
             names.insert(5, prober_core::Parts::TURNAROUND);
@@ -220,7 +221,18 @@ impl HumanSink {
                 us(s.rtt.as_ref()),
                 us(s.kernel_rtt.as_ref()),
             ];
-            row.extend(names.iter().map(|n| us(s.parts.get(*n))));
+            // A turnaround stands in for the three responder parts only
+            // where they are unknown: beside them (prober's HTTP responder,
+            // whose first probe has only the turnaround) its median is of
+            // the few probes without them, and reads as if it added to them.
+            let sent_part = s.parts.contains_key(prober_core::Parts::NAMES[4]);
+            row.extend(names.iter().map(|n| {
+                if *n == prober_core::Parts::TURNAROUND && sent_part {
+                    "-".to_owned()
+                } else {
+                    us(s.parts.get(*n))
+                }
+            }));
             rows.push(row);
         }
         writeln!(

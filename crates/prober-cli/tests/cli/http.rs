@@ -164,6 +164,32 @@ fn http_h2c_and_https_phases_and_split_add_up() {
     );
 }
 
+/// The side-by-side split in the human output: prober's HTTP responder
+/// gives wake, dwell and send, and no turnaround column stands beside them
+/// (the run's first probe has only the turnaround; its median read as if it
+/// added to the three).
+#[test]
+fn the_side_by_side_split_shows_the_responders_three_parts() {
+    let srv = Serve::start(&["--http", "127.0.0.1:0"]);
+    let a = format!("http://{}/echo", srv.addr("http"));
+    let b = format!("h2c://{}/echo", srv.addr("http"));
+    let out = prober()
+        .args(["run", "-c", "20", "-i", "2ms", &a, &b])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut lines = text
+        .lines()
+        .skip_while(|l| !l.starts_with("where the time goes, side by side"));
+    let header = lines.nth(1).expect("the split table's header");
+    assert!(header.contains("responder send"), "{text}");
+    assert!(!header.contains("responder turnaround"), "{text}");
+    let row = lines.next().expect("a row");
+    assert!(row.starts_with(&a), "{text}");
+    assert!(!row.split_whitespace().any(|c| c == "-"), "{text}");
+}
+
 /// Back to back and at 10 ms, `http://` and `h2c://` against prober's
 /// responder: the responder's send part (t3k − t3) comes in the next
 /// response or when asked for right after the response, and all six parts
