@@ -25,7 +25,8 @@ use crate::stamped::StampedConnector;
 use crate::tls::ClientTls;
 use prober_core::clock::unix_now_ns;
 use prober_net::follow::{
-    Cadence, FOLLOW_UP_MARGIN, FOLLOW_UP_WAIT, FollowUps, INTERLEAVED_WAIT, settle_interleaved,
+    Cadence, FOLLOW_UP_MARGIN, FOLLOW_UP_WAIT, FollowUps, INTERLEAVED_WAIT, finish,
+    settle_interleaved,
 };
 use prober_net::stream::{ChannelStamps, WindowStamps};
 
@@ -530,21 +531,6 @@ impl Probe for GrpcProbe {
 
     fn anomalies(&self) -> Anomalies {
         self.conn.anomalies()
-    }
-}
-
-/// Puts the responder's send part in. Where it is unknown (no stamp, no
-/// answer to the ask), the split is as from a responder that stamps no
-/// sends: dwell, and the turnaround to its handler's return (wake +
-/// dwell) standing for its parts, with its send path in the network part.
-/// The wake goes: a turnaround stands for the parts only where they are
-/// not all there.
-fn finish(r: &mut ResponderTimes, send: Option<u64>) {
-    r.send = send;
-    r.send_later = false;
-    if send.is_none() {
-        r.turnaround = r.wake.zip(r.dwell).and_then(|(w, d)| w.checked_add(d));
-        r.wake = None;
     }
 }
 

@@ -18,7 +18,8 @@ use prober_core::{
     Stamps,
 };
 use prober_net::follow::{
-    Cadence, FOLLOW_UP_MARGIN, FOLLOW_UP_WAIT, FollowUps, INTERLEAVED_WAIT, settle_interleaved,
+    Cadence, FOLLOW_UP_MARGIN, FOLLOW_UP_WAIT, FollowUps, INTERLEAVED_WAIT, finish,
+    settle_interleaved,
 };
 use prober_net::stream::{ChannelStamps, StampedStream, WindowStamps};
 use rustls::pki_types::ServerName;
@@ -576,18 +577,6 @@ fn server_timing(v: Option<&HeaderValue>) -> Timing {
         }
     }
     t
-}
-
-/// Fills in a send part that came later, or, where none did, falls back to
-/// the responder's turnaround (wake and dwell), as from a responder that
-/// stamps no sends.
-fn finish(r: &mut ResponderTimes, send: Option<u64>) {
-    r.send = send;
-    r.send_later = false;
-    if send.is_none() {
-        r.turnaround = r.wake.zip(r.dwell).and_then(|(w, d)| w.checked_add(d));
-        r.wake = None;
-    }
 }
 
 /// `12.345678` ms to ns, exactly (no float rounding).

@@ -109,6 +109,22 @@ impl Cadence {
     }
 }
 
+/// Puts the responder's send part in (gRPC and HTTP, whose responder
+/// reports its wake and dwell now and its send part later). Where it is
+/// unknown (no stamp, no answer to the ask), the split is as from a
+/// responder that stamps no sends: dwell, and the turnaround to its
+/// handler's return (wake + dwell) standing for its parts, with its send
+/// path in the network part. The wake goes: a turnaround stands for the
+/// parts only where they are not all there.
+pub fn finish(r: &mut ResponderTimes, send: Option<u64>) {
+    r.send = send;
+    r.send_later = false;
+    if send.is_none() {
+        r.turnaround = r.wake.zip(r.dwell).and_then(|(w, d)| w.checked_add(d));
+        r.wake = None;
+    }
+}
+
 /// Completes the split of reply `seq`, whose transmit stamp comes
 /// interleaved: in a later response (filed in `follow` by the protocol's
 /// reader) within `carry` (TCP and UDP: [`INTERLEAVED_WAIT`]); if none
