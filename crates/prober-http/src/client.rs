@@ -86,6 +86,11 @@ impl Drop for Conn {
 }
 
 impl Conn {
+    /// Which connection this is, while it lives.
+    fn id(&self) -> usize {
+        Arc::as_ptr(&self.stamps) as usize
+    }
+
     fn version(&self) -> u8 {
         match self.sender {
             Sender::H1(_) => 11,
@@ -156,6 +161,10 @@ pub struct HttpProbe {
     timeout: Duration,
     /// The latest response's RTT, ns: an ask takes about as long.
     last_rtt_ns: AtomicU64,
+    /// The connection each response left to settling came on (seq, the
+    /// connection's [`Conn::id`]): only that one's responder knows its
+    /// send part, so a settle asks only there.
+    settling_on: Mutex<std::collections::VecDeque<(u64, usize)>>,
 }
 
 impl std::fmt::Debug for HttpProbe {
@@ -211,7 +220,14 @@ impl HttpProbe {
             cadence: Cadence::default(),
             timeout: t.timeout,
             last_rtt_ns: AtomicU64::new(0),
+            settling_on: Mutex::default(),
         }
+    }
+
+    fn settling_on(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<(u64, usize)>> {
+        self.settling_on
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Whether the next response, rather than an ask right after this
@@ -229,9 +245,10 @@ impl HttpProbe {
     }
 
     /// Asks `conn` for the send part of response `seq` (`GET
-    /// /prober/send-time?seq=SEQ`) and files what it says. False when the
-    /// ask failed or did not answer for `seq`.
-    async fn ask_send(&self, conn: &mut Conn, seq: u64, until: Instant) -> bool {
+    /// /prober/send-time?seq=SEQ`) and files what it says: whether the
+    /// answer was for `seq`. `None` when the ask failed or ran out of time
+    /// (an HTTP/1 request given up closes its connection: not to be kept).
+    async fn ask_send(&self, conn: &mut Conn, seq: u64, until: Instant) -> Option<bool> {
         let path = format!("{}?seq={seq}", crate::server::SEND_TIME_PATH);
         let h2 = conn.version() == 20;
         // Not the probe's request: no method, body or headers of the user's
@@ -248,22 +265,29 @@ impl HttpProbe {
             builder = builder.header(header::HOST, origin.authority());
         }
         let Ok(req) = builder.body(Full::new(Bytes::new())) else {
-            return false;
+            return Some(false);
         };
         // Its bytes are not a probe's: a window it overlaps gets no stamps.
         let _aside = conn.stamps.aside();
         let Ok(Ok(resp)) = tokio::time::timeout_at(until, conn.send(req)).await else {
-            return false;
+            return None;
         };
         let (parts, body) = resp.into_parts();
-        let _ = tokio::time::timeout_at(until, body.collect()).await;
-        match server_timing(parts.headers.get(crate::SERVER_TIMING)).carried {
-            Some((s, send)) if s == seq => {
-                self.follow.put(seq, send);
-                true
-            }
-            _ => false,
+        if !matches!(
+            tokio::time::timeout_at(until, body.collect()).await,
+            Ok(Ok(_))
+        ) {
+            return None;
         }
+        Some(
+            match server_timing(parts.headers.get(crate::SERVER_TIMING)).carried {
+                Some((s, send)) if s == seq => {
+                    self.follow.put(seq, send);
+                    true
+                }
+                _ => false,
+            },
+        )
     }
 
     fn pool(&self) -> std::sync::MutexGuard<'_, Vec<Conn>> {
@@ -745,13 +769,21 @@ impl Probe for HttpProbe {
             let until = Instant::now() + FOLLOW_UP_WAIT + 2 * rtt;
             let too_close = gap.is_some_and(|g| g < 2 * rtt + ASK_MARGIN);
             if send_later && !interleave && !too_close && until <= limit {
-                asked = Some(if self.ask_send(&mut conn, seq, until).await {
-                    self.follow.wait_until(seq, Instant::now()).await.flatten()
-                } else {
-                    // An HTTP/1 request given up closes its connection.
-                    keep = false;
-                    None
+                asked = Some(match self.ask_send(&mut conn, seq, until).await {
+                    Some(true) => self.follow.wait_until(seq, Instant::now()).await.flatten(),
+                    Some(false) => None,
+                    None => {
+                        keep = false;
+                        None
+                    }
                 });
+            }
+            if send_later && asked.is_none() {
+                let mut on = self.settling_on();
+                if on.len() >= POOL * 8 {
+                    on.pop_front();
+                }
+                on.push_back((seq, conn.id()));
             }
             if keep {
                 self.give_back(conn);
@@ -836,14 +868,27 @@ impl Probe for HttpProbe {
         }
         let rtt = reply.rtt();
         let carry = INTERLEAVED_WAIT.min(self.timeout) + 2 * rtt;
+        let on = {
+            let mut settling = self.settling_on();
+            let at = settling.iter().position(|(s, _)| *s == seq);
+            at.and_then(|at| settling.remove(at)).map(|(_, id)| id)
+        };
         let mut reply = settle_interleaved(&self.follow, seq, reply, carry, || async {
+            // Only the connection the response came on, and only if it is
+            // idle in the pool: another's responder does not know it.
             let Some(mut conn) = self.take() else {
                 return false;
             };
+            if Some(conn.id()) != on {
+                self.give_back(conn);
+                return false;
+            }
             let until = Instant::now() + FOLLOW_UP_WAIT + 2 * rtt;
             let asked = self.ask_send(&mut conn, seq, until).await;
-            self.give_back(conn);
-            asked
+            if asked.is_some() {
+                self.give_back(conn);
+            }
+            asked == Some(true)
         })
         .await;
         if let Some(r) = reply.stamps.responder.as_mut() {
