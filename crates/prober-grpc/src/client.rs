@@ -25,7 +25,7 @@ use crate::stamped::StampedConnector;
 use crate::tls::ClientTls;
 use prober_core::clock::unix_now_ns;
 use prober_net::follow::{
-    Cadence, FOLLOW_UP_MARGIN, FOLLOW_UP_WAIT, FollowUps, INTERLEAVED_WAIT, finish,
+    Cadence, FOLLOW_UP_MARGIN, FOLLOW_UP_WAIT, FollowUps, ask_would_overlap, finish, interleaves,
     settle_interleaved,
 };
 use prober_net::stream::{ChannelStamps, WindowStamps};
@@ -105,9 +105,6 @@ struct Conn {
 /// to back ([`Conn::settle_runtime`]).
 const BACK_TO_BACK: Duration = Duration::from_micros(100);
 
-/// Time to spare between an ask's expected end and the next request.
-const ASK_MARGIN: Duration = Duration::from_millis(1);
-
 fn jitter(d: Duration) -> Duration {
     d.mul_f64(0.75 + fastrand::f64() * 0.5)
 }
@@ -170,15 +167,15 @@ impl Conn {
     /// millisecond to spare) ends before the next request goes out: an
     /// ask open when a probe starts spoils that probe's stamps.
     fn interleave(&self) -> bool {
-        let Some(gap) = self.cadence.gap(Instant::now()) else {
-            return true;
-        };
-        self.last_gap_ns.store(
-            u64::try_from(gap.as_nanos()).unwrap_or(u64::MAX),
-            Ordering::Relaxed,
-        );
+        let gap = self.cadence.gap(Instant::now());
+        if let Some(gap) = gap {
+            self.last_gap_ns.store(
+                u64::try_from(gap.as_nanos()).unwrap_or(u64::MAX),
+                Ordering::Relaxed,
+            );
+        }
         let rtt = Duration::from_nanos(self.last_rtt_ns.load(Ordering::Relaxed));
-        gap <= INTERLEAVED_WAIT / 2 || gap < 2 * rtt + ASK_MARGIN
+        interleaves(gap, rtt)
     }
 
     /// Back to back, lets the runtime's other ready tasks run before a
@@ -415,7 +412,7 @@ impl Conn {
         // would still be open when the next request goes out, the next
         // reply carries it instead (`settle`).
         let gap = Duration::from_nanos(self.last_gap_ns.load(Ordering::Relaxed));
-        if gap < 2 * reply.rtt() + ASK_MARGIN {
+        if ask_would_overlap(gap, reply.rtt()) {
             return reply;
         }
         let until = (Instant::now() + FOLLOW_UP_WAIT + 2 * reply.rtt()).min(limit);

@@ -18,8 +18,8 @@ use prober_core::{
     Stamps,
 };
 use prober_net::follow::{
-    Cadence, FOLLOW_UP_MARGIN, FOLLOW_UP_WAIT, FollowUps, INTERLEAVED_WAIT, finish,
-    settle_interleaved,
+    Cadence, FOLLOW_UP_MARGIN, FOLLOW_UP_WAIT, FollowUps, INTERLEAVED_WAIT, ask_would_overlap,
+    finish, interleaves, settle_interleaved,
 };
 use prober_net::stream::{ChannelStamps, StampedStream, WindowStamps};
 use rustls::pki_types::ServerName;
@@ -32,9 +32,6 @@ use crate::options::{HttpOptions, HttpVersion};
 
 /// Connections kept for reuse: more than one only when probes overlap.
 const POOL: usize = 8;
-
-/// Time to spare between an ask's expected end and the next request.
-const ASK_MARGIN: Duration = Duration::from_millis(1);
 
 trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
@@ -228,20 +225,6 @@ impl HttpProbe {
         self.settling_on
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Whether the next response, rather than an ask right after this
-    /// one, should bring a response's send part, for a request going out
-    /// `gap` after the one before: when requests come at most 2.5 ms apart,
-    /// or so close that an ask's round trip (with 1 ms to spare) would
-    /// still be open at the next request, as gRPC's client decides
-    /// (an ask open when a probe starts costs that probe its connection).
-    fn interleave(&self, gap: Option<Duration>) -> bool {
-        let Some(gap) = gap else {
-            return true;
-        };
-        let rtt = Duration::from_nanos(self.last_rtt_ns.load(Ordering::Relaxed));
-        gap <= INTERLEAVED_WAIT / 2 || gap < 2 * rtt + ASK_MARGIN
     }
 
     /// Asks `conn` for the send part of response `seq` (`GET
@@ -671,7 +654,10 @@ impl Probe for HttpProbe {
         let want_send =
             self.tx_stamps && !self.opts.new_connection && self.ours.load(Ordering::Relaxed);
         let gap = self.cadence.gap(sent);
-        let interleave = self.interleave(gap);
+        let interleave = interleaves(
+            gap,
+            Duration::from_nanos(self.last_rtt_ns.load(Ordering::Relaxed)),
+        );
         let mut phases = Phases::default();
         let (mut origin, mut path) = (self.origin.clone(), self.path.clone());
         let mut hops: u8 = 0;
@@ -767,7 +753,7 @@ impl Probe for HttpProbe {
             let mut asked = None;
             let mut keep = own;
             let until = Instant::now() + FOLLOW_UP_WAIT + 2 * rtt;
-            let too_close = gap.is_some_and(|g| g < 2 * rtt + ASK_MARGIN);
+            let too_close = gap.is_some_and(|g| ask_would_overlap(g, rtt));
             if send_later && !interleave && !too_close && until <= limit {
                 asked = Some(match self.ask_send(&mut conn, seq, until).await {
                     Some(true) => self.follow.wait_until(seq, Instant::now()).await.flatten(),

@@ -109,6 +109,26 @@ impl Cadence {
     }
 }
 
+/// Time to spare between an ask's expected end and the next request.
+pub const ASK_MARGIN: Duration = Duration::from_millis(1);
+
+/// Whether an ask sent right after a reply of round trip `rtt` would still
+/// be open (with [`ASK_MARGIN`] to spare) when the next request goes out,
+/// `gap` after the one replied to: an ask open when a probe starts spoils
+/// that probe's stamps, or takes its connection.
+pub fn ask_would_overlap(gap: Duration, rtt: Duration) -> bool {
+    gap < 2 * rtt + ASK_MARGIN
+}
+
+/// Whether the next reply, rather than an ask right after this one, should
+/// bring a reply's send part (gRPC and HTTP, which can ask): a request
+/// going out `gap` after the one before (`None`: the first) interleaves
+/// when requests come at most half of [`INTERLEAVED_WAIT`] apart, or when
+/// an ask would overlap the next request, judged by the latest RTT.
+pub fn interleaves(gap: Option<Duration>, last_rtt: Duration) -> bool {
+    gap.is_none_or(|gap| gap <= INTERLEAVED_WAIT / 2 || ask_would_overlap(gap, last_rtt))
+}
+
 /// Puts the responder's send part in (gRPC and HTTP, whose responder
 /// reports its wake and dwell now and its send part later). Where it is
 /// unknown (no stamp, no answer to the ask), the split is as from a
@@ -165,6 +185,19 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_ask_is_sent_only_where_it_ends_before_the_next_request() {
+        let ms = Duration::from_millis;
+        assert!(interleaves(None, ms(0)), "the first request");
+        assert!(interleaves(Some(ms(2)), ms(0)), "back to back");
+        assert!(!interleaves(Some(ms(10)), ms(1)), "10 ms apart, 1 ms RTT");
+        // 10 ms apart, but an ask (a round trip) would end 1 ms or less
+        // before the next request.
+        assert!(interleaves(Some(ms(10)), Duration::from_micros(4_600)));
+        assert!(ask_would_overlap(ms(10), Duration::from_micros(4_600)));
+        assert!(!ask_would_overlap(ms(10), Duration::from_micros(4_400)));
+    }
 
     #[tokio::test(start_paused = true)]
     async fn requests_interleave_only_while_they_come_often() {
