@@ -347,9 +347,28 @@ pub fn recv_tx_stamp_id(fd: BorrowedFd<'_>) -> io::Result<Option<(u32, u64)>> {
 /// each transmit stamp numbered by [`enable_tx_timestamps_id`] to `file`
 /// as (key, ns since the epoch); entries without a stamp are skipped.
 pub fn drain_tx_stamps_id(fd: BorrowedFd<'_>, max: usize, mut file: impl FnMut(u32, u64)) {
+    drain_tx_stamps_id_until(fd, max, |key, stamp| {
+        file(key, stamp);
+        false
+    });
+}
+
+/// As [`drain_tx_stamps_id`], and stops after the stamp for which `file`
+/// returns true: the queue is in order, so a reader that has the stamp it
+/// waits for leaves nothing behind it, and saves the read that would find
+/// the queue empty.
+pub fn drain_tx_stamps_id_until(
+    fd: BorrowedFd<'_>,
+    max: usize,
+    mut file: impl FnMut(u32, u64) -> bool,
+) {
     for _ in 0..max {
         match recv_tx_stamp_id(fd) {
-            Ok(Some((key, stamp))) => file(key, stamp),
+            Ok(Some((key, stamp))) => {
+                if file(key, stamp) {
+                    break;
+                }
+            }
             Ok(None) => {}
             Err(_) => break,
         }

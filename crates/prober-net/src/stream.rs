@@ -84,12 +84,14 @@ impl ByteStamps {
         self.last_key().is_none_or(|k| self.stamp(k).is_some())
     }
 
-    /// Files a stamp read from the error queue, keeping at most `kept`.
-    fn file(&mut self, key: u32, stamp: u64, kept: usize) {
+    /// Files a stamp read from the error queue, keeping at most `kept`;
+    /// whether it is the last byte's (the one a reader waits for).
+    fn file(&mut self, key: u32, stamp: u64, kept: usize) -> bool {
         if self.stamps.len() == kept {
             self.stamps.pop_front();
         }
         self.stamps.push_back((key, stamp));
+        self.last_key() == Some(key)
     }
 }
 
@@ -382,19 +384,9 @@ impl ChannelStamps {
     /// drains (each is stamped), so stopping there saves a syscall per
     /// write: 4 extra `recvmsg` per gRPC call against grpc-go became 2.
     fn drain(&self, fd: std::os::fd::BorrowedFd<'_>) {
-        for _ in 0..64 {
-            match crate::rx::recv_tx_stamp_id(fd) {
-                Ok(Some((key, stamp))) => {
-                    let mut s = self.lock();
-                    s.bytes.file(key, stamp, KEPT);
-                    if s.bytes.last_key() == Some(key) {
-                        break;
-                    }
-                }
-                Ok(None) => {}
-                Err(_) => break,
-            }
-        }
+        crate::rx::drain_tx_stamps_id_until(fd, 64, |key, stamp| {
+            self.lock().bytes.file(key, stamp, KEPT)
+        });
     }
 }
 
@@ -785,14 +777,9 @@ impl ServerRx {
         if !self.tx().missing() {
             return;
         }
-        while let Ok(entry) = crate::rx::recv_tx_stamp_id(fd) {
-            let Some((key, stamp)) = entry else { continue };
-            let mut tx = self.tx();
-            tx.bytes.file(key, stamp, SERVER_KEPT);
-            if tx.bytes.last_key() == Some(key) {
-                break;
-            }
-        }
+        crate::rx::drain_tx_stamps_id_until(fd, usize::MAX, |key, stamp| {
+            self.tx().bytes.file(key, stamp, SERVER_KEPT)
+        });
     }
 }
 
