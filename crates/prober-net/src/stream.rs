@@ -805,8 +805,6 @@ pub struct ServerStream {
     /// Data was read since the last write longer than control frames: a
     /// request is being answered.
     answering: bool,
-    /// The longest write that is control frames alone.
-    control_max: usize,
     /// The stream carries TLS records.
     tls: bool,
 }
@@ -841,7 +839,6 @@ impl ServerStream {
             held: Vec::new(),
             hold_until: None,
             answering: false,
-            control_max: CONTROL_ONLY,
             tls: false,
         }
     }
@@ -851,9 +848,17 @@ impl ServerStream {
     #[must_use]
     pub fn under_tls(mut self) -> Self {
         self.rx.tx().record_overhead = TLS_RECORD_OVERHEAD;
-        self.control_max = CONTROL_ONLY + TLS_RECORD_OVERHEAD;
         self.tls = true;
         self
+    }
+
+    /// The longest write that is control frames alone.
+    fn control_max(&self) -> usize {
+        if self.tls {
+            CONTROL_ONLY + TLS_RECORD_OVERHEAD
+        } else {
+            CONTROL_ONLY
+        }
     }
 
     /// Whether `buf` is a PING's ACK alone, to hold.
@@ -874,7 +879,7 @@ impl ServerStream {
         if stamped {
             self.rx.wrote(n);
         }
-        if n > self.control_max {
+        if n > self.control_max() {
             self.answering = false;
             // A reply's stamp, read right after it left (where the kernel
             // stamps within the send, as on loopback): h2 reads next only
