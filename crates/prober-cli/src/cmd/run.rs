@@ -478,17 +478,15 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let quiet = args.quiet || (self_test && args.output == Output::Human);
     // A pipe or terminal is written from a thread of its own, so a reader
     // that falls behind does not hold up the probes' runtime.
-    let (out, drain) = prober_sinks::PipedStdout::or_raw();
-    let mut out = Some(out);
-    let mut stdout = || out.take().unwrap_or_else(prober_sinks::RawStdout::boxed);
+    let (stdout, drain) = prober_sinks::PipedStdout::or_raw();
     let sink: Box<dyn Sink> = match args.output {
         Output::Human => Box::new(
-            HumanSink::new(stdout(), quiet, fields)
+            HumanSink::new(stdout, quiet, fields)
                 .with_unix_time(args.unix_time)
                 .with_ladder(self_test),
         ),
-        Output::Json => Box::new(JsonSink::new(stdout(), args.quiet)),
-        Output::Csv => Box::new(CsvSink::new(stdout(), fields)),
+        Output::Json => Box::new(JsonSink::new(stdout, args.quiet)),
+        Output::Csv => Box::new(CsvSink::new(stdout, fields)),
     };
     let mut meta = RunMeta::new(env!("CARGO_PKG_VERSION"), &cfg).with_tx_stamps(!args.no_tx_stamps);
     let (host, kernel) = prober_net::host();
