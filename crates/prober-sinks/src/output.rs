@@ -148,19 +148,20 @@ impl PipedStdout {
         std::thread::Builder::new()
             .name("prober-stdout".to_owned())
             .spawn(move || {
-                let out = io::stdout();
+                let mut out = RawStdout(io::stdout());
                 let mut broken = false;
                 for msg in rx {
                     match msg {
                         Piped::Bytes(bytes) if !broken => {
-                            if let Err(e) = RawStdout(io::stdout()).write_all(&bytes) {
+                            if let Err(e) = out.write_all(&bytes) {
                                 *lock_failed(&on_thread) = Some((e.kind(), e.to_string()));
                                 broken = true;
                             }
                         }
                         Piped::Bytes(_) => {}
                         Piped::Drained(done) => {
-                            let _ = (&out).flush();
+                            // Whatever was printed through `io::Stdout` since.
+                            let _ = out.0.flush();
                             let _ = done.send(());
                         }
                     }
