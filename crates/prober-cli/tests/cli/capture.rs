@@ -739,9 +739,10 @@ fn http_stack_split_agrees_with_a_packet_capture(name: &str, serve: &str, target
         "{stamped} of {n} probes with kernel stamps"
     );
     // With the responder's kernel stamps, the network is known and client
-    // send + network + the responder's parts + client wake = rtt. gRPC's
-    // responder gives its three parts (its send part in the next reply, or
-    // asked for at 10 ms); HTTP's, its turnaround as a whole.
+    // send + network + the responder's parts + client wake = rtt. The gRPC
+    // and HTTP responders give their three parts (the send part in the next
+    // reply, or asked for at 10 ms), or the turnaround as a whole where the
+    // send part is unknown.
     let (mut complete, mut three_parts) = (0, 0);
     for p in &probes {
         let parts = &p["parts"];
