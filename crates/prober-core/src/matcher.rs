@@ -127,7 +127,7 @@ enum Finished {
 /// keys are our own sequence numbers, so there is nothing to defend against,
 /// and SipHash was a visible share of the per-probe instructions (callgrind).
 #[derive(Debug, Default, Clone, Copy)]
-struct SeqHasher(u64);
+pub(crate) struct SeqHasher(u64);
 
 impl Hasher for SeqHasher {
     fn finish(&self) -> u64 {
@@ -145,7 +145,8 @@ impl Hasher for SeqHasher {
     }
 }
 
-type SeqMap<V> = HashMap<u64, V, BuildHasherDefault<SeqHasher>>;
+/// A map keyed by our own sequence numbers or ids, hashed by [`SeqHasher`].
+pub(crate) type SeqMap<V> = HashMap<u64, V, BuildHasherDefault<SeqHasher>>;
 
 #[derive(Debug)]
 struct Inner<T> {

