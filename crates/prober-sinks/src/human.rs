@@ -52,63 +52,13 @@ impl HumanSink {
 
     /// The protocol ladder (see [`HumanSink::with_ladder`]).
     fn write_ladder(&mut self, summaries: &[Summary]) -> io::Result<()> {
-        const LAYERS: [(&str, &str); 8] = [
-            ("icmp", "ICMP"),
-            ("udp", "UDP"),
-            ("tcp", "TCP"),
-            ("http", "HTTP/1.1"),
-            ("h2c", "HTTP/2 (h2c)"),
-            ("https", "HTTPS (HTTP/2, TLS)"),
-            ("grpc", "gRPC"),
-            ("grpcs", "gRPC over TLS"),
-        ];
-        let mut rows = vec![
-            [
-                "layer",
-                "p50 µs",
-                "adds µs",
-                "where it grew (part medians, µs)",
-            ]
-            .iter()
-            .map(|h| (*h).to_owned())
-            .collect::<Vec<_>>(),
-        ];
-        let mut prev: Option<(u64, [Option<u64>; 4])> = None;
-        for (proto, name) in LAYERS {
-            let Some(s) = summaries.iter().find(|s| s.protocol == proto) else {
-                continue;
-            };
-            let Some(rtt) = s.rtt.as_ref() else { continue };
-            let groups = part_groups(s);
-            let (adds, grew) = match prev {
-                Some((p50, before)) => {
-                    let adds = format!("{:+.1}", (rtt.p50 as f64 - p50 as f64) / 1e3);
-                    let grew = ["client send", "network", "responder", "client wake"]
-                        .iter()
-                        .zip(groups.iter().zip(before))
-                        .filter_map(|(n, (now, was))| Some((*n, now.zip(was)?)))
-                        .map(|(n, (now, was))| (n, now as f64 - was as f64))
-                        .max_by(|a, b| a.1.total_cmp(&b.1))
-                        .filter(|(_, d)| *d > 0.0)
-                        .map_or_else(|| "-".to_owned(), |(n, d)| format!("{n} {:+.1}", d / 1e3));
-                    (adds, grew)
-                }
-                None => ("-".to_owned(), "-".to_owned()),
-            };
-            rows.push(vec![
-                name.to_owned(),
-                format!("{:.1}", rtt.p50 as f64 / 1e3),
-                adds,
-                grew,
-            ]);
-            prev = Some((rtt.p50, groups));
-        }
+        let rows = ladder_rows(summaries);
         if rows.len() < 3 {
             return Ok(());
         }
         writeln!(
             self.out,
-            "\nthe protocol ladder (median RTT per layer, and what each adds over the one above):"
+            "\nthe protocol ladder (median RTT per layer, and what each adds over the layer it builds on):"
         )?;
         self.write_table(&rows)
     }
@@ -561,9 +511,163 @@ impl Sink for HumanSink {
 /// client wake.
 fn part_groups(s: &Summary) -> [Option<u64>; 4] {
     let p = |n: &str| s.parts.get(n).map(|d| d.p50);
-    let responder = p(prober_core::Parts::TURNAROUND).or_else(|| {
-        let parts = ["responder_wake", "responder_dwell", "responder_send"].map(p);
-        parts.iter().copied().sum::<Option<u64>>()
-    });
+    // The responder's three parts where it gave them; its turnaround only
+    // where not. An HTTP run has both: the first probe's turnaround (no
+    // send part carried yet) and every later probe's three parts, and the
+    // one slow first probe's turnaround read as +119 µs of responder.
+    let parts = ["responder_wake", "responder_dwell", "responder_send"].map(p);
+    let responder = parts
+        .iter()
+        .copied()
+        .sum::<Option<u64>>()
+        .or_else(|| p(prober_core::Parts::TURNAROUND));
     [p("client_send"), p("network"), responder, p("client_wake")]
+}
+
+/// The protocol ladder's layers: protocol, name, and the protocol of the
+/// layer it builds on (the one its row is compared with).
+const LAYERS: [(&str, &str, Option<&str>); 8] = [
+    ("icmp", "ICMP", None),
+    ("udp", "UDP", Some("icmp")),
+    ("tcp", "TCP", Some("udp")),
+    ("http", "HTTP/1.1", Some("tcp")),
+    ("h2c", "HTTP/2 (h2c)", Some("http")),
+    ("https", "HTTPS (HTTP/2, TLS)", Some("h2c")),
+    ("grpc", "gRPC", Some("h2c")),
+    ("grpcs", "gRPC over TLS", Some("grpc")),
+];
+
+/// The protocol ladder's table, header first: each layer that answered,
+/// its median RTT, and what it adds over the layer it builds on (or the
+/// nearest one below that answered): gRPC over HTTP/2 (h2c), not over
+/// HTTPS, the row above it.
+fn ladder_rows(summaries: &[Summary]) -> Vec<Vec<String>> {
+    let answered = |proto: &str| {
+        let s = summaries.iter().find(|s| s.protocol == proto)?;
+        Some((s.rtt.as_ref()?.p50, part_groups(s)))
+    };
+    let name = |proto: &str| LAYERS.iter().find(|l| l.0 == proto).map_or("", |l| l.1);
+    let mut rows = vec![
+        [
+            "layer",
+            "p50 µs",
+            "over",
+            "adds µs",
+            "where it grew (part medians, µs)",
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+    ];
+    for (proto, layer, below) in LAYERS {
+        let Some((p50, groups)) = answered(proto) else {
+            continue;
+        };
+        // The layer it builds on, or the nearest below that one that answered.
+        let mut base = below;
+        let mut under = None;
+        while let Some(b) = base {
+            if let Some(found) = answered(b) {
+                under = Some((b, found));
+                break;
+            }
+            base = LAYERS.iter().find(|l| l.0 == b).and_then(|l| l.2);
+        }
+        let (over, adds, grew) = match under {
+            Some((b, (was_p50, before))) => {
+                let adds = format!("{:+.1}", (p50 as f64 - was_p50 as f64) / 1e3);
+                let grew = ["client send", "network", "responder", "client wake"]
+                    .iter()
+                    .zip(groups.iter().zip(before))
+                    .filter_map(|(n, (now, was))| Some((*n, now.zip(was)?)))
+                    .map(|(n, (now, was))| (n, now as f64 - was as f64))
+                    .max_by(|a, b| a.1.total_cmp(&b.1))
+                    .filter(|(_, d)| *d > 0.0)
+                    .map_or_else(|| "-".to_owned(), |(n, d)| format!("{n} {:+.1}", d / 1e3));
+                (name(b).to_owned(), adds, grew)
+            }
+            None => ("-".to_owned(), "-".to_owned(), "-".to_owned()),
+        };
+        rows.push(vec![
+            layer.to_owned(),
+            format!("{:.1}", p50 as f64 / 1e3),
+            over,
+            adds,
+            grew,
+        ]);
+    }
+    rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prober_core::DistSummary;
+
+    fn summary(protocol: &str, rtt_us: u64, parts: &[(&str, u64)]) -> Summary {
+        let d = |us: u64| DistSummary {
+            count: 100,
+            p50: us * 1000,
+            ..DistSummary::default()
+        };
+        Summary {
+            protocol: protocol.to_owned(),
+            rtt: Some(d(rtt_us)),
+            parts: parts
+                .iter()
+                .map(|(n, us)| ((*n).to_owned(), d(*us)))
+                .collect(),
+            ..Summary::default()
+        }
+    }
+
+    #[test]
+    fn the_ladder_compares_each_layer_with_the_one_it_builds_on() {
+        let responder = |wake, send| {
+            [
+                ("client_send", 10),
+                ("network", 4),
+                ("responder_wake", wake),
+                ("responder_dwell", 1),
+                ("responder_send", send),
+                ("client_wake", 9),
+            ]
+        };
+        let summaries = [
+            summary(
+                "icmp",
+                80,
+                &[("client_send", 30), ("network", 15), ("client_wake", 35)],
+            ),
+            summary("tcp", 58, &responder(30, 2)),
+            // HTTP's first probe has only the turnaround (150 µs here): the
+            // three parts the later ones carried are what counts.
+            summary("http", 91, &{
+                let mut p = responder(33, 7).to_vec();
+                p.push(("turnaround", 150));
+                p
+            }),
+            summary("h2c", 160, &responder(40, 19)),
+            summary("https", 219, &responder(57, 25)),
+            summary("grpc", 109, &responder(36, 12)),
+        ];
+        let rows = ladder_rows(&summaries);
+        let row = |layer: &str| {
+            rows.iter()
+                .find(|r| r[0] == layer)
+                .unwrap_or_else(|| panic!("no {layer} row in {rows:?}"))
+                .clone()
+        };
+        assert_eq!(rows[0][2], "over");
+        assert_eq!(row("ICMP")[2..], ["-", "-", "-"]);
+        // UDP did not answer: TCP is compared with ICMP, the layer below.
+        assert!(rows.iter().all(|r| r[0] != "UDP"));
+        assert_eq!(row("TCP")[2..4], ["ICMP", "-22.0"]);
+        // 33 + 1 + 7 against TCP's 30 + 1 + 2: +8 µs of responder, not
+        // the turnaround's +117.
+        assert_eq!(row("HTTP/1.1")[2..], ["TCP", "+33.0", "responder +8.0"]);
+        assert_eq!(row("HTTPS (HTTP/2, TLS)")[2..4], ["HTTP/2 (h2c)", "+59.0"]);
+        // gRPC runs on HTTP/2 without TLS: compared with h2c, not HTTPS.
+        assert_eq!(row("gRPC")[2..], ["HTTP/2 (h2c)", "-51.0", "-"]);
+        assert!(rows.iter().all(|r| r[0] != "gRPC over TLS"));
+    }
 }
