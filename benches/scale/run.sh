@@ -8,7 +8,8 @@
 #   bash benches/scale/run.sh            # or: N=2000 D=20 bash benches/scale/run.sh
 #   PROBER_ARGS="--threads 4" bash benches/scale/run.sh   # more runtime threads
 #   PROBER=/tmp/prober-old bash benches/scale/run.sh      # another build (A/B)
-#   RECEIVE=adaptive bash benches/scale/run.sh   # [receive] mode = "adaptive"
+#   RECEIVE=async bash benches/scale/run.sh   # [receive] mode = "async" (adaptive is
+#                                              # the default here: no [serve])
 #   SINK=none bash benches/scale/run.sh   # Prometheus only: CPU and RSS as usually
 #                                         # deployed (no per-probe file to read
 #                                         # send lag and missed slots from)

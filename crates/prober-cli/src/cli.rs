@@ -833,7 +833,8 @@ pub(crate) struct ReceiveArgs {
     /// gRPC probes) or each answer (serve: the TCP and UDP responders), for
     /// a budget that adapts to the target's recent RTTs or to the gaps
     /// between requests (at most --spin-budget), then parks.
-    /// [default: adaptive for `run` with targets, else async]
+    /// [default: adaptive for `run` with targets, else async; the daemon's
+    /// probes follow its file's `[receive]`]
     #[arg(long, value_enum, value_name = "MODE")]
     pub(crate) receive: Option<ReceiveArg>,
 

@@ -386,9 +386,11 @@ struct ReceiveSection {
 
 impl ReceiveSection {
     /// Adaptive unless the file says `async`: at 10,000 ICMP targets at
-    /// 1 Hz it took the RTT p50 from 48 to 7 µs at the same CPU (6 runs
+    /// 1 Hz it took the RTT p50 from 45-55 to 7 µs at the same CPU (6 runs
     /// alternating, the median of the pairs' differences about 0 cores;
     /// BENCHMARKS.md), and its spins never take more than `cpu_share`.
+    /// A daemon that also answers keeps async unless told (see
+    /// [`Config::receive_for`]).
     fn receive(&self) -> Result<prober_core::spin::Receive> {
         match self.mode.as_deref() {
             Some("async") => Ok(prober_core::spin::Receive::Event),
@@ -686,6 +688,9 @@ pub struct Config {
     pub tx_stamps: bool,
     /// `[receive]`, read at start only.
     pub receive: prober_core::spin::Receive,
+    /// Whether the file chose the receive mode (or set a spin setting),
+    /// rather than leaving it to the default (see [`Config::receive_for`]).
+    pub receive_chosen: bool,
     /// The jobs.
     pub jobs: Vec<Job>,
     /// `[discovery]`.
@@ -693,6 +698,22 @@ pub struct Config {
     /// When the first `dns_sd` name is due to be looked up again (the
     /// earliest of their TTLs, kept between the floor and the ceiling).
     pub refresh_at: Option<std::time::Instant>,
+}
+
+impl Config {
+    /// How the probes receive in a daemon that also `answers` (runs
+    /// responders) or not: the file's `[receive]` where it chose, else
+    /// adaptive for a daemon that only probes, and async for one that
+    /// answers too. The daemon runs on one thread, where a probe's spin (up
+    /// to the budget, 100 µs) would hold up every answer due meanwhile: a
+    /// mesh peer's probe would measure it.
+    pub fn receive_for(&self, answers: bool) -> prober_core::spin::Receive {
+        if answers && !self.receive_chosen {
+            prober_core::spin::Receive::Event
+        } else {
+            self.receive.clone()
+        }
+    }
 }
 
 fn duration(value: Option<&String>, key: &str, default: Duration) -> Result<Duration> {
@@ -1247,6 +1268,9 @@ pub async fn parse_with(
         },
         tx_stamps: raw.stamps.transmit,
         receive: raw.receive.receive()?,
+        receive_chosen: raw.receive.mode.is_some()
+            || raw.receive.spin_budget.is_some()
+            || raw.receive.cpu_share.is_some(),
         otlp: raw.otlp.as_ref().map(OtlpSection::settings).transpose()?,
         metrics_auth: match &raw.metrics {
             Some(m) => m.auth(&base)?,
@@ -1449,9 +1473,18 @@ mod tests {
             prober_core::spin::DEFAULT_SPIN_BUDGET,
             20,
         ));
-        assert_eq!(c.receive, default);
+        assert_eq!(c.receive_for(false), default, "a daemon that only probes");
+        assert_eq!(c.receive_for(true).name(), "async", "one that answers too");
         let c = literals_only(&with("mode = \"async\"")).await.unwrap();
-        assert_eq!(c.receive.name(), "async");
+        assert_eq!(c.receive_for(false).name(), "async");
+        let c = literals_only(&with("mode = \"adaptive\"")).await.unwrap();
+        assert_eq!(c.receive_for(true), default, "asked for, with responders");
+        let c = literals_only(&with("cpu_share = 0.05")).await.unwrap();
+        assert_eq!(
+            c.receive_for(true).name(),
+            "adaptive",
+            "a spin setting asks for it"
+        );
         let c = literals_only(&with(
             "mode = \"adaptive\"\nspin_budget = \"50us\"\ncpu_share = 0.05",
         ))

@@ -453,6 +453,7 @@ pub async fn run(
     if cfg.jobs.is_empty() && !responders.any() {
         return Err(nothing_to_do(&path));
     }
+    let receive = cfg.receive_for(responders.any());
     let mut listeners = responder::start(&responders, &listeners_stop).await?;
     for (what, addr) in &listeners.bound {
         listening(what, *addr);
@@ -527,7 +528,7 @@ pub async fn run(
     let mut meta = RunMeta::new(&opts.version, &RunConfig::default())
         .on_host(&opts.host.0, &opts.host.1)
         .with_tx_stamps(cfg.tx_stamps);
-    cfg.receive.name().clone_into(&mut meta.receive);
+    receive.name().clone_into(&mut meta.receive);
     let mut collector = Collector::new(meta, Clock::now(), sinks, true);
     // Nothing to fail: no target and no file yet.
     let _ = collector.start();
@@ -540,7 +541,8 @@ pub async fn run(
             otlp: cfg.otlp.clone(),
             metrics_auth: cfg.metrics_auth.clone(),
             tx_stamps: cfg.tx_stamps,
-            receive: cfg.receive.clone(),
+            receive: receive.clone(),
+            receive_chosen: cfg.receive_chosen,
             jobs: Vec::new(),
             discovery: cfg.discovery.clone(),
             refresh_at: None,
@@ -557,7 +559,7 @@ pub async fn run(
         // when told (`[stamps] transmit = true`); restart to change it.
         env: BuildEnv {
             tx_stamps: cfg.tx_stamps,
-            receive: cfg.receive.clone(),
+            receive,
             ..BuildEnv::default()
         },
         root: root.clone(),

@@ -748,7 +748,7 @@ fn encode_counts(w: &mut Writer, series: &[Exported]) {
         w,
         (
             "prober_receive_spin_seconds",
-            "CPU time adaptive receive spent polling for replies (--receive adaptive / receive = \"adaptive\")",
+            "CPU time adaptive receive spent polling for replies (prober run --receive adaptive; the daemon's [receive] mode)",
             Kind::Counter,
         ),
         &anomalies,

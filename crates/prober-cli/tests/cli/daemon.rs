@@ -1160,3 +1160,45 @@ fn the_metrics_port_refuses_wrong_credentials() {
         let _ = std::fs::remove_dir_all(dir);
     }
 }
+
+/// A daemon that only probes receives adaptively unless its file says
+/// otherwise; one that also answers (`[serve]`) parks in epoll, since a
+/// spin on its one thread would hold up the answers due meanwhile.
+#[test]
+fn a_daemon_that_only_probes_receives_adaptively() {
+    let responder = crate::support::Serve::start(&["--quiet", "--udp", "127.0.0.1:0"], 1);
+    let files = crate::support::Files::new("daemon-adaptive");
+    let config = files.write(
+        "prober.toml",
+        &format!(
+            "[metrics]\nlisten = \"127.0.0.1:0\"\n\n[[job]]\nname = \"only\"\ninterval = \"20ms\"\ntargets = [\"udp://{}\"]\n",
+            responder.addr("udp")
+        ),
+    );
+    let daemon = crate::support::Serve::start(&["--quiet", "--config", &config], 1);
+    let metrics = daemon.addr("metrics").to_owned();
+    let spin = "prober_receive_spin_seconds_total{";
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let text = loop {
+        let text = http_get(&metrics, "/metrics");
+        if text.contains(spin) {
+            break text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no spin counter from a daemon that only probes:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(text.contains("probe=\"only\""), "{text}");
+    daemon.stop();
+
+    // The same job in a daemon that answers too: no spins.
+    let d = Daemon::start("answers", &JOBS.replace("20ms", "10ms"));
+    let text = d.scrape_until("probes counted", Duration::from_secs(20), &|t| {
+        t.contains("prober_probes_sent_total{")
+    });
+    assert!(!text.contains(spin), "a daemon that answers spun:\n{text}");
+    let (code, err) = d.stop();
+    assert_eq!(code, Some(0), "{err}");
+}
