@@ -54,9 +54,12 @@ pub struct SizeRule {
 /// Where a protocol's reply times come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Timestamps {
-    /// The kernel's receive timestamp (SO_TIMESTAMPNS), as ping uses it.
+    /// The RTT ends on the kernel's receive timestamp (SO_TIMESTAMPNS), as
+    /// ping's does. No protocol's does now; schema 1 files say it of ICMP.
     Kernel,
-    /// Read in user space after the runtime woke up.
+    /// The RTT runs from the user send to the user receive (t4 − t1), as
+    /// every protocol's does; the kernel's stamps give `kernel_rtt_ns` and
+    /// the parts.
     User,
 }
 

@@ -449,7 +449,7 @@ mod tests {
         let i = t("icmp", "127.0.0.1", 0).info(3, addr, Some(56));
         assert_eq!(
             (i.id, i.addr.as_str(), i.timestamps.as_str()),
-            (3, "127.0.0.1", "kernel")
+            (3, "127.0.0.1", "user")
         );
         let i = t("tcp", "127.0.0.1", 9).info(0, "127.0.0.1:9".parse().unwrap(), Some(64));
         assert_eq!(

@@ -105,7 +105,7 @@ const FAKE: Protocol = Protocol {
     build: no_build,
 };
 
-/// Fake protocols for parsing tests: `icmp` (no port, kernel stamps), `tcp`
+/// Fake protocols for parsing tests: `icmp` (no port), `tcp`
 /// and `udp` (port, sizes 40..=1000), `health` (port 0, a path, no size).
 pub static REGISTRY: Registry = Registry::new(&[
     &Protocol {
@@ -116,7 +116,7 @@ pub static REGISTRY: Registry = Registry::new(&[
             min: 20,
             max: 1000,
         }),
-        timestamps: Timestamps::Kernel,
+        timestamps: Timestamps::User,
         ..FAKE
     },
     &Protocol {

@@ -27,7 +27,8 @@ pub const DNS: Protocol = Protocol {
     path: Some("name?type=A"),
     size: None,
     size_unit: "message",
-    timestamps: Timestamps::Kernel,
+    // User send to user receive, as every protocol's RTT.
+    timestamps: Timestamps::User,
     options: Options {
         ttl: false,
         busy_poll: false,

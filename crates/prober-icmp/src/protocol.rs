@@ -44,7 +44,10 @@ pub const ICMP: Protocol = Protocol {
         max: MAX_PAYLOAD,
     }),
     size_unit: "payload",
-    timestamps: Timestamps::Kernel,
+    // The RTT runs user send to user receive, as every protocol's; ping's
+    // convention (to the kernel's receive stamp) is `kernel_rtt_ns` and the
+    // parts.
+    timestamps: Timestamps::User,
     options: Options {
         ttl: true,
         busy_poll: true,

@@ -179,7 +179,8 @@ fn settings_rows(st: &Settings) -> Vec<(&'static str, String)> {
         ),
         ("pacing", s(&st.pacing)),
         ("receive", s(&st.receive)),
-        ("kernel stamps", s(&st.timestamps)),
+        ("rtt", s(&st.timestamps).replace("user", "user to user")),
+        ("kernel stamps", s(&st.kernel_stamps)),
         (
             "size",
             st.size.map_or_else(|| "?".to_owned(), |n| format!("{n} B")),
@@ -204,9 +205,10 @@ fn settings_table(h: &mut String, rows: &[Row<'_>]) {
             .collect();
         // A different host or kernel is the point of some comparisons; a
         // different measurement setting is what makes one misleading.
-        // Size and stamps differ between protocols by nature (an ICMP
-        // payload, a TCP frame).
-        if known.len() > 1 && !matches!(*name, "host" | "kernel" | "kernel stamps" | "size") {
+        // Size differs between protocols by nature (an ICMP payload, a TCP
+        // frame), and so did the RTT's end before schema 2 (ICMP's kernel
+        // stamp).
+        if known.len() > 1 && !matches!(*name, "host" | "kernel" | "rtt" | "size") {
             differing.push(*name);
         }
     }

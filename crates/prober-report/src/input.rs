@@ -85,6 +85,8 @@ pub struct Settings {
     pub receive: Option<String>,
     /// Which timestamps the target's RTT used (user, kernel).
     pub timestamps: Option<String>,
+    /// Which kernel stamps the run asked for (`rx+tx`, `rx`).
+    pub kernel_stamps: Option<String>,
     /// Request size in bytes.
     pub size: Option<u64>,
     /// Host the run was made on.
@@ -284,6 +286,7 @@ struct Line {
     hostname: Option<String>,
     kernel: Option<String>,
     version: Option<String>,
+    kernel_stamps: Option<String>,
     // summary
     target: Option<String>,
     rtt: Option<serde_json::Value>,
@@ -694,6 +697,7 @@ fn read_json(
                                 pacing: line.pacing.clone(),
                                 receive: line.receive.clone(),
                                 timestamps: t.timestamps.clone(),
+                                kernel_stamps: line.kernel_stamps.clone(),
                                 size: t.size,
                                 hostname: line.hostname.clone(),
                                 kernel: line.kernel.clone(),

@@ -75,10 +75,17 @@ fn raw_socket_on_loopback_v4_and_v6() {
         .collect();
     seqs.sort_unstable();
     assert_eq!(seqs, (0..20).collect::<Vec<_>>());
+    // User send to user receive, as every protocol's RTT; ping's
+    // convention is the kernel RTT beside it.
     assert_eq!(
         of_type(&lines, "meta")[0]["targets"][0]["timestamps"],
-        "kernel"
+        "user"
     );
+    for p in of_type(&lines, "probe") {
+        if let (Some(rtt), Some(k)) = (p["rtt_ns"].as_u64(), p["kernel_rtt_ns"].as_u64()) {
+            assert!(k <= rtt, "{p}");
+        }
+    }
     // The reply's TTL (hop limit), as ping shows it: 64 on loopback.
     for p in of_type(&lines, "probe") {
         assert_eq!(p["ttl"], 64, "{p}");
