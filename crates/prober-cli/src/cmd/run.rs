@@ -92,14 +92,25 @@ impl SelfTestPki {
         let dir = std::env::temp_dir().join(format!("prober-self-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let pki = Self { dir };
+        // Valid for a day from a minute ago: rcgen's default runs to the
+        // year 4096, and the TLS rows' certificate line then said "expires
+        // in 755722.6 days".
+        let now = time::OffsetDateTime::now_utc();
+        let valid = |p: &mut CertificateParams| {
+            p.not_before = now - time::Duration::minutes(1);
+            p.not_after = now + time::Duration::days(1);
+        };
         let mut ca = CertificateParams::new(Vec::<String>::new())?;
         ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        valid(&mut ca);
         let ca_key = KeyPair::generate()?;
         std::fs::write(pki.path("ca.pem"), ca.self_signed(&ca_key)?.pem())?;
         let issuer = Issuer::new(ca, ca_key);
         let key = KeyPair::generate()?;
-        let cert = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])?
-            .signed_by(&key, &issuer)?;
+        let mut leaf =
+            CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])?;
+        valid(&mut leaf);
+        let cert = leaf.signed_by(&key, &issuer)?;
         std::fs::write(pki.path("cert.pem"), cert.pem())?;
         std::fs::write(pki.path("key.pem"), key.serialize_pem())?;
         Ok(pki)
