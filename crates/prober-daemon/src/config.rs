@@ -393,7 +393,20 @@ impl ReceiveSection {
     /// [`Config::receive_for`]).
     fn receive(&self) -> Result<prober_core::spin::Receive> {
         match self.mode.as_deref() {
-            Some("async") => Ok(prober_core::spin::Receive::Event),
+            Some("async") => {
+                // Not ignored: a spin setting with async would do nothing.
+                for (key, set) in [
+                    ("spin_budget", self.spin_budget.is_some()),
+                    ("cpu_share", self.cpu_share.is_some()),
+                ] {
+                    if set {
+                        bail!(
+                            "receive.{key} applies only to mode = \"adaptive\", and mode is \"async\""
+                        );
+                    }
+                }
+                Ok(prober_core::spin::Receive::Event)
+            }
             None | Some("adaptive") => {
                 let budget = duration(
                     self.spin_budget.as_ref(),
@@ -1500,6 +1513,14 @@ mod tests {
             ("mode = \"adaptive\"\nspin_budget = \"1s\"", "at most 100ms"),
             ("mode = \"adaptive\"\ncpu_share = 0.0", "receive.cpu_share"),
             ("mode = \"adaptive\"\ncpu_share = 2.0", "at most 1"),
+            (
+                "mode = \"async\"\nspin_budget = \"50us\"",
+                "applies only to mode",
+            ),
+            (
+                "mode = \"async\"\ncpu_share = 0.1",
+                "receive.cpu_share applies only",
+            ),
             ("colour = 1", "unknown field"),
         ] {
             let e = literals_only(&with(head)).await.unwrap_err().to_string();
