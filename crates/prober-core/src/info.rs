@@ -16,8 +16,9 @@ pub struct TargetInfo {
     /// Request size in bytes for this target (ICMP counts the payload only);
     /// `None` where the protocol sends no payload.
     pub size: Option<usize>,
-    /// Where reply times come from: `kernel` (SO_TIMESTAMPNS) or `user`
-    /// (read by the runtime after it woke up).
+    /// What the RTT runs between: `user` (user send to user receive, every
+    /// protocol since schema 2) or `kernel` (to the kernel's receive stamp:
+    /// ICMP in schema 1 files).
     pub timestamps: String,
     /// The daemon job the target belongs to.
     #[serde(skip_serializing_if = "Option::is_none")]

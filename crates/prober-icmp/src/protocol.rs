@@ -45,8 +45,7 @@ pub const ICMP: Protocol = Protocol {
     }),
     size_unit: "payload",
     // The RTT runs user send to user receive, as every protocol's; ping's
-    // convention (to the kernel's receive stamp) is `kernel_rtt_ns` and the
-    // parts.
+    // convention (to the kernel's receive stamp) is `ping_rtt_ns`.
     timestamps: Timestamps::User,
     options: Options {
         ttl: true,

@@ -168,7 +168,6 @@ pub fn render_page(page: &Page) -> Result<Rendered, Box<dyn std::error::Error + 
 }
 
 /// The settings as (name, value) pairs for the page, "?" where unknown.
-/// The settings as (name, value) pairs for the page, "?" where unknown.
 fn settings_rows(st: &Settings) -> Vec<(&'static str, String)> {
     let s = |v: &Option<String>| v.clone().unwrap_or_else(|| "?".to_owned());
     vec![
@@ -179,7 +178,14 @@ fn settings_rows(st: &Settings) -> Vec<(&'static str, String)> {
         ),
         ("pacing", s(&st.pacing)),
         ("receive", s(&st.receive)),
-        ("rtt", s(&st.timestamps).replace("user", "user to user")),
+        (
+            "rtt",
+            match st.timestamps.as_deref() {
+                Some("user") => "user to user".to_owned(),
+                Some("kernel") => "user to kernel receive".to_owned(),
+                other => s(&other.map(str::to_owned)),
+            },
+        ),
         ("kernel stamps", s(&st.kernel_stamps)),
         (
             "size",
@@ -206,9 +212,9 @@ fn settings_table(h: &mut String, rows: &[Row<'_>]) {
         // A different host or kernel is the point of some comparisons; a
         // different measurement setting is what makes one misleading.
         // Size differs between protocols by nature (an ICMP payload, a TCP
-        // frame), and so did the RTT's end before schema 2 (ICMP's kernel
-        // stamp).
-        if known.len() > 1 && !matches!(*name, "host" | "kernel" | "rtt" | "size") {
+        // frame). The RTT's ends differ only between an ICMP series of a
+        // schema 1 file (to the kernel's receive stamp) and a newer one.
+        if known.len() > 1 && !matches!(*name, "host" | "kernel" | "size") {
             differing.push(*name);
         }
     }

@@ -83,7 +83,9 @@ pub struct Settings {
     pub pacing: Option<String>,
     /// Receive mode: async or busy-poll.
     pub receive: Option<String>,
-    /// Which timestamps the target's RTT used (user, kernel).
+    /// What the target's RTT ran between: `user` (user send to user
+    /// receive) or `kernel` (to the kernel's receive stamp, ICMP in schema 1
+    /// files).
     pub timestamps: Option<String>,
     /// Which kernel stamps the run asked for (`rx+tx`, `rx`).
     pub kernel_stamps: Option<String>,

@@ -43,7 +43,8 @@ impl HumanSink {
 
     /// Adds the protocol ladder to the summaries: one row per layer, ICMP
     /// to gRPC over TLS, with each row's median RTT, what it adds over the
-    /// row before, and which part of the split grew most (the self-test).
+    /// layer it is compared with, and which part of the split grew most
+    /// (the self-test).
     #[must_use]
     pub fn with_ladder(mut self, on: bool) -> Self {
         self.ladder = on;
@@ -58,7 +59,7 @@ impl HumanSink {
         }
         writeln!(
             self.out,
-            "\nthe protocol ladder (median RTT per layer, and what each adds over the layer it builds on):"
+            "\nthe protocol ladder (median RTT per layer, and what each adds over the layer in `over`):"
         )?;
         self.write_table(&rows)
     }
@@ -525,7 +526,9 @@ fn part_groups(s: &Summary) -> [Option<u64>; 4] {
 }
 
 /// The protocol ladder's layers: protocol, name, and the protocol of the
-/// layer it builds on (the one its row is compared with).
+/// layer its row is compared with: the one it runs on (HTTP/1.1 on TCP,
+/// gRPC on HTTP/2 without TLS), or the step before it (TCP after UDP,
+/// HTTP/2 after HTTP/1.1, TLS after plaintext).
 const LAYERS: [(&str, &str, Option<&str>); 8] = [
     ("icmp", "ICMP", None),
     ("udp", "UDP", Some("icmp")),
@@ -538,13 +541,16 @@ const LAYERS: [(&str, &str, Option<&str>); 8] = [
 ];
 
 /// The protocol ladder's table, header first: each layer that answered,
-/// its median RTT, and what it adds over the layer it builds on (or the
-/// nearest one below that answered): gRPC over HTTP/2 (h2c), not over
-/// HTTPS, the row above it.
+/// its median RTT, and what it adds over the layer it is compared with (or
+/// the nearest one below that answered): gRPC over HTTP/2 (h2c), not over
+/// HTTPS, the row above it. Of several targets of one protocol (ICMP to
+/// 127.0.0.1 and ::1) the first that answered counts.
 fn ladder_rows(summaries: &[Summary]) -> Vec<Vec<String>> {
     let answered = |proto: &str| {
-        let s = summaries.iter().find(|s| s.protocol == proto)?;
-        Some((s.rtt.as_ref()?.p50, part_groups(s)))
+        summaries
+            .iter()
+            .filter(|s| s.protocol == proto)
+            .find_map(|s| Some((s.rtt.as_ref()?.p50, part_groups(s))))
     };
     let name = |proto: &str| LAYERS.iter().find(|l| l.0 == proto).map_or("", |l| l.1);
     let mut rows = vec![
@@ -632,7 +638,11 @@ mod tests {
                 ("client_wake", 9),
             ]
         };
+        let mut dead = summary("icmp", 0, &[]);
+        dead.rtt = None;
         let summaries = [
+            // A first ICMP target that never answered: the second counts.
+            dead,
             summary(
                 "icmp",
                 80,

@@ -92,13 +92,15 @@ impl SelfTestPki {
         let dir = std::env::temp_dir().join(format!("prober-self-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let pki = Self { dir };
-        // Valid for a day from a minute ago: rcgen's default runs to the
-        // year 4096, and the TLS rows' certificate line then said "expires
-        // in 755722.6 days".
+        // Valid from a day ago (a clock stepped back does not make them
+        // "not yet valid") for 90 days, as a public certificate would be:
+        // rcgen's default runs to the year 4096, and the TLS rows'
+        // certificate line then said "expires in 755722.6 days". The
+        // self-test's rows run one after another, so a long -d needs room.
         let now = time::OffsetDateTime::now_utc();
         let valid = |p: &mut CertificateParams| {
-            p.not_before = now - time::Duration::minutes(1);
-            p.not_after = now + time::Duration::days(1);
+            p.not_before = now - time::Duration::days(1);
+            p.not_after = now + time::Duration::days(90);
         };
         let mut ca = CertificateParams::new(Vec::<String>::new())?;
         ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);

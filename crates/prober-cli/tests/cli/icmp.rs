@@ -76,14 +76,18 @@ fn raw_socket_on_loopback_v4_and_v6() {
     seqs.sort_unstable();
     assert_eq!(seqs, (0..20).collect::<Vec<_>>());
     // User send to user receive, as every protocol's RTT; ping's
-    // convention is the kernel RTT beside it.
+    // convention (to the kernel's receive stamp) is `ping_rtt_ns` beside it.
     assert_eq!(
         of_type(&lines, "meta")[0]["targets"][0]["timestamps"],
         "user"
     );
     for p in of_type(&lines, "probe") {
-        if let (Some(rtt), Some(k)) = (p["rtt_ns"].as_u64(), p["kernel_rtt_ns"].as_u64()) {
-            assert!(k <= rtt, "{p}");
+        if let (Some(rtt), Some(k), Some(ping)) = (
+            p["rtt_ns"].as_u64(),
+            p["kernel_rtt_ns"].as_u64(),
+            p["ping_rtt_ns"].as_u64(),
+        ) {
+            assert!(k <= ping && ping <= rtt, "{p}");
         }
     }
     // The reply's TTL (hop limit), as ping shows it: 64 on loopback.

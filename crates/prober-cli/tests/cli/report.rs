@@ -640,3 +640,55 @@ fn sweep_refuses_bad_intervals_and_long_points_before_running() {
         assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
     }
 }
+
+/// The settings table says what each series' RTT runs between and which
+/// kernel stamps its run took, and the banner names a difference in
+/// either; series measured alike get no banner.
+#[test]
+fn report_names_settings_that_differ_between_series() {
+    let dir = tmp("settings");
+    let server = Server::start(&[]);
+    let target = format!("udp://{}", server.udp);
+    let out = run(&["run", "-o", "json", "-c", "30", "-i", "1ms", &target]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("\"timestamps\":\"user\"") && text.contains("\"kernel_stamps\":\"rx+tx\"")
+    );
+    let path = |n: &str| dir.join(n).to_str().unwrap().to_owned();
+    std::fs::write(path("now.json"), &text).unwrap();
+    std::fs::write(path("again.json"), &text).unwrap();
+    // As a schema 1 file put an ICMP series: RTT to the kernel's receive
+    // stamp, and no kernel_stamps in its meta line.
+    let old = text
+        .replace("\"timestamps\":\"user\"", "\"timestamps\":\"kernel\"")
+        .replace(",\"kernel_stamps\":\"rx+tx\"", "");
+    std::fs::write(path("old.json"), old).unwrap();
+    let rx = text.replace("\"kernel_stamps\":\"rx+tx\"", "\"kernel_stamps\":\"rx\"");
+    std::fs::write(path("rx.json"), rx).unwrap();
+    let page = |files: &[&str]| {
+        let html = path("page.html");
+        let mut args: Vec<String> = files.iter().map(|f| path(f)).collect();
+        args.extend(["-o".to_owned(), html.clone()]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = report_within(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        std::fs::read_to_string(html).unwrap()
+    };
+    let alike = page(&["now.json", "again.json"]);
+    assert!(
+        alike.contains("<td>user to user</td>") || alike.contains(">user to user<"),
+        "{alike}"
+    );
+    assert!(!alike.contains("settings-differ"), "series measured alike");
+    let banner = |html: &str| {
+        let at = html.find("id=\"settings-differ\"").expect("a banner");
+        html[at..].split("</p>").next().unwrap().to_owned()
+    };
+    let old = page(&["now.json", "old.json"]);
+    assert!(old.contains(">user to kernel receive<"), "{old}");
+    let b = banner(&old);
+    assert!(b.contains("rtt") && !b.contains("kernel stamps"), "{b}");
+    let b = banner(&page(&["now.json", "rx.json"]));
+    assert!(b.contains("kernel stamps") && !b.contains("rtt"), "{b}");
+}
