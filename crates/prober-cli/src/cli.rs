@@ -652,6 +652,11 @@ pub(crate) struct SweepArgs {
     #[arg(long)]
     pub(crate) busy_poll: bool,
 
+    /// As `prober run`'s, with its defaults: a point of the curve measures
+    /// what `prober run` at that interval does.
+    #[command(flatten)]
+    pub(crate) receive: ReceiveArgs,
+
     /// Do not ask the kernel for transmit stamps.
     #[arg(long)]
     pub(crate) no_tx_stamps: bool,
@@ -833,8 +838,8 @@ pub(crate) struct ReceiveArgs {
     /// gRPC probes) or each answer (serve: the TCP and UDP responders), for
     /// a budget that adapts to the target's recent RTTs or to the gaps
     /// between requests (at most --spin-budget), then parks.
-    /// [default: adaptive for `run` with targets, else async; the daemon's
-    /// probes follow its file's `[receive]`]
+    /// [default: adaptive for `run` with targets and `sweep`, else async;
+    /// the daemon's probes follow its file's `[receive]`]
     #[arg(long, value_enum, value_name = "MODE")]
     pub(crate) receive: Option<ReceiveArg>,
 
@@ -844,7 +849,8 @@ pub(crate) struct ReceiveArgs {
 
     /// Adaptive receive: the share of one core all spins together may use.
     /// 1 lets a back-to-back run (-i 0) spin on every probe, as Go's gRPC
-    /// runtime does. [default: 1 for `run` with targets, else 0.1]
+    /// runtime does. [default: 1 for `run` with targets and `sweep`, else
+    /// 0.1]
     #[arg(long, value_parser = spin_share, value_name = "FRACTION")]
     pub(crate) spin_share: Option<u32>,
 }

@@ -81,7 +81,9 @@ fn main() -> ExitCode {
                     || matches!(args.pacing, PacingArg::Spin | PacingArg::Hybrid))
         }
         Command::Sweep(args) => {
-            args.busy_poll || matches!(args.pacing, PacingArg::Spin | PacingArg::Hybrid)
+            args.busy_poll
+                || args.receive.run_mode(true) == cli::ReceiveArg::Adaptive
+                || matches!(args.pacing, PacingArg::Spin | PacingArg::Hybrid)
         }
         Command::Report(_) => true,
     };

@@ -185,6 +185,7 @@ pub(crate) async fn sweep(args: SweepArgs) -> anyhow::Result<ExitCode> {
             IcmpSocketArg::Raw => SocketChoice::Raw,
         },
         tx_stamps: !args.no_tx_stamps,
+        receive: args.receive.run_receive(true),
         ..BuildEnv::default()
     };
     let seed = args.seed.unwrap_or_else(|| {
@@ -275,6 +276,8 @@ pub(crate) async fn sweep(args: SweepArgs) -> anyhow::Result<ExitCode> {
         meta.size = args.size;
         if args.busy_poll {
             "busy-poll".clone_into(&mut meta.receive);
+        } else {
+            env.receive.name().clone_into(&mut meta.receive);
         }
         let mut collector =
             Collector::new(meta, Clock::now(), Fanout::skipping_failed(sinks), false);

@@ -521,6 +521,13 @@ fn sweep_runs_every_point_per_round_and_report_draws_the_curve() {
     // 20 probes × 2 rounds at each of the 4 (target, interval) points.
     assert_eq!(probes.len(), 4, "{probes:?}");
     assert!(probes.values().all(|&n| n == 40), "{probes:?}");
+    // Each point receives as `prober run` at that interval does.
+    let metas: Vec<&Value> = lines.iter().filter(|l| l["type"] == "meta").collect();
+    assert_eq!(metas.len(), 8);
+    assert!(
+        metas.iter().all(|m| m["receive"] == "adaptive"),
+        "{metas:?}"
+    );
     // The table on stderr (stdout holds the JSON).
     let err = stderr(&o);
     assert!(
