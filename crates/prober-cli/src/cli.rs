@@ -34,9 +34,9 @@ pub(crate) struct Cli {
     /// Runtime worker threads: 0 = one per CPU, 1 = a single-threaded
     /// runtime (no cross-thread wake-ups; busy-poll threads come on top).
     /// [default: 1 for `serve` (the responder, unless it receives with
-    /// --receive adaptive, and the daemon) and for `run` with targets
-    /// (adaptive receive, the default, or --pacing spin, --pacing hybrid or
-    /// --busy-poll), else 0]
+    /// --receive adaptive, and the daemon) and for `run` with targets and
+    /// `sweep` (adaptive receive, the default, or --pacing spin, --pacing
+    /// hybrid or --busy-poll), else 0]
     #[arg(long, global = true, value_name = "N", value_parser = threads)]
     pub(crate) threads: Option<usize>,
 
