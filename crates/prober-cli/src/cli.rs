@@ -283,7 +283,7 @@ pub(crate) struct RunArgs {
     #[arg(short, long, value_parser = duration, allow_hyphen_values = true, value_name = "DURATION")]
     pub(crate) interval: Option<Duration>,
 
-    /// Probes per target. [default: until Ctrl-C, or 200 with no target]
+    /// Probes per target. [default: until Ctrl-C, or 100 with no target]
     #[arg(short, long, value_parser = count)]
     pub(crate) count: Option<u64>,
 
@@ -499,7 +499,7 @@ pub(crate) struct RunArgs {
     #[command(flatten)]
     pub(crate) receive: ReceiveArgs,
 
-    /// CA certificate (PEM) that grpcs:// servers must chain to.
+    /// CA certificate (PEM) that grpcs:// and https:// servers must chain to.
     #[arg(long, value_name = "FILE")]
     pub(crate) ca: Option<PathBuf>,
 
@@ -516,8 +516,8 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "NAME")]
     pub(crate) tls_server_name: Option<String>,
 
-    /// UNSAFE: do not verify the grpcs:// server certificate at all; anyone
-    /// on the path can impersonate the server.
+    /// UNSAFE: do not verify the grpcs:// or https:// server certificate at
+    /// all; anyone on the path can impersonate the server.
     #[arg(long)]
     pub(crate) insecure: bool,
 
@@ -692,16 +692,20 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "ADDR", requires = "config")]
     pub(crate) metrics: Option<SocketAddr>,
 
-    /// Serve TCP on this address. [default: 0.0.0.0:8707, when none of --tcp, --udp, --grpc, --stamp is given]
+    /// Serve TCP on this address. [default: 0.0.0.0:8707, when no listener
+    /// (--tcp, --udp, --grpc, --stamp, --http, --https, --sockperf) is given
+    /// and there is no --config]
     #[arg(long, value_name = "ADDR")]
     pub(crate) tcp: Option<SocketAddr>,
 
-    /// Serve UDP on this address. [default: 0.0.0.0:8707, when none of --tcp, --udp, --grpc, --stamp is given]
+    /// Serve UDP on this address. [default: 0.0.0.0:8707, when no listener
+    /// is given and there is no --config, as for --tcp]
     #[arg(long, value_name = "ADDR")]
     pub(crate) udp: Option<SocketAddr>,
 
     /// Serve gRPC (Echo and grpc.health.v1) on this address. [default:
-    /// 0.0.0.0:8708, when none of --tcp, --udp, --grpc, --stamp is given]
+    /// 0.0.0.0:8708, when no listener is given and there is no --config, as
+    /// for --tcp]
     #[arg(long, value_name = "ADDR")]
     pub(crate) grpc: Option<SocketAddr>,
 

@@ -247,7 +247,7 @@ fn check_options(args: &RunArgs, targets: &[Target]) -> anyhow::Result<()> {
         tls_given,
         "--ca, --cert, --tls-server-name and --insecure",
         &|t| t.scheme.tls,
-        "TLS targets (grpcs://, grpcs+stream://, grpcs-health://)",
+        "TLS targets (https://, grpcs://, grpcs+stream://, grpcs-health://)",
     )?;
     check(
         args.icmp_socket != IcmpSocketArg::Auto,
@@ -278,6 +278,52 @@ fn check_options(args: &RunArgs, targets: &[Target]) -> anyhow::Result<()> {
     if args.fields.is_some() && args.output == Output::Json {
         bail!(
             "--fields chooses the columns of -o human and -o csv; -o json always has every field"
+        );
+    }
+    Ok(())
+}
+
+/// Whether replies are read on spinning threads: `--busy-poll`, or spin
+/// pacing where there are cores to spare (`run` and `sweep` alike). On two
+/// vCPUs a spinning pacer, a spinning receiver and the responder fight for
+/// the CPUs and every percentile gets worse.
+pub(crate) fn busy_poll_for(asked: bool, pacing: prober_core::Pacing) -> bool {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    asked || (pacing == prober_core::Pacing::Spin && cores >= 4)
+}
+
+/// Refuses the options that `prober run` with no target would not use: the
+/// self-test makes its own targets (one flow each), certificates and
+/// requests, so these would be ignored.
+fn refuse_in_self_test(args: &RunArgs) -> anyhow::Result<()> {
+    let given = [
+        (args.flows != 1, "--flows"),
+        (
+            args.ca.is_some()
+                || args.cert.is_some()
+                || args.tls_server_name.is_some()
+                || args.insecure,
+            "--ca, --cert, --tls-server-name and --insecure",
+        ),
+        (
+            args.stamp_key.is_some()
+                || args.stamp_ptp
+                || args.clock_synced
+                || args.stamp_tlv.is_some(),
+            "--stamp-key, --stamp-ptp, --clock-synced and --stamp-tlv",
+        ),
+        (
+            !http_spec(args).is_default(),
+            "An HTTP option (--method, --header, --expect-status, ...)",
+        ),
+        (
+            !dns_spec(args).is_default(),
+            "--expect-rcode, --expect-answer and --dns-tcp-fallback",
+        ),
+    ];
+    if let Some((_, flag)) = given.iter().find(|(on, _)| *on) {
+        bail!(
+            "{flag} needs targets: `prober run` with no target runs the self-test, which makes its own targets, certificates and requests"
         );
     }
     Ok(())
@@ -384,15 +430,13 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             t.check_size(size)?;
         }
     }
-    if !self_test {
+    if self_test {
+        refuse_in_self_test(&args)?;
+    } else {
         check_options(&args, &targets)?;
     }
 
-    // Spin pacing implies a spinning receiver where there are cores to spare:
-    // on two vCPUs a spinning pacer, a spinning receiver and the responder
-    // fight for the CPUs and every percentile gets worse.
-    let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    let busy_poll = args.busy_poll || (cfg.pacing == prober_core::Pacing::Spin && cores >= 4);
+    let busy_poll = busy_poll_for(args.busy_poll, cfg.pacing);
     let receive = args.receive.run_receive(!self_test);
     let env = BuildEnv {
         busy_poll,

@@ -177,8 +177,9 @@ pub(crate) async fn sweep(args: SweepArgs) -> anyhow::Result<ExitCode> {
     for t in &targets {
         addrs.push(resolve(t, family).await?);
     }
+    let busy_poll = super::run::busy_poll_for(args.busy_poll, args.pacing.into());
     let env = BuildEnv {
-        busy_poll: args.busy_poll,
+        busy_poll,
         icmp_socket: match args.icmp_socket {
             IcmpSocketArg::Auto => SocketChoice::Auto,
             IcmpSocketArg::Dgram => SocketChoice::Dgram,
@@ -274,7 +275,7 @@ pub(crate) async fn sweep(args: SweepArgs) -> anyhow::Result<ExitCode> {
             .on_host(&host, &kernel)
             .with_tx_stamps(!args.no_tx_stamps);
         meta.size = args.size;
-        if args.busy_poll {
+        if busy_poll {
             "busy-poll".clone_into(&mut meta.receive);
         } else {
             env.receive.name().clone_into(&mut meta.receive);

@@ -179,3 +179,35 @@ fn a_full_disk_under_stdout_leaves_whole_records_and_exit_2() {
         serde_json::from_str::<serde_json::Value>(l).expect("every record parses");
     }
 }
+
+/// The self-test (`prober run` with no target) makes its own targets,
+/// certificates and requests: options for targets are refused there, not
+/// ignored.
+#[test]
+fn target_options_without_a_target_are_refused() {
+    for (args, want) in [
+        (
+            &["run", "-c", "5", "--flows", "4"][..],
+            "--flows needs targets",
+        ),
+        (
+            &["run", "-c", "5", "--expect-status", "404"],
+            "An HTTP option",
+        ),
+        (&["run", "-c", "5", "--method", "DELETE"], "needs targets"),
+        (
+            &["run", "-c", "5", "--insecure"],
+            "--insecure needs targets",
+        ),
+        (
+            &["run", "-c", "5", "--stamp-tlv", "bogus"],
+            "--stamp-tlv needs targets",
+        ),
+        (
+            &["run", "-c", "5", "--expect-rcode", "NXDOMAIN"],
+            "needs targets",
+        ),
+    ] {
+        fails(args, want);
+    }
+}
