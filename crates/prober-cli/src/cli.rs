@@ -847,9 +847,9 @@ pub(crate) struct ReceiveArgs {
     #[arg(long, value_enum, value_name = "MODE")]
     pub(crate) receive: Option<ReceiveArg>,
 
-    /// Adaptive receive's longest spin.
-    #[arg(long, default_value = "100us", value_parser = spin_budget, value_name = "DURATION")]
-    pub(crate) spin_budget: Duration,
+    /// Adaptive receive's longest spin. [default: 100us]
+    #[arg(long, value_parser = spin_budget, value_name = "DURATION")]
+    pub(crate) spin_budget: Option<Duration>,
 
     /// Adaptive receive: the share of one core all spins together may use.
     /// 1 lets a back-to-back run (-i 0) spin on every probe, as Go's gRPC
@@ -860,6 +860,32 @@ pub(crate) struct ReceiveArgs {
 }
 
 impl ReceiveArgs {
+    fn budget(&self) -> Duration {
+        self.spin_budget
+            .unwrap_or(prober_core::spin::DEFAULT_SPIN_BUDGET)
+    }
+
+    /// Refuses --spin-budget and --spin-share where `mode` (the mode the
+    /// command will use) does not spin: they would be ignored.
+    ///
+    /// # Errors
+    /// Why, for a person.
+    pub(crate) fn check(&self, mode: ReceiveArg) -> anyhow::Result<()> {
+        if mode == ReceiveArg::Async {
+            for (given, flag) in [
+                (self.spin_budget.is_some(), "--spin-budget"),
+                (self.spin_share.is_some(), "--spin-share"),
+            ] {
+                if given {
+                    anyhow::bail!(
+                        "{flag} applies only to adaptive receive, and this receives async (--receive adaptive spins)"
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// `run`'s mode: adaptive unless --receive says otherwise, but never
     /// for the self-test (no targets), whose responders share the process.
     ///
@@ -884,7 +910,7 @@ impl ReceiveArgs {
         let share = self
             .spin_share
             .unwrap_or(if has_targets { 1000 } else { 100 });
-        self.run_mode(has_targets).receive(self.spin_budget, share)
+        self.run_mode(has_targets).receive(self.budget(), share)
     }
 
     /// `serve`'s mode: async unless --receive says otherwise (a spinning
@@ -896,7 +922,7 @@ impl ReceiveArgs {
     /// `serve`'s build setting: spins share a tenth of a core by default.
     pub(crate) fn serve_receive(&self) -> prober_core::spin::Receive {
         self.serve_mode()
-            .receive(self.spin_budget, self.spin_share.unwrap_or(100))
+            .receive(self.budget(), self.spin_share.unwrap_or(100))
     }
 }
 

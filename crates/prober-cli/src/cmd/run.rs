@@ -437,6 +437,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
 
     let busy_poll = busy_poll_for(args.busy_poll, cfg.pacing);
+    args.receive.check(args.receive.run_mode(!self_test))?;
     let receive = args.receive.run_receive(!self_test);
     let env = BuildEnv {
         busy_poll,

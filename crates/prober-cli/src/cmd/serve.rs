@@ -125,6 +125,7 @@ fn log_stamp_stats(stats: &prober_stamp::ReflectorStats) {
 
 /// Runs `prober serve` until SIGINT or SIGTERM.
 pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    args.receive.check(args.receive.serve_mode())?;
     let mut opts = responder_options(&args);
     if let Some(path) = &args.stamp_key {
         opts.stamp_config.key =

@@ -97,6 +97,7 @@ fn fmt_d(d: Duration) -> String {
 
 /// Runs `prober sweep`.
 pub(crate) async fn sweep(args: SweepArgs) -> anyhow::Result<ExitCode> {
+    args.receive.check(args.receive.run_mode(true))?;
     let intervals = &args.intervals.0;
     let targets = args
         .targets

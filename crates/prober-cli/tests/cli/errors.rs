@@ -211,3 +211,27 @@ fn target_options_without_a_target_are_refused() {
         fails(args, want);
     }
 }
+
+/// Spin settings where nothing spins are refused, not ignored.
+#[test]
+fn spin_settings_without_adaptive_receive_are_refused() {
+    let t = "udp://127.0.0.1:9";
+    fails(
+        &["run", "--receive", "async", "--spin-share", "0.5", t],
+        "--spin-share applies only to adaptive receive",
+    );
+    fails(
+        &["run", "--receive", "async", "--spin-budget", "50us", t],
+        "--spin-budget applies only",
+    );
+    // The self-test receives async unless told.
+    fails(&["run", "--spin-share", "0.5"], "--spin-share applies only");
+    fails(
+        &["serve", "--spin-budget", "50us"],
+        "--spin-budget applies only",
+    );
+    fails(
+        &["sweep", "--receive", "async", "--spin-share", "0.5", t],
+        "--spin-share applies only",
+    );
+}
