@@ -64,24 +64,68 @@ pub struct DaemonOptions {
 /// # Errors
 /// [`DaemonError::Config`] naming the file, the key and the reason.
 ///
-/// `cli_listeners` says whether the command line gives responder
-/// listeners, which count as work as `[serve]`'s do.
+/// `cli` is the command line's responders, merged with `[serve]` as the
+/// daemon would (a listener there counts as work, and what starting them
+/// would refuse is refused here).
 pub async fn check(
     path: &std::path::Path,
     registry: &Registry,
-    cli_listeners: bool,
+    cli: &ResponderOptions,
 ) -> Result<String, DaemonError> {
     let discovery = crate::dns_sd::Discovery::default();
     let cfg = config::load(path, registry, &discovery).await?;
-    if cfg.jobs.is_empty() && cfg.serve == config::ServeSection::default() && !cli_listeners {
-        return Err(nothing_to_do(path));
-    }
+    responders_for(cli, &cfg, path)?;
     let targets: usize = cfg.jobs.iter().map(|j| j.targets.len()).sum();
     Ok(format!(
         "config {} is valid: {} jobs, {targets} targets",
         path.display(),
         cfg.jobs.len()
     ))
+}
+
+/// The responders to run: the command line's (`cli`), with `[serve]`'s
+/// listeners and settings where the command line gives none; checked as
+/// starting them would check them, and refused when neither they nor the
+/// jobs give the daemon anything to do.
+fn responders_for(
+    cli: &ResponderOptions,
+    cfg: &Config,
+    path: &std::path::Path,
+) -> Result<ResponderOptions, DaemonError> {
+    let serve = &cfg.serve;
+    let mut r = cli.clone();
+    r.tcp = r.tcp.or(serve.tcp);
+    r.udp = r.udp.or(serve.udp);
+    r.grpc = r.grpc.or(serve.grpc);
+    r.http = r.http.or(serve.http);
+    r.https = r.https.or(serve.https);
+    r.sockperf = r.sockperf.or(serve.sockperf);
+    let stamp_settings =
+        serve.stamp_key.is_some() || serve.stamp_stateless || serve.stamp_rate.is_some();
+    if cli.stamp.is_some() && stamp_settings {
+        // The command line's reflector has its own settings (defaults
+        // included): the file's would be lost without a word.
+        return Err(DaemonError::Config(format!(
+            "--stamp on the command line replaces the STAMP reflector of {}, whose stamp_key, stamp_stateless or stamp_rate would then be ignored: set the reflector in one place",
+            path.display()
+        )));
+    }
+    if r.stamp.is_none() && serve.stamp.is_some() {
+        r.stamp = serve.stamp;
+        let s = &mut r.stamp_config;
+        s.stateful = !serve.stamp_stateless;
+        s.rate = serve.stamp_rate.unwrap_or(s.rate);
+        if let Some(key) = &serve.stamp_key {
+            s.key = Some(prober_stamp::Key::from_file(key).map_err(DaemonError::Config)?);
+        }
+    }
+    let from_file = serve.limit_settings().map_err(DaemonError::Config)?;
+    r.limits = r.limits.or(&from_file);
+    if cfg.jobs.is_empty() && !r.any() {
+        return Err(nothing_to_do(path));
+    }
+    responder::validate(&r)?;
+    Ok(r)
 }
 
 /// Reads and resolves the config at `path` in a task of its own, so that
@@ -432,27 +476,7 @@ pub async fn run(
     let discovery = Arc::new(crate::dns_sd::Discovery::default());
     let cfg = config::load(&path, registry, &discovery).await?;
     let listeners_stop = CancellationToken::new();
-    let mut responders = opts.responders.clone();
-    responders.tcp = responders.tcp.or(cfg.serve.tcp);
-    responders.udp = responders.udp.or(cfg.serve.udp);
-    responders.grpc = responders.grpc.or(cfg.serve.grpc);
-    responders.http = responders.http.or(cfg.serve.http);
-    responders.https = responders.https.or(cfg.serve.https);
-    responders.sockperf = responders.sockperf.or(cfg.serve.sockperf);
-    if responders.stamp.is_none() && cfg.serve.stamp.is_some() {
-        responders.stamp = cfg.serve.stamp;
-        let s = &mut responders.stamp_config;
-        s.stateful = !cfg.serve.stamp_stateless;
-        s.rate = cfg.serve.stamp_rate.unwrap_or(s.rate);
-        if let Some(path) = &cfg.serve.stamp_key {
-            s.key = Some(prober_stamp::Key::from_file(path).map_err(DaemonError::Config)?);
-        }
-    }
-    let from_file = cfg.serve.limit_settings().map_err(DaemonError::Config)?;
-    responders.limits = responders.limits.or(&from_file);
-    if cfg.jobs.is_empty() && !responders.any() {
-        return Err(nothing_to_do(&path));
-    }
+    let responders = responders_for(&opts.responders, &cfg, &path)?;
     let receive = cfg.receive_for(responders.any());
     let mut listeners = responder::start(&responders, &listeners_stop).await?;
     for (what, addr) in &listeners.bound {

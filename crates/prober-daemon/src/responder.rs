@@ -161,15 +161,18 @@ pub struct Responders {
     pub guard: Arc<GuardStats>,
 }
 
-/// Binds and starts the responders asked for. They stop when `stop` is
-/// cancelled.
+/// What [`start`] would refuse before binding anything: TLS files that do
+/// not load, TLS without a listener for it, HTTPS without TLS. The
+/// daemon's `--check-config` asks this too.
 ///
 /// # Errors
-/// A TLS file that cannot be read, an address that cannot be bound.
-pub async fn start(
-    opts: &ResponderOptions,
-    stop: &CancellationToken,
-) -> Result<Responders, DaemonError> {
+/// [`DaemonError::Config`] saying which.
+pub fn validate(opts: &ResponderOptions) -> Result<(), DaemonError> {
+    server_tls(opts).map(drop)
+}
+
+/// The gRPC server's TLS, if `opts` gives it, checked as [`validate`] says.
+fn server_tls(opts: &ResponderOptions) -> Result<Option<ServerTls>, DaemonError> {
     let tls = match (&opts.tls_cert, &opts.tls_key) {
         (Some(cert), Some(key)) => Some(
             ServerTls::from_files(cert, key, opts.tls_client_ca.as_deref())
@@ -187,6 +190,19 @@ pub async fn start(
             "--https needs --tls-cert and --tls-key".to_owned(),
         ));
     }
+    Ok(tls)
+}
+
+/// Binds and starts the responders asked for. They stop when `stop` is
+/// cancelled.
+///
+/// # Errors
+/// What [`validate`] refuses, and an address that cannot be bound.
+pub async fn start(
+    opts: &ResponderOptions,
+    stop: &CancellationToken,
+) -> Result<Responders, DaemonError> {
+    let tls = server_tls(opts)?;
     let http_tls = match (&opts.tls_cert, &opts.tls_key, opts.https) {
         (Some(cert), Some(key), Some(_)) => Some(Arc::new(
             prober_http::server_config(cert, key)

@@ -133,10 +133,7 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(path) = args.config.clone() {
         if args.check_config {
-            println!(
-                "{}",
-                prober_daemon::check(&path, &PROTOCOLS, opts.any()).await?
-            );
+            println!("{}", prober_daemon::check(&path, &PROTOCOLS, &opts).await?);
             return Ok(ExitCode::SUCCESS);
         }
         let control = daemon_signals()?;

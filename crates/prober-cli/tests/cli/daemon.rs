@@ -1202,3 +1202,44 @@ fn a_daemon_that_only_probes_receives_adaptively() {
     let (code, err) = d.stop();
     assert_eq!(code, Some(0), "{err}");
 }
+
+/// `--check-config` merges `[serve]` with the command line's listeners as
+/// starting the daemon does, and refuses what starting it would refuse.
+#[test]
+fn check_config_refuses_what_starting_would_refuse() {
+    let files = crate::support::Files::new("daemon-check-serve");
+    for (serve, extra, why) in [
+        ("rate_limit = 5\n", &[][..], "nothing to do"),
+        ("https = \"127.0.0.1:0\"\n", &[], "--https needs --tls-cert"),
+        (
+            "stamp = \"127.0.0.1:0\"\nstamp_key = \"/nonexistent/stamp.key\"\n",
+            &[],
+            "/nonexistent/stamp.key",
+        ),
+        (
+            "stamp = \"127.0.0.1:0\"\nstamp_rate = 10\n",
+            &["--stamp", "127.0.0.1:0"],
+            "set the reflector in one place",
+        ),
+    ] {
+        let cfg = files.write("c.toml", &format!("[serve]\n{serve}"));
+        for check in [true, false] {
+            // Bounded: a daemon that started after all would run on.
+            let mut cmd = Command::new("timeout");
+            cmd.args(["20", env!("CARGO_BIN_EXE_prober")])
+                .env_remove("RUST_LOG")
+                .args(["serve", "--quiet", "--config", &cfg])
+                .args(extra);
+            if check {
+                cmd.arg("--check-config");
+            }
+            let out = cmd.output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{serve} (check {check}): {err}");
+            assert!(
+                err.to_lowercase().contains(&why.to_lowercase()),
+                "{serve} (check {check}): {err}"
+            );
+        }
+    }
+}
