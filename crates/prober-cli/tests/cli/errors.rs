@@ -216,22 +216,26 @@ fn target_options_without_a_target_are_refused() {
 #[test]
 fn spin_settings_without_adaptive_receive_are_refused() {
     let t = "udp://127.0.0.1:9";
-    fails(
-        &["run", "--receive", "async", "--spin-share", "0.5", t],
-        "--spin-share applies only to adaptive receive",
-    );
-    fails(
-        &["run", "--receive", "async", "--spin-budget", "50us", t],
-        "--spin-budget applies only",
-    );
-    // The self-test receives async unless told.
-    fails(&["run", "--spin-share", "0.5"], "--spin-share applies only");
-    fails(
-        &["serve", "--spin-budget", "50us"],
-        "--spin-budget applies only",
-    );
-    fails(
-        &["sweep", "--receive", "async", "--spin-share", "0.5", t],
-        "--spin-share applies only",
-    );
+    for (args, want) in [
+        (
+            &["run", "--receive", "async", "--spin-share", "0.5", t][..],
+            "--spin-share applies only to adaptive receive",
+        ),
+        (
+            &["run", "--receive", "async", "--spin-budget", "50us", t],
+            "--spin-budget applies only",
+        ),
+        // The self-test and serve receive async unless told.
+        (&["run", "--spin-share", "0.5"], "--spin-share applies only"),
+        (
+            &["serve", "--spin-budget", "50us"],
+            "--spin-budget applies only",
+        ),
+        (
+            &["sweep", "--receive", "async", "--spin-share", "0.5", t],
+            "--spin-share applies only",
+        ),
+    ] {
+        fails(args, want);
+    }
 }
