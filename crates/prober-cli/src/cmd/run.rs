@@ -280,6 +280,11 @@ fn check_options(args: &RunArgs, targets: &[Target]) -> anyhow::Result<()> {
             "--fields chooses the columns of -o human and -o csv; -o json always has every field"
         );
     }
+    if args.unix_time && args.output != Output::Human {
+        bail!(
+            "-D starts -o human's probe lines with the Unix time; -o json's probe lines carry it already (sent_unix_ns), and -o csv has no probe lines"
+        );
+    }
     Ok(())
 }
 

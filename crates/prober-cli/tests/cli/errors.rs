@@ -207,6 +207,15 @@ fn target_options_without_a_target_are_refused() {
             &["run", "-c", "5", "--expect-rcode", "NXDOMAIN"],
             "needs targets",
         ),
+        // -D is for -o human's probe lines.
+        (
+            &["run", "-c", "5", "-D", "-o", "json", "udp://127.0.0.1:9"],
+            "-D starts -o human",
+        ),
+        (
+            &["run", "-c", "5", "-D", "-o", "csv", "udp://127.0.0.1:9"],
+            "-D starts -o human",
+        ),
     ] {
         fails(args, want);
     }
