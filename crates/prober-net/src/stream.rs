@@ -390,6 +390,22 @@ impl ChannelStamps {
     }
 }
 
+/// Writes `held` with `send` until it is empty, dropping what each write
+/// took: what [`StampedStream`] coalesces and [`ServerStream`] holds.
+fn poll_write_held(
+    held: &mut Vec<u8>,
+    mut send: impl FnMut(&[u8]) -> Poll<io::Result<usize>>,
+) -> Poll<io::Result<()>> {
+    while !held.is_empty() {
+        let n = ready!(send(held))?;
+        if n == 0 {
+            return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+        }
+        held.drain(..n);
+    }
+    Poll::Ready(Ok(()))
+}
+
 /// A TCP stream that reads with kernel receive stamps and files its
 /// transmit stamps in a [`ChannelStamps`].
 #[derive(Debug)]
@@ -463,19 +479,10 @@ impl StampedStream {
 
     /// Writes what is held.
     fn poll_write_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while !self.out.is_empty() {
-            let n = ready!(Self::poll_send(
-                &mut self.inner,
-                &self.stamps,
-                self.tx_on,
-                cx,
-                &self.out
-            ))?;
-            if n == 0 {
-                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-            }
-            self.out.drain(..n);
-        }
+        let (inner, stamps, tx_on) = (&mut self.inner, &*self.stamps, self.tx_on);
+        ready!(poll_write_held(&mut self.out, |b| Self::poll_send(
+            inner, stamps, tx_on, cx, b
+        )))?;
         self.deferred = false;
         Poll::Ready(Ok(()))
     }
@@ -894,17 +901,11 @@ impl ServerStream {
 
     /// Writes what is held.
     fn poll_write_held(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while !self.held.is_empty() {
-            let held = std::mem::take(&mut self.held);
-            let sent = self.poll_send(cx, &held);
-            self.held = held;
-            let n = ready!(sent)?;
-            if n == 0 {
-                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-            }
-            self.held.drain(..n);
-        }
-        Poll::Ready(Ok(()))
+        // Taken out for the writes: sending borrows the whole stream.
+        let mut held = std::mem::take(&mut self.held);
+        let res = poll_write_held(&mut held, |b| self.poll_send(cx, b));
+        self.held = held;
+        res
     }
 
     /// Starts holding control frames until the reply or at most
