@@ -194,12 +194,7 @@ async fn handle(
         .and_then(|v| v.trim().parse::<u64>().ok());
     // The previous response's send part, carried in this one; or the one
     // asked for.
-    let asked = (path == SEND_TIME_PATH).then(|| {
-        query
-            .split('&')
-            .find_map(|kv| kv.strip_prefix("seq="))
-            .and_then(|v| v.parse::<u64>().ok())
-    });
+    let asked = (path == SEND_TIME_PATH).then(|| query_number::<u64>(&query, "seq"));
     let carried = match asked {
         Some(Some(seq)) => rx.take_send(Some(seq)),
         Some(None) => None,
@@ -214,10 +209,7 @@ async fn handle(
         }
     } else if path == "/echo" {
         if method == http::Method::GET || method == http::Method::HEAD {
-            let size = query
-                .split('&')
-                .find_map(|kv| kv.strip_prefix("size="))
-                .and_then(|v| v.parse::<usize>().ok())
+            let size = query_number::<usize>(&query, "size")
                 .unwrap_or(DEFAULT_ECHO)
                 .min(MAX_ECHO);
             if method == http::Method::HEAD {
@@ -290,6 +282,14 @@ async fn handle(
         resp.headers_mut().insert(SERVER_TIMING, v);
     }
     Ok(resp)
+}
+
+/// The number after `KEY=` in a query string, if it is there and one.
+fn query_number<T: std::str::FromStr>(query: &str, key: &str) -> Option<T> {
+    query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+        .and_then(|v| v.parse().ok())
 }
 
 fn status(code: StatusCode) -> Response<Full<Bytes>> {
