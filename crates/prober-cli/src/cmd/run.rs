@@ -194,6 +194,23 @@ async fn start_self_test(
 
 /// Refuses options that no target can honour, and warns about targets that
 /// ignore an option others use.
+/// The options of TLS targets, as messages name them.
+const TLS_OPTIONS: &str = "--ca, --cert, --tls-server-name and --insecure";
+/// The options of `stamp://` targets.
+const STAMP_OPTIONS: &str = "--stamp-key, --stamp-ptp, --clock-synced and --stamp-tlv";
+/// The options of HTTP targets.
+const HTTP_OPTIONS: &str = "An HTTP option (--method, --header, --expect-status, ...)";
+/// The options of `dns://` targets.
+const DNS_OPTIONS: &str = "--expect-rcode, --expect-answer and --dns-tcp-fallback";
+
+fn tls_given(args: &RunArgs) -> bool {
+    args.ca.is_some() || args.cert.is_some() || args.tls_server_name.is_some() || args.insecure
+}
+
+fn stamp_given(args: &RunArgs) -> bool {
+    args.stamp_key.is_some() || args.stamp_ptp || args.clock_synced || args.stamp_tlv.is_some()
+}
+
 fn check_options(args: &RunArgs, targets: &[Target]) -> anyhow::Result<()> {
     let check = |given: bool, flag: &str, applies: &dyn Fn(&Target) -> bool, what: &str| {
         if !given {
@@ -241,11 +258,9 @@ fn check_options(args: &RunArgs, targets: &[Target]) -> anyhow::Result<()> {
         &|t| t.protocol.size.is_some(),
         "targets that send a payload (tcp-connect:// and grpc-health:// send none)",
     )?;
-    let tls_given =
-        args.ca.is_some() || args.cert.is_some() || args.tls_server_name.is_some() || args.insecure;
     check(
-        tls_given,
-        "--ca, --cert, --tls-server-name and --insecure",
+        tls_given(args),
+        TLS_OPTIONS,
         &|t| t.scheme.tls,
         "TLS targets (https://, grpcs://, grpcs+stream://, grpcs-health://)",
     )?;
@@ -255,23 +270,21 @@ fn check_options(args: &RunArgs, targets: &[Target]) -> anyhow::Result<()> {
         &|t| t.protocol.options.icmp_socket,
         "icmp targets",
     )?;
-    let stamp_given =
-        args.stamp_key.is_some() || args.stamp_ptp || args.clock_synced || args.stamp_tlv.is_some();
     check(
-        stamp_given,
-        "--stamp-key, --stamp-ptp, --clock-synced and --stamp-tlv",
+        stamp_given(args),
+        STAMP_OPTIONS,
         &|t| t.scheme.name == "stamp",
         "stamp targets",
     )?;
     check(
         !http_spec(args).is_default(),
-        "An HTTP option (--method, --header, --expect-status, ...)",
+        HTTP_OPTIONS,
         &|t| t.protocol.path == Some("path"),
         "http://, h2c:// and https:// targets",
     )?;
     check(
         !dns_spec(args).is_default(),
-        "--expect-rcode, --expect-answer and --dns-tcp-fallback",
+        DNS_OPTIONS,
         &|t| t.scheme.name.starts_with("dns"),
         "dns:// and dns+tcp:// targets",
     )?;
@@ -303,28 +316,10 @@ pub(crate) fn busy_poll_for(asked: bool, pacing: prober_core::Pacing) -> bool {
 fn refuse_in_self_test(args: &RunArgs) -> anyhow::Result<()> {
     let given = [
         (args.flows != 1, "--flows"),
-        (
-            args.ca.is_some()
-                || args.cert.is_some()
-                || args.tls_server_name.is_some()
-                || args.insecure,
-            "--ca, --cert, --tls-server-name and --insecure",
-        ),
-        (
-            args.stamp_key.is_some()
-                || args.stamp_ptp
-                || args.clock_synced
-                || args.stamp_tlv.is_some(),
-            "--stamp-key, --stamp-ptp, --clock-synced and --stamp-tlv",
-        ),
-        (
-            !http_spec(args).is_default(),
-            "An HTTP option (--method, --header, --expect-status, ...)",
-        ),
-        (
-            !dns_spec(args).is_default(),
-            "--expect-rcode, --expect-answer and --dns-tcp-fallback",
-        ),
+        (tls_given(args), TLS_OPTIONS),
+        (stamp_given(args), STAMP_OPTIONS),
+        (!http_spec(args).is_default(), HTTP_OPTIONS),
+        (!dns_spec(args).is_default(), DNS_OPTIONS),
     ];
     if let Some((_, flag)) = given.iter().find(|(on, _)| *on) {
         bail!(
