@@ -88,8 +88,25 @@ pid=$!
 clk=$(getconf CLK_TCK)
 ticks() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
 split() { awk '{print "user", $14, "sys", $15}' "/proc/$pid/stat"; }
+# The kernel's CPU accounting in /proc/PID/stat is sampled on clock ticks;
+# a cgroup of the daemon's own counts every nanosecond it ran (cgroup v2's
+# cpu.stat; the unified hierarchy where v1 is mounted too). Without one,
+# only the ticks.
+cg=
+for root in /sys/fs/cgroup /sys/fs/cgroup/unified; do
+  if [ -f "$root/cgroup.procs" ] && [ -f "$root/cpu.stat" -o -f "$root/cgroup.controllers" ] &&
+    mkdir "$root/prober-scale-$$" 2>/dev/null; then
+    if echo "$pid" > "$root/prober-scale-$$/cgroup.procs" 2>/dev/null; then
+      cg=$root/prober-scale-$$
+    else
+      rmdir "$root/prober-scale-$$"
+    fi
+    break
+  fi
+done
+usage() { if [ -n "$cg" ]; then awk '/^usage_usec/ {print $2}' "$cg/cpu.stat"; else echo 0; fi; }
 sleep 2   # start-up: config, sockets, first slots
-t0=$(ticks); s0=$(date +%s.%N); split0=$(split)
+t0=$(ticks); s0=$(date +%s.%N); split0=$(split); u0=$(usage)
 # Scrapes every 5 s; the slowest and the size of the last.
 end=$(( $(date +%s) + D ))
 : > "$work/scrapes"
@@ -101,7 +118,7 @@ while [ "$(date +%s)" -lt "$end" ]; do
   sleep 5
 done
 status_s=$(curl -s -o "$work/status.html" -w '%{time_total}' "http://127.0.0.1:$mport/")
-t1=$(ticks); s1=$(date +%s.%N); echo "cpu ticks at start: $split0; at end: $(split) (clock ticks, $clk/s)"
+t1=$(ticks); s1=$(date +%s.%N); u1=$(usage); echo "cpu ticks at start: $split0; at end: $(split) (clock ticks, $clk/s)"
 hwm=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
 if [ -n "${FLEET:-}" ]; then
   echo "features           fleet: file_sd, native and per-part histograms, protobuf scrapes"
@@ -112,6 +129,11 @@ echo "scrapes            $(grep -c . "$work/scrapes") every 5 s, slowest $(grep 
 echo "status page        ${status_s} s, $(stat -c %s "$work/status.html") bytes"
 kill -TERM "$pid"
 wait "$pid" || true
+if [ -n "$cg" ]; then
+  awk -v u0="$u0" -v u1="$u1" -v s0="$s0" -v s1="$s1" 'BEGIN {
+    printf "cpu (cgroup)       %.4f cores (every ns the daemon ran; the line below is sampled on ticks)\n", (u1 - u0) / 1e6 / (s1 - s0) }'
+  rmdir "$cg" 2>/dev/null || true
+fi
 
 if [ "${SINK:-jsonl}" != jsonl ]; then
   awk -v t0="$t0" -v t1="$t1" -v s0="$s0" -v s1="$s1" -v clk="$clk" -v hwm="$hwm" -v n="$N" 'BEGIN {
