@@ -574,8 +574,11 @@ fn handshake_split_agrees_with_a_packet_capture() {
                 // the other, usually within 1 µs (one run here had one
                 // probe in 300 101 ns below), but an interrupt or a vCPU
                 // stall between the two handings moves them apart (a CI
-                // run had one 13 µs below). At most 1 % may be more than
-                // 1 µs below.
+                // run had one 13 µs below; a CI run on a fresh machine, its
+                // tests running side by side, had 4 of 300 8-18 µs below,
+                // the capture's SYN-ACK stamped late each time). At most
+                // 3 % may be more than 1 µs below: a probe matched with the
+                // wrong packets would put about half of them below.
                 let kernel = p["kernel_rtt_ns"].as_i64().expect("a kernel rtt");
                 if kernel + 1000 < wire {
                     eprintln!("kernel rtt {kernel} below the wire's {wire}: {p}");
@@ -608,7 +611,7 @@ fn handshake_split_agrees_with_a_packet_capture() {
             excess.push(kernel - exchange);
         }
         assert!(
-            below * 100 <= probes.len(),
+            below * 100 <= probes.len() * 3,
             "{scheme}: {below} of {} kernel RTTs more than 1 µs below the capture's",
             probes.len()
         );

@@ -451,8 +451,23 @@ impl Netns {
     }
 }
 
+/// Processes still in the namespace go with it: a test that panics before
+/// it stops its responder would leave it running (holding the test's
+/// output pipe open, and its port).
 impl Drop for Netns {
     fn drop(&mut self) {
+        if let Ok(out) = Command::new("ip")
+            .args(["netns", "pids", &self.name])
+            .output()
+        {
+            let pids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect();
+            if !pids.is_empty() {
+                let _ = Command::new("kill").arg("-KILL").args(&pids).status();
+            }
+        }
         let _ = Command::new("ip")
             .args(["netns", "del", &self.name])
             .status();
