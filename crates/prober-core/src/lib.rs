@@ -64,7 +64,9 @@ pub use config::{ConfigError, Pacing, RunConfig};
 pub use entry::{AnomalyReader, TargetEntry};
 pub use error::{ErrorKind, ProbeError};
 pub use info::TargetInfo;
-pub use matcher::{Anomalies, Delivery, DirectionLoss, Matcher, MatcherSet, TcpRtt, Waiter};
+pub use matcher::{
+    Anomalies, Delivery, DirectionLoss, IdMap, Matcher, MatcherSet, SeqHasher, TcpRtt, Waiter,
+};
 pub use meta::RunMeta;
 pub use pacer::Pacer;
 pub use probe::Probe;

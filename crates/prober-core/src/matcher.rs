@@ -124,10 +124,11 @@ enum Finished {
 }
 
 /// Hashes sequence numbers with one multiplication (Fibonacci hashing). The
-/// keys are our own sequence numbers, so there is nothing to defend against,
-/// and SipHash was a visible share of the per-probe instructions (callgrind).
+/// keys are our own sequence numbers (or target ids), so there is nothing to
+/// defend against, and SipHash was a visible share of the per-probe
+/// instructions (callgrind).
 #[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct SeqHasher(u64);
+pub struct SeqHasher(u64);
 
 impl Hasher for SeqHasher {
     fn finish(&self) -> u64 {
@@ -143,10 +144,19 @@ impl Hasher for SeqHasher {
     fn write_u64(&mut self, n: u64) {
         self.0 = n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
     }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
 }
 
 /// A map keyed by our own sequence numbers or ids, hashed by [`SeqHasher`].
 pub(crate) type SeqMap<V> = HashMap<u64, V, BuildHasherDefault<SeqHasher>>;
+
+/// A map keyed by target id, hashed by [`SeqHasher`]: one probe of the
+/// table where a `BTreeMap` of 10,000 targets walked several nodes per
+/// sample.
+pub type IdMap<V> = HashMap<usize, V, BuildHasherDefault<SeqHasher>>;
 
 #[derive(Debug)]
 struct Inner<T> {
