@@ -14,7 +14,9 @@ A=${A:?A=path to the first build}
 B=${B:-target/release/prober}
 R=${R:-5}
 out=$(mktemp -d /tmp/prober-scale-ab.XXXXXX)
-trap 'rm -rf "$out"' EXIT
+a= b=
+# run.sh stops its daemon on TERM (its EXIT trap).
+trap 'kill $a $b 2> /dev/null; rm -rf "$out"' EXIT
 cores() { awk '/^cpu \(cgroup\)/ {print $3}' "$1"; }
 echo "round | A cores | B cores | B/A"
 for ((r = 1; r <= R; r++)); do
@@ -22,7 +24,10 @@ for ((r = 1; r <= R; r++)); do
   a=$!
   PROBER=$B bash benches/scale/run.sh > "$out/b" 2>&1 &
   b=$!
-  wait "$a" "$b"
+  # Each waited for on its own: a failed run shows below, whichever it was.
+  wait "$a" || true
+  wait "$b" || true
+  a= b=
   ca=$(cores "$out/a"); cb=$(cores "$out/b")
   if [ -z "$ca" ] || [ -z "$cb" ]; then
     echo "round $r: no cgroup CPU figure (run.sh needs a cgroup v2 hierarchy)" >&2

@@ -32,7 +32,14 @@ D=${D:-60}
 PROBER=${PROBER:-target/release/prober}
 [ -x "$PROBER" ] || cargo build --release -p prober-cli
 work=$(mktemp -d /tmp/prober-scale.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+pid= cg=
+cleanup() {
+  # The daemon and its cgroup go too when the script stops early.
+  if [ -n "$pid" ]; then kill -TERM "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true; fi
+  if [ -n "$cg" ]; then rmdir "$cg" 2>/dev/null || true; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
 
 python3 - "$N" "$work" <<'PY'
 import json, sys
@@ -92,10 +99,9 @@ split() { awk '{print "user", $14, "sys", $15}' "/proc/$pid/stat"; }
 # a cgroup of the daemon's own counts every nanosecond it ran (cgroup v2's
 # cpu.stat; the unified hierarchy where v1 is mounted too). Without one,
 # only the ticks.
-cg=
 for root in /sys/fs/cgroup /sys/fs/cgroup/unified; do
-  if [ -f "$root/cgroup.procs" ] && [ -f "$root/cpu.stat" -o -f "$root/cgroup.controllers" ] &&
-    mkdir "$root/prober-scale-$$" 2>/dev/null; then
+  # cgroup.controllers: a v2 hierarchy (v1's cpu.stat has no usage_usec).
+  if [ -f "$root/cgroup.controllers" ] && mkdir "$root/prober-scale-$$" 2>/dev/null; then
     if echo "$pid" > "$root/prober-scale-$$/cgroup.procs" 2>/dev/null; then
       cg=$root/prober-scale-$$
     else
@@ -129,10 +135,12 @@ echo "scrapes            $(grep -c . "$work/scrapes") every 5 s, slowest $(grep 
 echo "status page        ${status_s} s, $(stat -c %s "$work/status.html") bytes"
 kill -TERM "$pid"
 wait "$pid" || true
+pid=
 if [ -n "$cg" ]; then
   awk -v u0="$u0" -v u1="$u1" -v s0="$s0" -v s1="$s1" 'BEGIN {
     printf "cpu (cgroup)       %.4f cores (every ns the daemon ran; the line below is sampled on ticks)\n", (u1 - u0) / 1e6 / (s1 - s0) }'
   rmdir "$cg" 2>/dev/null || true
+  cg=
 fi
 
 if [ "${SINK:-jsonl}" != jsonl ]; then

@@ -177,9 +177,10 @@ struct Recent {
     filled: usize,
     /// [`SpinBudget::wanted`] of these RTTs, once worked out: a send asks
     /// for it and an answer changes it, so it is worked out at most once
-    /// per answer. A copy into a new `Vec` and a sort on every send were
-    /// 4 % of the daemon's profile at 10,000 targets; this way it used
-    /// 0.7 % less CPU (median of 5 paired runs, BENCHMARKS.md).
+    /// per answer, on the stack. A copy into a new `Vec` and a sort on
+    /// every send were 4 % of the daemon's profile at 10,000 targets; this
+    /// way the daemon's CPU moved by less than paired runs resolve
+    /// (BENCHMARKS.md).
     wanted: Option<Duration>,
 }
 
