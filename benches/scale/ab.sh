@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Two daemon builds at 10,000 targets each, run at the same time (the
-# machine's slow and fast spells fall on both alike), R rounds: each
+# machine's slow and fast spells fall on both alike; which starts first
+# alternates), R rounds: each
 # round prints both builds' CPU from their own cgroups (run.sh's "cpu
 # (cgroup)"), and the end the median of the rounds' B/A ratios. The two
 # daemons' ICMP sockets filter by ident, so neither reads the other's
@@ -20,10 +21,18 @@ trap 'kill $a $b 2> /dev/null; rm -rf "$out"' EXIT
 cores() { awk '/^cpu \(cgroup\)/ {print $3}' "$1"; }
 echo "round | A cores | B cores | B/A"
 for ((r = 1; r <= R; r++)); do
-  PROBER=$A bash benches/scale/run.sh > "$out/a" 2>&1 &
-  a=$!
-  PROBER=$B bash benches/scale/run.sh > "$out/b" 2>&1 &
-  b=$!
+  # Which build starts first alternates from round to round.
+  if ((r % 2)); then
+    PROBER=$A bash benches/scale/run.sh > "$out/a" 2>&1 &
+    a=$!
+    PROBER=$B bash benches/scale/run.sh > "$out/b" 2>&1 &
+    b=$!
+  else
+    PROBER=$B bash benches/scale/run.sh > "$out/b" 2>&1 &
+    b=$!
+    PROBER=$A bash benches/scale/run.sh > "$out/a" 2>&1 &
+    a=$!
+  fi
   # Each waited for on its own: a failed run shows below, whichever it was.
   wait "$a" || true
   wait "$b" || true
