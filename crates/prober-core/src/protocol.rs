@@ -51,28 +51,6 @@ pub struct SizeRule {
     pub max: usize,
 }
 
-/// Where a protocol's reply times come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Timestamps {
-    /// The RTT ends on the kernel's receive timestamp (SO_TIMESTAMPNS), as
-    /// ping's does. No protocol's does now; schema 1 files say it of ICMP.
-    Kernel,
-    /// The RTT runs from the user send to the user receive (t4 − t1), as
-    /// every protocol's does; the kernel's stamps give `kernel_rtt_ns` and
-    /// the parts.
-    User,
-}
-
-impl Timestamps {
-    /// `kernel` or `user`, as shown in results.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Kernel => "kernel",
-            Self::User => "user",
-        }
-    }
-}
-
 /// Options of `prober run` that only some protocols honour. A protocol that
 /// does not list an option refuses it rather than ignoring it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -307,8 +285,6 @@ pub struct Protocol {
     pub size: Option<SizeRule>,
     /// What `--size` measures: `frame`, `payload` or `message`.
     pub size_unit: &'static str,
-    /// Where reply times come from.
-    pub timestamps: Timestamps,
     /// Options beyond the common ones that it honours.
     pub options: Options,
     /// The `--help` line: what is timed, and the peer.

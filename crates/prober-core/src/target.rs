@@ -147,7 +147,6 @@ impl Target {
             Some(_) => addr.to_string(),
         };
         let mut info = TargetInfo::new(id, &self.to_string(), self.scheme.name, &shown, size);
-        info.timestamps = self.protocol.timestamps.as_str().to_owned();
         if let Some(flow) = self.flow {
             info.labels.insert("flow".to_owned(), flow.to_string());
         }

@@ -8,7 +8,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::protocol::{
-    BuildEnv, BuildFuture, Options, ProbeSpec, Protocol, Registry, Scheme, SizeRule, Timestamps,
+    BuildEnv, BuildFuture, Options, ProbeSpec, Protocol, Registry, Scheme, SizeRule,
 };
 use crate::{
     Clock, Collector, Context, EVENT_CHANNEL, Probe, RunConfig, RunMeta, Sample, Sink, Summary,
@@ -94,7 +94,6 @@ const FAKE: Protocol = Protocol {
         max: 1000,
     }),
     size_unit: "frame",
-    timestamps: Timestamps::User,
     options: Options {
         ttl: false,
         busy_poll: false,
@@ -116,7 +115,6 @@ pub static REGISTRY: Registry = Registry::new(&[
             min: 20,
             max: 1000,
         }),
-        timestamps: Timestamps::User,
         ..FAKE
     },
     &Protocol {

@@ -1,8 +1,6 @@
 //! The `dns://` and `dns+tcp://` descriptor (see [`prober_core::Protocol`]).
 
-use prober_core::protocol::{
-    BuildEnv, BuildFuture, Options, ProbeSpec, Protocol, Scheme, Timestamps,
-};
+use prober_core::protocol::{BuildEnv, BuildFuture, Options, ProbeSpec, Protocol, Scheme};
 use prober_core::runnable;
 
 use crate::{DnsOptions, DnsProbe, Question};
@@ -27,8 +25,6 @@ pub const DNS: Protocol = Protocol {
     path: Some("name?type=A"),
     size: None,
     size_unit: "message",
-    // User send to user receive, as every protocol's RTT.
-    timestamps: Timestamps::User,
     options: Options {
         ttl: false,
         busy_poll: false,

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use prober_core::protocol::{
-    BuildEnv, BuildError, BuildFuture, Options, ProbeSpec, Protocol, Scheme, SizeRule, Timestamps,
+    BuildEnv, BuildError, BuildFuture, Options, ProbeSpec, Protocol, Scheme, SizeRule,
 };
 use prober_core::runnable;
 
@@ -73,7 +73,6 @@ pub const GRPC: Protocol = Protocol {
         max: MAX_REQUEST,
     }),
     size_unit: "message",
-    timestamps: Timestamps::User,
     options: Options {
         ttl: false,
         busy_poll: false,

@@ -3,9 +3,7 @@
 
 use std::sync::Arc;
 
-use prober_core::protocol::{
-    BuildEnv, BuildFuture, Options, ProbeSpec, Protocol, Scheme, Timestamps,
-};
+use prober_core::protocol::{BuildEnv, BuildFuture, Options, ProbeSpec, Protocol, Scheme};
 use prober_core::runnable;
 
 use crate::HttpOptions;
@@ -61,7 +59,6 @@ pub const HTTP: Protocol = Protocol {
     path: Some("path"),
     size: None,
     size_unit: "body",
-    timestamps: Timestamps::User,
     options: OPTIONS,
     help: "HTTP request to response body done, phases and validation (prober serve --http: /echo)",
     build,
@@ -75,7 +72,6 @@ pub const HTTPS: Protocol = Protocol {
     path: Some("path"),
     size: None,
     size_unit: "body",
-    timestamps: Timestamps::User,
     options: OPTIONS,
     help: "HTTPS request (HTTP/2 or HTTP/1.1 by ALPN), phases, validation, certificate expiry",
     build,

@@ -1,7 +1,7 @@
 //! The descriptor of ICMP echo probes (see [`prober_core::Protocol`]).
 
 use prober_core::protocol::{
-    BuildEnv, BuildFuture, Options, ProbeSpec, Protocol, Scheme, SizeRule, SocketChoice, Timestamps,
+    BuildEnv, BuildFuture, Options, ProbeSpec, Protocol, Scheme, SizeRule, SocketChoice,
 };
 use prober_core::runnable;
 
@@ -44,9 +44,6 @@ pub const ICMP: Protocol = Protocol {
         max: MAX_PAYLOAD,
     }),
     size_unit: "payload",
-    // The RTT runs user send to user receive, as every protocol's; ping's
-    // convention (to the kernel's receive stamp) is `ping_rtt_ns`.
-    timestamps: Timestamps::User,
     options: Options {
         ttl: true,
         busy_poll: true,

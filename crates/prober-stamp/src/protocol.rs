@@ -1,7 +1,7 @@
 //! The `stamp://` descriptor (see [`prober_core::Protocol`]).
 
 use prober_core::protocol::{
-    BuildEnv, BuildFuture, Options, ProbeSpec, Protocol, Scheme, SizeRule, Timestamps,
+    BuildEnv, BuildFuture, Options, ProbeSpec, Protocol, Scheme, SizeRule,
 };
 use prober_core::runnable;
 
@@ -34,7 +34,6 @@ pub const STAMP: Protocol = Protocol {
         max: 65_507,
     }),
     size_unit: "packet",
-    timestamps: Timestamps::User,
     options: Options {
         ttl: false,
         busy_poll: false,

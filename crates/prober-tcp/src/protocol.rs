@@ -1,7 +1,7 @@
 //! The descriptors of this crate's probes (see [`prober_core::Protocol`]).
 
 use prober_core::protocol::{
-    BuildEnv, BuildFuture, Options, ProbeSpec, Protocol, Scheme, SizeRule, Timestamps,
+    BuildEnv, BuildFuture, Options, ProbeSpec, Protocol, Scheme, SizeRule,
 };
 use prober_core::runnable;
 
@@ -70,7 +70,6 @@ pub const TCP: Protocol = Protocol {
     path: None,
     size: Some(TCP_SIZES),
     size_unit: "frame",
-    timestamps: Timestamps::User,
     options: Options {
         ttl: false,
         busy_poll: true,
