@@ -867,10 +867,7 @@ impl ReceiveArgs {
 
     /// Refuses --spin-budget and --spin-share where `mode` (the mode the
     /// command will use) does not spin: they would be ignored.
-    ///
-    /// # Errors
-    /// Why, for a person.
-    pub(crate) fn check(&self, mode: ReceiveArg) -> anyhow::Result<()> {
+    fn check(&self, mode: ReceiveArg) -> anyhow::Result<()> {
         if mode == ReceiveArg::Async {
             for (given, flag) in [
                 (self.spin_budget.is_some(), "--spin-budget"),
@@ -906,11 +903,19 @@ impl ReceiveArgs {
     /// at most one budget per probe: back to back, a tenth of a core runs
     /// dry within a few probes, and the wake-ups come back. The self-test
     /// (no targets) keeps a tenth: its responders share the process.
-    pub(crate) fn run_receive(&self, has_targets: bool) -> prober_core::spin::Receive {
+    ///
+    /// # Errors
+    /// A spin setting where this mode does not spin ([`Self::check`]).
+    pub(crate) fn run_receive(
+        &self,
+        has_targets: bool,
+    ) -> anyhow::Result<prober_core::spin::Receive> {
+        let mode = self.run_mode(has_targets);
+        self.check(mode)?;
         let share = self
             .spin_share
             .unwrap_or(if has_targets { 1000 } else { 100 });
-        self.run_mode(has_targets).receive(self.budget(), share)
+        Ok(mode.receive(self.budget(), share))
     }
 
     /// `serve`'s mode: async unless --receive says otherwise (a spinning
@@ -920,9 +925,13 @@ impl ReceiveArgs {
     }
 
     /// `serve`'s build setting: spins share a tenth of a core by default.
-    pub(crate) fn serve_receive(&self) -> prober_core::spin::Receive {
-        self.serve_mode()
-            .receive(self.budget(), self.spin_share.unwrap_or(100))
+    ///
+    /// # Errors
+    /// A spin setting where this mode does not spin ([`Self::check`]).
+    pub(crate) fn serve_receive(&self) -> anyhow::Result<prober_core::spin::Receive> {
+        let mode = self.serve_mode();
+        self.check(mode)?;
+        Ok(mode.receive(self.budget(), self.spin_share.unwrap_or(100)))
     }
 }
 

@@ -16,6 +16,14 @@ use clap::{CommandFactory as _, FromArgMatches as _};
 
 use crate::cli::{Cli, Command, PacingArg};
 
+/// Whether a `run` or `sweep` with targets spins (busy-poll, adaptive
+/// receive, spin or hybrid pacing), and so runs on one thread.
+fn spins(busy_poll: bool, receive: &cli::ReceiveArgs, pacing: PacingArg) -> bool {
+    busy_poll
+        || receive.run_mode(true) == cli::ReceiveArg::Adaptive
+        || matches!(pacing, PacingArg::Spin | PacingArg::Hybrid)
+}
+
 fn main() -> ExitCode {
     let matches = Cli::command()
         .mut_subcommand("run", |c| {
@@ -76,15 +84,9 @@ fn main() -> ExitCode {
         }
         Command::Run(args) => {
             (!args.targets.is_empty() || args.file.is_some())
-                && (args.busy_poll
-                    || args.receive.run_mode(true) == cli::ReceiveArg::Adaptive
-                    || matches!(args.pacing, PacingArg::Spin | PacingArg::Hybrid))
+                && spins(args.busy_poll, &args.receive, args.pacing)
         }
-        Command::Sweep(args) => {
-            args.busy_poll
-                || args.receive.run_mode(true) == cli::ReceiveArg::Adaptive
-                || matches!(args.pacing, PacingArg::Spin | PacingArg::Hybrid)
-        }
+        Command::Sweep(args) => spins(args.busy_poll, &args.receive, args.pacing),
         Command::Report(_) => true,
     };
     let threads = cli.threads.unwrap_or_else(|| usize::from(single));

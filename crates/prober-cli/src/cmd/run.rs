@@ -310,6 +310,16 @@ pub(crate) fn busy_poll_for(asked: bool, pacing: prober_core::Pacing) -> bool {
     asked || (pacing == prober_core::Pacing::Spin && cores >= 4)
 }
 
+/// The receive mode as the settings name it: `busy-poll` where replies are
+/// read on spinning threads, else the mode's own name.
+pub(crate) fn receive_name(busy_poll: bool, receive: &prober_core::spin::Receive) -> &'static str {
+    if busy_poll {
+        "busy-poll"
+    } else {
+        receive.name()
+    }
+}
+
 /// Refuses the options that `prober run` with no target would not use: the
 /// self-test makes its own targets (one flow each), certificates and
 /// requests, so these would be ignored.
@@ -437,8 +447,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
 
     let busy_poll = busy_poll_for(args.busy_poll, cfg.pacing);
-    args.receive.check(args.receive.run_mode(!self_test))?;
-    let receive = args.receive.run_receive(!self_test);
+    let receive = args.receive.run_receive(!self_test)?;
     let env = BuildEnv {
         busy_poll,
         receive: receive.clone(),
@@ -550,11 +559,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let (host, kernel) = prober_net::host();
     meta = meta.on_host(&host, &kernel);
     meta.size = args.size;
-    if busy_poll {
-        "busy-poll".clone_into(&mut meta.receive);
-    } else {
-        receive.name().clone_into(&mut meta.receive);
-    }
+    receive_name(busy_poll, &receive).clone_into(&mut meta.receive);
     let mut sinks = vec![sink];
     // A progress line for a person waiting on a quiet run; indicatif draws
     // nothing when stderr is not a terminal.

@@ -15,8 +15,8 @@ use crate::cli::ServeArgs;
 use crate::protocols::PROTOCOLS;
 use crate::signal::cancel_on_signals;
 
-fn responder_options(args: &ServeArgs) -> ResponderOptions {
-    ResponderOptions {
+fn responder_options(args: &ServeArgs) -> anyhow::Result<ResponderOptions> {
+    Ok(ResponderOptions {
         tcp: args.tcp,
         udp: args.udp,
         grpc: args.grpc,
@@ -28,7 +28,7 @@ fn responder_options(args: &ServeArgs) -> ResponderOptions {
         tls_client_ca: args.tls_client_ca.clone(),
         log_clients: true,
         busy_poll: args.busy_poll,
-        receive: args.receive.serve_receive(),
+        receive: args.receive.serve_receive()?,
         drop_every: args.drop_every,
         duplicate_every: args.duplicate_every,
         delay_every: args.delay_every,
@@ -56,7 +56,7 @@ fn responder_options(args: &ServeArgs) -> ResponderOptions {
             idle_timeout: args.idle_timeout,
             udp_follow_ups: args.udp_follow_ups,
         },
-    }
+    })
 }
 
 /// Says what the responders' limits refused, at exit, if anything.
@@ -125,8 +125,7 @@ fn log_stamp_stats(stats: &prober_stamp::ReflectorStats) {
 
 /// Runs `prober serve` until SIGINT or SIGTERM.
 pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    args.receive.check(args.receive.serve_mode())?;
-    let mut opts = responder_options(&args);
+    let mut opts = responder_options(&args)?;
     if let Some(path) = &args.stamp_key {
         opts.stamp_config.key =
             Some(prober_stamp::Key::from_file(path).map_err(anyhow::Error::msg)?);

@@ -97,7 +97,7 @@ fn fmt_d(d: Duration) -> String {
 
 /// Runs `prober sweep`.
 pub(crate) async fn sweep(args: SweepArgs) -> anyhow::Result<ExitCode> {
-    args.receive.check(args.receive.run_mode(true))?;
+    let receive = args.receive.run_receive(true)?;
     let intervals = &args.intervals.0;
     let targets = args
         .targets
@@ -187,7 +187,7 @@ pub(crate) async fn sweep(args: SweepArgs) -> anyhow::Result<ExitCode> {
             IcmpSocketArg::Raw => SocketChoice::Raw,
         },
         tx_stamps: !args.no_tx_stamps,
-        receive: args.receive.run_receive(true),
+        receive,
         ..BuildEnv::default()
     };
     let seed = args.seed.unwrap_or_else(|| {
@@ -276,11 +276,7 @@ pub(crate) async fn sweep(args: SweepArgs) -> anyhow::Result<ExitCode> {
             .on_host(&host, &kernel)
             .with_tx_stamps(!args.no_tx_stamps);
         meta.size = args.size;
-        if busy_poll {
-            "busy-poll".clone_into(&mut meta.receive);
-        } else {
-            env.receive.name().clone_into(&mut meta.receive);
-        }
+        super::run::receive_name(busy_poll, &env.receive).clone_into(&mut meta.receive);
         let mut collector =
             Collector::new(meta, Clock::now(), Fanout::skipping_failed(sinks), false);
         let (events, rx) = mpsc::channel(EVENT_CHANNEL);
