@@ -552,7 +552,7 @@ fn ladder_rows(summaries: &[Summary]) -> Vec<Vec<String>> {
             .filter(|s| s.protocol == proto)
             .find_map(|s| Some((s.rtt.as_ref()?.p50, part_groups(s))))
     };
-    let name = |proto: &str| LAYERS.iter().find(|l| l.0 == proto).map_or("", |l| l.1);
+    let layer_of = |proto: &str| LAYERS.iter().find(|l| l.0 == proto);
     let mut rows = vec![
         [
             "layer",
@@ -576,7 +576,7 @@ fn ladder_rows(summaries: &[Summary]) -> Vec<Vec<String>> {
                 under = Some((b, found));
                 break;
             }
-            base = LAYERS.iter().find(|l| l.0 == b).and_then(|l| l.2);
+            base = layer_of(b).and_then(|l| l.2);
         }
         let (over, adds, grew) = match under {
             Some((b, (was_p50, before))) => {
@@ -589,7 +589,7 @@ fn ladder_rows(summaries: &[Summary]) -> Vec<Vec<String>> {
                     .max_by(|a, b| a.1.total_cmp(&b.1))
                     .filter(|(_, d)| *d > 0.0)
                     .map_or_else(|| "-".to_owned(), |(n, d)| format!("{n} {:+.1}", d / 1e3));
-                (name(b).to_owned(), adds, grew)
+                (layer_of(b).map_or("", |l| l.1).to_owned(), adds, grew)
             }
             None => ("-".to_owned(), "-".to_owned(), "-".to_owned()),
         };
