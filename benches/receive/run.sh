@@ -10,28 +10,39 @@
 #                                               # vCPU inside the send
 #   I=10ms C=1000 ROUNDS=2 bash benches/receive/run.sh
 #   PROTO=tcp bash benches/receive/run.sh       # tcp:// (default udp://)
+#   PROTO=icmp bash benches/receive/run.sh      # icmp://127.0.0.1 (root; no responder)
+#   CPU_LATENCY=0us bash benches/receive/run.sh # the client holds a PM QoS CPU latency
+#                                               # request (--cpu-latency): idle CPUs poll
+#                                               # instead of sleeping
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 P=${PROBER:-target/release/prober}
 [ -x "$P" ] || cargo build --release -p prober-cli
 I=${I:-10ms}; C=${C:-1000}; ROUNDS=${ROUNDS:-2}; PROTO=${PROTO:-udp}
 port=$((30000 + RANDOM % 20000))
-if [ -n "${PIN:-}" ]; then
-  taskset -c 1 "$P" serve "--$PROTO" "127.0.0.1:$port" --busy-poll --quiet 2> /dev/null &
-  client=(taskset -c 0 "$P")
+client=("$P")
+[ -n "${PIN:-}" ] && client=(taskset -c 0 "$P")
+[ -n "${CPU_LATENCY:-}" ] && client+=(--cpu-latency "$CPU_LATENCY")
+if [ "$PROTO" = icmp ]; then
+  # The kernel answers.
+  target=icmp://127.0.0.1
 else
-  "$P" serve "--$PROTO" "127.0.0.1:$port" --quiet 2> /dev/null &
-  client=("$P")
+  target=$PROTO://127.0.0.1:$port
+  if [ -n "${PIN:-}" ]; then
+    taskset -c 1 "$P" serve "--$PROTO" "127.0.0.1:$port" --busy-poll --quiet 2> /dev/null &
+  else
+    "$P" serve "--$PROTO" "127.0.0.1:$port" --quiet 2> /dev/null &
+  fi
+  server=$!
+  trap 'kill $server' EXIT
+  sleep 0.5
 fi
-server=$!
-trap 'kill $server' EXIT
-sleep 0.5
 t=$(mktemp)
 for round in $(seq "$ROUNDS"); do
   for mode in async adaptive busy-poll; do
     extra=(--receive "$mode")
     [ "$mode" = busy-poll ] && extra=(--busy-poll)
-    /usr/bin/time -f "%U %S %e" -o "$t" "${client[@]}" run "$PROTO://127.0.0.1:$port" \
+    /usr/bin/time -f "%U %S %e" -o "$t" "${client[@]}" run "$target" \
       -i "$I" -c "$C" "${extra[@]}" -o json 2> /dev/null |
       python3 -c "
 import json, sys

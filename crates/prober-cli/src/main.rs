@@ -104,12 +104,24 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Held until the results are out; dropping it withdraws the request.
+    let cpu_latency = match cli.cpu_latency.map(prober_net::pm_qos::CpuLatency::request) {
+        None => None,
+        Some(Ok(held)) => Some(held),
+        Some(Err(e)) => {
+            eprintln!("prober: --cpu-latency: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let (Some(d), Command::Serve(_)) = (cli.cpu_latency, &cli.command) {
+        tracing::info!("holding a CPU latency request of {d:?} (/dev/cpu_dma_latency)");
+    }
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Run(args) => cmd::run::run(args).await,
+            Command::Run(args) => cmd::run::run(args, cli.cpu_latency).await,
             Command::Serve(args) => cmd::serve::serve(args).await,
             Command::Report(args) => cmd::report::report(&args),
-            Command::Sweep(args) => cmd::sweep::sweep(args).await,
+            Command::Sweep(args) => cmd::sweep::sweep(args, cli.cpu_latency).await,
         }
     });
     // Every log line is out before the last words below. Blocking tasks
@@ -117,6 +129,7 @@ fn main() -> ExitCode {
     // inside `block_on`, and a name lookup given up on (Ctrl-C while it
     // resolves) can take the resolver's whole timeout.
     runtime.shutdown_background();
+    drop(cpu_latency);
     drop(log_guard);
     let dropped = log_dropped.dropped_lines();
     if dropped > 0 {

@@ -39,6 +39,9 @@ pub struct RunMeta {
     /// receive and transmit stamps, the full split) or `rx` (receive only:
     /// `--no-tx-stamps`, or the daemon without `[stamps] transmit`).
     pub kernel_stamps: String,
+    /// The PM QoS CPU latency request held for the run (`--cpu-latency`),
+    /// in ns; `None`: none was made.
+    pub cpu_latency_ns: Option<u64>,
 }
 
 impl RunMeta {
@@ -61,6 +64,7 @@ impl RunMeta {
             timeout_ns: ns(cfg.timeout),
             warmup: cfg.warmup,
             kernel_stamps: "rx+tx".to_owned(),
+            cpu_latency_ns: None,
         }
     }
 

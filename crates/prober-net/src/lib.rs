@@ -14,12 +14,15 @@
 //!   multiply).
 //! - [`syntap`]: kernel stamps of TCP handshakes, from a packet socket.
 //! - [`mark`]: the TOS byte / traffic class that carries DSCP.
+//! - [`pm_qos`]: a CPU latency request that keeps idle CPUs from sleeping
+//!   deeply between probes.
 //! - [`host`]: this machine's host name and kernel, for results.
 
 pub mod busy;
 pub mod follow;
 pub mod guard;
 pub mod mark;
+pub mod pm_qos;
 pub mod resolve;
 pub mod rx;
 pub mod stream;

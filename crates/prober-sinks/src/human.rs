@@ -396,6 +396,9 @@ fn settings_line(m: &RunMeta) -> String {
         let _ = write!(s, ", warmup {}", m.warmup);
     }
     let _ = write!(s, ", kernel stamps {}", m.kernel_stamps);
+    if let Some(ns) = m.cpu_latency_ns {
+        let _ = write!(s, ", cpu latency request {}", format_ns(ns as f64));
+    }
     s
 }
 

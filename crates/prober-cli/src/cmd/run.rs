@@ -410,8 +410,9 @@ fn exit_code(summaries: &[Summary], fail_on_loss: Option<f64>) -> ExitCode {
     }
 }
 
-/// Runs `prober run`.
-pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+/// Runs `prober run`; `cpu_latency`: the PM QoS request `main` holds, for
+/// the settings.
+pub(crate) async fn run(args: RunArgs, cpu_latency: Option<Duration>) -> anyhow::Result<ExitCode> {
     let texts = target_texts(&args)?;
     let self_test = texts.is_empty();
     let cfg = run_config(&args, self_test)?;
@@ -560,6 +561,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     meta = meta.on_host(&host, &kernel);
     meta.size = args.size;
     receive_name(busy_poll, &receive).clone_into(&mut meta.receive);
+    meta.cpu_latency_ns = cpu_latency.map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
     let mut sinks = vec![sink];
     // A progress line for a person waiting on a quiet run; indicatif draws
     // nothing when stderr is not a terminal.

@@ -95,8 +95,12 @@ fn fmt_d(d: Duration) -> String {
     prober_report::stats::format_ns(d.as_nanos() as f64)
 }
 
-/// Runs `prober sweep`.
-pub(crate) async fn sweep(args: SweepArgs) -> anyhow::Result<ExitCode> {
+/// Runs `prober sweep`; `cpu_latency`: the PM QoS request `main` holds, for
+/// the settings.
+pub(crate) async fn sweep(
+    args: SweepArgs,
+    cpu_latency: Option<Duration>,
+) -> anyhow::Result<ExitCode> {
     let receive = args.receive.run_receive(true)?;
     let intervals = &args.intervals.0;
     let targets = args
@@ -277,6 +281,7 @@ pub(crate) async fn sweep(args: SweepArgs) -> anyhow::Result<ExitCode> {
             .with_tx_stamps(!args.no_tx_stamps);
         meta.size = args.size;
         super::run::receive_name(busy_poll, &env.receive).clone_into(&mut meta.receive);
+        meta.cpu_latency_ns = cpu_latency.map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
         let mut collector =
             Collector::new(meta, Clock::now(), Fanout::skipping_failed(sinks), false);
         let (events, rx) = mpsc::channel(EVENT_CHANNEL);

@@ -516,3 +516,69 @@ fn flows_leave_from_their_own_source_ports_with_their_own_statistics() {
     );
     drop(serve);
 }
+
+/// The kernel's PM QoS CPU latency target now, in µs.
+fn cpu_latency_now_us() -> i32 {
+    let mut v = [0u8; 4];
+    std::io::Read::read_exact(
+        &mut std::fs::File::open("/dev/cpu_dma_latency").expect("a PM QoS device"),
+        &mut v,
+    )
+    .unwrap();
+    i32::from_ne_bytes(v)
+}
+
+#[test]
+fn cpu_latency_is_held_while_the_run_lasts_and_recorded() {
+    let srv = Server::start(&[]);
+    let target = format!("udp://{}", srv.udp);
+    let args = [
+        "run",
+        "--cpu-latency",
+        "0us",
+        "-c",
+        "300",
+        "-i",
+        "1ms",
+        "-o",
+        "json",
+        &target,
+    ];
+    if !crate::support::is_root() {
+        crate::support::fails(&args, "it takes root");
+        return;
+    }
+    let before = cpu_latency_now_us();
+    let child = crate::support::prober()
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(150));
+    let during = cpu_latency_now_us();
+    let out = child.wait_with_output().unwrap();
+    let after = cpu_latency_now_us();
+    assert_eq!(during, 0, "the request was not held (before {before} µs)");
+    assert_eq!(after, before, "the request outlived the run");
+    let lines = ok_json(&out);
+    assert_eq!(of_type(&lines, "meta")[0]["cpu_latency_ns"], 0);
+    assert_eq!(of_type(&lines, "summary")[0]["ok"], 300);
+    // Without it, the settings say none was made.
+    let out = run(&["run", "-c", "2", "-i", "1ms", "-o", "json", &target]);
+    assert!(of_type(&ok_json(&out), "meta")[0]["cpu_latency_ns"].is_null());
+    // Someone without the right to the device gets a clear refusal, before
+    // any probe.
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_prober"))
+        .args(args)
+        .output()
+        .expect("setpriv (util-linux) runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--cpu-latency: cannot request") && err.contains("it takes root"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+}
