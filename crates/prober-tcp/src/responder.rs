@@ -759,25 +759,12 @@ pub async fn serve_udp(
             });
             continue;
         }
-        wire::make_followed_response(frame, elapsed_ns(received), wake, may_follow, false);
-        let follows = wire::follow_up_promised(frame);
-        let interleaved = wire::interleaved(frame);
-        // The newest stamped reply of this client that waits to be carried
-        // rides in this one (interleaved): no frame of its own.
-        if wire::wants_interleaved(frame)
-            && let Some((seq, send)) = follow.carry_for(peer, h.nonce)
-        {
-            wire::carry(frame, seq, send);
-        }
+        let (follows, interleaved) =
+            follow.reply(frame, &h, peer, elapsed_ns(received), wake, may_follow);
         for copy in 0..plan.copies {
             let t3 = prober_core::clock::unix_now_ns();
             match socket.send_to(frame, peer).await {
-                Ok(_) => {
-                    if follows && copy == 0 {
-                        follow.sent_reply(peer, h.seq, h.nonce, t3, interleaved);
-                    }
-                    follow.sent = follow.sent.wrapping_add(1);
-                }
+                Ok(_) => follow.sent(follows && copy == 0, peer, &h, t3, interleaved),
                 Err(error) => tracing::debug!(%peer, %error, "udp send failed"),
             }
         }
@@ -900,6 +887,39 @@ impl FollowUps {
         None
     }
 
+    /// Makes the request in `frame` (header `h`, from `peer`) its reply,
+    /// with the responder's stamps the client asked for, a follow-up
+    /// promised if `may_follow`, and the newest stamped reply of this
+    /// client that waits to be carried riding in it (interleaved): no frame
+    /// of its own. Whether a follow-up was promised, and whether the reply
+    /// is interleaved.
+    fn reply(
+        &mut self,
+        frame: &mut [u8],
+        h: &Header,
+        peer: SocketAddr,
+        dwell_ns: u64,
+        wake: Option<u64>,
+        may_follow: bool,
+    ) -> (bool, bool) {
+        wire::make_followed_response(frame, dwell_ns, wake, may_follow, false);
+        if wire::wants_interleaved(frame)
+            && let Some((seq, send)) = self.carry_for(peer, h.nonce)
+        {
+            wire::carry(frame, seq, send);
+        }
+        (wire::follow_up_promised(frame), wire::interleaved(frame))
+    }
+
+    /// Counts a datagram sent (OPT_ID numbers every one); `follows`: it is
+    /// the reply (header `h`, sent at `t3`) whose stamp goes to `peer`.
+    fn sent(&mut self, follows: bool, peer: SocketAddr, h: &Header, t3: u64, interleaved: bool) {
+        if follows {
+            self.sent_reply(peer, h.seq, h.nonce, t3, interleaved);
+        }
+        self.sent = self.sent.wrapping_add(1);
+    }
+
     /// The newest stamped reply of `peer`'s run `nonce` that waits to be
     /// carried, taken out: its seq and send part. The newest, so that a
     /// stamp read late once does not leave every later one a response
@@ -913,16 +933,39 @@ impl FollowUps {
     }
 }
 
-/// The busy-poll twin of the `serve_udp` loop, on a thread of its own.
+/// The busy-poll twin of the `serve_udp` loop, on a thread of its own,
+/// with the same stamps and follow-ups (delayed replies, an impairment for
+/// tests, are answered at once here).
 fn spin_udp(socket: std::net::UdpSocket, cfg: ResponderConfig) -> io::Result<SpinThread> {
+    use std::os::fd::AsFd as _;
     socket.set_nonblocking(true)?;
-    let stamps = prober_net::rx::enable_timestamps(std::os::fd::AsFd::as_fd(&socket)).is_ok();
+    let stamps = prober_net::rx::enable_timestamps(socket.as_fd()).is_ok();
+    let tx_on = prober_net::rx::enable_tx_timestamps_id(socket.as_fd()).is_ok();
+    let mut follow = FollowUps::default();
     let mut buf = vec![0u8; MAX_UDP_FRAME + 1];
     let mut n = 0u64;
     let mut limiter = RateLimiter::default();
+    // Whether something was sent since the error queue was last found
+    // empty: every send is stamped, and stamps left unread would count
+    // against the socket's receive buffer until requests were dropped.
+    // Looked at only then, a spin that finds nothing costs one syscall.
+    let mut unread = false;
     SpinThread::spawn("prober-serve-udp-poll", move || {
-        let (len, peer, wake) = match recv_from_stamped(std::os::fd::AsFd::as_fd(&socket), &mut buf)
-        {
+        if unread {
+            match prober_net::rx::recv_tx_stamp_id(socket.as_fd()) {
+                Ok(Some((id, t3k))) => {
+                    if let Some((frame, to)) = follow.frame_for(id, t3k)
+                        && socket.send_to(&frame, to).is_ok()
+                    {
+                        follow.sent = follow.sent.wrapping_add(1);
+                    }
+                    return Step::Busy;
+                }
+                Ok(None) => return Step::Busy,
+                Err(_) => unread = false,
+            }
+        }
+        let (len, peer, wake) = match recv_from_stamped(socket.as_fd(), &mut buf) {
             Ok(r) => r,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Idle,
             Err(_) => return Step::Busy,
@@ -930,21 +973,38 @@ fn spin_udp(socket: std::net::UdpSocket, cfg: ResponderConfig) -> io::Result<Spi
         let received = Instant::now();
         let wake = wake.filter(|_| stamps);
         let frame = &mut buf[..len];
-        match Header::decode(frame, MAX_UDP_FRAME) {
-            Ok(h) if h.kind == Kind::Request && h.len as usize == len => {}
+        let h = match Header::decode(frame, MAX_UDP_FRAME) {
+            Ok(h) if h.kind == Kind::Request && h.len as usize == len => h,
+            Ok(h) if h.kind == Kind::Ask && h.len as usize == len && len == wire::ASK_LEN => h,
             _ => return Step::Busy,
-        }
+        };
         let rate = cfg.limits.rate.for_source(peer.ip(), guard::DEFAULT_RATE);
         if !limiter.allow(peer.ip(), rate, received.into_std()) {
             cfg.stats.rate_limited.fetch_add(1, Ordering::Relaxed);
             return Step::Busy;
         }
+        let may_follow = tx_on && (cfg.udp_follow_ups || guard::is_loopback(peer.ip()));
+        if h.kind == Kind::Ask {
+            if may_follow
+                && let Some(frame) = follow.asked(peer, h.seq, h.nonce)
+                && socket.send_to(&frame, peer).is_ok()
+            {
+                follow.sent = follow.sent.wrapping_add(1);
+                unread = tx_on;
+            }
+            return Step::Busy;
+        }
         n += 1;
         let plan = cfg.plan(n);
         if plan.answer {
-            wire::make_stamped_response(frame, elapsed_ns(received), wake);
-            for _ in 0..plan.copies {
-                let _ = socket.send_to(frame, peer);
+            let (follows, interleaved) =
+                follow.reply(frame, &h, peer, elapsed_ns(received), wake, may_follow);
+            for copy in 0..plan.copies {
+                let t3 = prober_core::clock::unix_now_ns();
+                if socket.send_to(frame, peer).is_ok() {
+                    follow.sent(follows && copy == 0, peer, &h, t3, interleaved);
+                    unread = tx_on;
+                }
             }
         }
         Step::Busy

@@ -229,7 +229,7 @@ impl UdpProbe {
             tx,
             follow,
             timeout: Duration::from_secs(1),
-            ask_follow_up: tx_stamps && !busy_poll,
+            ask_follow_up: tx_stamps,
             cadence: Cadence::default(),
             spin: None,
             _reader: reader,

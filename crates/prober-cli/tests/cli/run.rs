@@ -422,6 +422,29 @@ fn busy_poll_on_both_sides_answers_every_probe() {
 }
 
 #[test]
+fn udp_splits_stay_complete_with_busy_poll_on_either_side() {
+    // A busy-polling responder stamps and follows up as the async one
+    // does, and a busy-polling client asks for it.
+    let srv = Server::start(&["--busy-poll"]);
+    let target = format!("udp://{}", srv.udp);
+    for client in [None, Some("--busy-poll")] {
+        let mut args = vec!["run", "-c", "300", "-i", "1ms", "-o", "json"];
+        args.extend(client);
+        args.push(&target);
+        let lines = ok_json(&run(&args));
+        let s = of_type(&lines, "summary")[0];
+        assert_eq!(s["ok"], 300, "{client:?}: {s}");
+        // The last reply's stamp may come after the run ends.
+        let complete = s["split"]["complete"].as_u64().unwrap();
+        assert!(complete >= 299, "{client:?}: {}", s["split"]);
+        for part in ["network", "responder_wake", "responder_send"] {
+            let n = s["parts"][part]["count"].as_u64().unwrap_or(0);
+            assert!(n >= 299, "{client:?}: {part} known for {n} of 300");
+        }
+    }
+}
+
+#[test]
 fn size_on_a_target_without_payload_is_a_warning_not_an_error() {
     let srv = Server::start(&[]);
     let tcp = format!("tcp-connect://{}", srv.tcp);
