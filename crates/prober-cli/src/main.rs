@@ -105,23 +105,32 @@ fn main() -> ExitCode {
         }
     };
     // Held until the results are out; dropping it withdraws the request.
-    let cpu_latency = match cli.cpu_latency.map(prober_net::pm_qos::CpuLatency::request) {
-        None => None,
-        Some(Ok(held)) => Some(held),
-        Some(Err(e)) => {
-            eprintln!("prober: --cpu-latency: {e}");
+    let cpu_latency = match (cli.cpu_latency, &cli.command) {
+        (None, _) => None,
+        (Some(_), Command::Report(_)) => {
+            eprintln!("prober: --cpu-latency is for run, sweep and serve, not report");
             return ExitCode::from(2);
         }
+        (Some(d), _) => match prober_net::pm_qos::CpuLatency::request(d) {
+            Ok(held) => Some(held),
+            Err(e) => {
+                eprintln!("prober: --cpu-latency: {e}");
+                return ExitCode::from(2);
+            }
+        },
     };
-    if let (Some(d), Command::Serve(_)) = (cli.cpu_latency, &cli.command) {
+    let held = cpu_latency
+        .as_ref()
+        .map(prober_net::pm_qos::CpuLatency::latency);
+    if let (Some(d), Command::Serve(_)) = (held, &cli.command) {
         tracing::info!("holding a CPU latency request of {d:?} (/dev/cpu_dma_latency)");
     }
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Run(args) => cmd::run::run(args, cli.cpu_latency).await,
-            Command::Serve(args) => cmd::serve::serve(args).await,
+            Command::Run(args) => cmd::run::run(args, held).await,
+            Command::Serve(args) => cmd::serve::serve(args, held).await,
             Command::Report(args) => cmd::report::report(&args),
-            Command::Sweep(args) => cmd::sweep::sweep(args, cli.cpu_latency).await,
+            Command::Sweep(args) => cmd::sweep::sweep(args, held).await,
         }
     });
     // Every log line is out before the last words below. Blocking tasks

@@ -68,6 +68,13 @@ impl RunMeta {
         }
     }
 
+    /// The same, with the PM QoS CPU latency request held for the run.
+    #[must_use]
+    pub fn with_cpu_latency(mut self, held: Option<std::time::Duration>) -> Self {
+        self.cpu_latency_ns = held.map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        self
+    }
+
     /// The same, saying whether transmit stamps were asked for.
     #[must_use]
     pub fn with_tx_stamps(mut self, on: bool) -> Self {

@@ -56,6 +56,9 @@ pub struct DaemonOptions {
     pub version: String,
     /// Host name and kernel, for results.
     pub host: (String, String),
+    /// The PM QoS CPU latency request the process holds
+    /// (`--cpu-latency`), for results.
+    pub cpu_latency: Option<std::time::Duration>,
 }
 
 /// Checks a config file: parses, validates and resolves it, and checks that
@@ -553,6 +556,7 @@ pub async fn run(
         .on_host(&opts.host.0, &opts.host.1)
         .with_tx_stamps(cfg.tx_stamps);
     receive.name().clone_into(&mut meta.receive);
+    let meta = meta.with_cpu_latency(opts.cpu_latency);
     let mut collector = Collector::new(meta, Clock::now(), sinks, true);
     // Nothing to fail: no target and no file yet.
     let _ = collector.start();

@@ -23,6 +23,8 @@ const PATH: &str = "/dev/cpu_dma_latency";
 pub struct CpuLatency {
     /// The kernel keeps the request while this file stays open.
     _file: File,
+    /// What the kernel was asked for: whole µs.
+    held: Duration,
 }
 
 /// Why a request could not be made.
@@ -70,7 +72,15 @@ impl CpuLatency {
         let mut file = File::options().write(true).open(PATH).map_err(device)?;
         // Four bytes are read as a binary i32; any other length as hex text.
         file.write_all(&us.to_ne_bytes()).map_err(device)?;
-        Ok(Self { _file: file })
+        Ok(Self {
+            _file: file,
+            held: Duration::from_micros(us.unsigned_abs().into()),
+        })
+    }
+
+    /// The latency asked for, as the kernel holds it (whole µs).
+    pub fn latency(&self) -> Duration {
+        self.held
     }
 
     /// The latency the kernel holds the CPUs to now: the tightest of all
@@ -108,6 +118,12 @@ mod tests {
                     after > Duration::ZERO,
                     "the request stayed after its drop: {after:?}"
                 );
+            }
+            Err(CpuLatencyError::Device { source, hint, .. })
+                if source.kind() == io::ErrorKind::NotFound =>
+            {
+                assert!(!std::path::Path::new(PATH).exists());
+                assert!(hint.contains("no PM QoS device"), "{hint}");
             }
             Err(CpuLatencyError::Device { source, hint, .. }) if !root => {
                 assert_eq!(source.kind(), io::ErrorKind::PermissionDenied);

@@ -911,6 +911,14 @@ impl FollowUps {
         (wire::follow_up_promised(frame), wire::interleaved(frame))
     }
 
+    /// Drops the replies sent before `before` (wall clock, Unix ns) whose
+    /// stamp has not come: they get no follow-up.
+    fn expire(&mut self, before: u64) {
+        while self.waiting.front().is_some_and(|w| w.t3 < before) {
+            self.waiting.pop_front();
+        }
+    }
+
     /// Counts a datagram sent (OPT_ID numbers every one); `follows`: it is
     /// the reply (header `h`, sent at `t3`) whose stamp goes to `peer`.
     fn sent(&mut self, follows: bool, peer: SocketAddr, h: &Header, t3: u64, interleaved: bool) {
@@ -945,10 +953,13 @@ fn spin_udp(socket: std::net::UdpSocket, cfg: ResponderConfig) -> io::Result<Spi
     let mut buf = vec![0u8; MAX_UDP_FRAME + 1];
     let mut n = 0u64;
     let mut limiter = RateLimiter::default();
-    // Whether something was sent since the error queue was last found
-    // empty: every send is stamped, and stamps left unread would count
-    // against the socket's receive buffer until requests were dropped.
-    // Looked at only then, a spin that finds nothing costs one syscall.
+    // Whether the error queue may hold or get a stamp: something was sent
+    // since it was last found empty, or a reply still waits for its stamp
+    // (a NIC may stamp after the send returns; there is no wake-up here as
+    // the async loop has). Every send is stamped, and stamps left unread
+    // would count against the socket's receive buffer until requests were
+    // dropped. Looked at only then, a spin that finds nothing costs one
+    // syscall.
     let mut unread = false;
     SpinThread::spawn("prober-serve-udp-poll", move || {
         if unread {
@@ -962,7 +973,11 @@ fn spin_udp(socket: std::net::UdpSocket, cfg: ResponderConfig) -> io::Result<Spi
                     return Step::Busy;
                 }
                 Ok(None) => return Step::Busy,
-                Err(_) => unread = false,
+                Err(_) => {
+                    // A stamp that has not come in a second will not.
+                    follow.expire(prober_core::clock::unix_now_ns().saturating_sub(1_000_000_000));
+                    unread = !follow.waiting.is_empty();
+                }
             }
         }
         let (len, peer, wake) = match recv_from_stamped(socket.as_fd(), &mut buf) {

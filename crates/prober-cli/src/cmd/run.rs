@@ -561,7 +561,7 @@ pub(crate) async fn run(args: RunArgs, cpu_latency: Option<Duration>) -> anyhow:
     meta = meta.on_host(&host, &kernel);
     meta.size = args.size;
     receive_name(busy_poll, &receive).clone_into(&mut meta.receive);
-    meta.cpu_latency_ns = cpu_latency.map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    meta = meta.with_cpu_latency(cpu_latency);
     let mut sinks = vec![sink];
     // A progress line for a person waiting on a quiet run; indicatif draws
     // nothing when stderr is not a terminal.

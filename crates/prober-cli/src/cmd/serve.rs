@@ -3,6 +3,7 @@
 use std::io::Write as _;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use prober_daemon::{Control, DaemonOptions, ResponderOptions};
@@ -124,7 +125,10 @@ fn log_stamp_stats(stats: &prober_stamp::ReflectorStats) {
 }
 
 /// Runs `prober serve` until SIGINT or SIGTERM.
-pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn serve(
+    args: ServeArgs,
+    cpu_latency: Option<Duration>,
+) -> anyhow::Result<ExitCode> {
     let mut opts = responder_options(&args)?;
     if let Some(path) = &args.stamp_key {
         opts.stamp_config.key =
@@ -142,6 +146,7 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             responders: opts,
             version: env!("CARGO_PKG_VERSION").to_owned(),
             host: prober_net::host(),
+            cpu_latency,
         };
         let mut listening = print_listening;
         prober_daemon::run(daemon, &PROTOCOLS, control, &mut listening).await?;

@@ -281,7 +281,7 @@ pub(crate) async fn sweep(
             .with_tx_stamps(!args.no_tx_stamps);
         meta.size = args.size;
         super::run::receive_name(busy_poll, &env.receive).clone_into(&mut meta.receive);
-        meta.cpu_latency_ns = cpu_latency.map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        let meta = meta.with_cpu_latency(cpu_latency);
         let mut collector =
             Collector::new(meta, Clock::now(), Fanout::skipping_failed(sinks), false);
         let (events, rx) = mpsc::channel(EVENT_CHANNEL);

@@ -559,6 +559,7 @@ fn cpu_latency_is_held_while_the_run_lasts_and_recorded() {
         "run",
         "--cpu-latency",
         "0us",
+        "-q",
         "-c",
         "300",
         "-i",
@@ -567,11 +568,31 @@ fn cpu_latency_is_held_while_the_run_lasts_and_recorded() {
         "json",
         &target,
     ];
+    if !std::path::Path::new("/dev/cpu_dma_latency").exists() {
+        crate::support::fails(&args, "this kernel has no PM QoS device");
+        return;
+    }
     if !crate::support::is_root() {
         crate::support::fails(&args, "it takes root");
         return;
     }
+    // 500ns is held as 0 µs, and recorded as held.
+    let out = run(&[
+        "run",
+        "--cpu-latency",
+        "500ns",
+        "-c",
+        "1",
+        "-o",
+        "json",
+        &target,
+    ]);
+    assert_eq!(of_type(&ok_json(&out), "meta")[0]["cpu_latency_ns"], 0);
     let before = cpu_latency_now_us();
+    assert!(
+        before > 0,
+        "another process holds a request of 0 µs: this test cannot tell ours"
+    );
     let child = crate::support::prober()
         .args(args)
         .stdout(std::process::Stdio::piped())
@@ -589,11 +610,25 @@ fn cpu_latency_is_held_while_the_run_lasts_and_recorded() {
     // Without it, the settings say none was made.
     let out = run(&["run", "-c", "2", "-i", "1ms", "-o", "json", &target]);
     assert!(of_type(&ok_json(&out), "meta")[0]["cpu_latency_ns"].is_null());
+    // `report` makes no request: the flag is refused there.
+    crate::support::fails(
+        &["report", "--cpu-latency", "0us", "/nonexistent"],
+        "not report",
+    );
     // Someone without the right to the device gets a clear refusal, before
-    // any probe.
+    // any probe. A copy of the binary that anyone may run: the build's
+    // directory may be closed to others.
+    let dir = crate::support::Files::new("cpu-latency");
+    let bin = dir.path("prober");
+    std::fs::copy(env!("CARGO_BIN_EXE_prober"), &bin).unwrap();
+    let open = |p: &str, mode| {
+        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+    };
+    open(&bin, 0o755);
+    open(&dir.path(""), 0o755);
     let out = std::process::Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(env!("CARGO_BIN_EXE_prober"))
+        .arg(&bin)
         .args(args)
         .output()
         .expect("setpriv (util-linux) runs");
