@@ -554,9 +554,9 @@ pub async fn run(
     let root = CancellationToken::new();
     let mut meta = RunMeta::new(&opts.version, &RunConfig::default())
         .on_host(&opts.host.0, &opts.host.1)
-        .with_tx_stamps(cfg.tx_stamps);
+        .with_tx_stamps(cfg.tx_stamps)
+        .with_cpu_latency(opts.cpu_latency);
     receive.name().clone_into(&mut meta.receive);
-    let meta = meta.with_cpu_latency(opts.cpu_latency);
     let mut collector = Collector::new(meta, Clock::now(), sinks, true);
     // Nothing to fail: no target and no file yet.
     let _ = collector.start();

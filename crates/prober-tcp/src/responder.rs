@@ -699,7 +699,7 @@ pub async fn serve_udp(
                 if let Some(frame) = follow.frame_for(id, t3k)
                     && socket.send_to(&frame.0, frame.1).await.is_ok()
                 {
-                    follow.sent = follow.sent.wrapping_add(1);
+                    follow.count_send();
                 }
                 continue;
             }
@@ -740,7 +740,7 @@ pub async fn serve_udp(
                 && let Some(frame) = follow.asked(peer, h.seq, h.nonce)
                 && socket.send_to(&frame, peer).await.is_ok()
             {
-                follow.sent = follow.sent.wrapping_add(1);
+                follow.count_send();
             }
             continue;
         }
@@ -919,13 +919,18 @@ impl FollowUps {
         }
     }
 
-    /// Counts a datagram sent (OPT_ID numbers every one); `follows`: it is
-    /// the reply (header `h`, sent at `t3`) whose stamp goes to `peer`.
+    /// Counts a datagram sent: OPT_ID numbers every one, follow-ups too.
+    fn count_send(&mut self) {
+        self.sent = self.sent.wrapping_add(1);
+    }
+
+    /// Counts a reply sent; `follows`: it is the one (header `h`, sent at
+    /// `t3`) whose stamp goes to `peer`.
     fn sent(&mut self, follows: bool, peer: SocketAddr, h: &Header, t3: u64, interleaved: bool) {
         if follows {
             self.sent_reply(peer, h.seq, h.nonce, t3, interleaved);
         }
-        self.sent = self.sent.wrapping_add(1);
+        self.count_send();
     }
 
     /// The newest stamped reply of `peer`'s run `nonce` that waits to be
@@ -968,7 +973,7 @@ fn spin_udp(socket: std::net::UdpSocket, cfg: ResponderConfig) -> io::Result<Spi
                     if let Some((frame, to)) = follow.frame_for(id, t3k)
                         && socket.send_to(&frame, to).is_ok()
                     {
-                        follow.sent = follow.sent.wrapping_add(1);
+                        follow.count_send();
                     }
                     return Step::Busy;
                 }
@@ -1004,7 +1009,7 @@ fn spin_udp(socket: std::net::UdpSocket, cfg: ResponderConfig) -> io::Result<Spi
                 && let Some(frame) = follow.asked(peer, h.seq, h.nonce)
                 && socket.send_to(&frame, peer).is_ok()
             {
-                follow.sent = follow.sent.wrapping_add(1);
+                follow.count_send();
                 unread = tx_on;
             }
             return Step::Busy;

@@ -192,8 +192,6 @@ async fn start_self_test(
     Ok((responders, targets))
 }
 
-/// Refuses options that no target can honour, and warns about targets that
-/// ignore an option others use.
 /// The options of TLS targets, as messages name them.
 const TLS_OPTIONS: &str = "--ca, --cert, --tls-server-name and --insecure";
 /// The options of `stamp://` targets.
@@ -211,6 +209,8 @@ fn stamp_given(args: &RunArgs) -> bool {
     args.stamp_key.is_some() || args.stamp_ptp || args.clock_synced || args.stamp_tlv.is_some()
 }
 
+/// Refuses options that no target can honour, and warns about targets that
+/// ignore an option others use.
 fn check_options(args: &RunArgs, targets: &[Target]) -> anyhow::Result<()> {
     let check = |given: bool, flag: &str, applies: &dyn Fn(&Target) -> bool, what: &str| {
         if !given {
@@ -556,12 +556,13 @@ pub(crate) async fn run(args: RunArgs, cpu_latency: Option<Duration>) -> anyhow:
         Output::Json => Box::new(JsonSink::new(stdout, args.quiet)),
         Output::Csv => Box::new(CsvSink::new(stdout, fields)),
     };
-    let mut meta = RunMeta::new(env!("CARGO_PKG_VERSION"), &cfg).with_tx_stamps(!args.no_tx_stamps);
     let (host, kernel) = prober_net::host();
-    meta = meta.on_host(&host, &kernel);
+    let mut meta = RunMeta::new(env!("CARGO_PKG_VERSION"), &cfg)
+        .on_host(&host, &kernel)
+        .with_tx_stamps(!args.no_tx_stamps)
+        .with_cpu_latency(cpu_latency);
     meta.size = args.size;
     receive_name(busy_poll, &receive).clone_into(&mut meta.receive);
-    meta = meta.with_cpu_latency(cpu_latency);
     let mut sinks = vec![sink];
     // A progress line for a person waiting on a quiet run; indicatif draws
     // nothing when stderr is not a terminal.

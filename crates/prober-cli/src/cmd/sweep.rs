@@ -278,10 +278,10 @@ pub(crate) async fn sweep(
         }
         let mut meta = RunMeta::new(env!("CARGO_PKG_VERSION"), &cfg)
             .on_host(&host, &kernel)
-            .with_tx_stamps(!args.no_tx_stamps);
+            .with_tx_stamps(!args.no_tx_stamps)
+            .with_cpu_latency(cpu_latency);
         meta.size = args.size;
         super::run::receive_name(busy_poll, &env.receive).clone_into(&mut meta.receive);
-        let meta = meta.with_cpu_latency(cpu_latency);
         let mut collector =
             Collector::new(meta, Clock::now(), Fanout::skipping_failed(sinks), false);
         let (events, rx) = mpsc::channel(EVENT_CHANNEL);
