@@ -246,50 +246,109 @@ fn write_all_spin(w: &mut impl std::io::Write, mut buf: &[u8]) -> io::Result<()>
     Ok(())
 }
 
-/// The busy-poll twin of `serve_conn`, on a thread of its own.
+/// A non-blocking socket written as an [`AsyncWrite`](tokio::io::AsyncWrite)
+/// that never returns `Pending`: a write that finds the socket full spins
+/// for at most [`SPIN_WRITE_LIMIT`]. The busy-poll responder runs the same
+/// answering code as the async one ([`Answers`]) on it, polled once.
+struct SpinWriter<'a>(&'a std::net::TcpStream);
+
+impl tokio::io::AsyncWrite for SpinWriter<'_> {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        let mut w = self.0;
+        std::task::Poll::Ready(write_all_spin(&mut w, buf).map(|()| buf.len()))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+/// Runs `f` to its end on the spinning thread: it only writes to a
+/// [`SpinWriter`], which never waits, so one poll finishes it.
+fn finish_now<T>(f: impl std::future::Future<Output = io::Result<T>>) -> io::Result<T> {
+    let mut f = std::pin::pin!(f);
+    match f
+        .as_mut()
+        .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+    {
+        std::task::Poll::Ready(r) => r,
+        std::task::Poll::Pending => Err(io::Error::other("a busy-poll answer waited")),
+    }
+}
+
+/// The busy-poll twin of `serve_conn`, on a thread of its own: the same
+/// answers, receive stamps and follow-ups (through [`Answers`]); the
+/// error queue is read while a response waits for its transmit stamp.
 fn spin_conn(
-    mut stream: std::net::TcpStream,
+    stream: std::net::TcpStream,
     cfg: Arc<ResponderConfig>,
     counter: Arc<AtomicU64>,
 ) -> io::Result<SpinThread> {
-    use std::io::Read as _;
+    use std::os::fd::AsFd as _;
     stream.set_nonblocking(true)?;
     stream.set_nodelay(true)?;
+    let rx_on = prober_net::rx::enable_timestamps(stream.as_fd()).is_ok();
+    let mut answers = Answers::new(prober_net::rx::enable_tx_timestamps_id(stream.as_fd()).is_ok());
     let mut acc: Vec<u8> = Vec::with_capacity(64 * 1024);
     let mut chunk = vec![0u8; 64 * 1024];
     SpinThread::spawn("prober-serve-tcp-poll", move || {
-        if !prober_net::busy::readable_now(std::os::fd::AsFd::as_fd(&stream)) {
+        let fd = stream.as_fd();
+        // A response's stamp comes within its send on loopback, later from
+        // a NIC; there is no wake-up for it here as the async loop has.
+        // Looked at only while one may be there (`stamps_due`): a spin that
+        // finds nothing costs a `poll`, not a syscall more.
+        if answers.stamps_due() {
+            match prober_net::rx::recv_tx_stamp_id(fd) {
+                Ok(Some((key, t3k))) => {
+                    return match finish_now(answers.stamped(&mut SpinWriter(&stream), key, t3k)) {
+                        Ok(()) => Step::Busy,
+                        Err(_) => Step::Done,
+                    };
+                }
+                Ok(None) => return Step::Busy,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => answers.read_all(),
+                Err(_) => return Step::Done,
+            }
+        }
+        if !prober_net::busy::readable_now(fd) {
             return Step::Idle;
         }
-        let n = match stream.read(&mut chunk) {
-            Ok(0) => return Step::Done,
-            Ok(n) => n,
+        let (n, t2k, t2) = match prober_net::rx::recv_stamped::<()>(fd, &mut chunk) {
+            Ok((0, ..)) => return Step::Done,
+            Ok((n, _, stamp)) => (
+                n,
+                stamp.and_then(prober_net::rx::unix_ns),
+                prober_core::clock::unix_now_ns(),
+            ),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Idle,
             Err(_) => return Step::Done,
         };
         let received = Instant::now();
+        let wake = prober_net::rx::wake_ns(t2k, t2).filter(|_| rx_on);
         acc.extend_from_slice(&chunk[..n]);
-        while acc.len() >= HEADER_LEN {
-            let h = match Header::decode(&acc, MAX_TCP_FRAME) {
-                Ok(h) if h.kind == Kind::Request => h,
-                _ => return Step::Done,
-            };
-            let len = h.len as usize;
-            if acc.len() < len {
-                break;
+        let mut writer = SpinWriter(&stream);
+        let answered = answers.answer(&mut writer, &mut acc, (received, wake), &cfg, &counter);
+        match finish_now(answered) {
+            Ok(at) => {
+                acc.drain(..at);
+                Step::Busy
             }
-            let plan = cfg.plan(counter.fetch_add(1, Ordering::Relaxed) + 1);
-            if plan.answer {
-                wire::make_response(&mut acc[..len], elapsed_ns(received));
-                for _ in 0..plan.copies {
-                    if write_all_spin(&mut stream, &acc[..len]).is_err() {
-                        return Step::Done;
-                    }
-                }
-            }
-            acc.drain(..len);
+            Err(_) => Step::Done,
         }
-        Step::Busy
     })
 }
 
@@ -355,8 +414,10 @@ async fn serve_conn(
     // send part (t3k − t3), in a follow-up frame. Not with delayed replies
     // (an impairment for tests).
     let rx_on = prober_net::rx::enable_timestamps(stream.as_fd()).is_ok();
-    let tx_on = cfg.delay_every.is_none()
-        && prober_net::rx::enable_tx_timestamps_id(stream.as_fd()).is_ok();
+    let mut answers = Answers::new(
+        cfg.delay_every.is_none()
+            && prober_net::rx::enable_tx_timestamps_id(stream.as_fd()).is_ok(),
+    );
     let (reader, mut writer) = stream.into_split();
     let sock: &TcpStream = reader.as_ref();
     // Buffers grow only as bytes arrive: a header that announces a 1 MiB
@@ -371,11 +432,6 @@ async fn serve_conn(
     // within the request timeout, and may then idle for the idle timeout.
     let mut since = Instant::now();
     let mut served = false;
-    // Bytes written so far (OPT_ID counts from the first byte sent after
-    // it was set), and responses whose follow-up is still to be sent.
-    let mut written: u64 = 0;
-    let mut waiting: std::collections::VecDeque<Pending> = Default::default();
-    let mut follow = Vec::new();
     let mut next = NextRequest::new(&cfg.receive);
     loop {
         let (limit, idle) = next_wait(limits, served, !acc.is_empty());
@@ -384,7 +440,7 @@ async fn serve_conn(
             sock.async_io(
                 tokio::io::Interest::READABLE | tokio::io::Interest::ERROR,
                 || {
-                    if tx_on {
+                    if answers.tx_on {
                         match prober_net::rx::recv_tx_stamp_id(sock.as_fd()) {
                             Ok(Some((key, t3k))) => return Ok(TcpEvent::Stamp(key, t3k)),
                             Ok(None) => return Ok(TcpEvent::Nothing),
@@ -410,12 +466,7 @@ async fn serve_conn(
         let (n, t2k, t2) = match event {
             Ok(TcpEvent::Data(n, t2k, t2)) => (n, t2k, t2),
             Ok(TcpEvent::Stamp(key, t3k)) => {
-                if let Some(at) = waiting.iter().position(|w| w.key == key) {
-                    waiting[at].t3k = Some(t3k);
-                    if let Some(p) = Pending::take_ready(&mut waiting, at) {
-                        written += p.write(&mut writer, &mut follow).await?;
-                    }
-                }
+                answers.stamped(&mut writer, key, t3k).await?;
                 continue;
             }
             Ok(TcpEvent::Nothing) => continue,
@@ -437,81 +488,9 @@ async fn serve_conn(
         if n == chunk.len() && chunk.len() < READ_MAX {
             chunk.resize(chunk.len() * 2, 0);
         }
-        let mut at = 0;
-        while acc.len() - at >= HEADER_LEN {
-            let h = Header::decode(&acc[at..], MAX_TCP_FRAME).map_err(invalid)?;
-            if h.kind == Kind::Ask && h.len as usize == wire::ASK_LEN {
-                // The client read the response: its follow-up now, or as
-                // soon as the kernel has stamped the response.
-                at += wire::ASK_LEN;
-                if let Some(i) = waiting
-                    .iter()
-                    .position(|w| w.on_ask && w.seq == h.seq && w.nonce == h.nonce)
-                {
-                    waiting[i].asked = true;
-                    if let Some(p) = Pending::take_ready(&mut waiting, i) {
-                        written += p.write(&mut writer, &mut follow).await?;
-                    }
-                }
-                continue;
-            }
-            if h.kind != Kind::Request {
-                return Err(invalid("peer sent a frame that is not a request"));
-            }
-            let len = h.len as usize;
-            if acc.len() - at < len {
-                break;
-            }
-            let frame = &mut acc[at..at + len];
-            at += len;
-            let plan = cfg.plan(counter.fetch_add(1, Ordering::Relaxed) + 1);
-            if !plan.answer {
-                continue;
-            }
-            if let Some(d) = plan.delay {
-                tokio::time::sleep(d).await;
-            }
-            wire::make_followed_response(frame, elapsed_ns(received), wake, tx_on, true);
-            let follows = wire::follow_up_promised(frame);
-            let interleaved = wire::interleaved(frame);
-            let on_ask = wire::waits_for_ask(frame) || interleaved;
-            // The newest stamped response of this client that waits to be
-            // carried rides in this one (interleaved): no frame of its own.
-            // The newest, so that a stamp read late once does not leave
-            // every later one a response behind; older ones come on ask.
-            if let Some(i) = waiting
-                .iter()
-                .rposition(|w| w.interleaved && w.t3k.is_some() && w.nonce == h.nonce)
-                && let Some(p) = waiting.get(i)
-                && wire::carry(frame, p.seq, p.send())
-            {
-                waiting.remove(i);
-            }
-            for copy in 0..plan.copies {
-                let t3 = prober_core::clock::unix_now_ns();
-                writer.write_all(frame).await?;
-                written += len as u64;
-                if follows && copy == 0 {
-                    // Bounded: a client that never asks (or whose asks
-                    // timed out) leaves its entries here until pushed out.
-                    if waiting.len() == MAX_PENDING {
-                        waiting.pop_front();
-                    }
-                    #[allow(clippy::cast_possible_truncation)] // OPT_ID keys are 32-bit
-                    let key = (written - 1) as u32;
-                    waiting.push_back(Pending {
-                        key,
-                        seq: h.seq,
-                        nonce: h.nonce,
-                        t3,
-                        on_ask,
-                        interleaved,
-                        t3k: None,
-                        asked: false,
-                    });
-                }
-            }
-        }
+        let at = answers
+            .answer(&mut writer, &mut acc, (received, wake), cfg, counter)
+            .await?;
         if at > 0 {
             served = true;
             since = received;
@@ -602,13 +581,184 @@ impl Pending {
     /// Writes the follow-up; the bytes written.
     async fn write(
         self,
-        writer: &mut tokio::net::tcp::OwnedWriteHalf,
+        writer: &mut (impl tokio::io::AsyncWrite + Unpin),
         buf: &mut Vec<u8>,
     ) -> io::Result<u64> {
         use tokio::io::AsyncWriteExt as _;
         wire::encode_follow_up(buf, self.seq, self.nonce, self.send());
         writer.write_all(buf).await?;
         Ok(buf.len() as u64)
+    }
+}
+
+/// How a TCP responder connection answers, whether it sleeps in epoll
+/// (`serve_conn`) or spins (`spin_conn`): requests, asks, and the
+/// follow-ups and interleaved stamps of responses that asked for their
+/// transmit stamps.
+#[derive(Debug)]
+struct Answers {
+    /// Transmit stamps numbered by byte (OPT_ID) are on.
+    tx_on: bool,
+    /// Bytes written so far: OPT_ID counts from the first byte sent after
+    /// it was set.
+    written: u64,
+    /// Responses whose follow-up is still to be sent.
+    waiting: std::collections::VecDeque<Pending>,
+    /// Written since the error queue was last found empty (every write is
+    /// stamped).
+    unread: bool,
+    /// The follow-up frame's buffer.
+    follow: Vec<u8>,
+}
+
+/// How long a response's transmit stamp is looked for: one that has not
+/// come in a second will not.
+const STAMP_WAIT_NS: u64 = 1_000_000_000;
+
+impl Answers {
+    fn new(tx_on: bool) -> Self {
+        Self {
+            tx_on,
+            written: 0,
+            waiting: std::collections::VecDeque::new(),
+            unread: false,
+            follow: Vec::new(),
+        }
+    }
+
+    /// Whether the error queue may hold a stamp or get one: something was
+    /// written since it was last found empty, or the newest response that
+    /// waits for its stamp was sent less than a second ago. For a loop
+    /// with no wake-up for the error queue (busy-poll): stamps left there
+    /// would count against the socket's receive buffer.
+    fn stamps_due(&self) -> bool {
+        self.tx_on
+            && (self.unread
+                || self.waiting.back().is_some_and(|w| {
+                    w.t3k.is_none()
+                        && prober_core::clock::unix_now_ns().saturating_sub(w.t3) < STAMP_WAIT_NS
+                }))
+    }
+
+    /// The error queue was found empty.
+    fn read_all(&mut self) {
+        self.unread = false;
+    }
+
+    /// The kernel's transmit stamp `t3k` of the byte keyed `key`: a
+    /// response's follow-up goes out if it was asked for (or needs no ask).
+    async fn stamped(
+        &mut self,
+        writer: &mut (impl tokio::io::AsyncWrite + Unpin),
+        key: u32,
+        t3k: u64,
+    ) -> io::Result<()> {
+        if let Some(at) = self.waiting.iter().position(|w| w.key == key) {
+            self.waiting[at].t3k = Some(t3k);
+            if let Some(p) = Pending::take_ready(&mut self.waiting, at) {
+                self.written += p.write(writer, &mut self.follow).await?;
+                self.unread = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// Answers the whole frames at the front of `acc`, read at `received`
+    /// with the responder wake-up `wake`: requests with responses (as
+    /// `cfg` plans them, `counter` counting), asks with follow-ups. The
+    /// bytes taken; a partial frame is left.
+    ///
+    /// # Errors
+    /// A frame that is not a request or an ask, or a failed write.
+    async fn answer(
+        &mut self,
+        writer: &mut (impl tokio::io::AsyncWrite + Unpin),
+        acc: &mut [u8],
+        (received, wake): (Instant, Option<u64>),
+        cfg: &ResponderConfig,
+        counter: &AtomicU64,
+    ) -> io::Result<usize> {
+        let mut at = 0;
+        while acc.len() - at >= HEADER_LEN {
+            let h = Header::decode(&acc[at..], MAX_TCP_FRAME).map_err(invalid)?;
+            if h.kind == Kind::Ask && h.len as usize == wire::ASK_LEN {
+                // The client read the response: its follow-up now, or as
+                // soon as the kernel has stamped the response.
+                at += wire::ASK_LEN;
+                if let Some(i) = self
+                    .waiting
+                    .iter()
+                    .position(|w| w.on_ask && w.seq == h.seq && w.nonce == h.nonce)
+                {
+                    self.waiting[i].asked = true;
+                    if let Some(p) = Pending::take_ready(&mut self.waiting, i) {
+                        self.written += p.write(writer, &mut self.follow).await?;
+                        self.unread = self.tx_on;
+                    }
+                }
+                continue;
+            }
+            if h.kind != Kind::Request {
+                return Err(invalid("peer sent a frame that is not a request"));
+            }
+            let len = h.len as usize;
+            if acc.len() - at < len {
+                break;
+            }
+            let frame = &mut acc[at..at + len];
+            at += len;
+            let plan = cfg.plan(counter.fetch_add(1, Ordering::Relaxed) + 1);
+            if !plan.answer {
+                continue;
+            }
+            // Busy-poll does not delay (there is no timer on its thread).
+            if let Some(d) = plan.delay.filter(|_| !cfg.busy_poll) {
+                tokio::time::sleep(d).await;
+            }
+            wire::make_followed_response(frame, elapsed_ns(received), wake, self.tx_on, true);
+            let follows = wire::follow_up_promised(frame);
+            let interleaved = wire::interleaved(frame);
+            let on_ask = wire::waits_for_ask(frame) || interleaved;
+            // The newest stamped response of this client that waits to be
+            // carried rides in this one (interleaved): no frame of its own.
+            // The newest, so that a stamp read late once does not leave
+            // every later one a response behind; older ones come on ask.
+            if let Some(i) = self
+                .waiting
+                .iter()
+                .rposition(|w| w.interleaved && w.t3k.is_some() && w.nonce == h.nonce)
+                && let Some(p) = self.waiting.get(i)
+                && wire::carry(frame, p.seq, p.send())
+            {
+                self.waiting.remove(i);
+            }
+            for copy in 0..plan.copies {
+                let t3 = prober_core::clock::unix_now_ns();
+                writer.write_all(frame).await?;
+                self.written += len as u64;
+                self.unread = self.tx_on;
+                if follows && copy == 0 {
+                    // Bounded: a client that never asks (or whose asks
+                    // timed out) leaves its entries here until pushed out.
+                    if self.waiting.len() == MAX_PENDING {
+                        self.waiting.pop_front();
+                    }
+                    #[allow(clippy::cast_possible_truncation)] // OPT_ID keys are 32-bit
+                    let key = (self.written - 1) as u32;
+                    self.waiting.push_back(Pending {
+                        key,
+                        seq: h.seq,
+                        nonce: h.nonce,
+                        t3,
+                        on_ask,
+                        interleaved,
+                        t3k: None,
+                        asked: false,
+                    });
+                }
+            }
+        }
+        Ok(at)
     }
 }
 

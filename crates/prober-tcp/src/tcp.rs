@@ -129,12 +129,12 @@ impl TcpProbe {
         self
     }
 
-    /// Asks for kernel transmit stamps (the client send part of the split;
-    /// not with busy polling), and sets the run's per-probe timeout, which
+    /// Asks for kernel transmit stamps (the client send part of the split),
+    /// and sets the run's per-probe timeout, which
     /// bounds the wait for the responder's follow-up frames.
     #[must_use]
     pub fn with_stamps(mut self, tx_stamps: bool, timeout: Duration) -> Self {
-        self.tx_stamps = tx_stamps && !self.busy_poll;
+        self.tx_stamps = tx_stamps;
         self.timeout = timeout;
         self
     }
@@ -196,8 +196,15 @@ impl TcpProbe {
         );
         let reader = match spin_clone {
             Some(sock) => Reader::Spin(
-                spin_replies(sock.into(), reader_matcher, nonce, size, flag)
-                    .map_err(|e| ProbeError::io("starting the busy-poll thread", &e))?,
+                spin_replies(
+                    sock.into(),
+                    reader_matcher,
+                    (nonce, size),
+                    flag,
+                    tx_on,
+                    Arc::clone(&self.stamps),
+                )
+                .map_err(|e| ProbeError::io("starting the busy-poll thread", &e))?,
             ),
             None => Reader::Task(AbortOnDropHandle::new(tokio::spawn(read_replies(
                 reader,
@@ -325,7 +332,7 @@ async fn read_replies(
             Err(e) => break ProbeError::io("receive", &e),
         };
         acc.extend_from_slice(&chunk[..n]);
-        let received = (Instant::now(), clean(stream, rx));
+        let received = (Instant::now(), clean(stream.as_fd(), rx));
         if let Err(why) = take_replies(
             &mut acc,
             nonce,
@@ -348,8 +355,8 @@ async fn read_replies(
 /// as its own. Data waiting after the read means that may have happened,
 /// so the stamp is dropped (the probe's split is then partial), never
 /// kept wrong.
-fn clean(stream: &TcpStream, mut rx: RxStamp) -> RxStamp {
-    if rx.t4k.is_some() && prober_net::busy::data_waiting(stream.as_fd()) {
+fn clean(fd: std::os::fd::BorrowedFd<'_>, mut rx: RxStamp) -> RxStamp {
+    if rx.t4k.is_some() && prober_net::busy::data_waiting(fd) {
         rx.t4k = None;
     }
     rx
@@ -390,13 +397,16 @@ impl Drop for Unfinished<'_> {
 }
 
 /// The busy-poll twin of `read_replies`: a thread reading the socket
-/// without blocking and splitting the byte stream into frames itself.
+/// without blocking and splitting the byte stream into frames itself, with
+/// the same stamps: reads stop at frame ends, the error queue is read when
+/// no data waits, follow-ups and interleaved stamps are filed.
 fn spin_replies(
     stream: std::net::TcpStream,
     matcher: Arc<Matcher<Arrival>>,
-    nonce: u64,
-    size: usize,
+    (nonce, size): (u64, usize),
     alive: Arc<AtomicBool>,
+    tx_on: bool,
+    stamps: Arc<Stamped>,
 ) -> io::Result<SpinThread> {
     let mut acc: Vec<u8> = Vec::with_capacity(64 * 1024);
     let mut chunk = vec![0u8; 64 * 1024];
@@ -405,20 +415,38 @@ fn spin_replies(
         Step::Done
     };
     SpinThread::spawn("prober-tcp-poll", move || {
-        if !prober_net::busy::readable_now(stream.as_fd()) {
+        let fd = stream.as_fd();
+        // Readable counts the error queue too: the request's transmit
+        // stamp is filed as soon as it is there, and the spin goes back to
+        // a `poll` that costs no lock of the socket.
+        if !prober_net::busy::readable_now(fd) {
             return Step::Idle;
         }
-        let (n, rx) = match recv_stamped(stream.as_fd(), &mut chunk) {
+        let want = frame_rest(&acc, size).min(chunk.len());
+        let (n, rx) = match recv_stamped(fd, &mut chunk[..want]) {
             Ok((0, _)) => {
                 let why = ProbeError::new(ErrorKind::Reset, "connection closed by peer");
                 return fail(why, &matcher, &alive);
             }
             Ok(r) => r,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Idle,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if tx_on {
+                    stamps.tx.drain(fd);
+                }
+                return Step::Idle;
+            }
             Err(e) => return fail(ProbeError::io("receive", &e), &matcher, &alive),
         };
         acc.extend_from_slice(&chunk[..n]);
-        match take_replies(&mut acc, nonce, size, (Instant::now(), rx), &matcher, None) {
+        let received = (Instant::now(), clean(fd, rx));
+        match take_replies(
+            &mut acc,
+            nonce,
+            size,
+            received,
+            &matcher,
+            Some(&stamps.follow),
+        ) {
             Ok(()) => Step::Busy,
             Err(why) => fail(ProbeError::protocol(why), &matcher, &alive),
         }
@@ -437,7 +465,7 @@ impl Probe for TcpProbe {
             let (writer, buf, written) = &mut *guard;
             wire::encode_request(buf, self.size, seq, self.nonce);
             // The responder's transmit stamp too, unless transmit stamps are
-            // off (--no-tx-stamps) or replies are busy-polled.
+            // off (--no-tx-stamps).
             if self.tx_stamps && self.cadence.interleave(Instant::now()) {
                 wire::want_interleaved(buf);
             } else if self.tx_stamps {
@@ -833,7 +861,7 @@ impl Probe for TcpCrrProbe {
             .await
             .map_err(|e| io_err("receive", e))?;
         let received = Instant::now();
-        let rx = clean(&stream, rx);
+        let rx = clean(stream.as_fd(), rx);
         let handshake = self.tap.take(&stream, self.addr, (t1, connected)).rtt();
         let h = Header::decode(&frame, MAX_TCP_FRAME)
             .map_err(|e| ProbeError::protocol(format!("bad reply: {e}")))?;

@@ -422,9 +422,9 @@ fn busy_poll_on_both_sides_answers_every_probe() {
 }
 
 #[test]
-fn udp_splits_stay_complete_with_busy_poll_on_either_side() {
+fn splits_stay_complete_with_busy_poll_on_either_side() {
     // A busy-polling responder stamps and follows up as the async one
-    // does, and a busy-polling client asks for it.
+    // does, and a busy-polling client asks for it, over UDP and TCP.
     let srv = Server::start(&["--busy-poll"]);
     let target = format!("udp://{}", srv.udp);
     for client in [None, Some("--busy-poll")] {
@@ -437,9 +437,39 @@ fn udp_splits_stay_complete_with_busy_poll_on_either_side() {
         // The last reply's stamp may come after the run ends.
         let complete = s["split"]["complete"].as_u64().unwrap();
         assert!(complete >= 299, "{client:?}: {}", s["split"]);
-        for part in ["network", "responder_wake", "responder_send"] {
+        for part in ["client_send", "network", "responder_wake", "responder_send"] {
             let n = s["parts"][part]["count"].as_u64().unwrap_or(0);
             assert!(n >= 299, "{client:?}: {part} known for {n} of 300");
+        }
+    }
+    drop(srv);
+    // TCP, against a responder that busy-polls TCP only, and the async
+    // one: two spinners are all this machine's cores, and at 1 ms an RTT
+    // stretched by them outlasts the interval, so that a reply is read
+    // with the next one behind it (no receive stamp of its own: client
+    // wake and network unknown). At 10 ms that is rare.
+    for responder in [&["--busy-poll"][..], &[]] {
+        let mut args = vec!["--quiet", "--tcp", "127.0.0.1:0"];
+        args.extend(responder);
+        let serve = crate::support::Serve::start(&args, 1);
+        let target = format!("tcp://{}", serve.addr("tcp"));
+        for client in [None, Some("--busy-poll")] {
+            if responder.is_empty() && client.is_none() {
+                continue;
+            }
+            let mut args = vec!["run", "-c", "100", "-i", "10ms", "-o", "json"];
+            args.extend(client);
+            args.push(&target);
+            let lines = ok_json(&run(&args));
+            let s = of_type(&lines, "summary")[0];
+            let case = format!("{responder:?} {client:?}");
+            assert_eq!(s["ok"], 100, "{case}: {s}");
+            let complete = s["split"]["complete"].as_u64().unwrap();
+            assert!(complete >= 97, "{case}: {}", s["split"]);
+            for part in ["client_send", "responder_wake", "responder_send"] {
+                let n = s["parts"][part]["count"].as_u64().unwrap_or(0);
+                assert!(n >= 99, "{case}: {part} known for {n} of 100");
+            }
         }
     }
 }
