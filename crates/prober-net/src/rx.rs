@@ -278,7 +278,14 @@ fn set_timestamping(
         let filtered = flags | F::from_bits_retain(nix::libc::SOF_TIMESTAMPING_OPT_RX_FILTER);
         match setsockopt(&fd, sockopt::Timestamping, &filtered) {
             Ok(()) => return Ok(()),
-            Err(nix::errno::Errno::EINVAL) => NO_FILTER.store(true, Ordering::Relaxed),
+            Err(nix::errno::Errno::EINVAL) => {
+                // EINVAL is also a TCP socket's answer to OPT_ID once it
+                // is closed (a connection the peer reset): only a kernel
+                // that takes the same flags without the filter lacks it.
+                setsockopt(&fd, sockopt::Timestamping, &flags)?;
+                NO_FILTER.store(true, Ordering::Relaxed);
+                return Ok(());
+            }
             Err(e) => return Err(e.into()),
         }
     }

@@ -334,7 +334,14 @@ fn spin_conn(
                 stamp.and_then(prober_net::rx::unix_ns),
                 prober_core::clock::unix_now_ns(),
             ),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Idle,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                // Readable with no data: the error queue holds something
+                // (a stamp that came after the queue was last found empty,
+                // a follow-up's). Read it next, or every spin would come
+                // back here through a `recvmsg`.
+                answers.error_queue_waits();
+                return Step::Busy;
+            }
             Err(_) => return Step::Done,
         };
         let received = Instant::now();
@@ -607,13 +614,15 @@ struct Answers {
     /// Written since the error queue was last found empty (every write is
     /// stamped).
     unread: bool,
+    /// When the newest response that waits for its stamp was written.
+    newest: Option<std::time::Instant>,
     /// The follow-up frame's buffer.
     follow: Vec<u8>,
 }
 
 /// How long a response's transmit stamp is looked for: one that has not
 /// come in a second will not.
-const STAMP_WAIT_NS: u64 = 1_000_000_000;
+const STAMP_WAIT: Duration = Duration::from_secs(1);
 
 impl Answers {
     fn new(tx_on: bool) -> Self {
@@ -622,6 +631,7 @@ impl Answers {
             written: 0,
             waiting: std::collections::VecDeque::new(),
             unread: false,
+            newest: None,
             follow: Vec::new(),
         }
     }
@@ -634,15 +644,18 @@ impl Answers {
     fn stamps_due(&self) -> bool {
         self.tx_on
             && (self.unread
-                || self.waiting.back().is_some_and(|w| {
-                    w.t3k.is_none()
-                        && prober_core::clock::unix_now_ns().saturating_sub(w.t3) < STAMP_WAIT_NS
-                }))
+                || (self.waiting.back().is_some_and(|w| w.t3k.is_none())
+                    && self.newest.is_some_and(|at| at.elapsed() < STAMP_WAIT)))
     }
 
     /// The error queue was found empty.
     fn read_all(&mut self) {
         self.unread = false;
+    }
+
+    /// The error queue holds something: read it next.
+    fn error_queue_waits(&mut self) {
+        self.unread = self.tx_on;
     }
 
     /// The kernel's transmit stamp `t3k` of the byte keyed `key`: a
@@ -745,6 +758,7 @@ impl Answers {
                     }
                     #[allow(clippy::cast_possible_truncation)] // OPT_ID keys are 32-bit
                     let key = (self.written - 1) as u32;
+                    self.newest = Some(std::time::Instant::now());
                     self.waiting.push_back(Pending {
                         key,
                         seq: h.seq,

@@ -130,8 +130,8 @@ impl TcpProbe {
     }
 
     /// Asks for kernel transmit stamps (the client send part of the split),
-    /// and sets the run's per-probe timeout, which
-    /// bounds the wait for the responder's follow-up frames.
+    /// and sets the run's per-probe timeout, which bounds the wait for the
+    /// responder's follow-up frames.
     #[must_use]
     pub fn with_stamps(mut self, tx_stamps: bool, timeout: Duration) -> Self {
         self.tx_stamps = tx_stamps;
@@ -238,7 +238,7 @@ fn take_replies(
     size: usize,
     (received, rx): (Instant, RxStamp),
     matcher: &Matcher<Arrival>,
-    follow: Option<&FollowUps>,
+    follow: &FollowUps,
 ) -> Result<(), String> {
     let mut at = 0;
     while acc.len() - at >= HEADER_LEN {
@@ -247,12 +247,10 @@ fn take_replies(
             if acc.len() - at < wire::FOLLOW_UP_LEN {
                 break;
             }
-            if let Some(f) = follow {
-                f.put(
-                    h.seq,
-                    wire::follow_up_send(&acc[at..at + wire::FOLLOW_UP_LEN]),
-                );
-            }
+            follow.put(
+                h.seq,
+                wire::follow_up_send(&acc[at..at + wire::FOLLOW_UP_LEN]),
+            );
             at += wire::FOLLOW_UP_LEN;
             continue;
         }
@@ -271,17 +269,15 @@ fn take_replies(
             dwell: Duration::from_nanos(h.dwell_ns),
             rx,
             responder_wake: wire::responder_wake(frame),
-            follow_up: follow.is_some() && wire::follow_up_promised(frame),
-            ask: follow.is_some() && wire::waits_for_ask(frame),
-            interleaved: follow.is_some() && wire::interleaved(frame),
+            follow_up: wire::follow_up_promised(frame),
+            ask: wire::waits_for_ask(frame),
+            interleaved: wire::interleaved(frame),
         };
         matcher.deliver(h.seq, Ok(got));
         // An earlier response's transmit stamp, interleaved: after the
         // delivery, so that a probe waiting on both wakes once.
-        if let Some(f) = follow
-            && let Some((seq, send)) = wire::carried(frame)
-        {
-            f.put(seq, send);
+        if let Some((seq, send)) = wire::carried(frame) {
+            follow.put(seq, send);
         }
         at += size;
     }
@@ -333,14 +329,7 @@ async fn read_replies(
         };
         acc.extend_from_slice(&chunk[..n]);
         let received = (Instant::now(), clean(stream.as_fd(), rx));
-        if let Err(why) = take_replies(
-            &mut acc,
-            nonce,
-            size,
-            received,
-            &matcher,
-            Some(&stamps.follow),
-        ) {
+        if let Err(why) = take_replies(&mut acc, nonce, size, received, &matcher, &stamps.follow) {
             break ProbeError::protocol(why);
         }
     };
@@ -439,14 +428,7 @@ fn spin_replies(
         };
         acc.extend_from_slice(&chunk[..n]);
         let received = (Instant::now(), clean(fd, rx));
-        match take_replies(
-            &mut acc,
-            nonce,
-            size,
-            received,
-            &matcher,
-            Some(&stamps.follow),
-        ) {
+        match take_replies(&mut acc, nonce, size, received, &matcher, &stamps.follow) {
             Ok(()) => Step::Busy,
             Err(why) => fail(ProbeError::protocol(why), &matcher, &alive),
         }

@@ -463,6 +463,12 @@ fn splits_stay_complete_with_busy_poll_on_either_side() {
             let lines = ok_json(&run(&args));
             let s = of_type(&lines, "summary")[0];
             let case = format!("{responder:?} {client:?}");
+            let receive = of_type(&lines, "meta")[0]["receive"].clone();
+            assert_eq!(
+                receive == "busy-poll",
+                client.is_some(),
+                "{case}: {receive}"
+            );
             assert_eq!(s["ok"], 100, "{case}: {s}");
             let complete = s["split"]["complete"].as_u64().unwrap();
             assert!(complete >= 97, "{case}: {}", s["split"]);
@@ -470,6 +476,21 @@ fn splits_stay_complete_with_busy_poll_on_either_side() {
                 let n = s["parts"][part]["count"].as_u64().unwrap_or(0);
                 assert!(n >= 99, "{case}: {part} known for {n} of 100");
             }
+        }
+        // Back to back the stamps ride in the next response (interleaved).
+        if !responder.is_empty() {
+            let lines = ok_json(&run(&[
+                "run", "-c", "2000", "-i", "0", "-q", "-o", "json", &target,
+            ]));
+            let s = of_type(&lines, "summary")[0];
+            assert_eq!(s["ok"], 2000, "{s}");
+            assert!(
+                s["split"]["complete"].as_u64().unwrap() >= 1950,
+                "{}",
+                s["split"]
+            );
+            let n = s["parts"]["responder_send"]["count"].as_u64().unwrap_or(0);
+            assert!(n >= 1990, "responder send known for {n} of 2000");
         }
     }
 }
