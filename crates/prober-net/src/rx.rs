@@ -274,22 +274,21 @@ fn set_timestamping(
 ) -> io::Result<()> {
     use nix::sys::socket::TimestampingFlag as F;
     use std::sync::atomic::Ordering;
-    if !NO_FILTER.load(Ordering::Relaxed) {
-        let filtered = flags | F::from_bits_retain(nix::libc::SOF_TIMESTAMPING_OPT_RX_FILTER);
-        match setsockopt(&fd, sockopt::Timestamping, &filtered) {
-            Ok(()) => return Ok(()),
-            Err(nix::errno::Errno::EINVAL) => {
-                // EINVAL is also a TCP socket's answer to OPT_ID once it
-                // is closed (a connection the peer reset): only a kernel
-                // that takes the same flags without the filter lacks it.
-                setsockopt(&fd, sockopt::Timestamping, &flags)?;
-                NO_FILTER.store(true, Ordering::Relaxed);
-                return Ok(());
-            }
-            Err(e) => return Err(e.into()),
-        }
+    if NO_FILTER.load(Ordering::Relaxed) {
+        return setsockopt(&fd, sockopt::Timestamping, &flags).map_err(io::Error::from);
     }
-    setsockopt(&fd, sockopt::Timestamping, &flags).map_err(io::Error::from)
+    let filtered = flags | F::from_bits_retain(nix::libc::SOF_TIMESTAMPING_OPT_RX_FILTER);
+    match setsockopt(&fd, sockopt::Timestamping, &filtered) {
+        // EINVAL is also a TCP socket's answer to OPT_ID once it is closed
+        // (a connection the peer reset): only a kernel that takes the same
+        // flags without the filter lacks it.
+        Err(nix::errno::Errno::EINVAL) => {
+            setsockopt(&fd, sockopt::Timestamping, &flags)?;
+            NO_FILTER.store(true, Ordering::Relaxed);
+            Ok(())
+        }
+        other => other.map_err(io::Error::from),
+    }
 }
 
 /// Reads one entry of the socket's error queue without blocking: the bytes

@@ -518,22 +518,23 @@ impl AsyncRead for StampedStream {
                 stamps.drain(fd);
             }
         };
-        if stamps.is_spinning() && !crate::busy::data_waiting(fd) {
-            // Nothing yet: the request's stamp, if it is still missing.
-            on_block(fd);
-        } else if stamps.is_spinning() {
-            // Straight at the socket: the runtime has not polled its
-            // events since the last try, so its readiness is stale. Asked
-            // with `poll` first, which takes no lock: a `recvmsg` on every
-            // spin held the socket's lock against the softirq delivering
-            // the response (5.3 % of a profile's samples in the lock's
-            // slow path, BENCHMARKS.md).
-            let res = crate::rx::recv_stamped::<()>(fd, buf.initialize_unfilled());
-            if matches!(&res, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
+        // Straight at the socket: the runtime has not polled its events
+        // since the last try, so its readiness is stale. Asked with `poll`
+        // first, which takes no lock: a `recvmsg` on every spin held the
+        // socket's lock against the softirq delivering the response (5.3 %
+        // of a profile's samples in the lock's slow path, BENCHMARKS.md).
+        if stamps.is_spinning() {
+            if crate::busy::data_waiting(fd) {
+                let res = crate::rx::recv_stamped::<()>(fd, buf.initialize_unfilled());
+                if matches!(&res, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
+                    on_block(fd);
+                }
+                if let Some(done) = filled(buf, res, on_data) {
+                    return Poll::Ready(done);
+                }
+            } else {
+                // Nothing yet: the request's stamp, if it is still missing.
                 on_block(fd);
-            }
-            if let Some(done) = filled(buf, res, on_data) {
-                return Poll::Ready(done);
             }
         }
         let res = poll_read_stamped(&this.inner, cx, buf, on_block, on_data);

@@ -668,10 +668,21 @@ impl Answers {
     ) -> io::Result<()> {
         if let Some(at) = self.waiting.iter().position(|w| w.key == key) {
             self.waiting[at].t3k = Some(t3k);
-            if let Some(p) = Pending::take_ready(&mut self.waiting, at) {
-                self.written += p.write(writer, &mut self.follow).await?;
-                self.unread = true;
-            }
+            self.follow_up_if_ready(writer, at).await?;
+        }
+        Ok(())
+    }
+
+    /// Sends the follow-up of the response waiting at `at` if it can go
+    /// ([`Pending::take_ready`]).
+    async fn follow_up_if_ready(
+        &mut self,
+        writer: &mut (impl tokio::io::AsyncWrite + Unpin),
+        at: usize,
+    ) -> io::Result<()> {
+        if let Some(p) = Pending::take_ready(&mut self.waiting, at) {
+            self.written += p.write(writer, &mut self.follow).await?;
+            self.unread = self.tx_on;
         }
         Ok(())
     }
@@ -704,10 +715,7 @@ impl Answers {
                     .position(|w| w.on_ask && w.seq == h.seq && w.nonce == h.nonce)
                 {
                     self.waiting[i].asked = true;
-                    if let Some(p) = Pending::take_ready(&mut self.waiting, i) {
-                        self.written += p.write(writer, &mut self.follow).await?;
-                        self.unread = self.tx_on;
-                    }
+                    self.follow_up_if_ready(writer, i).await?;
                 }
                 continue;
             }

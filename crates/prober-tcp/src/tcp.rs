@@ -304,22 +304,10 @@ async fn read_replies(
         // over UDP, BENCHMARKS.md). The stamp is raised inside the send, so
         // the wake it causes files it before the reply comes; `probe_at`
         // reads the error queue itself when it has not.
+        let tx = tx_on.then_some(&stamps.tx);
         let read = stream
             .async_io(Interest::READABLE | Interest::ERROR, || {
-                // Read up to the end of the frame in progress and no
-                // further: the kernel reports the stamp of the last segment
-                // a read touches, and a follow-up frame right behind a
-                // response must not lend it its later stamp.
-                let want = frame_rest(&acc, size).min(chunk.len());
-                match recv_stamped(stream.as_fd(), &mut chunk[..want]) {
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        if tx_on {
-                            stamps.tx.drain(stream.as_fd());
-                        }
-                        Err(e)
-                    }
-                    other => other,
-                }
+                read_frame(stream.as_fd(), &acc, &mut chunk, size, tx)
             })
             .await;
         let (n, rx) = match read {
@@ -327,13 +315,62 @@ async fn read_replies(
             Ok(r) => r,
             Err(e) => break ProbeError::io("receive", &e),
         };
-        acc.extend_from_slice(&chunk[..n]);
-        let received = (Instant::now(), clean(stream.as_fd(), rx));
-        if let Err(why) = take_replies(&mut acc, nonce, size, received, &matcher, &stamps.follow) {
+        let read = (&chunk[..n], rx);
+        if let Err(why) = file_read(
+            stream.as_fd(),
+            &mut acc,
+            read,
+            (nonce, size),
+            &matcher,
+            &stamps.follow,
+        ) {
             break ProbeError::protocol(why);
         }
     };
     end_connection(why, &matcher, &alive);
+}
+
+/// Reads into `chunk` up to the end of the frame in progress (`acc` holds
+/// its start) and no further: the kernel reports the stamp of the last
+/// segment a read touches, and a follow-up frame right behind a response
+/// must not lend it its later stamp. Finding no data, files the transmit
+/// stamps waiting on the error queue into `tx`, where they are on.
+///
+/// # Errors
+/// Whatever the read reports, `WouldBlock` included.
+fn read_frame(
+    fd: std::os::fd::BorrowedFd<'_>,
+    acc: &[u8],
+    chunk: &mut [u8],
+    size: usize,
+    tx: Option<&prober_net::rx::KeyedTxStamps>,
+) -> io::Result<(usize, RxStamp)> {
+    let want = frame_rest(acc, size).min(chunk.len());
+    let res = recv_stamped(fd, &mut chunk[..want]);
+    if let (Err(e), Some(tx)) = (&res, tx)
+        && e.kind() == io::ErrorKind::WouldBlock
+    {
+        tx.drain(fd);
+    }
+    res
+}
+
+/// Files what a read of `fd` brought (the bytes and their stamps) at the
+/// end of `acc`, and hands the replies now whole to their probes.
+///
+/// # Errors
+/// A frame that is not one of ours.
+fn file_read(
+    fd: std::os::fd::BorrowedFd<'_>,
+    acc: &mut Vec<u8>,
+    (bytes, rx): (&[u8], RxStamp),
+    (nonce, size): (u64, usize),
+    matcher: &Matcher<Arrival>,
+    follow: &FollowUps,
+) -> Result<(), String> {
+    acc.extend_from_slice(bytes);
+    let received = (Instant::now(), clean(fd, rx));
+    take_replies(acc, nonce, size, received, matcher, follow)
 }
 
 /// The read's stamps, without its kernel receive stamp if more data is
@@ -411,24 +448,18 @@ fn spin_replies(
         if !prober_net::busy::readable_now(fd) {
             return Step::Idle;
         }
-        let want = frame_rest(&acc, size).min(chunk.len());
-        let (n, rx) = match recv_stamped(fd, &mut chunk[..want]) {
+        let tx = tx_on.then_some(&stamps.tx);
+        let (n, rx) = match read_frame(fd, &acc, &mut chunk, size, tx) {
             Ok((0, _)) => {
                 let why = ProbeError::new(ErrorKind::Reset, "connection closed by peer");
                 return fail(why, &matcher, &alive);
             }
             Ok(r) => r,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                if tx_on {
-                    stamps.tx.drain(fd);
-                }
-                return Step::Idle;
-            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Idle,
             Err(e) => return fail(ProbeError::io("receive", &e), &matcher, &alive),
         };
-        acc.extend_from_slice(&chunk[..n]);
-        let received = (Instant::now(), clean(fd, rx));
-        match take_replies(&mut acc, nonce, size, received, &matcher, &stamps.follow) {
+        let read = (&chunk[..n], rx);
+        match file_read(fd, &mut acc, read, (nonce, size), &matcher, &stamps.follow) {
             Ok(()) => Step::Busy,
             Err(why) => fail(ProbeError::protocol(why), &matcher, &alive),
         }
