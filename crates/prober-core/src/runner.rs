@@ -303,6 +303,12 @@ async fn closed_loop<P: Probe>(
             // while the lane's next probes go out: the next one may be
             // what brings it.
             let mut settling = FuturesUnordered::new();
+            // The latest such reply, not yet waiting: back to back, the
+            // next reply carries its send part, so it is settled on the
+            // spot once that reply is in. Waiting for it from the start
+            // armed a timer and a wake-up for every probe, and the carried
+            // part woke the lane inside the next probe's round trip.
+            let mut held: Option<Sample> = None;
             'lane: while !stop.is_cancelled() && end.is_none_or(|end| Instant::now() < end) {
                 let seq = next_seq.fetch_add(1, Ordering::Relaxed);
                 if count.is_some_and(|c| seq >= c) {
@@ -322,8 +328,19 @@ async fn closed_loop<P: Probe>(
                         }
                     }
                 };
+                if let Some(prev) = held.take() {
+                    let mut settle = Box::pin(settled(&*probe, prev));
+                    match (&mut settle).now_or_never() {
+                        Some(done) => {
+                            if events.send(Event::Sample(done)).await.is_err() {
+                                break;
+                            }
+                        }
+                        None => settling.push(settle),
+                    }
+                }
                 if unsettled(&sample) {
-                    settling.push(settled(&*probe, sample));
+                    held = Some(sample);
                 } else if events.send(Event::Sample(sample)).await.is_err() {
                     break;
                 }
@@ -339,6 +356,9 @@ async fn closed_loop<P: Probe>(
                         break 'lane;
                     }
                 }
+            }
+            if let Some(prev) = held.take() {
+                settling.push(Box::pin(settled(&*probe, prev)));
             }
             while let Some(done) = settling.next().await {
                 if events.send(Event::Sample(done)).await.is_err() {

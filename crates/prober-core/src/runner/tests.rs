@@ -263,14 +263,20 @@ async fn closed_loop_sends_after_each_reply() {
 /// Replies after 1 ms with the responder send part to come later; the
 /// reply to the next seq brings it, as an interleaved responder does. With
 /// no next probe, settling gives up after 5 ms and leaves it unknown.
+/// A probe whose seq is `lost` times out: its request never reaches the
+/// responder, so no reply carries the send part before it.
 #[derive(Debug, Default)]
 struct InterleavedProbe {
     sent: tokio::sync::watch::Sender<Option<u64>>,
+    lost: Option<u64>,
 }
 
 impl Probe for InterleavedProbe {
     async fn probe_at(&self, seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
         gate.pass().await;
+        if self.lost == Some(seq) {
+            std::future::pending::<()>().await;
+        }
         let sent = Instant::now();
         self.sent.send_replace(Some(seq));
         tokio::time::sleep(Duration::from_millis(1)).await;
@@ -342,6 +348,38 @@ async fn replies_settle_after_the_next_probe_without_holding_it_up() {
             "-i {interval}ms"
         );
     }
+}
+
+/// Back to back, a reply waits for the next one to settle it; when the
+/// next probe times out instead, the reply still comes out (settled by the
+/// reply after, as a responder that never saw the lost request carries
+/// it), and nothing is lost or held past the run.
+#[tokio::test(start_paused = true)]
+async fn a_reply_waiting_to_settle_comes_out_when_the_next_probe_is_lost() {
+    let probe = Arc::new(InterleavedProbe {
+        lost: Some(2),
+        ..Default::default()
+    });
+    let (mut samples, _, _) = run_one(probe, cfg(0, 5), CancellationToken::new()).await;
+    samples.sort_by_key(|s| s.seq);
+    let outcomes: Vec<_> = samples
+        .iter()
+        .map(|s| match &s.outcome {
+            Outcome::Ok(r) => Some(r.stamps.responder.map(|r| (r.send, r.send_later))),
+            Outcome::Timeout => None,
+            other => panic!("seq {}: {other:?}", s.seq),
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            Some(Some((Some(1_000), false))),
+            Some(Some((Some(1_001), false))),
+            None,
+            Some(Some((Some(1_003), false))),
+            Some(Some((None, false))),
+        ]
+    );
 }
 
 #[tokio::test(start_paused = true)]
