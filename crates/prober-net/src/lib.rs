@@ -12,7 +12,9 @@
 //! - [`guard`]: a responder's limits on a public address (per-source
 //!   rate, connection caps, buffer budget, log lines a flood cannot
 //!   multiply).
-//! - [`syntap`]: kernel stamps of TCP handshakes, from a packet socket.
+//! - [`synbpf`]: kernel stamps of TCP handshakes, from a BPF program on the
+//!   interface's hooks.
+//! - [`syntap`]: the same from a packet socket, where BPF is not allowed.
 //! - [`mark`]: the TOS byte / traffic class that carries DSCP.
 //! - [`pm_qos`]: a CPU latency request that keeps idle CPUs from sleeping
 //!   deeply between probes.
@@ -26,6 +28,7 @@ pub mod pm_qos;
 pub mod resolve;
 pub mod rx;
 pub mod stream;
+pub mod synbpf;
 pub mod syntap;
 pub mod tcpinfo;
 pub mod tls;

@@ -25,6 +25,7 @@ use prober_net::busy::{Reader, SpinThread, Step};
 use prober_net::follow::{
     Cadence, FOLLOW_UP_MARGIN, FOLLOW_UP_WAIT, FollowUps, INTERLEAVED_WAIT, settle_interleaved,
 };
+use prober_net::synbpf::SynBpf;
 use prober_net::syntap::{Handshake, SynTap};
 
 use crate::wire::{self, HEADER_LEN, Header, Kind, MAX_TCP_FRAME};
@@ -637,32 +638,62 @@ fn reset(stream: &TcpStream) {
 pub struct TcpConnectProbe {
     addr: SocketAddr,
     marks: Marks,
-    /// Stamp the handshakes (a packet socket, opened by the first probe).
+    /// Stamp the handshakes (opened by the first probe).
     tap: Tap,
 }
 
-/// A target's [`SynTap`], opened by its first probe if asked for; `None`
-/// inside when it cannot be (no `CAP_NET_RAW`): the handshake parts then
-/// stay unknown.
+/// Where a target's handshake stamps come from: the BPF program on the
+/// interface's hooks where the kernel allows it (it costs a connect about
+/// a third of what a packet socket does, see `prober_net::synbpf`), else
+/// the packet socket.
+#[derive(Debug)]
+enum Stamper {
+    Bpf(SynBpf),
+    Packet(SynTap),
+}
+
+impl Stamper {
+    fn open(addr: SocketAddr) -> Result<Self, String> {
+        let bpf = match SynBpf::open(addr.ip(), addr.port()) {
+            Ok(b) => return Ok(Self::Bpf(b)),
+            Err(e) => e,
+        };
+        tracing::debug!("handshake stamps from a packet socket: no BPF program ({bpf})");
+        SynTap::open(addr.port()).map(Self::Packet).map_err(|e| {
+            format!("no BPF program ({bpf}), no packet socket ({e}: it needs CAP_NET_RAW)")
+        })
+    }
+
+    fn take(&self, local: u16, peer: std::net::IpAddr) -> Handshake {
+        match self {
+            Self::Bpf(b) => b.take(local, peer),
+            Self::Packet(t) => t.take(local, peer),
+        }
+    }
+}
+
+/// A target's handshake [`Stamper`], opened by its first probe if asked
+/// for; `None` inside when it cannot be (not root): the handshake parts
+/// then stay unknown.
 #[derive(Debug, Default)]
 struct Tap {
     wanted: bool,
-    tap: std::sync::OnceLock<Option<SynTap>>,
+    tap: std::sync::OnceLock<Option<Stamper>>,
 }
 
 impl Tap {
-    fn get(&self, port: u16) -> Option<&SynTap> {
+    fn get(&self, addr: SocketAddr) -> Option<&Stamper> {
         if !self.wanted {
             return None;
         }
         self.tap
-            .get_or_init(|| match SynTap::open(port) {
+            .get_or_init(|| match Stamper::open(addr) {
                 Ok(t) => Some(t),
                 Err(e) => {
                     static NOTICE: std::sync::Once = std::sync::Once::new();
                     NOTICE.call_once(|| {
                         tracing::warn!(
-                            "notice: no kernel stamps for TCP handshakes ({e}: a packet socket needs CAP_NET_RAW); their parts stay unknown"
+                            "notice: no kernel stamps for TCP handshakes ({e}); their parts stay unknown"
                         );
                     });
                     None
@@ -676,7 +707,8 @@ impl Tap {
     /// and `connected` (the wall clock before and after the connect). The
     /// kernel switches packet stamps on some time after the first socket
     /// asks (a deferred work item): until then a packet socket stamps a
-    /// packet when it is read, after the connect.
+    /// packet when it is read, after the connect. (The BPF program's
+    /// stamps are taken as the packet passes, and always lie inside.)
     fn take(&self, stream: &TcpStream, peer: SocketAddr, (t1, connected): (u64, u64)) -> Handshake {
         let (Some(tap), Ok(local)) = (self.tap.get().and_then(Option::as_ref), stream.local_addr())
         else {
@@ -702,8 +734,9 @@ impl TcpConnectProbe {
     }
 
     /// Stamps each SYN as it leaves and each SYN-ACK as it arrives, with a
-    /// packet socket (needs `CAP_NET_RAW`): the client send, network and
-    /// client wake parts.
+    /// BPF program on the interface's hooks, or a packet socket where the
+    /// kernel refuses the program (either needs root): the client send,
+    /// network and client wake parts.
     #[must_use]
     pub fn with_stamps(mut self, on: bool) -> Self {
         self.tap.wanted = on;
@@ -722,7 +755,7 @@ impl TcpConnectProbe {
 impl Probe for TcpConnectProbe {
     async fn probe_at(&self, _seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
         let socket = new_socket(self.addr, &self.marks)?;
-        self.tap.get(self.addr.port());
+        self.tap.get(self.addr);
         gate.pass().await;
         let sent = Instant::now();
         let t1 = unix_now_ns();
@@ -760,8 +793,8 @@ impl Probe for TcpConnectProbe {
 /// TCP_CRR. The RTT runs from the start of the connect to the reply; the
 /// close (RST, as for `tcp-connect://`) is not timed.
 ///
-/// Its split: the handshake's RTT (the packet socket's SYN and SYN-ACK
-/// stamps, as `tcp-connect://`) and the request's kernel
+/// Its split: the handshake's RTT (the SYN's and SYN-ACK's kernel stamps,
+/// as `tcp-connect://`) and the request's kernel
 /// stamps, less the responder's own times (wire version 2 and its
 /// follow-up frame), make the network part; the client send part is what
 /// remains of t1k − t1 after the handshake.
@@ -775,7 +808,7 @@ pub struct TcpCrrProbe {
     tx_stamps: bool,
     /// The run's per-probe timeout, which bounds the wait for a follow-up.
     timeout: Duration,
-    /// Stamp the handshakes (a packet socket, opened by the first probe).
+    /// Stamp the handshakes (opened by the first probe).
     tap: Tap,
 }
 
@@ -857,7 +890,7 @@ impl Probe for TcpCrrProbe {
         } else {
             wire::want_stamps(&mut frame);
         }
-        self.tap.get(self.addr.port());
+        self.tap.get(self.addr);
         gate.pass().await;
         let sent = Instant::now();
         let t1 = unix_now_ns();
