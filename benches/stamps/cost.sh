@@ -14,8 +14,9 @@
 #       not time how fast an idle vCPU wakes up); RUN_ARGS: the client's
 #
 # TARGETS (space-separated) picks the targets; by default ICMP, UDP, TCP,
-# gRPC, STAMP, tcp-connect and tcp-crr (whose stamps come from a packet
-# socket that sees every SYN: prober_net::syntap).
+# gRPC, STAMP, tcp-connect and tcp-crr (whose handshake stamps come from a
+# BPF program on the loopback device's transmit hook, prober_net::synbpf;
+# benches/src/bin/hookcost.rs measures it without prober's runtime).
 #
 # Loopback only. ICMP uses a raw socket (run as root).
 set -euo pipefail

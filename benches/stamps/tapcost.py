@@ -2,7 +2,9 @@
 """What an open packet socket costs a TCP connect on loopback, with prober not
 running: medians of 3,000 connects, 9 rounds, with no packet socket, with one
 whose filter passes nothing (as prober_net::syntap, which passes only SYNs),
-and with that and PACKET_IGNORE_OUTGOING. Run as root: python3 benches/stamps/tapcost.py"""
+and with that and PACKET_IGNORE_OUTGOING. prober uses such a socket only where
+the kernel refuses its BPF program (prober_net::synbpf); benches/src/bin/hookcost.rs
+compares the two as prober opens them. Run as root: python3 benches/stamps/tapcost.py"""
 import socket, time, statistics as st, ctypes, struct
 ETH_P_ALL=3; PACKET_IGNORE_OUTGOING=23; SO_ATTACH_FILTER=26
 srv=socket.socket(); srv.bind(("127.0.0.1",0)); srv.listen(4096)

@@ -510,7 +510,7 @@ fn read_handshakes(bytes: &[u8], server_port: u16) -> Vec<(u64, u64)> {
 /// `tcp-connect://` and `tcp-crr://` against `prober serve` in a namespace
 /// while tcpdump captures its loopback, one connection at a time (10 ms):
 /// tcp-connect's kernel RTT (the SYN's and SYN-ACK's stamps from prober's
-/// own packet socket) is more than 1 µs below the capture's SYN to SYN-ACK
+/// BPF program, or its packet socket where the kernel refuses the program) is more than 1 µs below the capture's SYN to SYN-ACK
 /// for at most 3 % of the probes (two taps' stamps of one SYN-ACK, see
 /// below), and its three parts add up to the RTT; for tcp-crr the request's kernel RTT is
 /// never below the capture's, and the six parts add up to the RTT.
