@@ -122,6 +122,15 @@ impl Asm {
         self.op(LD_DW_IMM, dst, src, 0, lo);
         self.op(0, 0, 0, 0, hi);
     }
+    /// r0 = the value in `map` under the key at `fp + key`; to "out"
+    /// where there is none.
+    fn lookup_or_out(&mut self, map: RawFd, key: i32) {
+        self.ld_u64(R1, PSEUDO_MAP_FD, u64::try_from(map).unwrap_or(0));
+        self.op(MOV_X, R2, FP, 0, 0);
+        self.op(ADD_K, R2, 0, 0, key);
+        self.op(CALL, 0, 0, 0, MAP_LOOKUP_ELEM);
+        self.jump(JEQ_K, R0, 0, 0, "out");
+    }
     fn finish(mut self) -> Vec<Insn> {
         for (at, to) in self.jumps {
             let target = self.labels[to];
@@ -210,11 +219,7 @@ fn program(stamps: RawFd, ports: RawFd) -> Vec<Insn> {
     a.op(TO_BE16, R3, 0, 0, 16);
     a.op(STX_W, FP, R3, -4, 0);
     // A port some target probes?
-    a.ld_u64(R1, PSEUDO_MAP_FD, u64::try_from(ports).unwrap_or(0));
-    a.op(MOV_X, R2, FP, 0, 0);
-    a.op(ADD_K, R2, 0, 0, -12);
-    a.op(CALL, 0, 0, 0, MAP_LOOKUP_ELEM);
-    a.jump(JEQ_K, R0, 0, 0, "out");
+    a.lookup_or_out(ports, -12);
     a.op(LDX_W, R4, R0, 0, 0);
     a.jump(JEQ_K, R4, 0, 0, "out");
 
@@ -246,11 +251,7 @@ fn program(stamps: RawFd, ports: RawFd) -> Vec<Insn> {
 
     // r6 = the slot, r0 = now.
     a.label("slot");
-    a.ld_u64(R1, PSEUDO_MAP_FD, u64::try_from(stamps).unwrap_or(0));
-    a.op(MOV_X, R2, FP, 0, 0);
-    a.op(ADD_K, R2, 0, 0, -4);
-    a.op(CALL, 0, 0, 0, MAP_LOOKUP_ELEM);
-    a.jump(JEQ_K, R0, 0, 0, "out");
+    a.lookup_or_out(stamps, -4);
     a.op(MOV_X, R6, R0, 0, 0);
     a.op(CALL, 0, 0, 0, KTIME_GET_TAI_NS);
     // The same flow as the slot's: the peer's address and port.
