@@ -643,8 +643,9 @@ pub struct TcpConnectProbe {
 }
 
 /// Where a target's handshake stamps come from: the BPF program on the
-/// interface's hooks where the kernel allows it (it costs a connect about
-/// a third of what a packet socket does, see `prober_net::synbpf`), else
+/// interface's hooks where the kernel allows it (it costs a loopback
+/// connect about a fifth of what a packet socket does, see
+/// `prober_net::synbpf`), else
 /// the packet socket.
 #[derive(Debug)]
 enum Stamper {
