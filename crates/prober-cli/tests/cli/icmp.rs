@@ -405,7 +405,16 @@ fn dscp_and_source_hold_for_every_request_on_the_wire() {
     }
     // Immediate mode: a run this short ends before libpcap's buffer
     // timeout would hand the packets over, and they would be lost at stop.
-    let dump = ns.tcpdump(&file, &["--immediate-mode"], "icmp or port 8707");
+    // Immediate mode also gives a ring of frames of the snapshot length
+    // (256 KiB by default): 8 frames in the default 2 MiB, which the five
+    // targets' first probes overflowed now and then ("packets dropped by
+    // kernel", most often when the handshake stamps' BPF program was
+    // attached to lo as the run began). Headers are all this test reads.
+    let dump = ns.tcpdump(
+        &file,
+        &["--immediate-mode", "-s", "256", "-B", "16384"],
+        "icmp or port 8707",
+    );
     let out = ns.prober(
         &[],
         &[
