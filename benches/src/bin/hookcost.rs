@@ -16,42 +16,26 @@
 //! (the BPF program and the packet socket); a stamper that cannot be opened
 //! is reported and left out. Loopback only.
 
-use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
-use prober_net::synbpf::SynBpf;
-use prober_net::syntap::{Handshake, SynTap};
+use prober_net::synbpf::{Stamper, SynBpf};
+use prober_net::syntap::SynTap;
 use socket2::{Domain, Socket, Type};
-
-#[derive(Debug)]
-enum Stamper {
-    None,
-    Bpf(SynBpf),
-    Packet(SynTap),
-}
-
-impl Stamper {
-    fn take(&self, local: u16, peer: IpAddr) -> Handshake {
-        match self {
-            Self::None => Handshake::default(),
-            Self::Bpf(b) => b.take(local, peer),
-            Self::Packet(p) => p.take(local, peer),
-        }
-    }
-}
 
 const MODES: [&str; 3] = ["none", "bpf program", "packet socket"];
 
-fn open(mode: usize, addr: SocketAddr) -> std::io::Result<Stamper> {
+/// The stamper of `mode` (none for 0), opened as prober opens each.
+fn open(mode: usize, addr: SocketAddr) -> std::io::Result<Option<Stamper>> {
     Ok(match mode {
-        0 => Stamper::None,
-        1 => Stamper::Bpf(SynBpf::open(addr.ip(), addr.port())?),
-        _ => Stamper::Packet(SynTap::open(addr.port())?),
+        0 => None,
+        1 => Some(Stamper::Bpf(SynBpf::open(addr.ip(), addr.port())?)),
+        _ => Some(Stamper::Packet(SynTap::open(addr.port())?)),
     })
 }
 
 /// The median connect of `count`, and how many handshakes were stamped.
-fn run(l: &TcpListener, addr: SocketAddr, stamper: &Stamper, count: usize) -> (u64, usize) {
+fn run(l: &TcpListener, addr: SocketAddr, stamper: Option<&Stamper>, count: usize) -> (u64, usize) {
     let mut times = Vec::with_capacity(count);
     let mut stamped = 0;
     for _ in 0..count {
@@ -66,7 +50,7 @@ fn run(l: &TcpListener, addr: SocketAddr, stamper: &Stamper, count: usize) -> (u
             .ok()
             .and_then(|a| a.as_socket())
             .map_or(0, |a| a.port());
-        if stamper.take(local, addr.ip()).rtt().is_some() {
+        if stamper.is_some_and(|s| s.take(local, addr.ip()).rtt().is_some()) {
             stamped += 1;
         }
         drop(l.accept().expect("accept"));
@@ -108,7 +92,7 @@ fn main() {
             // The kernel switches packet stamps on from a work item after
             // the first socket asks.
             std::thread::sleep(Duration::from_millis(50));
-            let (med, n) = run(&l, addr, &stamper, count);
+            let (med, n) = run(&l, addr, stamper.as_ref(), count);
             medians[m].push(med);
             stamped[m] += n;
         }

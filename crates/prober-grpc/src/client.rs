@@ -184,7 +184,7 @@ impl Conn {
     /// part, where the connection's write gives way once to the call's body
     /// ([`prober_net::stream`]'s coalescing). Still so after the runner
     /// stopped waking the lane for the carried send part: 11 rounds
-    /// alternating, pinned, RTT p50 46.1 µs with the yield against 47.9
+    /// alternating, pinned, RTT p50 46.1 µs with the yield against 48.1
     /// without, client send 6.2 against 7.7 µs (BENCHMARKS.md).
     ///
     /// `prober run -i 0 -c 5000 grpc://…` against `prober serve`, 5 rounds

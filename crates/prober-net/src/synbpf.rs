@@ -37,7 +37,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use nix::libc;
 
-use crate::syntap::Handshake;
+use crate::syntap::{Handshake, SynTap};
 
 /// A BPF instruction, as `struct bpf_insn`.
 #[derive(Debug, Clone, Copy)]
@@ -627,6 +627,43 @@ impl Drop for SynBpf {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         self.hook.watch(self.port, -1);
+    }
+}
+
+/// Where a target's handshake stamps come from: the BPF program where
+/// the kernel allows it (it costs a loopback connect about a fifth of what
+/// a packet socket does), else a packet socket.
+#[derive(Debug)]
+pub enum Stamper {
+    /// [`SynBpf`].
+    Bpf(SynBpf),
+    /// [`SynTap`].
+    Packet(SynTap),
+}
+
+impl Stamper {
+    /// The BPF program for handshakes to `addr`, else a packet socket.
+    ///
+    /// # Errors
+    /// Neither could be opened (not root): both reasons, in one line.
+    pub fn open(addr: std::net::SocketAddr) -> Result<Self, String> {
+        let bpf = match SynBpf::open(addr.ip(), addr.port()) {
+            Ok(b) => return Ok(Self::Bpf(b)),
+            Err(e) => e,
+        };
+        tracing::debug!("handshake stamps from a packet socket: no BPF program ({bpf})");
+        SynTap::open(addr.port()).map(Self::Packet).map_err(|e| {
+            format!("no BPF program ({bpf}), no packet socket ({e}: it needs CAP_NET_RAW)")
+        })
+    }
+
+    /// The stamps of the handshake from `local` port to `peer`, once
+    /// `connect` returned.
+    pub fn take(&self, local: u16, peer: IpAddr) -> Handshake {
+        match self {
+            Self::Bpf(b) => b.take(local, peer),
+            Self::Packet(t) => t.take(local, peer),
+        }
     }
 }
 

@@ -25,8 +25,8 @@ use prober_net::busy::{Reader, SpinThread, Step};
 use prober_net::follow::{
     Cadence, FOLLOW_UP_MARGIN, FOLLOW_UP_WAIT, FollowUps, INTERLEAVED_WAIT, settle_interleaved,
 };
-use prober_net::synbpf::SynBpf;
-use prober_net::syntap::{Handshake, SynTap};
+use prober_net::synbpf::Stamper;
+use prober_net::syntap::Handshake;
 
 use crate::wire::{self, HEADER_LEN, Header, Kind, MAX_TCP_FRAME};
 
@@ -638,81 +638,45 @@ fn reset(stream: &TcpStream) {
 pub struct TcpConnectProbe {
     addr: SocketAddr,
     marks: Marks,
-    /// Stamp the handshakes (opened by the first probe).
+    /// Stamp the handshakes (opened by `with_stamps`).
     tap: Tap,
 }
 
-/// Where a target's handshake stamps come from: the BPF program on the
-/// interface's hooks where the kernel allows it (it costs a loopback
-/// connect about a fifth of what a packet socket does, see
-/// `prober_net::synbpf`), else
-/// the packet socket.
-#[derive(Debug)]
-enum Stamper {
-    Bpf(SynBpf),
-    Packet(SynTap),
-}
-
-impl Stamper {
-    fn open(addr: SocketAddr) -> Result<Self, String> {
-        let bpf = match SynBpf::open(addr.ip(), addr.port()) {
-            Ok(b) => return Ok(Self::Bpf(b)),
-            Err(e) => e,
-        };
-        tracing::debug!("handshake stamps from a packet socket: no BPF program ({bpf})");
-        SynTap::open(addr.port()).map(Self::Packet).map_err(|e| {
-            format!("no BPF program ({bpf}), no packet socket ({e}: it needs CAP_NET_RAW)")
-        })
-    }
-
-    fn take(&self, local: u16, peer: std::net::IpAddr) -> Handshake {
-        match self {
-            Self::Bpf(b) => b.take(local, peer),
-            Self::Packet(t) => t.take(local, peer),
-        }
-    }
-}
-
-/// A target's handshake [`Stamper`], opened by its first probe if asked
-/// for; `None` inside when it cannot be (not root): the handshake parts
-/// then stay unknown.
+/// A target's handshake [`Stamper`], opened by `with_stamps` before the
+/// run (attaching the BPF program took 13 ms here: the kernel patches its
+/// hook in, which at the first probe would hold up every target sharing
+/// the thread); `None` when not asked for or when it cannot be (not root):
+/// the handshake parts then stay unknown.
 #[derive(Debug, Default)]
-struct Tap {
-    wanted: bool,
-    tap: std::sync::OnceLock<Option<Stamper>>,
-}
+struct Tap(Option<Stamper>);
 
 impl Tap {
-    fn get(&self, addr: SocketAddr) -> Option<&Stamper> {
-        if !self.wanted {
-            return None;
+    fn open(on: bool, addr: SocketAddr) -> Self {
+        if !on {
+            return Self(None);
         }
-        self.tap
-            .get_or_init(|| match Stamper::open(addr) {
-                Ok(t) => Some(t),
-                Err(e) => {
-                    static NOTICE: std::sync::Once = std::sync::Once::new();
-                    NOTICE.call_once(|| {
-                        tracing::warn!(
-                            "notice: no kernel stamps for TCP handshakes ({e}); their parts stay unknown"
-                        );
-                    });
-                    None
-                }
-            })
-            .as_ref()
+        match Stamper::open(addr) {
+            Ok(t) => Self(Some(t)),
+            Err(e) => {
+                static NOTICE: std::sync::Once = std::sync::Once::new();
+                NOTICE.call_once(|| {
+                    tracing::warn!(
+                        "notice: no kernel stamps for TCP handshakes ({e}); their parts stay unknown"
+                    );
+                });
+                Self(None)
+            }
+        }
     }
 
-    /// The stamps of the handshake `stream` just made to `peer` (after
-    /// [`Tap::get`] opened the tap), each only if it lies between `t1`
+    /// The stamps of the handshake `stream` just made to `peer`, each only if it lies between `t1`
     /// and `connected` (the wall clock before and after the connect). The
     /// kernel switches packet stamps on some time after the first socket
     /// asks (a deferred work item): until then a packet socket stamps a
     /// packet when it is read, after the connect. (The BPF program's
     /// stamps are taken as the packet passes, and always lie inside.)
     fn take(&self, stream: &TcpStream, peer: SocketAddr, (t1, connected): (u64, u64)) -> Handshake {
-        let (Some(tap), Ok(local)) = (self.tap.get().and_then(Option::as_ref), stream.local_addr())
-        else {
+        let (Some(tap), Ok(local)) = (&self.0, stream.local_addr()) else {
             return Handshake::default();
         };
         let h = tap.take(local.port(), peer.ip());
@@ -740,11 +704,7 @@ impl TcpConnectProbe {
     /// network and client wake parts.
     #[must_use]
     pub fn with_stamps(mut self, on: bool) -> Self {
-        self.tap.wanted = on;
-        // Opened now, before the run: attaching the BPF program took 13 ms
-        // here (the kernel patches its hook in), which at the first probe
-        // would hold up every target sharing the thread.
-        self.tap.get(self.addr);
+        self.tap = Tap::open(on, self.addr);
         self
     }
 
@@ -760,7 +720,6 @@ impl TcpConnectProbe {
 impl Probe for TcpConnectProbe {
     async fn probe_at(&self, _seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
         let socket = new_socket(self.addr, &self.marks)?;
-        self.tap.get(self.addr);
         gate.pass().await;
         let sent = Instant::now();
         let t1 = unix_now_ns();
@@ -813,7 +772,7 @@ pub struct TcpCrrProbe {
     tx_stamps: bool,
     /// The run's per-probe timeout, which bounds the wait for a follow-up.
     timeout: Duration,
-    /// Stamp the handshakes (opened by the first probe).
+    /// Stamp the handshakes (opened by `with_stamps`).
     tap: Tap,
 }
 
@@ -845,8 +804,7 @@ impl TcpCrrProbe {
     #[must_use]
     pub fn with_stamps(mut self, tx_stamps: bool, timeout: Duration) -> Self {
         self.tx_stamps = tx_stamps;
-        self.tap.wanted = tx_stamps;
-        self.tap.get(self.addr); // before the run, as `TcpConnectProbe::with_stamps`
+        self.tap = Tap::open(tx_stamps, self.addr);
         self.timeout = timeout;
         self
     }
@@ -896,7 +854,6 @@ impl Probe for TcpCrrProbe {
         } else {
             wire::want_stamps(&mut frame);
         }
-        self.tap.get(self.addr);
         gate.pass().await;
         let sent = Instant::now();
         let t1 = unix_now_ns();
