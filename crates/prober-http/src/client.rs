@@ -2,7 +2,7 @@
 //! one per probe), its phases, its validation and its split.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -72,10 +72,13 @@ struct Conn {
     /// connection is lost and the next one counts as a reconnect.
     busy: bool,
     lost: Arc<AtomicU64>,
+    /// Connections of the target open now (this one among them).
+    live: Arc<AtomicUsize>,
 }
 
 impl Drop for Conn {
     fn drop(&mut self) {
+        self.live.fetch_sub(1, Ordering::Relaxed);
         if self.busy {
             self.lost.fetch_add(1, Ordering::Relaxed);
         }
@@ -162,6 +165,21 @@ pub struct HttpProbe {
     /// connection's [`Conn::id`]): only that one's responder knows its
     /// send part, so a settle asks only there.
     settling_on: Mutex<std::collections::VecDeque<(u64, usize)>>,
+    /// Connections open now, kept or under a request.
+    live: Arc<AtomicUsize>,
+    /// Probes under way now, and the most there have been at once.
+    in_flight: Arc<AtomicUsize>,
+    peak: AtomicUsize,
+}
+
+/// Counts a probe under way for as long as it lives (a timed-out probe's
+/// future is dropped).
+struct InFlight(Arc<AtomicUsize>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl std::fmt::Debug for HttpProbe {
@@ -218,6 +236,9 @@ impl HttpProbe {
             timeout: t.timeout,
             last_rtt_ns: AtomicU64::new(0),
             settling_on: Mutex::default(),
+            live: Arc::default(),
+            in_flight: Arc::default(),
+            peak: AtomicUsize::new(0),
         }
     }
 
@@ -277,6 +298,22 @@ impl HttpProbe {
         self.pool.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Once probes have overlapped (a late reply, or a stalled runtime
+    /// sending slots in a burst), keeps one connection more than the most
+    /// probes seen under way at once, opened after a reply and not on any
+    /// probe's clock: a probe that finds every kept connection busy must
+    /// open its own, and its round trip then holds a handshake, so it has
+    /// no kernel split. A target whose probes never overlap keeps one.
+    async fn keep_spare(&self) {
+        let peak = self.peak.load(Ordering::Relaxed);
+        if peak < 2 || self.live.load(Ordering::Relaxed) > peak.min(POOL - 1) {
+            return;
+        }
+        if let Ok((conn, _)) = self.open(&self.origin, false).await {
+            self.give_back(conn);
+        }
+    }
+
     /// A kept connection that is still open.
     fn take(&self) -> Option<Conn> {
         let mut pool = self.pool();
@@ -288,6 +325,20 @@ impl HttpProbe {
             self.lost.fetch_add(1, Ordering::Relaxed);
         }
         None
+    }
+
+    /// Connection `id` if it is idle in the pool and still open: where
+    /// probes overlapped, the pool holds several, and the one a response
+    /// came on need not be the one a new probe would take.
+    fn take_id(&self, id: usize) -> Option<Conn> {
+        let mut pool = self.pool();
+        let at = pool.iter().position(|c| c.id() == id)?;
+        let c = pool.remove(at);
+        if c.is_closed() {
+            self.lost.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(c)
     }
 
     fn give_back(&self, c: Conn) {
@@ -390,11 +441,13 @@ impl HttpProbe {
             Some(t_connected.saturating_sub(t_resolved)),
             tls_ns,
         ];
+        self.live.fetch_add(1, Ordering::Relaxed);
         let conn = Conn {
             sender,
             stamps,
             busy: false,
             lost: Arc::clone(&self.lost),
+            live: Arc::clone(&self.live),
         };
         Ok((conn, phases))
     }
@@ -644,6 +697,9 @@ impl Probe for HttpProbe {
         } else {
             self.take()
         };
+        let now = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        let _in_flight = InFlight(Arc::clone(&self.in_flight));
+        self.peak.fetch_max(now, Ordering::Relaxed);
         gate.pass().await;
         let sent = Instant::now();
         let t0 = unix_now_ns();
@@ -825,6 +881,9 @@ impl Probe for HttpProbe {
                 kernel_peer: false,
                 handshake: None,
             };
+            if keep {
+                self.keep_spare().await;
+            }
             return Ok(Reply {
                 sent,
                 received,
@@ -862,13 +921,9 @@ impl Probe for HttpProbe {
         let mut reply = settle_interleaved(&self.follow, seq, reply, carry, || async {
             // Only the connection the response came on, and only if it is
             // idle in the pool: another's responder does not know it.
-            let Some(mut conn) = self.take() else {
+            let Some(mut conn) = on.and_then(|id| self.take_id(id)) else {
                 return false;
             };
-            if Some(conn.id()) != on {
-                self.give_back(conn);
-                return false;
-            }
             let until = Instant::now() + FOLLOW_UP_WAIT + 2 * rtt;
             let asked = self.ask_send(&mut conn, seq, until).await;
             if asked.is_some() {
