@@ -696,6 +696,11 @@ pub(crate) struct ServeArgs {
     #[arg(long, requires = "config")]
     pub(crate) check_config: bool,
 
+    /// With --check-config: a target whose name does not resolve makes the
+    /// config invalid (exit 2), for CI pipelines; without it, a warning.
+    #[arg(long, requires = "check_config")]
+    pub(crate) strict: bool,
+
     /// Serve Prometheus metrics of the jobs on http://ADDR/metrics
     /// (overrides `[metrics] listen` in the config).
     #[arg(long, value_name = "ADDR", requires = "config")]

@@ -35,13 +35,15 @@ pub enum ErrorKind {
     TooLarge,
     /// The reply was truncated (DNS TC=1 over UDP, without a TCP retry).
     Truncated,
+    /// The target's host name did not resolve: nothing was sent.
+    Resolve,
     /// Anything else.
     Other,
 }
 
 impl ErrorKind {
     /// Every kind, in a stable order.
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 13] = [
         Self::Refused,
         Self::Unreachable,
         Self::Reset,
@@ -53,6 +55,7 @@ impl ErrorKind {
         Self::Content,
         Self::TooLarge,
         Self::Truncated,
+        Self::Resolve,
         Self::Other,
     ];
 
@@ -70,6 +73,7 @@ impl ErrorKind {
             Self::Content => "content",
             Self::TooLarge => "too_large",
             Self::Truncated => "truncated",
+            Self::Resolve => "resolve",
             Self::Other => "other",
         }
     }

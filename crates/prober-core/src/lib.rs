@@ -69,7 +69,7 @@ pub use matcher::{
 };
 pub use meta::RunMeta;
 pub use pacer::Pacer;
-pub use probe::Probe;
+pub use probe::{Probe, Unresolved};
 pub use protocol::{Protocol, Registry};
 pub use runner::{Event, Launch, Runnable, run_target, runnable};
 pub use sample::{AppReply, Detail, Outcome, Parts, Phases, Reply, ResponderTimes, Sample, Stamps};

@@ -2,7 +2,7 @@
 
 use std::future::Future;
 
-use crate::error::ProbeError;
+use crate::error::{ErrorKind, ProbeError};
 use crate::matcher::Anomalies;
 use crate::sample::Reply;
 use crate::wait::Gate;
@@ -48,5 +48,47 @@ pub trait Probe: Send + Sync + 'static {
     /// Replies that matched no waiting probe: late, duplicate, reordered.
     fn anomalies(&self) -> Anomalies {
         Anomalies::default()
+    }
+}
+
+/// A target whose host name did not resolve: each of its slots is an
+/// error of kind [`ErrorKind::Resolve`] and nothing is sent, so the target
+/// is shown and counted as down (its loss alerts fire) while the others
+/// are probed. The daemon replaces it with the protocol's probe once the
+/// name resolves.
+#[derive(Debug, Clone)]
+pub struct Unresolved {
+    error: String,
+}
+
+impl Unresolved {
+    /// A target whose resolution failed with `error` (the resolver's
+    /// one-line message).
+    pub fn new(error: impl Into<String>) -> Self {
+        Self {
+            error: error.into(),
+        }
+    }
+}
+
+impl Probe for Unresolved {
+    async fn probe_at(&self, _seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
+        gate.pass().await;
+        Err(ProbeError::new(ErrorKind::Resolve, self.error.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_unresolved_target_fails_every_probe_with_its_reason() {
+        let p = Unresolved::new("cannot resolve host \"gone.invalid\": no such name");
+        for seq in 0..3 {
+            let e = p.probe(seq).await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Resolve);
+            assert!(e.to_string().contains("gone.invalid"), "{e}");
+        }
     }
 }

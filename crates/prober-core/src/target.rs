@@ -153,6 +153,19 @@ impl Target {
         info
     }
 
+    /// [`Target::info`] for a target that may not have resolved: its
+    /// address is then shown as `unresolved`.
+    pub fn info_at(&self, id: usize, addr: Option<SocketAddr>, size: Option<usize>) -> TargetInfo {
+        match addr {
+            Some(addr) => self.info(id, addr, size),
+            None => {
+                let mut info = self.info(id, SocketAddr::from(([0, 0, 0, 0], self.port)), size);
+                "unresolved".clone_into(&mut info.addr);
+                info
+            }
+        }
+    }
+
     /// This target as `n` flows (`--flows N`): `n` targets `#flow=0` ..
     /// `#flow=N-1`, each probed over its own socket, so each leaves from its
     /// own source port (chosen by the kernel) and an ECMP hash may send it

@@ -31,6 +31,11 @@ impl<T, E: std::fmt::Display> Context<T> for std::result::Result<T, E> {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileConfig {
+    /// A config with no jobs is meant (a responder only, or every job
+    /// removed on purpose): without it, a reload that finds no jobs (a
+    /// config tool that truncated the file mid-write) is refused.
+    #[serde(default)]
+    allow_empty: bool,
     #[serde(default)]
     defaults: JobSettings,
     #[serde(default)]
@@ -587,8 +592,11 @@ impl Sinks {
 pub struct JobTarget {
     /// The target.
     pub target: Target,
-    /// Where it resolved.
-    pub addr: SocketAddr,
+    /// Where it resolved, or why it did not: a name that does not resolve
+    /// is probed as a target whose every slot fails with `resolve`, and
+    /// tried again on `resolve_every` (sooner at first, see
+    /// [`crate::dns_sd::Discovery::unresolved_retry`]).
+    pub addr: std::result::Result<SocketAddr, String>,
     /// Its request size, where its protocol sends a payload.
     pub size: Option<usize>,
     /// Labels of this target alone (from its `file_sd` group), added to
@@ -697,6 +705,8 @@ pub struct Config {
     pub otlp: Option<OtlpConfig>,
     /// `[metrics] basic_auth` or `bearer_token_file`, read at start only.
     pub metrics_auth: Option<MetricsAuth>,
+    /// `allow_empty = true`: no jobs is what the file means.
+    pub allow_empty: bool,
     /// Ask for kernel transmit stamps (`[stamps] transmit = true`).
     pub tx_stamps: bool,
     /// `[receive]`, read at start only.
@@ -1018,22 +1028,38 @@ async fn job(
             target.check_size(s).ctx(|| format!("{key}.size"))?;
         }
         let addr = match resolution {
+            // One name that does not resolve (a retired host, a DNS
+            // hiccup at boot) must not keep every other target dark.
+            Resolution::System(d) if target.host.parse::<std::net::IpAddr>().is_err() => {
+                let answer = resolve(&target, Family::Any)
+                    .await
+                    .map_err(|e| e.to_string());
+                let (addr, retry) =
+                    d.target_name(&target.host, target.port, answer, discovery.resolve_every);
+                if let Some(retry) = retry {
+                    let at = std::time::Instant::now() + retry;
+                    refresh_at = Some(refresh_at.map_or(at, |r| r.min(at)));
+                }
+                addr
+            }
             Resolution::System(_) => resolve(&target, Family::Any)
                 .await
-                .ctx(|| format!("{key}.targets"))?,
+                .map_err(|e| e.to_string()),
             Resolution::LiteralsOnly => match target.host.parse::<std::net::IpAddr>() {
-                Ok(ip) => std::net::SocketAddr::new(ip, target.port),
+                Ok(ip) => Ok(std::net::SocketAddr::new(ip, target.port)),
                 Err(_) => bail!("{key}.targets: {target}: host names are not resolved here"),
             },
         };
-        marks.check_family(addr).map_err(|e| {
-            DaemonError::Config(format!("{key}.source: {e}, the address of {target}"))
-        })?;
+        if let Ok(addr) = addr {
+            marks.check_family(addr).map_err(|e| {
+                DaemonError::Config(format!("{key}.source: {e}, the address of {target}"))
+            })?;
+        }
         let flows = j.settings.flows.or(defaults.flows).unwrap_or(1);
         for flow in target.flows(flows).ctx(|| format!("{key}.flows"))? {
             targets.push(JobTarget {
                 target: flow,
-                addr,
+                addr: addr.clone(),
                 size: tsize,
                 labels: target_labels.clone(),
             });
@@ -1279,6 +1305,7 @@ pub async fn parse_with(
             Some(m) => m.buckets()?,
             None => Default::default(),
         },
+        allow_empty: raw.allow_empty,
         tx_stamps: raw.stamps.transmit,
         receive: raw.receive.receive()?,
         receive_chosen: raw.receive.mode.is_some()
@@ -1360,6 +1387,48 @@ mod tests {
         let e = err("[[job]]\nname = \"a\"\nmax_targets = 0\ntargets = [\"udp://127.0.0.1:1\"]\n")
             .await;
         assert!(e.contains("max_targets: must be at least 1"), "{e}");
+    }
+
+    /// One name that does not resolve (or is not a name at all) is a
+    /// target probed as down with its reason, not a config refused whole;
+    /// it is due again after FIRST_RETRY, doubling, at most resolve_every.
+    #[tokio::test]
+    async fn a_name_that_does_not_resolve_is_a_target_down_not_an_error() {
+        let text = "[discovery]\nresolve_every = \"3s\"\n[[job]]\nname = \"a\"\ntargets = [\"udp://127.0.0.1:1\", \"tcp://no..host:1\", \"udp://gone.invalid:2\"]";
+        let discovery = crate::dns_sd::Discovery::default();
+        let path = Path::new("/etc/prober/prober.toml");
+        let mut delays = Vec::new();
+        for _ in 0..4 {
+            let before = std::time::Instant::now();
+            let c = parse_with(text, path, &REGISTRY, Resolution::System(&discovery))
+                .await
+                .unwrap();
+            let t = &c.jobs[0].targets;
+            assert_eq!(t.len(), 3);
+            assert_eq!(t[0].addr, Ok("127.0.0.1:1".parse().unwrap()));
+            let e = t[1].addr.as_ref().unwrap_err();
+            assert!(e.contains("cannot resolve host \"no..host\""), "{e}");
+            let e = t[2].addr.as_ref().unwrap_err();
+            assert!(e.contains("cannot resolve host \"gone.invalid\""), "{e}");
+            let due = c.refresh_at.expect("a failing name is due again");
+            delays.push(due.duration_since(before).as_secs());
+        }
+        // 1 s, 2 s, then resolve_every (3 s) caps the doubling.
+        assert_eq!(delays, [1, 2, 3, 3], "{delays:?}");
+    }
+
+    /// A name that resolved once and fails later keeps its last address: a
+    /// DNS hiccup does not stop a working target.
+    #[test]
+    fn a_name_that_stops_resolving_keeps_its_last_address() {
+        let d = crate::dns_sd::Discovery::default();
+        let every = Duration::from_secs(60);
+        let a: SocketAddr = "192.0.2.7:8707".parse().unwrap();
+        assert_eq!(d.target_name("h", 8707, Ok(a), every), (Ok(a), None));
+        let (addr, retry) = d.target_name("h", 8707, Err("down".into()), every);
+        assert_eq!((addr, retry), (Ok(a), Some(Duration::from_secs(1))));
+        let (addr, _) = d.target_name("other", 8707, Err("down".into()), every);
+        assert_eq!(addr, Err("down".to_owned()));
     }
 
     #[tokio::test]
@@ -1739,10 +1808,6 @@ mod tests {
             (
                 "[[job]]\nname = \"a\"\ntimeout = \"0\"\ntargets = [\"udp://127.0.0.1:1\"]",
                 "timeout must be greater than zero",
-            ),
-            (
-                "[[job]]\nname = \"a\"\ntargets = [\"tcp://no..host:1\"]",
-                "cannot resolve host",
             ),
             (
                 "[defaults]\nsinks = { csv = { path = \"x.csv\" } }\n[[job]]\nname = \"a\"\ntargets = [\"udp://127.0.0.1:1\"]\n[[job]]\nname = \"b\"\ntargets = [\"udp://127.0.0.1:2\"]",

@@ -74,16 +74,41 @@ pub async fn check(
     path: &std::path::Path,
     registry: &Registry,
     cli: &ResponderOptions,
-) -> Result<String, DaemonError> {
+) -> Result<Checked, DaemonError> {
     let discovery = crate::dns_sd::Discovery::default();
     let cfg = config::load(path, registry, &discovery).await?;
     responders_for(cli, &cfg, path)?;
     let targets: usize = cfg.jobs.iter().map(|j| j.targets.len()).sum();
-    Ok(format!(
-        "config {} is valid: {} jobs, {targets} targets",
-        path.display(),
-        cfg.jobs.len()
-    ))
+    let warnings = cfg
+        .jobs
+        .iter()
+        .flat_map(|j| {
+            j.targets.iter().filter_map(|t| {
+                t.addr
+                    .as_ref()
+                    .err()
+                    .map(|e| format!("job {:?}: {}: {e}", j.name, t.target))
+            })
+        })
+        .collect();
+    Ok(Checked {
+        verdict: format!(
+            "config {} is valid: {} jobs, {targets} targets",
+            path.display(),
+            cfg.jobs.len()
+        ),
+        warnings,
+    })
+}
+
+/// What [`check`] found in a valid config.
+#[derive(Debug)]
+pub struct Checked {
+    /// The one-line verdict.
+    pub verdict: String,
+    /// What the daemon would run with but a person should know: targets
+    /// whose names do not resolve now (the daemon probes them as down).
+    pub warnings: Vec<String>,
 }
 
 /// The responders to run: the command line's (`cli`), with `[serve]`'s
@@ -129,6 +154,19 @@ fn responders_for(
     }
     responder::validate(&r)?;
     Ok(r)
+}
+
+/// A reload that would stop every job of a config that had some is
+/// refused unless the new file says `allow_empty = true`: a config tool
+/// that truncated the file mid-write must not take the node dark.
+fn refuse_emptied(old: &Config, new: Config) -> Result<Config, DaemonError> {
+    if new.jobs.is_empty() && !old.jobs.is_empty() && !new.allow_empty {
+        return Err(DaemonError::Config(
+            "the new config has no jobs: kept the old one's (set allow_empty = true to stop every job)"
+                .to_owned(),
+        ));
+    }
+    Ok(new)
 }
 
 /// Reads and resolves the config at `path` in a task of its own, so that
@@ -297,7 +335,16 @@ impl Daemon {
         job: &Job,
         t: &JobTarget,
     ) -> Result<Box<dyn Runnable>, DaemonError> {
-        let spec = t.target.spec(t.addr, t.size, job.run.timeout);
+        let addr = match &t.addr {
+            Ok(addr) => *addr,
+            Err(e) => {
+                tracing::warn!(job = %job.name, "{e}: probed as down until it resolves");
+                return Ok(prober_core::runnable(prober_core::Unresolved::new(
+                    e.clone(),
+                )));
+            }
+        };
+        let spec = t.target.spec(addr, t.size, job.run.timeout);
         let mut env = self
             .env
             .with_options(std::sync::Arc::clone(&job.options.store));
@@ -315,7 +362,7 @@ impl Daemon {
         let key = t.target.to_string();
         let id = self.next_id;
         self.next_id += 1;
-        let mut info = t.target.info(id, t.addr, t.size);
+        let mut info = t.target.info_at(id, t.addr.as_ref().ok().copied(), t.size);
         info.job = Some(job.name.clone());
         info.labels.clone_from(&job.labels);
         info.labels
@@ -351,19 +398,24 @@ impl Daemon {
         // Where each (job, target URL) resolves, first listing wins: built
         // once per reload so that `keep` is a lookup, not a scan per target.
         type Labels = std::collections::BTreeMap<String, String>;
-        fn addrs(cfg: &Config) -> HashMap<(&str, String), (SocketAddr, &Labels)> {
+        type Addr<'a> = &'a std::result::Result<SocketAddr, String>;
+        fn addrs(cfg: &Config) -> HashMap<(&str, String), (Addr<'_>, &Labels)> {
             let mut m = HashMap::new();
             for j in &cfg.jobs {
                 for t in &j.targets {
                     m.entry((j.name.as_str(), t.target.to_string()))
-                        .or_insert((t.addr, &t.labels));
+                        .or_insert((&t.addr, &t.labels));
                 }
             }
             m
         }
         let (old_addrs, new_addrs) = (addrs(&self.cfg), addrs(&new));
         for (k, (addr, _)) in &new_addrs {
-            if let Some((old, _)) = old_addrs.get(k)
+            if let (Some((Err(_), _)), Ok(addr)) = (old_addrs.get(k), addr) {
+                tracing::info!(job = %k.0, target = %k.1, "resolves now, to {addr}");
+            }
+            if let Some((Ok(old), _)) = old_addrs.get(k)
+                && let Ok(addr) = addr
                 && old != addr
             {
                 tracing::info!(job = %k.0, target = %k.1, "address changed from {old} to {addr}");
@@ -568,6 +620,7 @@ pub async fn run(
             metric_buckets: cfg.metric_buckets.clone(),
             otlp: cfg.otlp.clone(),
             metrics_auth: cfg.metrics_auth.clone(),
+            allow_empty: cfg.allow_empty,
             tx_stamps: cfg.tx_stamps,
             receive: receive.clone(),
             receive_chosen: cfg.receive_chosen,
@@ -636,6 +689,7 @@ pub async fn run(
                 loading = None;
                 let rediscovering = std::mem::take(&mut rediscovering);
                 let res = res.map_err(|e| DaemonError::Config(format!("loading the config failed: {e}"))).and_then(|r| r);
+                let res = res.and_then(|new| refuse_emptied(&d.cfg, new));
                 match res {
                     Ok(new) => {
                         if new.serve != d.cfg.serve {

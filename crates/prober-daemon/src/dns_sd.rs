@@ -88,7 +88,20 @@ pub struct Discovery {
     resolver: Mutex<Option<(Option<SocketAddr>, TokioResolver)>>,
     last_good: Mutex<HashMap<NameKey, Vec<Found>>>,
     stats: Mutex<BTreeMap<String, JobStats>>,
+    /// Target names the system resolver answered: the last address, and
+    /// how many lookups in a row have failed since.
+    names: Mutex<HashMap<(String, u16), NameState>>,
 }
+
+#[derive(Debug, Default, Clone, Copy)]
+struct NameState {
+    last: Option<SocketAddr>,
+    failures: u32,
+}
+
+/// The first retry of a target name that did not resolve; each failure in
+/// a row doubles it, up to `resolve_every`.
+pub const FIRST_RETRY: Duration = Duration::from_secs(1);
 
 impl std::fmt::Debug for Discovery {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -109,6 +122,46 @@ impl Discovery {
     /// Changes one job's counters.
     pub fn count(&self, job: &str, f: impl FnOnce(&mut JobStats)) {
         f(lock(&self.stats).entry(job.to_owned()).or_default());
+    }
+
+    /// Files the system resolver's answer for a target's `host` and
+    /// `port`, and says which address to probe and when to ask again
+    /// sooner than `every`. A name that fails after it resolved keeps its
+    /// last address (a DNS hiccup does not stop a working target); one
+    /// that never resolved stays an error (probed as down, reason
+    /// `resolve`). A failing name is asked again after [`FIRST_RETRY`],
+    /// doubling with each failure in a row, at most `every`.
+    pub fn target_name(
+        &self,
+        host: &str,
+        port: u16,
+        answer: Result<SocketAddr, String>,
+        every: Duration,
+    ) -> (Result<SocketAddr, String>, Option<Duration>) {
+        let mut names = lock(&self.names);
+        let state = names.entry((host.to_owned(), port)).or_default();
+        match answer {
+            Ok(addr) => {
+                *state = NameState {
+                    last: Some(addr),
+                    failures: 0,
+                };
+                (Ok(addr), None)
+            }
+            Err(e) => {
+                state.failures = state.failures.saturating_add(1);
+                let retry = FIRST_RETRY
+                    .saturating_mul(1 << (state.failures - 1).min(16))
+                    .min(every);
+                match state.last {
+                    Some(addr) => {
+                        tracing::warn!("{e}; probing its last address {addr} until it resolves");
+                        (Ok(addr), Some(retry))
+                    }
+                    None => (Err(e), Some(retry)),
+                }
+            }
+        }
     }
 
     /// Drops the counters of jobs no longer in the config.

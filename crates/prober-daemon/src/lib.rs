@@ -23,6 +23,6 @@ pub mod responder;
 mod stamp_metrics;
 mod status;
 
-pub use daemon::{Control, DaemonOptions, check, run};
+pub use daemon::{Checked, Control, DaemonOptions, check, run};
 pub use error::DaemonError;
 pub use responder::{ResponderOptions, Responders};

@@ -24,13 +24,13 @@ pub enum ResolveError {
     #[error("cannot resolve host {0:?}: not a valid host name")]
     Invalid(String),
     /// The resolver failed.
-    #[error("cannot resolve host {host:?}: {source}")]
+    #[error("cannot resolve host {host:?}: {reason}")]
     Lookup {
         /// The host.
         host: String,
-        /// The resolver's error.
-        #[source]
-        source: std::io::Error,
+        /// The resolver's reason, once (the I/O error getaddrinfo's
+        /// failure comes in says it again as its own source).
+        reason: String,
     },
     /// The resolver answered with no address.
     #[error("cannot resolve host {0:?}: no addresses")]
@@ -59,9 +59,9 @@ pub async fn resolve(target: &Target, family: Family) -> Result<SocketAddr, Reso
         }
         tokio::net::lookup_host((target.host.as_str(), target.port))
             .await
-            .map_err(|source| ResolveError::Lookup {
+            .map_err(|e| ResolveError::Lookup {
                 host: target.host.clone(),
-                source,
+                reason: lookup_reason(&e),
             })?
             .collect()
     };
@@ -78,6 +78,15 @@ pub async fn resolve(target: &Target, family: Family) -> Result<SocketAddr, Reso
             family: if family == Family::V4 { "IPv4" } else { "IPv6" },
         }),
     }
+}
+
+/// getaddrinfo's reason without the wrapper tokio puts around it
+/// ("failed to lookup address information: Name or service not known").
+fn lookup_reason(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    text.strip_prefix("failed to lookup address information: ")
+        .unwrap_or(&text)
+        .to_owned()
 }
 
 /// RFC 1123 host name syntax (letters, digits, hyphens; labels of 1..=63;

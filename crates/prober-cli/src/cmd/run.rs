@@ -509,33 +509,61 @@ pub(crate) async fn run(args: RunArgs, cpu_latency: Option<Duration>) -> anyhow:
     } else {
         (None, targets)
     };
+    // As fping does, a name that does not resolve is reported and the
+    // other targets are probed; it is in the results as a target whose
+    // every slot failed with `resolve`. With no target left, the run stops.
     let mut addrs = Vec::with_capacity(targets.len());
+    let mut unresolved = Vec::new();
     for t in &targets {
         // A name that takes long to resolve must not hold a Ctrl-C back:
         // nothing was measured yet, so the run ends there with 130, and
         // `main` does not wait for the resolver's thread.
         let addr = tokio::select! {
             biased;
-            addr = resolve(t, family) => addr?,
+            addr = resolve(t, family) => addr,
             () = stop.cancelled() => {
                 eprintln!("prober: stopped while resolving {t}");
                 return Ok(ExitCode::from(130));
             }
         };
-        if let Err(e) = env.marks.check_family(addr) {
-            bail!("--source {e}, the address of {t}");
+        match addr {
+            Ok(addr) => {
+                if let Err(e) = env.marks.check_family(addr) {
+                    bail!("--source {e}, the address of {t}");
+                }
+                addrs.push(Ok(addr));
+            }
+            Err(e) => {
+                unresolved.push(e.to_string());
+                addrs.push(Err(e));
+            }
         }
-        addrs.push(addr);
+    }
+    if addrs.iter().all(Result::is_err)
+        && let Some(Err(e)) = addrs.pop()
+    {
+        return Err(e.into());
+    }
+    for e in &unresolved {
+        eprintln!("prober: {e}; probing the other targets");
     }
     // Build every probe before any runs, so a bad target stops the run
     // before the first probe. The self-test goes on without ICMP where the
     // kernel refuses an ICMP socket.
     let mut built = Vec::with_capacity(targets.len());
-    for (t, addr) in targets.iter().zip(&addrs) {
+    for (t, addr) in targets.iter().zip(addrs) {
         let size = t.size(args.size);
-        let spec = t.spec(*addr, size, cfg.timeout);
+        let addr = match addr {
+            Ok(addr) => addr,
+            Err(e) => {
+                let probe = prober_core::runnable(prober_core::Unresolved::new(e.to_string()));
+                built.push((t, None, size, probe));
+                continue;
+            }
+        };
+        let spec = t.spec(addr, size, cfg.timeout);
         match (t.protocol.build)(spec, &env).await {
-            Ok(probe) => built.push((t, *addr, size, probe)),
+            Ok(probe) => built.push((t, Some(addr), size, probe)),
             Err(error) if self_test && t.protocol.port.is_none() => {
                 tracing::warn!("skipping {t} in the self-test: {error}");
             }
@@ -604,7 +632,7 @@ pub(crate) async fn run(args: RunArgs, cpu_latency: Option<Duration>) -> anyhow:
             timer: None,
         };
         let reader = probe.launch(&mut runs, launch);
-        collector.add_target(t.info(id, addr, size), reader)?;
+        collector.add_target(t.info_at(id, addr, size), reader)?;
     }
     drop(events);
 

@@ -136,7 +136,25 @@ pub(crate) async fn serve(
     }
     if let Some(path) = args.config.clone() {
         if args.check_config {
-            println!("{}", prober_daemon::check(&path, &PROTOCOLS, &opts).await?);
+            let checked = prober_daemon::check(&path, &PROTOCOLS, &opts).await?;
+            if args.strict
+                && let Some(first) = checked.warnings.first()
+            {
+                let more = checked.warnings.len() - 1;
+                let more = if more > 0 {
+                    format!(" (and {more} more)")
+                } else {
+                    String::new()
+                };
+                anyhow::bail!(
+                    "config {} is invalid with --strict: {first}{more}",
+                    path.display()
+                );
+            }
+            for w in &checked.warnings {
+                eprintln!("prober: warning: {w} (probed as down until it resolves)");
+            }
+            println!("{}", checked.verdict);
             return Ok(ExitCode::SUCCESS);
         }
         let control = daemon_signals()?;

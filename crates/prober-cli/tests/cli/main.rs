@@ -17,6 +17,7 @@ mod limits;
 mod otlp;
 mod relay;
 mod report;
+mod resolve;
 mod run;
 mod sockperf;
 mod stamp;
