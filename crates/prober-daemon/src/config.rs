@@ -195,6 +195,10 @@ struct MetricsSection {
     native_histograms: Option<bool>,
     /// Their growth factor (1.1 by default).
     native_bucket_factor: Option<f64>,
+    /// Which histogram families are exported, and how: `off`, `classic`,
+    /// `native` or `both`, by family (`rtt`, `latency`, `send_lag`,
+    /// `ipdv`, `loss_burst`, `phases`, `parts`).
+    histograms: Option<BTreeMap<String, String>>,
     /// HTTP basic authentication for every page but `/healthz` and
     /// `/readyz`.
     basic_auth: Option<BasicAuthSection>,
@@ -304,7 +308,52 @@ impl MetricsSection {
             }
             (_, f) => Some(f.unwrap_or(prober_sinks::prometheus::NATIVE_FACTOR)),
         };
+        b.families = self.families()?;
+        if b.native_factor.is_none() {
+            b.families = b.families.without_native();
+        }
         Ok(b)
+    }
+
+    /// `histograms = { ... }` over the default families; `parts = true` is
+    /// `parts = "both"`.
+    fn families(&self) -> Result<prober_sinks::prometheus::Families> {
+        use prober_sinks::prometheus::HistMode;
+        let mut f = prober_sinks::prometheus::Families::default();
+        if self.parts {
+            f.parts = HistMode::Both;
+        }
+        for (family, mode) in self.histograms.iter().flatten() {
+            let key = format!("metrics.histograms.{family}");
+            let Some(m) = HistMode::parse(mode) else {
+                bail!(
+                    "{key}: {:?} is not one of {}",
+                    prober_core::quote::short(mode),
+                    HistMode::NAMES.join(", ")
+                );
+            };
+            let slot = match family.as_str() {
+                "rtt" => &mut f.rtt,
+                "latency" => &mut f.latency,
+                "send_lag" => &mut f.send_lag,
+                "ipdv" => &mut f.ipdv,
+                "loss_burst" => &mut f.loss_burst,
+                "phases" => &mut f.phases,
+                "parts" if self.parts => {
+                    bail!("{key}: give parts here or metrics.parts = true, not both")
+                }
+                "parts" => &mut f.parts,
+                _ => bail!(
+                    "metrics.histograms: no family {:?} (rtt, latency, send_lag, ipdv, loss_burst, phases, parts)",
+                    prober_core::quote::short(family)
+                ),
+            };
+            if family == "loss_burst" && m.native() {
+                bail!("{key}: \"off\" or \"classic\" (its buckets count probes, not seconds)");
+            }
+            *slot = m;
+        }
+        Ok(f)
     }
 }
 
@@ -1387,6 +1436,48 @@ mod tests {
         let e = err("[[job]]\nname = \"a\"\nmax_targets = 0\ntargets = [\"udp://127.0.0.1:1\"]\n")
             .await;
         assert!(e.contains("max_targets: must be at least 1"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn histogram_families_are_chosen_in_metrics() {
+        use prober_sinks::prometheus::{Families, HistMode};
+        let job = "[[job]]\nname = \"a\"\ntargets = [\"udp://127.0.0.1:1\"]\n";
+        let c = p(job).await.unwrap();
+        assert_eq!(c.metric_buckets.families, Families::default());
+        let c = p(&format!(
+            "[metrics]\nhistograms = {{ latency = \"both\", rtt = \"native\", loss_burst = \"classic\" }}\n{job}"
+        ))
+        .await
+        .unwrap();
+        let f = c.metric_buckets.families;
+        assert_eq!(
+            (f.latency, f.rtt, f.loss_burst, f.send_lag),
+            (
+                HistMode::Both,
+                HistMode::Native,
+                HistMode::Classic,
+                HistMode::Native
+            )
+        );
+        let c = p(&format!("[metrics]\nnative_histograms = false\n{job}"))
+            .await
+            .unwrap();
+        assert_eq!(c.metric_buckets.families.latency, HistMode::Classic);
+        for (text, want) in [
+            (
+                "histograms = { rtt = \"some\" }",
+                "metrics.histograms.rtt: \"some\" is not one of off, classic, native, both",
+            ),
+            (
+                "histograms = { rtts = \"off\" }",
+                "metrics.histograms: no family \"rtts\"",
+            ),
+            ("histograms = { loss_burst = \"native\" }", "count probes"),
+            ("parts = true\nhistograms = { parts = \"off\" }", "not both"),
+        ] {
+            let e = err(&format!("[metrics]\n{text}\n{job}")).await;
+            assert!(e.contains(want), "{text}: {e}");
+        }
     }
 
     /// One name that does not resolve (or is not a name at all) is a

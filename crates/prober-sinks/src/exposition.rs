@@ -457,6 +457,11 @@ impl Writer {
         }
     }
 
+    /// The format being written.
+    pub(crate) fn format(&self) -> Format {
+        self.format
+    }
+
     /// Starts a family (ending the one before).
     pub(crate) fn family(&mut self, name: &'static str, help: &str, kind: Kind) {
         self.end_family();
@@ -606,12 +611,15 @@ impl Writer {
             Format::Protobuf => {
                 self.body.clear();
                 let bounds = d.bounds.iter().copied().chain([f64::INFINITY]);
-                classic_body(
-                    &mut self.body,
-                    d.sum,
-                    d.count,
-                    bounds.zip(d.classic().iter().copied()),
-                );
+                // A native-only histogram has no classic buckets to send:
+                // its +Inf bucket would make Prometheus keep a classic one.
+                let native_only = d.bounds.is_empty() && d.schema.is_some();
+                let classic =
+                    d.classic()
+                        .iter()
+                        .copied()
+                        .take(if native_only { 0 } else { usize::MAX });
+                classic_body(&mut self.body, d.sum, d.count, bounds.zip(classic));
                 if let Some(schema) = d.schema {
                     self.native_body(d, schema);
                 }

@@ -55,6 +55,138 @@ pub struct Buckets {
     /// schemas at or under it is used: 1.1 gives 2^(1/8) = 1.0905, so a
     /// quantile is known to within 9 %); `None`: classic buckets only.
     pub native_factor: Option<f64>,
+    /// Which histogram families are exported, and with which buckets.
+    pub families: Families,
+}
+
+/// How one histogram family is exported. A native histogram is one series
+/// (and reaches only scrapers that ask for protobuf); classic buckets are
+/// a series each, plus `_sum` and `_count`, in every format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HistMode {
+    /// Not kept, not exported.
+    Off,
+    /// Classic buckets only, in every format.
+    Classic,
+    /// Native buckets only: in protobuf scrapes, absent from the text ones.
+    Native,
+    /// Both: native for protobuf scrapes, classic for everyone else.
+    Both,
+}
+
+impl HistMode {
+    /// The config's names, in the order of the variants.
+    pub const NAMES: [&'static str; 4] = ["off", "classic", "native", "both"];
+
+    /// The mode named `name` (one of [`HistMode::NAMES`]).
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "off" => Some(Self::Off),
+            "classic" => Some(Self::Classic),
+            "native" => Some(Self::Native),
+            "both" => Some(Self::Both),
+            _ => None,
+        }
+    }
+
+    /// Keeps classic buckets.
+    pub fn classic(self) -> bool {
+        matches!(self, Self::Classic | Self::Both)
+    }
+
+    /// Keeps native buckets.
+    pub fn native(self) -> bool {
+        matches!(self, Self::Native | Self::Both)
+    }
+
+    /// Exported in some format.
+    pub fn on(self) -> bool {
+        self != Self::Off
+    }
+
+    /// In a scrape of `format`: classic buckets go everywhere, native ones
+    /// only in protobuf.
+    fn exported_in(self, format: Format) -> bool {
+        self.classic() || (self.native() && format == Format::Protobuf)
+    }
+
+    /// Without native buckets (`native_histograms = false`): what was
+    /// native becomes classic.
+    #[must_use]
+    pub fn without_native(self) -> Self {
+        match self {
+            Self::Off => Self::Off,
+            _ => Self::Classic,
+        }
+    }
+}
+
+/// The histogram families of every target and how each is exported. The
+/// default keeps a target within a Prometheus operator's series budget:
+/// RTT with both kinds of buckets (a text scrape gets one classic
+/// histogram), latency, send lag and HTTP phases native only, the rest off
+/// (docs/config.md, "Series per target").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Families {
+    /// `prober_rtt_seconds`.
+    pub rtt: HistMode,
+    /// `prober_latency_seconds`.
+    pub latency: HistMode,
+    /// `prober_send_lag_seconds`.
+    pub send_lag: HistMode,
+    /// `prober_ipdv_seconds`.
+    pub ipdv: HistMode,
+    /// `prober_loss_burst_length`: classic or off (its buckets count
+    /// probes, not seconds).
+    pub loss_burst: HistMode,
+    /// `prober_phase_duration_seconds` (HTTP's phases).
+    pub phases: HistMode,
+    /// `prober_rtt_part_seconds` (the parts of the split).
+    pub parts: HistMode,
+}
+
+impl Default for Families {
+    fn default() -> Self {
+        Self {
+            rtt: HistMode::Both,
+            latency: HistMode::Native,
+            send_lag: HistMode::Native,
+            ipdv: HistMode::Off,
+            loss_burst: HistMode::Off,
+            phases: HistMode::Native,
+            parts: HistMode::Off,
+        }
+    }
+}
+
+impl Families {
+    /// Every family on, with both kinds of buckets (the loss bursts'
+    /// classic ones).
+    pub fn everything() -> Self {
+        Self {
+            rtt: HistMode::Both,
+            latency: HistMode::Both,
+            send_lag: HistMode::Both,
+            ipdv: HistMode::Both,
+            loss_burst: HistMode::Classic,
+            phases: HistMode::Both,
+            parts: HistMode::Both,
+        }
+    }
+
+    /// Without native buckets: every family that is on keeps classic ones.
+    #[must_use]
+    pub fn without_native(self) -> Self {
+        Self {
+            rtt: self.rtt.without_native(),
+            latency: self.latency.without_native(),
+            send_lag: self.send_lag.without_native(),
+            ipdv: self.ipdv.without_native(),
+            loss_burst: self.loss_burst.without_native(),
+            phases: self.phases.without_native(),
+            parts: self.parts.without_native(),
+        }
+    }
 }
 
 /// The native buckets' default growth factor, as client_golang's.
@@ -65,16 +197,30 @@ impl Default for Buckets {
         Self {
             classic: RTT_BUCKETS.into(),
             native_factor: Some(NATIVE_FACTOR),
+            families: Families::default(),
         }
     }
 }
 
 impl Buckets {
-    fn histogram(&self) -> Histogram {
+    /// A histogram of a family exported as `mode`; `None` when it is off.
+    fn histogram(&self, mode: HistMode) -> Option<Histogram> {
         // Values are durations, never below zero; the native zero bucket is
         // zero-wide, which keeps the smallest ones in their own buckets.
-        Histogram::new(&self.classic, self.native_factor)
+        let classic: Arc<[f64]> = if mode.classic() {
+            Arc::clone(&self.classic)
+        } else {
+            NO_BOUNDS.with(Arc::clone)
+        };
+        let native = self.native_factor.filter(|_| mode.native());
+        mode.on().then(|| Histogram::new(&classic, native))
     }
+}
+
+thread_local! {
+    /// The bounds of a native-only histogram: none (shared, so the writer
+    /// formats them once).
+    static NO_BOUNDS: Arc<[f64]> = Arc::from(Vec::new());
 }
 
 /// Label names every series has; job labels may not reuse them, nor the
@@ -109,11 +255,13 @@ struct Exported {
     /// One lock for all of a target's histograms: a sample observes in
     /// up to ten of them.
     hists: Arc<Mutex<Hists>>,
+    /// How each family is exported.
+    families: Families,
 }
 
 /// A target's histograms.
 struct Hists {
-    rtt: Histogram,
+    rtt: Option<Histogram>,
     /// One histogram per part ([`prober_core::Parts::ALL_NAMES`]: the six
     /// and the responder's turnaround), made when the part is first known
     /// (only with [`PrometheusSink::with_parts`]).
@@ -122,11 +270,11 @@ struct Hists {
     /// when the phase is first known.
     phases: [Option<Histogram>; 6],
     /// |IPDV| between consecutive answered probes.
-    ipdv: Histogram,
+    ipdv: Option<Histogram>,
     /// Reply minus scheduled send (the coordinated-omission view).
-    latency: Histogram,
+    latency: Option<Histogram>,
     /// Actual send minus scheduled send, of every probe sent.
-    send_lag: Histogram,
+    send_lag: Option<Histogram>,
 }
 
 struct Series {
@@ -212,7 +360,6 @@ pub fn series_labels(info: &prober_core::TargetInfo) -> Vec<(String, String)> {
 #[derive(Clone, Default)]
 pub struct PrometheusSink {
     state: Arc<Mutex<State>>,
-    parts: bool,
     buckets: Buckets,
     /// The size of the last scrape, to reserve as much for the next.
     last_size: Arc<AtomicUsize>,
@@ -237,7 +384,9 @@ impl PrometheusSink {
     /// multiplies the series per target (an ICMP target has three parts).
     #[must_use]
     pub fn with_parts(mut self, on: bool) -> Self {
-        self.parts = on;
+        if on {
+            self.buckets.families.parts = HistMode::Both;
+        }
         self
     }
 
@@ -245,7 +394,11 @@ impl PrometheusSink {
     /// and native buckets of factor [`NATIVE_FACTOR`]).
     #[must_use]
     pub fn with_buckets(mut self, buckets: Buckets) -> Self {
+        let parts = self.buckets.families.parts;
         self.buckets = buckets;
+        if parts.on() && !self.buckets.families.parts.on() {
+            self.buckets.families.parts = parts;
+        }
         self
     }
 
@@ -279,6 +432,7 @@ impl PrometheusSink {
         let mut state = lock(&self.state);
         let origin = state.origin;
         let info = &t.info;
+        let f = self.buckets.families;
         let series = Series {
             m: Exported {
                 labels: Arc::new(SeriesLabels::new(series_labels(info))),
@@ -287,13 +441,14 @@ impl PrometheusSink {
                 bursts: t.stats.seq.bursts,
                 jitter: None,
                 hists: Arc::new(Mutex::new(Hists {
-                    rtt: self.buckets.histogram(),
+                    rtt: self.buckets.histogram(f.rtt),
                     parts: Default::default(),
                     phases: Default::default(),
-                    ipdv: self.buckets.histogram(),
-                    latency: self.buckets.histogram(),
-                    send_lag: self.buckets.histogram(),
+                    ipdv: self.buckets.histogram(f.ipdv),
+                    latency: self.buckets.histogram(f.latency),
+                    send_lag: self.buckets.histogram(f.send_lag),
                 })),
+                families: f,
             },
             recent: std::collections::VecDeque::with_capacity(RECENT),
             last_error: None,
@@ -369,12 +524,16 @@ impl Sink for PrometheusSink {
                 m.jitter = Some(seq.ipdv.rfc3550);
             }
             let mut h = m.hists.lock().unwrap_or_else(PoisonError::into_inner);
-            for d in &seq.last_ipdvs {
-                h.ipdv.observe(d.unsigned_abs() as f64 / 1e9);
+            if let Some(ipdv) = &mut h.ipdv {
+                for d in &seq.last_ipdvs {
+                    ipdv.observe(d.unsigned_abs() as f64 / 1e9);
+                }
             }
-            h.send_lag.observe(s.send_lag().as_secs_f64());
-            if let Some(lat) = s.latency() {
-                h.latency.observe(lat.as_secs_f64());
+            if let Some(lag) = &mut h.send_lag {
+                lag.observe(s.send_lag().as_secs_f64());
+            }
+            if let (Some(lat), Some(h)) = (s.latency(), &mut h.latency) {
+                h.observe(lat.as_secs_f64());
             }
             if series.recent.len() == RECENT {
                 series.recent.pop_front();
@@ -392,12 +551,13 @@ impl Sink for PrometheusSink {
             series.minute.push(ended, rtt_us);
             series.hour.push(ended, rtt_us);
             if let Outcome::Ok(r) = &s.outcome {
-                h.rtt.observe(r.rtt().as_secs_f64());
-                observe_each(&self.buckets, &mut h.phases, r.app.phases.0);
-                let parts = r.parts().list_all();
-                if self.parts {
-                    observe_each(&self.buckets, &mut h.parts, parts);
+                if let Some(rtt) = &mut h.rtt {
+                    rtt.observe(r.rtt().as_secs_f64());
                 }
+                let f = self.buckets.families;
+                observe_each(&self.buckets, f.phases, &mut h.phases, r.app.phases.0);
+                let parts = r.parts().list_all();
+                observe_each(&self.buckets, f.parts, &mut h.parts, parts);
                 drop(h);
                 series.last_parts = parts;
             }
@@ -566,7 +726,12 @@ impl std::fmt::Write for TextFormat {
 }
 
 /// A histogram family's name, help text and which of a series' it is.
-type HistogramDef = (&'static str, &'static str, fn(&Hists) -> &Histogram);
+type HistogramDef = (
+    &'static str,
+    &'static str,
+    HistMode,
+    fn(&Hists) -> Option<&Histogram>,
+);
 
 /// A counter's name (without `_total`), help text and how to read it.
 type CounterDef<T> = (&'static str, &'static str, fn(&T) -> u64);
@@ -574,58 +739,75 @@ type CounterDef<T> = (&'static str, &'static str, fn(&T) -> u64);
 /// Every target's families: the counters, the phases, the four duration
 /// histograms, loss and jitter, the parts.
 fn encode_targets(w: &mut Writer, series: &[Exported]) {
+    // Every target of a sink shares its families' modes.
+    let Some(f) = series.first().map(|s| s.families) else {
+        return;
+    };
     encode_counts(w, series);
-    encode_by_label(
-        w,
-        series,
-        (
-            "prober_phase_duration_seconds",
-            "Phases of answered application requests: resolve, connect, tls, write, first_byte, body (as blackbox_exporter's probe_http_duration_seconds)",
-            "phase",
-        ),
-        &prober_core::Phases::NAMES,
-        |s| &s.phases,
-    );
+    if f.phases.exported_in(w.format()) {
+        encode_by_label(
+            w,
+            series,
+            (
+                "prober_phase_duration_seconds",
+                "Phases of answered application requests: resolve, connect, tls, write, first_byte, body (as blackbox_exporter's probe_http_duration_seconds)",
+                "phase",
+            ),
+            &prober_core::Phases::NAMES,
+            |s| &s.phases,
+        );
+    }
     let views: [HistogramDef; 4] = [
         (
             "prober_rtt_seconds",
             "Round-trip time of answered probes",
-            |s| &s.rtt,
+            f.rtt,
+            |s| s.rtt.as_ref(),
         ),
         (
             "prober_latency_seconds",
             "Reply minus scheduled send of answered probes: the RTT plus any send lag, the coordinated-omission view",
-            |s| &s.latency,
+            f.latency,
+            |s| s.latency.as_ref(),
         ),
         (
             "prober_send_lag_seconds",
             "Actual send minus scheduled send of every probe sent",
-            |s| &s.send_lag,
+            f.send_lag,
+            |s| s.send_lag.as_ref(),
         ),
         (
             "prober_ipdv_seconds",
             "Absolute delay variation between the RTTs of consecutive answered probes (RFC 3393 IPDV); _sum / _count is the mean |IPDV|",
-            |s| &s.ipdv,
+            f.ipdv,
+            |s| s.ipdv.as_ref(),
         ),
     ];
-    for (name, help, pick) in views {
+    for (name, help, mode, pick) in views {
+        if !mode.exported_in(w.format()) {
+            continue;
+        }
         w.family(name, help, Kind::Histogram);
         for s in series {
-            w.histogram(&s.labels, None, pick(&lock_hists(s)));
+            if let Some(h) = pick(&lock_hists(s)) {
+                w.histogram(&s.labels, None, h);
+            }
         }
     }
-    encode_sequence(w, series);
-    encode_by_label(
-        w,
-        series,
-        (
-            "prober_rtt_part_seconds",
-            "Parts of the round trip of answered probes: client_send, network, responder_wake, responder_dwell, responder_send, client_wake, and responder_turnaround where a responder reports only that (docs/timestamps.md)",
-            "part",
-        ),
-        &prober_core::Parts::ALL_NAMES,
-        |s| &s.parts,
-    );
+    encode_sequence(w, series, f.loss_burst.on());
+    if f.parts.exported_in(w.format()) {
+        encode_by_label(
+            w,
+            series,
+            (
+                "prober_rtt_part_seconds",
+                "Parts of the round trip of answered probes: client_send, network, responder_wake, responder_dwell, responder_send, client_wake, and responder_turnaround where a responder reports only that (docs/timestamps.md)",
+                "part",
+            ),
+            &prober_core::Parts::ALL_NAMES,
+            |s| &s.parts,
+        );
+    }
 }
 
 /// A family with a series for each target whose anomaly counts `get` a
@@ -726,7 +908,13 @@ fn encode_counts(w: &mut Writer, series: &[Exported]) {
             |a| a.reconnects,
         ),
     ];
-    encode_counter_defs(w, &extra, &anomalies);
+    // A healthy target costs no series for these: each is exported for a
+    // target once it has counted something (docs/config.md).
+    for (name, help, get) in extra {
+        encode_known(w, (name, help, Kind::Counter), &anomalies, |a| {
+            Some(get(a)).filter(|n| *n > 0).map(Value::U64)
+        });
+    }
     if anomalies.iter().any(|(_, a)| a.direction.is_some()) {
         w.family(
             "prober_lost",
@@ -767,7 +955,15 @@ fn encode_counts(w: &mut Writer, series: &[Exported]) {
 }
 
 /// Loss bursts and RFC 3550 jitter (prober_core::sequence), per target.
-fn encode_sequence(w: &mut Writer, series: &[Exported]) {
+fn encode_sequence(w: &mut Writer, series: &[Exported], bursts: bool) {
+    if bursts {
+        encode_bursts(w, series);
+    }
+    encode_outage_and_jitter(w, series);
+}
+
+/// `prober_loss_burst_length`, classic buckets of probe counts.
+fn encode_bursts(w: &mut Writer, series: &[Exported]) {
     w.family(
         "prober_loss_burst_length",
         "Runs of consecutive lost probes (timeouts and errors) that ended, by length in probes; _count is the number of bursts, _sum the probes lost in them",
@@ -788,6 +984,10 @@ fn encode_sequence(w: &mut Writer, series: &[Exported]) {
         }
         w.classic(&s.labels, None, (b.lost as f64, b.count), &buckets);
     }
+}
+
+/// Scheduled time lost to outages, and RFC 3550 jitter.
+fn encode_outage_and_jitter(w: &mut Writer, series: &[Exported]) {
     w.family(
         "prober_loss_outage_seconds",
         "Scheduled time from the first probe of each ended loss burst to the next answered probe, added up",
@@ -817,13 +1017,20 @@ fn lock_hists(s: &Exported) -> std::sync::MutexGuard<'_, Hists> {
 /// Observes each known value (ns) in its histogram, made on first use.
 fn observe_each(
     buckets: &Buckets,
+    mode: HistMode,
     slots: &mut [Option<Histogram>],
     values: impl IntoIterator<Item = Option<u64>>,
 ) {
+    if !mode.on() {
+        return;
+    }
     for (slot, v) in slots.iter_mut().zip(values) {
-        if let Some(ns) = v {
-            slot.get_or_insert_with(|| buckets.histogram())
-                .observe(ns as f64 / 1e9);
+        let Some(ns) = v else { continue };
+        if slot.is_none() {
+            *slot = buckets.histogram(mode);
+        }
+        if let Some(h) = slot {
+            h.observe(ns as f64 / 1e9);
         }
     }
 }
@@ -1047,12 +1254,84 @@ mod tests {
         out
     }
 
+    /// Series one target costs, counted as Prometheus counts them: in a
+    /// text scrape every line; in a protobuf scrape a native histogram is
+    /// one series, a classic one a series per bucket plus `_sum` and
+    /// `_count`.
+    fn series_per_target(sink: &PrometheusSink) -> (usize, usize) {
+        let text = scraped(sink, Format::Text);
+        let text = text
+            .lines()
+            .filter(|l| !l.starts_with('#') && l.contains("target=\"udp://h:1\""))
+            .count();
+        let proto = families(sink)
+            .iter()
+            .flat_map(|f| &f.metric)
+            .map(|m| match &m.histogram {
+                Some(h) if !h.positive_span.is_empty() || h.schema != 0 => 1,
+                Some(h) => h.bucket.len() + 2,
+                None => 1,
+            })
+            .sum();
+        (text, proto)
+    }
+
+    /// The series budget (docs/config.md, "Series per target"): at most 12
+    /// a target in protobuf with native histograms and 40 in text by
+    /// default; every family on costs what the table there says.
+    fn all_families() -> Buckets {
+        Buckets {
+            families: Families::everything(),
+            ..Buckets::default()
+        }
+    }
+
+    #[test]
+    fn a_target_stays_within_the_series_budget_by_default() {
+        let run = |buckets: Buckets| {
+            let sink = PrometheusSink::new().with_buckets(buckets);
+            let info = TargetInfo::new(7, "udp://h:1", "udp", "h:1", Some(64));
+            let (mut c, reader) = collecting(sink, info);
+            let now = Instant::now();
+            for us in [30, 300, 300, 3000, 40, 50] {
+                c.event(Event::Sample(sample(Outcome::Ok(reply(
+                    now,
+                    us,
+                    Default::default(),
+                )))))
+                .unwrap();
+            }
+            series_per_target(&reader)
+        };
+        let (text, proto) = run(Buckets::default());
+        assert!(text <= 40, "text: {text} series");
+        assert!(proto <= 12, "protobuf: {proto} series");
+        // RTT's classic histogram (20 bounds, +Inf, _sum, _count) and the
+        // five counters (the jitter gauge comes with consecutive answers,
+        // which these samples are not); latency and send lag are native.
+        assert_eq!((text, proto), (28, 8));
+        let all = Buckets {
+            families: Families::everything(),
+            ..Buckets::default()
+        };
+        let (text, proto) = run(all);
+        assert_eq!((text, proto), (115, 27), "every family on");
+        // Without native buckets every family that is on is classic.
+        let classic = Buckets {
+            native_factor: None,
+            families: Families::default().without_native(),
+            ..Buckets::default()
+        };
+        assert_eq!(run(classic), (74, 74), "native_histograms = false");
+    }
+
     #[test]
     fn native_buckets_reach_protobuf_scrapes_with_classic_ones_beside_them() {
         for native in [true, false] {
             let buckets = Buckets {
                 classic: [0.001, 0.01].as_slice().into(),
                 native_factor: native.then_some(NATIVE_FACTOR),
+                families: Families::default(),
             };
             let sink = PrometheusSink::new().with_buckets(buckets);
             let info = TargetInfo::new(7, "udp://h:1", "udp", "h:1", Some(64));
@@ -1141,7 +1420,7 @@ mod tests {
     #[test]
     fn renders_loss_bursts_and_delay_variation() {
         let info = TargetInfo::new(7, "udp://h:1", "udp", "h:1", Some(64));
-        let (mut c, reader) = collecting(PrometheusSink::new(), info);
+        let (mut c, reader) = collecting(PrometheusSink::new().with_buckets(all_families()), info);
         let now = Instant::now();
         // ok 100 µs, ok 300 µs, lost, lost, ok, lost, ok: bursts of 2 and
         // 1; one IPDV pair (+200 µs).
@@ -1167,12 +1446,18 @@ mod tests {
             format!("prober_jitter_seconds{{{l}}} 0.0000125"),
             format!("prober_latency_seconds_count{{{l}}} 4"),
             format!("prober_send_lag_seconds_count{{{l}}} 7"),
-            format!("prober_replies_reordered_total{{{l}}} 0"),
-            format!("prober_replies_corrupt_total{{{l}}} 0"),
-            format!("prober_reconnects_total{{{l}}} 0"),
             format!("prober_rtt_seconds_bucket{{le=\"0.000005\",{l}}} 0"),
         ] {
             assert!(text.contains(&want), "{want} missing from\n{text}");
+        }
+        // Counters of replies that matched no probe cost a series only once
+        // they count something.
+        for absent in [
+            "prober_replies_reordered",
+            "prober_replies_corrupt",
+            "prober_reconnects",
+        ] {
+            assert!(!text.contains(absent), "{absent} in\n{text}");
         }
     }
 }

@@ -328,16 +328,37 @@ fn metrics_agree_with_the_files_and_pass_promtool() {
     assert_eq!(http_get(&d.metrics, "/healthz").trim_end(), "ok");
     assert_eq!(http_get(&d.metrics, "/readyz").trim_end(), "ready");
     assert!(text.contains("prober_build_info{version=\""), "{text}");
+    // The series budget (docs/config.md): text scrapes get one classic
+    // histogram, RTT's; latency and send lag go native to protobuf
+    // scrapes only, loss bursts are off.
     for family in [
         "prober_latency_seconds",
         "prober_send_lag_seconds",
         "prober_loss_burst_length",
     ] {
         assert!(
-            text.contains(&format!("# TYPE {family} histogram")),
+            !text.contains(&format!("# TYPE {family} histogram")),
             "{family}"
         );
     }
+    let proto = Command::new("curl")
+        .args([
+            "-sf",
+            "-H",
+            "Accept: application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited",
+            &format!("http://{}/metrics", d.metrics),
+        ])
+        .output()
+        .unwrap();
+    assert!(proto.status.success());
+    let has = |name: &str| {
+        proto
+            .stdout
+            .windows(name.len())
+            .any(|w| w == name.as_bytes())
+    };
+    assert!(has("prober_latency_seconds") && has("prober_send_lag_seconds"));
+    assert!(!has("prober_loss_burst_length"));
     if let Ok(out) = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
