@@ -16,6 +16,9 @@
 #   FLEET=1 BUCKETS="[10.0]" bash ...      # fleet, with one classic bucket (what
 #                                         # Prometheus keeps of a histogram that
 #                                         # has native buckets)
+#   HISTOGRAMS='{ latency = "both", ipdv = "both" }' bash ...   # [metrics] histograms
+#                                         # (docs/config.md, "Series per target");
+#                                         # ALL=1: every family on, with both buckets
 #   FLEET=1 bash benches/scale/run.sh     # the fleet features on: targets from a
 #                                         # file_sd file (watched), native and
 #                                         # per-part histograms, /metrics scraped
@@ -52,6 +55,9 @@ groups = [{"targets": urls[i:i + 250], "labels": {"rack": f"r{i // 250}"}}
 json.dump(groups, open(f"{work}/fleet.json", "w"))
 PY
 mport=$((20000 + RANDOM % 20000))
+if [ -n "${ALL:-}" ]; then
+  HISTOGRAMS='{ rtt = "both", latency = "both", send_lag = "both", ipdv = "both", loss_burst = "classic", phases = "both" }'
+fi
 if [ -n "${FLEET:-}" ]; then
   cat > "$work/prober.toml" <<TOML
 [metrics]
@@ -59,6 +65,7 @@ listen = "127.0.0.1:$mport"
 parts = true
 native_histograms = true
 ${BUCKETS:+buckets = $BUCKETS}
+${HISTOGRAMS:+histograms = $HISTOGRAMS}
 
 [[job]]
 name = "scale"
@@ -72,6 +79,7 @@ else
 [metrics]
 listen = "127.0.0.1:$mport"
 native_histograms = false
+${HISTOGRAMS:+histograms = $HISTOGRAMS}
 
 [[job]]
 name = "scale"
@@ -124,6 +132,11 @@ while [ "$(date +%s)" -lt "$end" ]; do
   sleep 5
 done
 status_s=$(curl -s -o "$work/status.html" -w '%{time_total}' "http://127.0.0.1:$mport/")
+# Series per target as a text scrape has them (every line a series); the
+# protobuf count, where a native histogram is one series, is the unit test
+# a_target_stays_within_the_series_budget_by_default.
+text_s=$(curl -s -o "$work/text.out" -w '%{time_total}' "http://127.0.0.1:$mport/metrics")
+series=$(grep -v '^#' "$work/text.out" | grep -c 'target=' || true)
 t1=$(ticks); s1=$(date +%s.%N); u1=$(usage); echo "cpu ticks at start: $split0; at end: $(split) (clock ticks, $clk/s)"
 hwm=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
 if [ -n "${FLEET:-}" ]; then
@@ -133,6 +146,7 @@ else
 fi
 echo "scrapes            $(grep -c . "$work/scrapes") every 5 s, slowest $(grep -v fail "$work/scrapes" | sort -g | tail -1) s, failed $(grep -c fail "$work/scrapes" || true); last $(stat -c %s "$work/scrape.out") bytes"
 echo "status page        ${status_s} s, $(stat -c %s "$work/status.html") bytes"
+echo "text scrape        ${text_s} s, $(stat -c %s "$work/text.out") bytes, $series series, $((series / N)) per target"
 kill -TERM "$pid"
 wait "$pid" || true
 pid=

@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, Config, Job, JobTarget};
 use crate::error::DaemonError;
-use crate::metrics::{ReloadGauges, serve_metrics};
+use crate::metrics::{ReloadGauges, serve_metrics_apart};
 use crate::responder::{self, ResponderOptions};
 
 /// How often sinks are ticked: buffers flushed, due hlog intervals written.
@@ -582,9 +582,16 @@ pub async fn run(
     };
     gauges.register(&mut prom, &opts.version);
     gauges.loaded(None);
+    let refused = prometheus_client::metrics::counter::Counter::default();
+    prom.register(
+        "prober_scrapes_refused",
+        "Scrapes and status pages answered 503 because others were being rendered (a scrape storm); probing goes on",
+        refused.clone(),
+    );
     let scrape = Arc::new(crate::metrics::Scrape {
         sink: sinks.metrics.clone(),
         registry: prom,
+        refused,
     });
     if let Some(addr) = opts.metrics.or(cfg.metrics) {
         let listener = tokio::net::TcpListener::bind(addr)
@@ -594,7 +601,10 @@ pub async fn run(
             .local_addr()
             .map_err(|e| DaemonError::io("reading the metrics address", e))?;
         listening("metrics", bound);
-        listeners.tasks.spawn(serve_metrics(
+        let listener = listener
+            .into_std()
+            .map_err(|e| DaemonError::io("handing the metrics listener to its thread", e))?;
+        listeners.tasks.spawn(serve_metrics_apart(
             listener,
             scrape,
             status,

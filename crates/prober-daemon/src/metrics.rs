@@ -105,6 +105,46 @@ impl Expected {
 pub(crate) struct Scrape {
     pub(crate) sink: prober_sinks::prometheus::PrometheusSink,
     pub(crate) registry: Registry,
+    /// Scrapes and status pages refused with 503 while [`RENDERS`] were
+    /// under way (`prober_scrapes_refused_total`).
+    pub(crate) refused: prometheus_client::metrics::counter::Counter,
+}
+
+/// Scrapes and status pages rendered at once, at most. An excess request
+/// gets 503 at once instead of queueing CPU work: 50 clients scraping in
+/// a loop must not take the CPU the probes run on (two: Prometheus servers
+/// usually come in HA pairs).
+pub(crate) const RENDERS: usize = 2;
+
+/// Runs [`serve_metrics`] on a thread and runtime of its own, so that
+/// accepting, parsing and answering requests (and a scrape storm) never
+/// take the runtime thread that sends and receives the probes; renders run
+/// on that runtime's blocking pool. Ends when the server does.
+pub(crate) async fn serve_metrics_apart(
+    listener: std::net::TcpListener,
+    scrape: Arc<Scrape>,
+    status: crate::status::StatusPage,
+    auth: Option<crate::config::MetricsAuth>,
+    stop: CancellationToken,
+) -> std::io::Result<()> {
+    let (done, ended) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("prober-http".to_owned())
+        .spawn(move || {
+            let res = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .and_then(|rt| {
+                    rt.block_on(async move {
+                        let listener = TcpListener::from_std(listener)?;
+                        serve_metrics(listener, scrape, status, auth, stop).await
+                    })
+                });
+            let _ = done.send(res);
+        })?;
+    ended
+        .await
+        .unwrap_or_else(|_| Err(std::io::Error::other("the metrics thread ended")))
 }
 
 /// Serves `/metrics`, the status page and the health checks on `listener`
@@ -118,14 +158,40 @@ pub(crate) async fn serve_metrics(
     stop: CancellationToken,
 ) -> std::io::Result<()> {
     use axum::http::StatusCode;
-    use axum::http::header::CONTENT_TYPE;
+    use axum::http::header::{CONTENT_TYPE, RETRY_AFTER};
+    use axum::response::IntoResponse as _;
+    let renders = Arc::new(tokio::sync::Semaphore::new(RENDERS));
+    let refused = scrape.refused.clone();
+    let busy = move || {
+        refused.inc();
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [
+                (CONTENT_TYPE, "text/plain; charset=utf-8"),
+                (RETRY_AFTER, "1"),
+            ],
+            "too many scrapes under way: try again\n",
+        )
+            .into_response()
+    };
+    let (busy_page, page_renders) = (busy.clone(), Arc::clone(&renders));
     // Both are rendered on the blocking pool: at 10,000 targets a scrape
     // takes 0.2-0.9 s of CPU, and the runtime thread that would otherwise
     // do it is the one that receives the probes' replies.
-    let status_page = axum::routing::get(move || {
+    let status_page = axum::routing::get(move |uri: axum::http::Uri| {
         let status = status.clone();
+        let (busy, renders) = (busy_page.clone(), Arc::clone(&page_renders));
         async move {
-            match tokio::task::spawn_blocking(move || status.render()).await {
+            let Ok(permit) = renders.try_acquire_owned() else {
+                return busy();
+            };
+            let view = crate::status::View::from_query(uri.query());
+            let rendered = tokio::task::spawn_blocking(move || {
+                let _permit = permit;
+                status.render(&view)
+            })
+            .await;
+            match rendered {
                 Ok(page) => (
                     StatusCode::OK,
                     [(CONTENT_TYPE, "text/html; charset=utf-8")],
@@ -137,6 +203,7 @@ pub(crate) async fn serve_metrics(
                     "rendering the status page failed\n".to_owned(),
                 ),
             }
+            .into_response()
         }
     });
     let app = axum::Router::new()
@@ -150,8 +217,13 @@ pub(crate) async fn serve_metrics(
                         .and_then(|v| v.to_str().ok()),
                 );
                 let scrape = Arc::clone(&scrape);
+                let (busy, renders) = (busy.clone(), Arc::clone(&renders));
                 async move {
+                    let Ok(permit) = renders.try_acquire_owned() else {
+                        return busy();
+                    };
                     let res = tokio::task::spawn_blocking(move || {
+                        let _permit = permit;
                         prober_sinks::prometheus::scrape(format, &scrape.sink, &scrape.registry)
                     })
                     .await;
@@ -167,6 +239,7 @@ pub(crate) async fn serve_metrics(
                             b"encoding the metrics failed\n".to_vec(),
                         ),
                     }
+                    .into_response()
                 }
             }),
         )

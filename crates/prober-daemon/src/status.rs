@@ -13,6 +13,83 @@ use std::sync::Arc;
 use prober_sinks::prometheus::{PrometheusSink, RECENT, StatusRow};
 use prober_sinks::window::WindowStats;
 
+/// Rows on one page: at 10,000 targets the whole table was 9 MB, which a
+/// browser reloading it every 5 s (and the daemon rendering it) should not
+/// have to carry; the worst rows come first, so page 1 is what a person
+/// looks for, and `?target=TEXT` finds any other.
+pub(crate) const PAGE_ROWS: usize = 200;
+
+/// Which rows a request asks for: `?page=N` (from 1) and `?target=TEXT`
+/// (targets whose URL contains it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct View {
+    pub(crate) page: usize,
+    pub(crate) target: Option<String>,
+}
+
+impl View {
+    /// From a query string: unknown keys and bad numbers are ignored (a
+    /// page a person typed should still show something).
+    pub(crate) fn from_query(query: Option<&str>) -> Self {
+        let mut v = Self::default();
+        for pair in query.unwrap_or("").split('&') {
+            let (k, val) = pair.split_once('=').unwrap_or((pair, ""));
+            let val = percent_decode(val);
+            match k {
+                "page" => v.page = val.parse::<usize>().unwrap_or(1).saturating_sub(1),
+                "target" if !val.is_empty() => v.target = Some(val),
+                _ => {}
+            }
+        }
+        v
+    }
+
+    fn query(&self, page: usize) -> String {
+        let mut q = format!("?page={}", page + 1);
+        if let Some(t) = &self.target {
+            q.push_str("&amp;target=");
+            q.push_str(&esc(&percent_encode(t)));
+        }
+        q
+    }
+}
+
+/// `%XX` and `+` of a query value.
+fn percent_decode(v: &str) -> String {
+    let b = v.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = b
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (b[i], hex) {
+            (b'+', _) => out.push(b' '),
+            (b'%', Some(x)) => {
+                out.push(x);
+                i += 2;
+            }
+            (c, _) => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A query value with everything but unreserved characters escaped.
+fn percent_encode(v: &str) -> String {
+    v.bytes()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || b"-._~".contains(&c) {
+                (c as char).to_string()
+            } else {
+                format!("%{c:02X}")
+            }
+        })
+        .collect()
+}
+
 /// What the page shows besides the rows.
 #[derive(Debug, Clone)]
 pub(crate) struct StatusPage {
@@ -140,7 +217,7 @@ fn state(r: &StatusRow) -> &'static str {
 }
 
 impl StatusPage {
-    pub(crate) fn render(&self) -> String {
+    pub(crate) fn render(&self, view: &View) -> String {
         // The worst first: down, then losing, then fine; by labels within.
         let mut rows = self.sink.status();
         rows.sort_by_key(|r| match state(r) {
@@ -150,6 +227,22 @@ impl StatusPage {
         });
         let count = |s: &str| rows.iter().filter(|r| state(r) == s).count();
         let (down, loss) = (count("down"), count("loss"));
+        let total = rows.len();
+        if let Some(t) = &view.target {
+            rows.retain(|r| {
+                r.labels
+                    .iter()
+                    .any(|(k, v)| k == "target" && v.contains(t.as_str()))
+            });
+        }
+        let pages = rows.len().div_ceil(PAGE_ROWS).max(1);
+        let page = view.page.min(pages - 1);
+        let shown = rows.len();
+        let rows: Vec<StatusRow> = rows
+            .into_iter()
+            .skip(page * PAGE_ROWS)
+            .take(PAGE_ROWS)
+            .collect();
         let mut h = String::with_capacity(4096 + rows.len() * 1500);
         let _ = write!(
             h,
@@ -185,12 +278,13 @@ li.bad {{ color: #a00; }}
 <p class="summary">{n} targets: <b>{down}</b> down, <b>{loss}</b> losing probes, {ok} fine (state over each target's last {recent} probes). prober {version}; <a href="/metrics">metrics</a>. With JavaScript on, this page reloads every 5 s.</p>
 "#,
             host = esc(&self.host),
-            n = rows.len(),
-            ok = rows.len() - down - loss,
+            n = total,
+            ok = total - down - loss,
             recent = RECENT,
             version = esc(&self.version),
         );
         self.daemon_state(&mut h);
+        self.pager(&mut h, view, (page, pages, shown));
         h.push_str(
             r#"<table>
 <thead><tr><th rowspan="2">state</th><th rowspan="2">probe</th><th rowspan="2">target</th><th rowspan="2">labels</th><th rowspan="2">sent</th><th rowspan="2">last probes</th><th colspan="2" class="group">last minute</th><th colspan="2" class="group">last hour</th><th rowspan="2">last round trip, by part</th><th rowspan="2">last error</th></tr>
@@ -238,8 +332,40 @@ li.bad {{ color: #a00; }}
                 err = r.last_error.as_deref().map(esc).unwrap_or_default(),
             );
         }
-        h.push_str("</tbody></table>\n</body></html>\n");
+        h.push_str("</tbody></table>\n");
+        if pages > 1 {
+            self.pager(&mut h, view, (page, pages, shown));
+        }
+        h.push_str("</body></html>\n");
         h
+    }
+
+    /// Where this page is among the others, and a search by target.
+    fn pager(&self, h: &mut String, view: &View, (page, pages, shown): (usize, usize, usize)) {
+        let first = page * PAGE_ROWS;
+        let last = (first + PAGE_ROWS).min(shown);
+        let _ = write!(
+            h,
+            r#"<form class="pager" method="get" action="/"><p>rows {} to {last} of {shown}{}, worst first; page {} of {pages}"#,
+            if shown == 0 { 0 } else { first + 1 },
+            view.target
+                .as_deref()
+                .map(|t| format!(" whose target contains <code>{}</code>", esc(t)))
+                .unwrap_or_default(),
+            page + 1,
+        );
+        if page > 0 {
+            let _ = write!(h, r#" · <a href="/{}">previous</a>"#, view.query(page - 1));
+        }
+        if page + 1 < pages {
+            let _ = write!(h, r#" · <a href="/{}">next</a>"#, view.query(page + 1));
+        }
+        let _ = write!(
+            h,
+            r#" · <label>target contains <input name="target" value="{}" size="24"></label> <button>find</button></p></form>
+"#,
+            esc(view.target.as_deref().unwrap_or(""))
+        );
     }
 
     /// The config's last (re)load, and each job's DNS discovery.
@@ -295,6 +421,15 @@ mod tests {
     }
 
     #[test]
+    fn a_view_is_read_from_the_query() {
+        assert_eq!(View::from_query(None), View::default());
+        let v = View::from_query(Some("page=3&target=udp%3A%2F%2Fa+b&x=1"));
+        assert_eq!((v.page, v.target.as_deref()), (2, Some("udp://a b")));
+        assert_eq!(View::from_query(Some("page=zero")).page, 0);
+        assert_eq!(v.query(0), "?page=1&amp;target=udp%3A%2F%2Fa%20b");
+    }
+
+    #[test]
     fn an_empty_daemon_has_a_page() {
         let page = StatusPage {
             sink: PrometheusSink::new(),
@@ -303,7 +438,7 @@ mod tests {
             discovery: Arc::default(),
             reload: LastReload::default(),
         }
-        .render();
+        .render(&View::default());
         assert!(page.contains("prober on h&lt;1&gt;"), "{page}");
         assert!(page.contains("0 targets"), "{page}");
     }
