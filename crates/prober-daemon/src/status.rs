@@ -360,10 +360,9 @@ li.bad {{ color: #a00; }}
         if page + 1 < pages {
             let _ = write!(h, r#" · <a href="/{}">next</a>"#, view.query(page + 1));
         }
-        let _ = write!(
+        let _ = writeln!(
             h,
-            r#" · <label>target contains <input name="target" value="{}" size="24"></label> <button>find</button></p></form>
-"#,
+            r#" · <label>target contains <input name="target" value="{}" size="24"></label> <button>find</button></p></form>"#,
             esc(view.target.as_deref().unwrap_or(""))
         );
     }
