@@ -23,11 +23,12 @@
 #                                         # file_sd file (watched), native and
 #                                         # per-part histograms, /metrics scraped
 #                                         # in protobuf; without FLEET: a
-#                                         # targets_file, classic buckets only,
-#                                         # scraped in text
+#                                         # targets_file, the default histogram
+#                                         # families, scraped in text
 #
-# Both scrape /metrics every 5 s (as Prometheus would) and report the
-# slowest answer; the status page is fetched once at the end.
+# Both scrape /metrics and fetch the status page every 5 s (as Prometheus
+# and a person at a browser would) and report the slowest answers;
+# SCRAPE=0 does neither, to compare the send lag without them.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 N=${N:-10000}
@@ -78,7 +79,6 @@ else
   cat > "$work/prober.toml" <<TOML
 [metrics]
 listen = "127.0.0.1:$mport"
-native_histograms = false
 ${HISTOGRAMS:+histograms = $HISTOGRAMS}
 
 [[job]]
@@ -124,11 +124,14 @@ t0=$(ticks); s0=$(date +%s.%N); split0=$(split); u0=$(usage)
 # Scrapes every 5 s; the slowest and the size of the last.
 end=$(( $(date +%s) + D ))
 : > "$work/scrapes"
+: > "$work/pages"
 while [ "$(date +%s)" -lt "$end" ]; do
   # SCRAPE=0: no scrapes, to see what they cost the probes.
   if [ "${SCRAPE:-1}" = 0 ]; then sleep 1; continue; fi
   curl -s -o "$work/scrape.out" -H "Accept: $accept" -w '%{time_total}\n' \
     "http://127.0.0.1:$mport/metrics" >> "$work/scrapes" || echo fail >> "$work/scrapes"
+  curl -s -o "$work/status.html" -w '%{time_total}\n' \
+    "http://127.0.0.1:$mport/" >> "$work/pages" || echo fail >> "$work/pages"
   sleep 5
 done
 status_s=$(curl -s -o "$work/status.html" -w '%{time_total}' "http://127.0.0.1:$mport/")
@@ -142,10 +145,10 @@ hwm=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
 if [ -n "${FLEET:-}" ]; then
   echo "features           fleet: file_sd, native and per-part histograms, protobuf scrapes"
 else
-  echo "features           baseline: targets_file, classic buckets, text scrapes"
+  echo "features           baseline: targets_file, default histogram families, text scrapes"
 fi
 echo "scrapes            $(grep -c . "$work/scrapes") every 5 s, slowest $(grep -v fail "$work/scrapes" | sort -g | tail -1) s, failed $(grep -c fail "$work/scrapes" || true); last $(stat -c %s "$work/scrape.out") bytes"
-echo "status page        ${status_s} s, $(stat -c %s "$work/status.html") bytes"
+echo "status page        ${status_s} s at the end, $(stat -c %s "$work/status.html") bytes; every 5 s: slowest $(sort -g "$work/pages" 2>/dev/null | tail -1) s"
 echo "text scrape        ${text_s} s, $(stat -c %s "$work/text.out") bytes, $series series, $((series / N)) per target"
 kill -TERM "$pid"
 wait "$pid" || true

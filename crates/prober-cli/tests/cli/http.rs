@@ -631,10 +631,6 @@ ca = "{ca}"
     let want = |text: &str| {
         let line = |all: &[&str]| text.lines().any(|l| all.iter().all(|w| l.contains(w)));
         line(&[
-            "prober_phase_duration_seconds_count",
-            "status/404",
-            "first_byte",
-        ]) && line(&[
             "prober_probe_errors_total",
             "\"strict\"",
             "reason=\"status\"",
@@ -670,6 +666,23 @@ ca = "{ca}"
     assert!(
         expiry > now,
         "rcgen's default certificate is valid for years: {expiry}"
+    );
+    // The phases are native histograms by default (docs/config.md, "Series
+    // per target"): in a protobuf scrape, not in the text one.
+    assert!(!text.contains("prober_phase_duration_seconds"), "{text}");
+    let proto = std::process::Command::new("curl")
+        .args([
+            "-sf",
+            "-H",
+            "Accept: application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited",
+            &format!("http://{}/metrics", d.metrics),
+        ])
+        .output()
+        .unwrap();
+    let has = |w: &str| proto.stdout.windows(w.len()).any(|x| x == w.as_bytes());
+    assert!(
+        has("prober_phase_duration_seconds") && has("first_byte") && has("status/404"),
+        "the phases in protobuf"
     );
     let (code, err) = d.stop();
     assert_eq!(code, Some(0), "{err}");
