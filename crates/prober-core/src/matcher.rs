@@ -16,8 +16,14 @@ use tokio::sync::oneshot;
 use crate::WARMUP_SEQ_BASE;
 
 /// How many finished sequence numbers are remembered for late and duplicate
-/// detection. Replies for older ones are counted as unknown.
+/// detection, at most. Replies for older ones are counted as unknown.
 pub const HISTORY: usize = 65_536;
+
+/// How long a finished sequence number is remembered, at most: a reply
+/// later than this after its probe timed out is counted as unknown, not
+/// late. With [`HISTORY`] alone a daemon's target at 1 Hz remembered its
+/// seqs for 18 hours, and its memory grew for all of them.
+pub const HORIZON: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Counts of replies that did not complete a probe, and of reconnects.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -123,6 +129,156 @@ enum Finished {
     Expired,
 }
 
+impl Finished {
+    fn code(self) -> u8 {
+        match self {
+            Self::Answered => 1,
+            Self::Expired => 2,
+        }
+    }
+
+    fn from_code(code: u8) -> Option<Self> {
+        match code {
+            1 => Some(Self::Answered),
+            2 => Some(Self::Expired),
+            _ => None,
+        }
+    }
+}
+
+/// Finished sequence numbers (answered or expired), for late and duplicate
+/// detection: a byte a seq in a ring indexed by seq, since a run's seqs are
+/// dense and rise; forgotten after [`HISTORY`] seqs or once older than the
+/// horizon, whichever comes first. Seqs outside the ring (warm-up's, or
+/// one that finished after the ring moved past it) go in a small map.
+/// A map of every seq cost about 50 bytes a seq.
+#[derive(Debug)]
+struct History {
+    /// The seq of `states[0]`.
+    base: u64,
+    /// 0: not finished; else [`Finished::code`].
+    states: VecDeque<u8>,
+    /// (where the ring ended, when), a mark every eighth of the horizon:
+    /// the seqs below a mark older than the horizon are forgotten.
+    marks: VecDeque<(u64, std::time::Instant)>,
+    horizon: std::time::Duration,
+    /// Seqs far from the ring, and the order they came in.
+    apart: SeqMap<Finished>,
+    apart_order: VecDeque<u64>,
+}
+
+/// Seqs kept apart from the ring, at most.
+const APART: usize = 1024;
+
+impl History {
+    fn new(horizon: std::time::Duration) -> Self {
+        Self {
+            base: 0,
+            states: VecDeque::new(),
+            marks: VecDeque::new(),
+            horizon,
+            apart: SeqMap::default(),
+            apart_order: VecDeque::new(),
+        }
+    }
+
+    /// Where `seq` sits in the ring, if it does.
+    fn index(&self, seq: u64) -> Option<usize> {
+        let i = usize::try_from(seq.checked_sub(self.base)?).ok()?;
+        (i < self.states.len()).then_some(i)
+    }
+
+    fn get(&self, seq: u64) -> Option<Finished> {
+        match self.index(seq) {
+            Some(i) => Finished::from_code(self.states[i]),
+            None => self.apart.get(&seq).copied(),
+        }
+    }
+
+    /// Changes a finished seq's state (a late reply answers it).
+    fn set(&mut self, seq: u64, how: Finished) {
+        match self.index(seq) {
+            Some(i) => self.states[i] = how.code(),
+            None => {
+                if let Some(v) = self.apart.get_mut(&seq) {
+                    *v = how;
+                }
+            }
+        }
+    }
+
+    /// `seq` is registered again: not finished.
+    fn forget(&mut self, seq: u64) {
+        match self.index(seq) {
+            Some(i) => self.states[i] = 0,
+            None => {
+                self.apart.remove(&seq);
+            }
+        }
+    }
+
+    /// Notes `seq` finished `how` at `now`.
+    fn finish(&mut self, seq: u64, how: Finished, now: std::time::Instant) {
+        if self.states.is_empty() && self.marks.is_empty() {
+            self.base = seq;
+        }
+        let end = self.base + self.states.len() as u64;
+        // Within the ring, or close enough above it to extend it.
+        let fits = seq >= self.base && seq - self.base < 2 * HISTORY as u64;
+        if fits {
+            if seq >= end {
+                let grow = usize::try_from(seq - end + 1).unwrap_or(usize::MAX);
+                self.states.extend(std::iter::repeat_n(0, grow));
+            }
+            let i = usize::try_from(seq - self.base).unwrap_or(usize::MAX);
+            self.states[i] = how.code();
+        } else if self.apart.insert(seq, how).is_none() {
+            self.apart_order.push_back(seq);
+            if self.apart_order.len() > APART
+                && let Some(old) = self.apart_order.pop_front()
+            {
+                self.apart.remove(&old);
+            }
+        }
+        self.trim(now);
+    }
+
+    fn trim(&mut self, now: std::time::Instant) {
+        while self.states.len() > HISTORY {
+            self.states.pop_front();
+            self.base += 1;
+        }
+        let end = self.base + self.states.len() as u64;
+        let step = self.horizon / 8;
+        if self
+            .marks
+            .back()
+            .is_none_or(|(_, t)| now.saturating_duration_since(*t) >= step)
+        {
+            self.marks.push_back((end, now));
+        }
+        // Everything below the newest mark older than the horizon finished
+        // (or was registered) before it: forget it.
+        while let Some(&(upto, t)) = self.marks.front() {
+            if now.saturating_duration_since(t) < self.horizon {
+                break;
+            }
+            self.marks.pop_front();
+            while self.base < upto && !self.states.is_empty() {
+                self.states.pop_front();
+                self.base += 1;
+            }
+        }
+        // A ring emptied by the horizon starts again at the next seq.
+        if self.states.is_empty() {
+            self.base = end;
+        }
+        if self.states.capacity() > 4 * self.states.len().max(64) {
+            self.states.shrink_to(2 * self.states.len());
+        }
+    }
+}
+
 /// Hashes sequence numbers with one multiplication (Fibonacci hashing). The
 /// keys are our own sequence numbers (or target ids), so there is nothing to
 /// defend against, and SipHash was a visible share of the per-probe
@@ -161,22 +317,14 @@ pub type IdMap<V> = HashMap<usize, V, BuildHasherDefault<SeqHasher>>;
 #[derive(Debug)]
 struct Inner<T> {
     pending: SeqMap<oneshot::Sender<T>>,
-    finished: SeqMap<Finished>,
-    order: VecDeque<u64>,
+    finished: History,
     highest: Option<u64>,
     counts: Anomalies,
 }
 
 impl<T> Inner<T> {
     fn finish(&mut self, seq: u64, how: Finished) {
-        if self.finished.insert(seq, how).is_none() {
-            self.order.push_back(seq);
-            if self.order.len() > HISTORY
-                && let Some(old) = self.order.pop_front()
-            {
-                self.finished.remove(&old);
-            }
-        }
+        self.finished.finish(seq, how, std::time::Instant::now());
     }
 
     fn note_order(&mut self, seq: u64) {
@@ -201,8 +349,7 @@ impl<T> Default for Matcher<T> {
         Self {
             inner: Mutex::new(Inner {
                 pending: SeqMap::default(),
-                finished: SeqMap::default(),
-                order: VecDeque::new(),
+                finished: History::new(HORIZON),
                 highest: None,
                 counts: Anomalies::default(),
             }),
@@ -226,7 +373,7 @@ impl<T: Send + 'static> Matcher<T> {
     pub fn register(self: &Arc<Self>, seq: u64) -> Waiter<T> {
         let (tx, rx) = oneshot::channel();
         let mut inner = self.lock();
-        inner.finished.remove(&seq);
+        inner.finished.forget(seq);
         inner.pending.insert(seq, tx);
         drop(inner);
         Waiter {
@@ -247,7 +394,7 @@ impl<T: Send + 'static> Matcher<T> {
             let _ = tx.send(value);
             return Delivery::Matched;
         }
-        match inner.finished.get(&seq).copied() {
+        match inner.finished.get(seq) {
             Some(Finished::Answered) => {
                 inner.counts.duplicate += 1;
                 Delivery::Duplicate
@@ -255,7 +402,7 @@ impl<T: Send + 'static> Matcher<T> {
             Some(Finished::Expired) => {
                 inner.note_order(seq);
                 inner.counts.late += 1;
-                inner.finished.insert(seq, Finished::Answered);
+                inner.finished.set(seq, Finished::Answered);
                 Delivery::Late
             }
             None => {
@@ -551,6 +698,43 @@ mod tests {
             (1, 1, 2)
         );
         assert_eq!(set.inner.lock().unwrap().live.len(), 2);
+    }
+
+    /// A finished seq is forgotten once it is older than the horizon, so a
+    /// daemon's target at 1 Hz keeps a minute of seqs, not 65,536; seqs
+    /// far from the ring (warm-up's) are kept apart, and a late reply is
+    /// still told from a duplicate within the horizon.
+    #[test]
+    fn history_forgets_what_is_older_than_the_horizon() {
+        let t0 = std::time::Instant::now();
+        let s = std::time::Duration::from_secs;
+        let mut h = History::new(s(60));
+        for seq in 0..600u64 {
+            // One a second for ten minutes, every third expired.
+            let how = if seq % 3 == 0 {
+                Finished::Expired
+            } else {
+                Finished::Answered
+            };
+            h.finish(seq, how, t0 + s(seq));
+        }
+        assert!(h.states.len() <= 68, "{} seqs kept", h.states.len());
+        assert!(h.marks.len() <= 9, "{} marks", h.marks.len());
+        assert_eq!(h.get(598), Some(Finished::Answered));
+        assert_eq!(h.get(597), Some(Finished::Expired));
+        assert_eq!(h.get(100), None, "forgotten");
+        // Warm-up's seqs sit apart, as does a seq the ring moved past.
+        h.finish(WARMUP_SEQ_BASE + 1, Finished::Expired, t0 + s(600));
+        h.finish(3, Finished::Expired, t0 + s(600));
+        assert_eq!(h.get(WARMUP_SEQ_BASE + 1), Some(Finished::Expired));
+        assert_eq!(h.get(3), Some(Finished::Expired));
+        h.set(3, Finished::Answered);
+        assert_eq!(h.get(3), Some(Finished::Answered));
+        h.forget(598);
+        assert_eq!(h.get(598), None);
+        // A gap of seqs that never finished stays unknown.
+        h.finish(640, Finished::Answered, t0 + s(601));
+        assert_eq!((h.get(620), h.get(640)), (None, Some(Finished::Answered)));
     }
 
     #[test]
