@@ -6,6 +6,9 @@
 # lines. Loopback only. Run as root (raw ICMP sockets) from the repo root:
 #
 #   bash benches/scale/run.sh            # or: N=2000 D=20 bash benches/scale/run.sh
+#   N=1000 INTERVAL=100ms D=300 SINK=none bash ...  # a soak: memory as seqs pile up
+#   FPING=1 bash benches/scale/run.sh     # and fping's CPU per probe for the same
+#                                         # probes, as a reference (the ratio)
 #   PROBER_ARGS="--threads 4" bash benches/scale/run.sh   # more runtime threads
 #   PROBER=/tmp/prober-old bash benches/scale/run.sh      # another build (A/B)
 #   RECEIVE=async bash benches/scale/run.sh   # [receive] mode = "async" (adaptive is
@@ -70,7 +73,7 @@ ${HISTOGRAMS:+histograms = $HISTOGRAMS}
 
 [[job]]
 name = "scale"
-interval = "1s"
+interval = "${INTERVAL:-1s}"
 timeout = "1s"
 file_sd = ["fleet.json"]
 TOML
@@ -83,7 +86,7 @@ ${HISTOGRAMS:+histograms = $HISTOGRAMS}
 
 [[job]]
 name = "scale"
-interval = "1s"
+interval = "${INTERVAL:-1s}"
 timeout = "1s"
 targets_file = "targets.txt"
 TOML
@@ -158,6 +161,32 @@ if [ -n "$cg" ]; then
     printf "cpu (cgroup)       %.4f cores (every ns the daemon ran; the line below is sampled on ticks)\n", (u1 - u0) / 1e6 / (s1 - s0) }'
   rmdir "$cg" 2>/dev/null || true
   cg=
+fi
+
+# The reference: fping sending the same ICMP probes to the same addresses
+# at the same rate (FPING=1; FPING_COUNT rounds, default 10), as a process
+# of its own after the daemon's run; CPU per probe of each, and the ratio.
+if [ -n "${FPING:-}" ] && command -v fping >/dev/null; then
+  count=${FPING_COUNT:-10}
+  # fping's -p is the period per target (ms), -i the gap between any two
+  # sends (ms): N targets at the daemon's interval.
+  period_ms=$(python3 -c "
+import re, sys
+s = '${INTERVAL:-1s}'; m = re.fullmatch(r'([0-9.]+)(ms|s)', s)
+print(int(float(m.group(1)) * (1000 if m.group(2) == 's' else 1)))")
+  gap_ms=$(python3 -c "print(max(0.01, $period_ms / $N))")
+  sed 's|^icmp://||' "$work/targets.txt" > "$work/fping.txt"
+  fstart=$(date +%s.%N)
+  # fping exits 1 when any address went unanswered: not a failure here.
+  ftimes=$( { TIMEFORMAT='%U %S'; time { fping -q -c "$count" -p "$period_ms" -i "$gap_ms" -f "$work/fping.txt" >/dev/null 2>&1 || true; }; } 2>&1 | tail -1 )
+  fend=$(date +%s.%N)
+  if [ -n "$cg" ]; then dcores=$(awk -v u0="$u0" -v u1="$u1" -v s0="$s0" -v s1="$s1" 'BEGIN {print (u1 - u0) / 1e6 / (s1 - s0)}')
+  else dcores=$(awk -v t0="$t0" -v t1="$t1" -v s0="$s0" -v s1="$s1" -v clk="$clk" 'BEGIN {print (t1 - t0) / clk / (s1 - s0)}'); fi
+  awk -v ft="$ftimes" -v n="$N" -v c="$count" -v p="$period_ms" -v dc="$dcores" -v fs="$fstart" -v fe="$fend" 'BEGIN {
+    split(ft, a, " "); fcpu = a[1] + a[2]
+    fper = fcpu * 1e6 / (n * c); dper = dc * 1e6 / (n * 1000 / p)
+    printf "fping reference    %d probes (-c %d -p %d) in %.1f s wall, %.2f s CPU: %.2f µs a probe\n", n * c, c, p, fe - fs, fcpu, fper
+    printf "daemon             %.2f µs CPU a probe; daemon / fping = %.2f\n", dper, dper / fper }'
 fi
 
 if [ "${SINK:-jsonl}" != jsonl ]; then

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A scrape storm: the daemon probes 3 loopback targets (udp, tcp, icmp) at
-# 20 ms while C clients (default 50) fetch /metrics in a loop for D seconds
-# (default 20), one in ten the status page. Prints the daemon's send lag
+# 20 ms while C clients (default 50, threads of one Python process, each on
+# a kept connection) fetch /metrics in a loop for D seconds (default 20),
+# one in ten the status page. Prints the daemon's send lag
 # p50/p99/max and missed slots from its own JSON lines, with and without the
 # storm (alternating, R rounds each, default 2), and what the clients got.
 # Loopback only; every loop is bounded by time. Run as root from the repo
@@ -20,7 +21,6 @@ work=$(mktemp -d /tmp/prober-storm.XXXXXX)
 pid=
 cleanup() {
   if [ -n "$pid" ]; then kill -TERM "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true; fi
-  pkill -f prober-storm-client 2>/dev/null || true
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -46,19 +46,41 @@ TOML
   pid=$!
   sleep 1
   local end=$(( $(date +%s) + D ))
+  local clients=()
   if [ "$storm" = 1 ]; then
-    for i in $(seq 1 "$C"); do
-      path=/metrics
-      [ $((i % 10)) = 0 ] && path=/
-      # bash -c with a marker in its arguments, so cleanup finds the loops.
-      bash -c 'end=$1; url=$2; while [ "$(date +%s)" -lt "$end" ]; do
-                 curl -s -o /dev/null -w "%{http_code}\n" --max-time 5 "$url" || echo 000
-               done' prober-storm-client "$end" "http://127.0.0.1:$mport$path" "$work" \
-        >> "$dir/codes.$i" &
-    done
+    # One process of C threads, each a keep-alive connection scraping in a
+    # loop (as scrapers do; a curl process per scrape spent most of the
+    # two CPUs on process start-up, which measured the machine, not prober).
+    python3 - "$end" "$mport" "$C" "$dir" <<'PY' &
+import http.client, sys, threading, time
+end, port, c, d = float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+def client(i):
+    path = "/" if i % 10 == 0 else "/metrics"
+    codes = {}
+    conn = None
+    while time.time() < end:
+        try:
+            if conn is None:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            conn.request("GET", path)
+            r = conn.getresponse()
+            r.read()
+            codes[r.status] = codes.get(r.status, 0) + 1
+        except Exception:
+            codes[0] = codes.get(0, 0) + 1
+            conn = None
+    with open(f"{d}/codes.{i}", "w") as f:
+        for k, v in codes.items():
+            f.write(f"{k}\n" * v)
+ts = [threading.Thread(target=client, args=(i,)) for i in range(c)]
+for t in ts: t.start()
+for t in ts: t.join()
+PY
+    clients+=($!)
   fi
   while [ "$(date +%s)" -lt "$end" ]; do sleep 1; done
-  wait $(jobs -p | grep -v "^$pid$") 2>/dev/null || true
+  # The clients end by the time they were given; the daemon is not waited for.
+  for c in "${clients[@]}"; do wait "$c" 2>/dev/null || true; done
   kill -TERM "$pid"
   wait "$pid" || true
   pid=
