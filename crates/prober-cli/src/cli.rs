@@ -157,6 +157,17 @@ fn duration(s: &str) -> Result<Duration, String> {
     prober_core::duration::parse_duration(s)
 }
 
+/// A duration as `run` takes it: with a unit, or a bare number of seconds
+/// as ping's `-i 0.2` and `-W 1` are.
+fn ping_duration(s: &str) -> Result<Duration, String> {
+    match s.trim().parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs >= 0.0 => {
+            Duration::try_from_secs_f64(secs).map_err(|_| format!("duration {s:?} is too long"))
+        }
+        _ => prober_core::duration::parse_duration(s),
+    }
+}
+
 fn positive_duration(s: &str) -> Result<Duration, String> {
     match prober_core::duration::parse_duration(s)? {
         d if d.is_zero() => Err("must be greater than zero".to_owned()),
@@ -288,16 +299,16 @@ pub(crate) struct RunArgs {
     pub(crate) targets: Vec<String>,
 
     /// Time between probes; 0 sends back to back, one in flight (closed loop).
-    /// [default: 1s, or 10ms with no target]
-    #[arg(short, long, value_parser = duration, allow_hyphen_values = true, value_name = "DURATION")]
+    /// A bare number is seconds, as ping's -i. [default: 1s, or 10ms with no target]
+    #[arg(short, long, value_parser = ping_duration, allow_hyphen_values = true, value_name = "DURATION")]
     pub(crate) interval: Option<Duration>,
 
     /// Probes per target. [default: until Ctrl-C, or 100 with no target]
     #[arg(short, long, value_parser = count)]
     pub(crate) count: Option<u64>,
 
-    /// Stop after this long.
-    #[arg(short, long, value_parser = duration, allow_hyphen_values = true, value_name = "DURATION")]
+    /// Stop after this long (a bare number is seconds).
+    #[arg(short, long, value_parser = ping_duration, allow_hyphen_values = true, value_name = "DURATION")]
     pub(crate) duration: Option<Duration>,
 
     /// Probes sent per interval (open loop) or kept in flight (closed loop).
@@ -313,9 +324,9 @@ pub(crate) struct RunArgs {
     #[arg(short, long)]
     pub(crate) size: Option<usize>,
 
-    /// IP TTL (IPv6 hop limit) of ICMP echo requests (refused for targets
-    /// that cannot set it).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=255))]
+    /// IP TTL (IPv6 hop limit) of ICMP echo requests, as ping's -t
+    /// (refused for targets that cannot set it).
+    #[arg(short = 't', long, value_parser = clap::value_parser!(u32).range(1..=255))]
     pub(crate) ttl: Option<u32>,
 
     /// The TOS byte (IPv6 traffic class) of requests, 0..=255, for icmp,
@@ -338,6 +349,15 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "IF")]
     pub(crate) interface: Option<String>,
 
+    /// ping's -I: an address is --source, anything else --interface.
+    #[arg(short = 'I', value_name = "ADDR|IF", hide = true, conflicts_with_all = ["source", "interface"])]
+    pub(crate) ping_source: Option<String>,
+
+    /// ping's -n: accepted and changes nothing (prober shows addresses,
+    /// never looks up their names).
+    #[arg(short = 'n', hide = true)]
+    pub(crate) numeric: bool,
+
     /// Firewall mark of requests (SO_MARK, decimal or 0x hex) for policy
     /// routing and nftables, for icmp, udp and tcp targets; needs
     /// CAP_NET_ADMIN.
@@ -356,8 +376,9 @@ pub(crate) struct RunArgs {
     #[arg(long, value_enum, default_value_t = IcmpSocketArg::Auto)]
     pub(crate) icmp_socket: IcmpSocketArg,
 
-    /// A probe with no reply after this long is a timeout.
-    #[arg(short = 'W', long, default_value = "1s", value_parser = duration, allow_hyphen_values = true, value_name = "DURATION")]
+    /// A probe with no reply after this long is a timeout (a bare number
+    /// is seconds, as ping's -W).
+    #[arg(short = 'W', long, default_value = "1s", value_parser = ping_duration, allow_hyphen_values = true, value_name = "DURATION")]
     pub(crate) timeout: Duration,
 
     /// Probes per target sent before measuring, not recorded.

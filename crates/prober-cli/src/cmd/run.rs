@@ -412,7 +412,17 @@ fn exit_code(summaries: &[Summary], fail_on_loss: Option<f64>) -> ExitCode {
 
 /// Runs `prober run`; `cpu_latency`: the PM QoS request `main` holds, for
 /// the settings.
-pub(crate) async fn run(args: RunArgs, cpu_latency: Option<Duration>) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(
+    mut args: RunArgs,
+    cpu_latency: Option<Duration>,
+) -> anyhow::Result<ExitCode> {
+    // ping's -I: an address to send from, or an interface to send through.
+    if let Some(given) = args.ping_source.take() {
+        match given.parse::<std::net::IpAddr>() {
+            Ok(addr) => args.source = Some(addr),
+            Err(_) => args.interface = Some(given),
+        }
+    }
     let texts = target_texts(&args)?;
     let self_test = texts.is_empty();
     let cfg = run_config(&args, self_test)?;

@@ -44,6 +44,20 @@ impl Daemon {
     /// As [`Daemon::start`], with `files` (name, text) written beside the
     /// config first; RESPONDER in them is the responder's address too.
     pub(crate) fn start_with_files(tag: &str, jobs: &str, files: &[(&str, &str)]) -> Self {
+        // A port found free can be taken by another test before the daemon
+        // binds it: then the daemon says so and exits, and it is tried
+        // again on other ports. Any other failure to start is the test's.
+        for attempt in 0..5 {
+            match Self::try_start(tag, jobs, files) {
+                Ok(d) => return d,
+                Err(err) if err.contains("in use") && attempt < 4 => {}
+                Err(err) => panic!("the daemon did not start: {err}"),
+            }
+        }
+        unreachable!("the last attempt panics")
+    }
+
+    fn try_start(tag: &str, jobs: &str, files: &[(&str, &str)]) -> Result<Self, String> {
         let dir = std::env::temp_dir().join(format!("prober-daemon-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -72,15 +86,24 @@ impl Daemon {
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         // tcp, udp, metrics listening lines, then the daemon runs.
         for _ in 0..3 {
-            let l = lines.next().expect("a listening line").unwrap();
-            assert!(l.starts_with("listening "), "{l}");
+            match lines.next() {
+                Some(Ok(l)) => assert!(l.starts_with("listening "), "{l}"),
+                _ => {
+                    let _ = child.wait();
+                    let mut err = String::new();
+                    if let Some(mut e) = child.stderr.take() {
+                        let _ = std::io::Read::read_to_string(&mut e, &mut err);
+                    }
+                    return Err(err);
+                }
+            }
         }
-        Self {
+        Ok(Self {
             child,
             dir,
             metrics,
             udp,
-        }
+        })
     }
 
     pub(crate) fn rewrite(&self, jobs: &str) {

@@ -241,3 +241,59 @@ fn a_name_that_resolves_later_starts_probing() {
     assert!(status.success(), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// ping's habits work: `-i 0.05` and `-W 1` are seconds, `-t` is the TTL,
+/// `-I` an address to send from (or an interface), `-n` changes nothing.
+#[test]
+fn ping_habits_mean_what_they_mean_to_ping() {
+    let srv = Server::start(&[]);
+    let t = format!("udp://{}", srv.udp);
+    let (code, lines, err) = run_json(&[
+        "run",
+        "-q",
+        "-o",
+        "json",
+        "-n",
+        "-c",
+        "2",
+        "-i",
+        "0.05",
+        "-W",
+        "1",
+        "-I",
+        "127.0.0.1",
+        &t,
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let meta = of_type(&lines, "meta")[0];
+    assert_eq!(meta["interval_ns"], 50_000_000, "{meta}");
+    assert_eq!(meta["timeout_ns"], 1_000_000_000, "{meta}");
+    assert_eq!(of_type(&lines, "summary")[0]["ok"], 2);
+    // -I with an interface name, and -t, on ICMP (root in CI: a raw
+    // socket; without it the kernel may refuse the ICMP socket).
+    if is_root() {
+        let (code, lines, err) = run_json(&[
+            "run",
+            "-q",
+            "-o",
+            "json",
+            "-c",
+            "1",
+            "-t",
+            "9",
+            "-I",
+            "lo",
+            "127.0.0.1",
+        ]);
+        assert_eq!(code, Some(0), "{err}");
+        assert_eq!(of_type(&lines, "summary")[0]["ok"], 1, "{lines:?}");
+    }
+    // A negative number is still refused, with the reason.
+    let out = prober().args(["run", "-i", "-1", &t]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("duration"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
