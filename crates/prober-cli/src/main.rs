@@ -24,13 +24,54 @@ fn spins(busy_poll: bool, receive: &cli::ReceiveArgs, pacing: PacingArg) -> bool
         || matches!(pacing, PacingArg::Spin | PacingArg::Hybrid)
 }
 
+/// A command line clap refused, said in one line as prober's own errors
+/// are (clap's take five: the error, a tip, the usage, a pointer to
+/// --help); help and version go out as clap writes them.
+fn usage_error(e: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        e.exit();
+    }
+    eprintln!("prober: {}", one_line(&e.render().to_string()));
+    ExitCode::from(2)
+}
+
+/// clap's rendered error as one line: the error, then its tips.
+fn one_line(rendered: &str) -> String {
+    let lines: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let first = lines
+        .first()
+        .map_or("bad arguments", |l| l.trim_start_matches("error: "));
+    let tips: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("tip: "))
+        .collect();
+    if tips.is_empty() {
+        format!("{first} (see --help)")
+    } else {
+        format!("{first} ({})", tips.join("; "))
+    }
+}
+
 fn main() -> ExitCode {
     let matches = Cli::command()
         .mut_subcommand("run", |c| {
             c.after_help(cli::run_help(&protocols::PROTOCOLS))
         })
-        .get_matches();
-    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+        .try_get_matches();
+    let cli = match matches.and_then(|m| Cli::from_arg_matches(&m)) {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(&e),
+    };
     let default_level = match &cli.command {
         // Lifecycle messages (started, config reloaded, stopping) stay with
         // --quiet; client connections are logged at debug level only.
@@ -150,5 +191,23 @@ fn main() -> ExitCode {
             eprintln!("prober: {err:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_clap_error_is_one_line_with_its_tip() {
+        let rendered = "error: unexpected argument '--strict' found\n\n  tip: a similar argument exists: '--metrics'\n\nUsage: prober serve --config <FILE>\n\nFor more information, try '--help'.\n";
+        assert_eq!(
+            super::one_line(rendered),
+            "unexpected argument '--strict' found (a similar argument exists: '--metrics')"
+        );
+        assert_eq!(
+            super::one_line(
+                "error: invalid value 'x' for '--count <COUNT>'\n\nFor more information, try '--help'.\n"
+            ),
+            "invalid value 'x' for '--count <COUNT>' (see --help)"
+        );
     }
 }

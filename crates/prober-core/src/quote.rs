@@ -32,3 +32,24 @@ mod tests {
         assert_eq!(short(&"x".repeat(50_000_000)).len(), MAX_QUOTE + 30);
     }
 }
+
+/// `n` and a noun, plural unless `n` is 1: `1 job`, `2 jobs`, `0 charts`
+/// (every noun prober counts this way takes an `s`).
+pub fn count(n: impl Into<u64>, noun: &str) -> String {
+    let n = n.into();
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+#[cfg(test)]
+mod count_tests {
+    #[test]
+    fn one_is_singular() {
+        assert_eq!(super::count(1u64, "job"), "1 job");
+        assert_eq!(super::count(0u64, "chart"), "0 charts");
+        assert_eq!(super::count(12u64, "target"), "12 targets");
+    }
+}

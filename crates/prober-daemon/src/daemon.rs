@@ -93,9 +93,10 @@ pub async fn check(
         .collect();
     Ok(Checked {
         verdict: format!(
-            "config {} is valid: {} jobs, {targets} targets",
+            "config {} is valid: {}, {}",
             path.display(),
-            cfg.jobs.len()
+            prober_core::quote::count(cfg.jobs.len() as u64, "job"),
+            prober_core::quote::count(targets as u64, "target"),
         ),
         warnings,
     })

@@ -260,8 +260,9 @@ impl HumanSink {
                 };
                 writeln!(
                     self.out,
-                    "spin      {} probes spun {per:.1} µs each on average, {} answered within the spin",
-                    sp.probes, sp.caught
+                    "spin      {} spun {per:.1} µs each on average, {} answered within the spin",
+                    prober_core::quote::count(sp.probes, "probe"),
+                    sp.caught
                 )?;
             }
             if let Some(d) = &s.forward {

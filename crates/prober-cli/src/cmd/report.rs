@@ -75,9 +75,9 @@ pub(crate) fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
                     .unwrap_or_else(|| PathBuf::from("report.html"));
                 write(&out, rendered.html.as_bytes())?;
                 eprintln!(
-                    "prober: wrote {} ({} charts, {} KiB)",
+                    "prober: wrote {} ({}, {} KiB)",
                     out.display(),
-                    rendered.charts.len(),
+                    prober_core::quote::count(rendered.charts.len() as u64, "chart"),
                     rendered.html.len() / 1024
                 );
             }
@@ -98,8 +98,8 @@ pub(crate) fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
                     }
                 }
                 eprintln!(
-                    "prober: wrote {} charts to {}",
-                    rendered.charts.len(),
+                    "prober: wrote {} to {}",
+                    prober_core::quote::count(rendered.charts.len() as u64, "chart"),
                     dir.display()
                 );
             }

@@ -11,7 +11,9 @@ fn bad_settings() {
         &["run", "--interval", "fast", t],
         "does not start with a number",
     );
-    fails(&["run", "--interval", "10", t], "no unit");
+    // A bare number is seconds, as ping's -i (resolve::ping_habits_...).
+    fails(&["run", "--interval", "10x", t], "unknown unit \"x\"");
+    fails(&["run", "--interval", "1e30", t], "too long");
     fails(&["run", "--count", "0", t], "count must be at least 1");
     fails(&["run", "--duration", "soon", t], "invalid value");
     fails(
