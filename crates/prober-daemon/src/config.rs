@@ -644,7 +644,7 @@ pub struct JobTarget {
     /// Where it resolved, or why it did not: a name that does not resolve
     /// is probed as a target whose every slot fails with `resolve`, and
     /// tried again on `resolve_every` (sooner at first, see
-    /// [`crate::dns_sd::Discovery::unresolved_retry`]).
+    /// [`crate::dns_sd::Discovery::target_name`]).
     pub addr: std::result::Result<SocketAddr, String>,
     /// Its request size, where its protocol sends a payload.
     pub size: Option<usize>,

@@ -744,19 +744,17 @@ fn encode_targets(w: &mut Writer, series: &[Exported]) {
         return;
     };
     encode_counts(w, series);
-    if f.phases.exported_in(w.format()) {
-        encode_by_label(
-            w,
-            series,
-            (
-                "prober_phase_duration_seconds",
-                "Phases of answered application requests: resolve, connect, tls, write, first_byte, body (as blackbox_exporter's probe_http_duration_seconds)",
-                "phase",
-            ),
-            &prober_core::Phases::NAMES,
-            |s| &s.phases,
-        );
-    }
+    encode_by_label(
+        w,
+        series,
+        (
+            "prober_phase_duration_seconds",
+            "Phases of answered application requests: resolve, connect, tls, write, first_byte, body (as blackbox_exporter's probe_http_duration_seconds)",
+            "phase",
+        ),
+        (f.phases, &prober_core::Phases::NAMES),
+        |s| &s.phases,
+    );
     let views: [HistogramDef; 4] = [
         (
             "prober_rtt_seconds",
@@ -795,19 +793,17 @@ fn encode_targets(w: &mut Writer, series: &[Exported]) {
         }
     }
     encode_sequence(w, series, f.loss_burst.on());
-    if f.parts.exported_in(w.format()) {
-        encode_by_label(
-            w,
-            series,
-            (
-                "prober_rtt_part_seconds",
-                "Parts of the round trip of answered probes: client_send, network, responder_wake, responder_dwell, responder_send, client_wake, and responder_turnaround where a responder reports only that (docs/timestamps.md)",
-                "part",
-            ),
-            &prober_core::Parts::ALL_NAMES,
-            |s| &s.parts,
-        );
-    }
+    encode_by_label(
+        w,
+        series,
+        (
+            "prober_rtt_part_seconds",
+            "Parts of the round trip of answered probes: client_send, network, responder_wake, responder_dwell, responder_send, client_wake, and responder_turnaround where a responder reports only that (docs/timestamps.md)",
+            "part",
+        ),
+        (f.parts, &prober_core::Parts::ALL_NAMES),
+        |s| &s.parts,
+    );
 }
 
 /// A family with a series for each target whose anomaly counts `get` a
@@ -1037,17 +1033,19 @@ fn observe_each(
 
 /// One histogram family (metric name, help, label) with a series per
 /// target and per known histogram of `pick`, labelled by its name; nothing
-/// when no target has any.
+/// when no target has any, or when the family's mode leaves it out of this
+/// format.
 fn encode_by_label(
     w: &mut Writer,
     series: &[Exported],
     (metric, help, label): (&'static str, &str, &str),
-    names: &[&str],
+    (mode, names): (HistMode, &[&str]),
     pick: fn(&Hists) -> &[Option<Histogram>],
 ) {
-    if !series
-        .iter()
-        .any(|s| pick(&lock_hists(s)).iter().any(Option::is_some))
+    if !mode.exported_in(w.format())
+        || !series
+            .iter()
+            .any(|s| pick(&lock_hists(s)).iter().any(Option::is_some))
     {
         return;
     }

@@ -122,6 +122,22 @@ impl Daemon {
         crate::support::signal(self.child.id(), "HUP");
     }
 
+    /// A scrape as Prometheus with native histograms asks for it: the
+    /// length-delimited protobuf.
+    pub(crate) fn scrape_protobuf(&self) -> Vec<u8> {
+        let out = Command::new("curl")
+            .args([
+                "-sf",
+                "-H",
+                "Accept: application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited",
+                &format!("http://{}/metrics", self.metrics),
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "a protobuf scrape");
+        out.stdout
+    }
+
     pub(crate) fn scrape(&self) -> String {
         let out = Command::new("curl")
             .args(["-sf", &format!("http://{}/metrics", self.metrics)])
@@ -364,22 +380,8 @@ fn metrics_agree_with_the_files_and_pass_promtool() {
             "{family}"
         );
     }
-    let proto = Command::new("curl")
-        .args([
-            "-sf",
-            "-H",
-            "Accept: application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited",
-            &format!("http://{}/metrics", d.metrics),
-        ])
-        .output()
-        .unwrap();
-    assert!(proto.status.success());
-    let has = |name: &str| {
-        proto
-            .stdout
-            .windows(name.len())
-            .any(|w| w == name.as_bytes())
-    };
+    let proto = d.scrape_protobuf();
+    let has = |name: &str| proto.windows(name.len()).any(|w| w == name.as_bytes());
     assert!(has("prober_latency_seconds") && has("prober_send_lag_seconds"));
     assert!(!has("prober_loss_burst_length"));
     if let Ok(out) = Command::new("promtool")

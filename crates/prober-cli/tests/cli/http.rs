@@ -670,16 +670,8 @@ ca = "{ca}"
     // The phases are native histograms by default (docs/config.md, "Series
     // per target"): in a protobuf scrape, not in the text one.
     assert!(!text.contains("prober_phase_duration_seconds"), "{text}");
-    let proto = std::process::Command::new("curl")
-        .args([
-            "-sf",
-            "-H",
-            "Accept: application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited",
-            &format!("http://{}/metrics", d.metrics),
-        ])
-        .output()
-        .unwrap();
-    let has = |w: &str| proto.stdout.windows(w.len()).any(|x| x == w.as_bytes());
+    let proto = d.scrape_protobuf();
+    let has = |w: &str| proto.windows(w.len()).any(|x| x == w.as_bytes());
     assert!(
         has("prober_phase_duration_seconds") && has("first_byte") && has("status/404"),
         "the phases in protobuf"
