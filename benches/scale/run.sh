@@ -202,10 +202,14 @@ path, n, t0, t1, s0, s1, clk, hwm, d = sys.argv[1:]
 n, clk, d = int(n), int(clk), float(d)
 cores = (int(t1) - int(t0)) / clk / (float(s1) - float(s0))
 lags, rtts, outcomes, per_target = [], [], {}, {}
+first, worst = None, (0, 0)
 with open(path) as f:
     for line in f:
         p = json.loads(line)
         lags.append(p["send_lag_ns"])
+        at = p["scheduled_unix_ns"]
+        first = at if first is None else min(first, at)
+        worst = max(worst, (p["send_lag_ns"], at))
         if p.get("rtt_ns") is not None:
             rtts.append(p["rtt_ns"])
         outcomes[p["outcome"]] = outcomes.get(p["outcome"], 0) + 1
@@ -222,7 +226,8 @@ print(f"peak RSS           {int(hwm) / 1024:.1f} MiB")
 print(f"probes             {sent} ({outcomes})")
 print(f"targets that sent  {len(per_target)}")
 print(f"missed slots       {missed}")
-print(f"send lag p50/p99/max  {q(0.5):.0f} / {q(0.99):.0f} / {lags[-1] / 1e3:.0f} µs")
+print(f"send lag p50/p99/max  {q(0.5):.0f} / {q(0.99):.0f} / {lags[-1] / 1e3:.0f} µs"
+      f" (the max {(worst[1] - first) / 1e9:.2f} s after the first slot)")
 rtts.sort()
 if rtts:
     r = lambda x: rtts[min(len(rtts) - 1, int(x * len(rtts)))] / 1e3
