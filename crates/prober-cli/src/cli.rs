@@ -168,6 +168,31 @@ fn ping_duration(s: &str) -> Result<Duration, String> {
     }
 }
 
+/// A listening address, with a hint for what people write instead: an
+/// IPv6 address without brackets, no port, a host name.
+pub(crate) fn listen_addr(s: &str) -> Result<SocketAddr, String> {
+    use std::net::{IpAddr, Ipv6Addr};
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    let split = s.rsplit_once(':').filter(|(_, p)| p.parse::<u16>().is_ok());
+    let bare = s.trim_start_matches('[').trim_end_matches(']');
+    match (bare.parse::<IpAddr>(), split) {
+        // `::1:8707` is an IPv6 address itself; the port was meant.
+        (Ok(IpAddr::V6(_)), Some((host, port))) if host.parse::<Ipv6Addr>().is_ok() => Err(
+            format!("put an IPv6 address in brackets before its port: [{host}]:{port}"),
+        ),
+        (Ok(IpAddr::V6(a)), _) => Err(format!("{s:?} has no port: give one, e.g. [{a}]:8707")),
+        (Ok(IpAddr::V4(a)), _) => Err(format!("{s:?} has no port: give one, e.g. {a}:8707")),
+        (Err(_), Some((host, port))) if !host.is_empty() => Err(format!(
+            "{host:?} is a name: listen on an address, e.g. 127.0.0.1:{port} or [::]:{port} (names are not resolved here)"
+        )),
+        _ => Err(format!(
+            "{s:?} is not an address and port (e.g. 0.0.0.0:8707 or [::1]:8707)"
+        )),
+    }
+}
+
 fn positive_duration(s: &str) -> Result<Duration, String> {
     match prober_core::duration::parse_duration(s)? {
         d if d.is_zero() => Err("must be greater than zero".to_owned()),
@@ -724,45 +749,45 @@ pub(crate) struct ServeArgs {
 
     /// Serve Prometheus metrics of the jobs on http://ADDR/metrics
     /// (overrides `[metrics] listen` in the config).
-    #[arg(long, value_name = "ADDR", requires = "config")]
+    #[arg(long, value_name = "ADDR", value_parser = listen_addr, requires = "config")]
     pub(crate) metrics: Option<SocketAddr>,
 
     /// Serve TCP on this address. [default: 0.0.0.0:8707, when no listener
     /// (--tcp, --udp, --grpc, --stamp, --http, --https, --sockperf) is given
     /// and there is no --config]
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", value_parser = listen_addr)]
     pub(crate) tcp: Option<SocketAddr>,
 
     /// Serve UDP on this address. [default: 0.0.0.0:8707, when no listener
     /// is given and there is no --config, as for --tcp]
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", value_parser = listen_addr)]
     pub(crate) udp: Option<SocketAddr>,
 
     /// Serve gRPC (Echo and grpc.health.v1) on this address. [default:
     /// 0.0.0.0:8708, when no listener is given and there is no --config, as
     /// for --tcp]
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", value_parser = listen_addr)]
     pub(crate) grpc: Option<SocketAddr>,
 
     /// Serve HTTP/1.1 and h2c on this address (GET /echo, /status/CODE,
     /// /redirect/N; docs/http.md).
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", value_parser = listen_addr)]
     pub(crate) http: Option<SocketAddr>,
 
     /// Serve HTTPS (HTTP/2 or HTTP/1.1 by ALPN) on this address, with
     /// --tls-cert and --tls-key.
-    #[arg(long, value_name = "ADDR", requires = "tls_cert")]
+    #[arg(long, value_name = "ADDR", value_parser = listen_addr, requires = "tls_cert")]
     pub(crate) https: Option<SocketAddr>,
 
     /// Run a STAMP reflector (RFC 8762/8972) on this address (the standard
     /// port is 862).
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", value_parser = listen_addr)]
     pub(crate) stamp: Option<SocketAddr>,
 
     /// Answer sockperf's clients (`sockperf ping-pong`, `under-load`,
     /// `throughput`) over UDP and TCP (`--tcp`) on this address, as
     /// `sockperf server` does (docs/sockperf.md).
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", value_parser = listen_addr)]
     pub(crate) sockperf: Option<SocketAddr>,
 
     /// STAMP authenticated mode: the HMAC key is this file's bytes.

@@ -250,3 +250,22 @@ fn spin_settings_without_adaptive_receive_are_refused() {
         fails(args, want);
     }
 }
+
+/// `serve`'s listening addresses get the hints `run`'s targets get (#42
+/// item 20): brackets for IPv6, a missing port, a name.
+#[test]
+fn serve_addresses_say_what_is_wrong() {
+    fails(
+        &["serve", "--tcp", "::1:8707"],
+        "put an IPv6 address in brackets before its port: [::1]:8707",
+    );
+    fails(
+        &["serve", "--tcp", "127.0.0.1"],
+        "has no port: give one, e.g. 127.0.0.1:8707",
+    );
+    fails(
+        &["serve", "--udp", "localhost:8707"],
+        "\"localhost\" is a name: listen on an address",
+    );
+    fails(&["serve", "--http", "[::1]"], "e.g. [::1]:8707");
+}
