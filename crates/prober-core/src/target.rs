@@ -246,6 +246,21 @@ pub fn parse_target(registry: &Registry, text: &str) -> Result<Target, TargetErr
             None => return Err(syntax("has no scheme (write scheme://host:port)".into())),
         },
     };
+    // `http//h` and `http:/h`: a scheme whose `://` was mistyped reads as
+    // a bare host with a path; say what was meant.
+    if bare {
+        for sep in ["//", ":/"] {
+            if let Some((s, after)) = text.split_once(sep)
+                && let s = s.trim_end_matches(':')
+                && registry.find(s).is_some()
+            {
+                return Err(syntax(format!(
+                    "looks like a {s}:// target with its \"://\" mistyped: write {s}://{}",
+                    after.trim_start_matches('/')
+                )));
+            }
+        }
+    }
     let (authority, path) = match rest.split_once('/') {
         Some((a, p)) => (a, p.trim_end_matches('/')),
         None => (rest, ""),
@@ -415,6 +430,11 @@ mod tests {
             ("tcp://[::1:80", "unclosed"),
             ("icmp://h:5", "take no port"),
             ("tcp://h:1/path", "has a path"),
+            (
+                "tcp//h:1",
+                "looks like a tcp:// target with its \"://\" mistyped: write tcp://h:1",
+            ),
+            ("udp:/h:1", "write udp://h:1"),
             (
                 "tcp://::1:18707",
                 "IPv6 literals go in brackets: tcp://[::1]:18707",
