@@ -212,6 +212,16 @@ fn stamp_given(args: &RunArgs) -> bool {
 /// Refuses options that no target can honour, and warns about targets that
 /// ignore an option others use.
 fn check_options(args: &RunArgs, targets: &[Target]) -> anyhow::Result<()> {
+    // Binding to an address the host does not have fails at the first
+    // probe with "Cannot assign requested address": say which it is first.
+    // All of 127.0.0.0/8 is this host's, whatever lo lists.
+    if let Some(source) = args.source {
+        let own = prober_net::resolve::own_addresses();
+        let local = source.is_unspecified() || source.is_loopback() || own.contains(&source);
+        if !own.is_empty() && !local {
+            bail!("--source {source} is not an address of this host (`ip address` lists them)");
+        }
+    }
     let check = |given: bool, flag: &str, applies: &dyn Fn(&Target) -> bool, what: &str| {
         if !given {
             return Ok(());

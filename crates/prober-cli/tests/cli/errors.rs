@@ -269,3 +269,20 @@ fn serve_addresses_say_what_is_wrong() {
     );
     fails(&["serve", "--http", "[::1]"], "e.g. [::1]:8707");
 }
+
+/// `--source` with an address this host does not have is refused at start,
+/// naming it (#42 item 21), not with every probe's "cannot assign".
+#[test]
+fn a_source_address_this_host_lacks_is_refused() {
+    fails(
+        &[
+            "run",
+            "-c",
+            "1",
+            "--source",
+            "192.0.2.77",
+            "udp://127.0.0.1:9",
+        ],
+        "--source 192.0.2.77 is not an address of this host",
+    );
+}
