@@ -1275,8 +1275,19 @@ fn toml_error(e: &toml::de::Error, text: &str) -> DaemonError {
     let more = line.chars().count() > skip + QUOTE_MAX;
     let (pre, post) = (if skip > 0 { "…" } else { "" }, if more { "…" } else { "" });
     let caret = " ".repeat(col - skip + pre.chars().count());
+    // `interval = 5`: every string a number can stand for here is a
+    // duration (a number that is a number parses as one).
+    let number = reason.starts_with("invalid type: integer")
+        || reason.starts_with("invalid type: floating point");
+    let hint = match line.split_once('=') {
+        Some((_, v)) if number && reason.ends_with("expected a string") => format!(
+            " (a duration is a string with a unit: write \"{}s\")",
+            prober_core::quote::short(v.trim())
+        ),
+        _ => String::new(),
+    };
     DaemonError::Config(format!(
-        "line {line_no}, column {}: {}\n  | {pre}{shown}{post}\n  | {caret}^",
+        "line {line_no}, column {}: {}{hint}\n  | {pre}{shown}{post}\n  | {caret}^",
         col + 1,
         prober_core::quote::cap(reason, 4 * QUOTE_MAX),
     ))
@@ -1436,6 +1447,18 @@ mod tests {
         let e = err("[[job]]\nname = \"a\"\nmax_targets = 0\ntargets = [\"udp://127.0.0.1:1\"]\n")
             .await;
         assert!(e.contains("max_targets: must be at least 1"), "{e}");
+    }
+
+    /// `interval = 5` (a TOML number where a duration string goes) gets the
+    /// hint a person needs (#42 item 18).
+    #[tokio::test]
+    async fn a_number_for_a_duration_says_to_write_it_with_a_unit() {
+        let e =
+            err("[[job]]\nname = \"a\"\ninterval = 5\ntargets = [\"udp://127.0.0.1:1\"]\n").await;
+        assert!(e.contains("write \"5s\""), "{e}");
+        let e =
+            err("[[job]]\nname = \"a\"\ntimeout = 0.5\ntargets = [\"udp://127.0.0.1:1\"]\n").await;
+        assert!(e.contains("write \"0.5s\""), "{e}");
     }
 
     #[tokio::test]
