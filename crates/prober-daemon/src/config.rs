@@ -1275,16 +1275,35 @@ fn toml_error(e: &toml::de::Error, text: &str) -> DaemonError {
     let more = line.chars().count() > skip + QUOTE_MAX;
     let (pre, post) = (if skip > 0 { "…" } else { "" }, if more { "…" } else { "" });
     let caret = " ".repeat(col - skip + pre.chars().count());
-    // `interval = 5`: every string a number can stand for here is a
-    // duration (a number that is a number parses as one).
+    // `interval = 5`: a number given for a duration, which is a string
+    // with a unit. The key is the one just before the value.
     let number = reason.starts_with("invalid type: integer")
         || reason.starts_with("invalid type: floating point");
-    let hint = match line.split_once('=') {
-        Some((_, v)) if number && reason.ends_with("expected a string") => format!(
-            " (a duration is a string with a unit: write \"{}s\")",
-            prober_core::quote::short(v.trim())
-        ),
-        _ => String::new(),
+    let key = text[line_start..at]
+        .trim_end()
+        .trim_end_matches('=')
+        .trim_end()
+        .rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .next()
+        .unwrap_or("");
+    let value: String = text[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    let duration_key = [
+        "interval",
+        "timeout",
+        "every",
+        "age",
+        "ttl_floor",
+        "ttl_ceiling",
+    ]
+    .iter()
+    .any(|k| key.ends_with(k));
+    let hint = if number && duration_key && !value.is_empty() {
+        format!(" (a duration is a string with a unit: write {key} = \"{value}s\")")
+    } else {
+        String::new()
     };
     DaemonError::Config(format!(
         "line {line_no}, column {}: {}{hint}\n  | {pre}{shown}{post}\n  | {caret}^",
@@ -1455,10 +1474,13 @@ mod tests {
     async fn a_number_for_a_duration_says_to_write_it_with_a_unit() {
         let e =
             err("[[job]]\nname = \"a\"\ninterval = 5\ntargets = [\"udp://127.0.0.1:1\"]\n").await;
-        assert!(e.contains("write \"5s\""), "{e}");
+        assert!(e.contains("write interval = \"5s\""), "{e}");
         let e =
             err("[[job]]\nname = \"a\"\ntimeout = 0.5\ntargets = [\"udp://127.0.0.1:1\"]\n").await;
-        assert!(e.contains("write \"0.5s\""), "{e}");
+        assert!(e.contains("write timeout = \"0.5s\""), "{e}");
+        // Not for a number where no duration goes.
+        let e = err("[[job]]\nname = 5\ntargets = [\"udp://127.0.0.1:1\"]\n").await;
+        assert!(!e.contains("duration"), "{e}");
     }
 
     #[tokio::test]
