@@ -75,7 +75,7 @@ fn roundtrips(c: &mut Criterion) {
             })
         }),
         Err(error) => {
-            eprintln!("SKIPPED loopback_rtt/icmp_56B: {error}");
+            prober_core::testutil::skip(format_args!("loopback_rtt/icmp_56B: {error}"));
             &mut group
         }
     };

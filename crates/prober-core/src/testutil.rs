@@ -133,3 +133,18 @@ pub static REGISTRY: Registry = Registry::new(&[
         ..FAKE
     },
 ]);
+
+/// A test that cannot run on this host (a tool, a privilege or a kernel
+/// feature missing): a `SKIPPED` line, and the caller returns. Under CI
+/// (`CI` set), where `.ci/run` installs every tool and runs as root, it is
+/// a failure instead: a test that skips there would pass without running.
+///
+/// # Panics
+/// When `CI` is set.
+pub fn skip(why: impl std::fmt::Display) {
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "this test cannot run here, and CI must run it: {why}"
+    );
+    eprintln!("SKIPPED: {why}");
+}

@@ -715,7 +715,7 @@ mod tests {
         let tap = match SynBpf::open(peer, port) {
             Ok(t) => t,
             Err(e) => {
-                eprintln!("SKIPPED: {e}");
+                prober_core::testutil::skip(format_args!("{e}"));
                 return;
             }
         };
@@ -748,7 +748,7 @@ mod tests {
         let b = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let (pa, pb) = (a.local_addr().unwrap(), b.local_addr().unwrap());
         let Ok(ta) = SynBpf::open(pa.ip(), pa.port()) else {
-            eprintln!("SKIPPED: no BPF program");
+            prober_core::testutil::skip("no BPF program");
             return;
         };
         let tb = SynBpf::open(pb.ip(), pb.port()).unwrap();

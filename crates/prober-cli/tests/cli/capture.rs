@@ -89,7 +89,9 @@ fn icmp_split_agrees_with_a_packet_capture() {
     let mut quiet = Some(crate::support::times_things());
     let mut _loading = None;
     if !crate::support::installed("tcpdump") {
-        eprintln!("SKIPPED capture check: tcpdump is not installed (.ci/run installs it)");
+        prober_core::testutil::skip(
+            "capture check: tcpdump is not installed (.ci/run installs it)",
+        );
         return;
     }
     let Some(ns) = Netns::new("capture") else {
@@ -349,7 +351,9 @@ fn tcp_split_agrees_with_a_packet_capture() {
 fn frames_split_agrees_with_a_packet_capture(proto: &str) {
     let _machine = crate::support::times_things();
     if !crate::support::installed("tcpdump") {
-        eprintln!("SKIPPED {proto} capture check: tcpdump is not installed (.ci/run installs it)");
+        prober_core::testutil::skip(format_args!(
+            "{proto} capture check: tcpdump is not installed (.ci/run installs it)"
+        ));
         return;
     }
     let Some(ns) = Netns::new(&format!("capture-{proto}")) else {
@@ -518,8 +522,8 @@ fn read_handshakes(bytes: &[u8], server_port: u16) -> Vec<(u64, u64)> {
 fn handshake_split_agrees_with_a_packet_capture() {
     let _machine = crate::support::times_things();
     if !crate::support::installed("tcpdump") {
-        eprintln!(
-            "SKIPPED handshake capture check: tcpdump is not installed (.ci/run installs it)"
+        prober_core::testutil::skip(
+            "handshake capture check: tcpdump is not installed (.ci/run installs it)",
         );
         return;
     }
@@ -663,7 +667,9 @@ fn http_split_agrees_with_a_packet_capture() {
 fn http_stack_split_agrees_with_a_packet_capture(name: &str, serve: &str, target: &str) {
     let _machine = crate::support::times_things();
     if !crate::support::installed("tcpdump") {
-        eprintln!("SKIPPED {name} capture check: tcpdump is not installed (.ci/run installs it)");
+        prober_core::testutil::skip(format_args!(
+            "{name} capture check: tcpdump is not installed (.ci/run installs it)"
+        ));
         return;
     }
     let Some(ns) = Netns::new(&format!("capture-{name}")) else {

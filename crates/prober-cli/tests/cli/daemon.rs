@@ -407,7 +407,9 @@ fn metrics_agree_with_the_files_and_pass_promtool() {
             String::from_utf8_lossy(&res.stderr)
         );
     } else {
-        eprintln!("SKIPPED promtool check: promtool is not installed (.ci/run installs it)");
+        prober_core::testutil::skip(
+            "promtool check: promtool is not installed (.ci/run installs it)",
+        );
     }
     let dir = d.dir.clone();
     let (code, _) = d.stop();
@@ -642,7 +644,9 @@ fn prom_query(port: u16, query: &str, time: Option<f64>) -> Option<Vec<Value>> {
 #[test]
 fn real_prometheus_scrapes_what_the_files_say() {
     if !crate::support::installed("prometheus") {
-        eprintln!("SKIPPED: prometheus is not installed (.ci/run installs Debian's prometheus)");
+        prober_core::testutil::skip(
+            "prometheus is not installed (.ci/run installs Debian's prometheus)",
+        );
         return;
     }
     let d = Daemon::start("prom", JOBS);

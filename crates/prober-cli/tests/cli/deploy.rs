@@ -42,7 +42,7 @@ fn prometheus_config_passes_promtool() {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         ),
-        Err(_) => eprintln!("SKIPPED: promtool is not installed (.ci/run installs it)"),
+        Err(_) => prober_core::testutil::skip("promtool is not installed (.ci/run installs it)"),
     }
 }
 
@@ -187,8 +187,8 @@ fn systemd_unit_runs_the_daemon() {
         assert!(ours.is_empty(), "systemd-analyze: {err}");
         let _ = std::fs::remove_dir_all(&dir);
     } else {
-        eprintln!(
-            "SKIPPED: systemd-analyze is not installed; the unit's directives were not checked by systemd"
+        prober_core::testutil::skip(
+            "systemd-analyze is not installed; the unit's directives were not checked by systemd",
         );
     }
 }
@@ -251,7 +251,7 @@ fn prometheus_alert_rules_pass_promtool_and_their_unit_tests() {
             .arg(&path)
             .output()
         else {
-            eprintln!("SKIPPED: promtool is not installed (.ci/run installs it)");
+            prober_core::testutil::skip("promtool is not installed (.ci/run installs it)");
             return;
         };
         assert!(

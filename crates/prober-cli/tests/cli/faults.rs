@@ -253,11 +253,11 @@ fn ctrl_c_while_a_name_resolves_ends_the_run_at_once() {
     if hosts.is_some_and(|l| l.contains("resolve"))
         || std::path::Path::new("/var/run/nscd/socket").exists()
     {
-        eprintln!("SKIPPED: names resolve through nscd or systemd-resolved here");
+        prober_core::testutil::skip("names resolve through nscd or systemd-resolved here");
         return;
     }
     if !crate::support::installed("python3") {
-        eprintln!("SKIPPED: no python3 for the silent DNS server (.ci/run has it)");
+        prober_core::testutil::skip("no python3 for the silent DNS server (.ci/run has it)");
         return;
     }
     let Some(ns) = crate::support::Netns::new("resolve") else {

@@ -55,7 +55,7 @@ sinks = { jsonl = { path = "h.jsonl" }, hlog = { path = "h.hlog", interval = "25
         .expect("python3 runs");
     if stderr(&out).contains("No module named 'hdrh'") {
         // .ci/run installs it; a developer machine may not have it.
-        eprintln!("SKIPPED hdrh check: pip install hdrhistogram==0.10.8");
+        prober_core::testutil::skip("hdrh check: pip install hdrhistogram==0.10.8");
         return;
     }
     assert!(out.status.success(), "read_hlog.py: {}", stderr(&out));
@@ -462,7 +462,7 @@ fn reserved_label_names_are_refused() {
 #[test]
 fn a_quiet_run_shows_progress_on_a_terminal_only() {
     if !crate::support::installed("script") {
-        eprintln!("SKIPPED progress check: script(1) is not installed (util-linux)");
+        prober_core::testutil::skip("progress check: script(1) is not installed (util-linux)");
         return;
     }
     let srv = Server::start(&[]);

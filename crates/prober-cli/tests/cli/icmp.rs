@@ -10,7 +10,9 @@ fn have_nft(test: &str) -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!("SKIPPED: {test} needs nft (nftables; .ci/run installs it)");
+        prober_core::testutil::skip(format_args!(
+            "{test} needs nft (nftables; .ci/run installs it)"
+        ));
     }
     ok
 }
@@ -37,7 +39,7 @@ fn summary(out: &std::process::Output) -> serde_json::Value {
 #[test]
 fn raw_socket_on_loopback_v4_and_v6() {
     if !is_root() {
-        eprintln!("SKIPPED: raw ICMP sockets need root or CAP_NET_RAW");
+        prober_core::testutil::skip("raw ICMP sockets need root or CAP_NET_RAW");
         return;
     }
     let mut args = vec![
@@ -368,7 +370,7 @@ fn a_deterministic_loss_pattern_gives_exactly_its_bursts() {
 #[test]
 fn dscp_and_source_hold_for_every_request_on_the_wire() {
     if !crate::support::installed("tcpdump") {
-        eprintln!("SKIPPED: tcpdump is not installed (.ci/run installs it)");
+        prober_core::testutil::skip("tcpdump is not installed (.ci/run installs it)");
         return;
     }
     let Some(ns) = Netns::new("dscp") else {

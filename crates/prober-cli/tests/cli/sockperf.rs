@@ -20,7 +20,7 @@ fn sockperf(args: &[&str]) -> Option<String> {
 #[test]
 fn sockperf_clients_get_their_answers() {
     if sockperf(&["--version"]).is_none() {
-        eprintln!("SKIPPED: sockperf is not installed (.ci/run installs it)");
+        prober_core::testutil::skip("sockperf is not installed (.ci/run installs it)");
         return;
     }
     // Not quiet: the counts come at exit, at info level.

@@ -164,8 +164,8 @@ fn wireshark_time(s: &str) -> i64 {
 #[test]
 fn wireshark_decodes_what_prober_sends_and_reflects() {
     if !crate::support::installed("tshark") || !crate::support::installed("tcpdump") {
-        eprintln!(
-            "SKIPPED tshark check: tshark or tcpdump is not installed (.ci/run installs them)"
+        prober_core::testutil::skip(
+            "tshark check: tshark or tcpdump is not installed (.ci/run installs them)",
         );
         return;
     }
@@ -281,7 +281,7 @@ fn wireshark_decodes_what_prober_sends_and_reflects() {
 #[test]
 fn a_stamp_peer_written_from_the_rfc_interoperates() {
     if !crate::support::installed("python3") {
-        eprintln!("SKIPPED: python3 is not installed");
+        prober_core::testutil::skip("python3 is not installed");
         return;
     }
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cli/stamp_peer.py");
@@ -357,7 +357,7 @@ fn a_stamp_peer_written_from_the_rfc_interoperates() {
 #[test]
 fn loss_in_one_direction_is_attributed_to_it() {
     if !crate::support::installed("nft") {
-        eprintln!("SKIPPED: nft is not installed (.ci/run installs nftables)");
+        prober_core::testutil::skip("nft is not installed (.ci/run installs nftables)");
         return;
     }
     let n: u64 = 2000;

@@ -271,7 +271,7 @@ async fn tcp_reconnects_after_the_responder_restarts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ipv6_loopback_when_available() {
     if std::net::UdpSocket::bind("[::1]:0").is_err() {
-        eprintln!("SKIPPED: ::1 is not configured on this host");
+        prober_core::testutil::skip("::1 is not configured on this host");
         return;
     }
     let r = responder_on("::1", ResponderConfig::default()).await;
