@@ -21,18 +21,6 @@ pub fn short(text: &str) -> String {
     cap(text, MAX_QUOTE)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn caps_long_input_on_a_character_boundary() {
-        assert_eq!(cap("short", 10), "short");
-        assert_eq!(cap("µµµµ", 2), "µµ… (2 more characters)");
-        assert_eq!(short(&"x".repeat(50_000_000)).len(), MAX_QUOTE + 30);
-    }
-}
-
 /// `n` and a noun, plural unless `n` is 1: `1 job`, `2 jobs`, `0 charts`
 /// (every noun prober counts this way takes an `s`).
 pub fn count(n: impl Into<u64>, noun: &str) -> String {
@@ -45,11 +33,20 @@ pub fn count(n: impl Into<u64>, noun: &str) -> String {
 }
 
 #[cfg(test)]
-mod count_tests {
+mod tests {
+    use super::*;
+
+    #[test]
+    fn caps_long_input_on_a_character_boundary() {
+        assert_eq!(cap("short", 10), "short");
+        assert_eq!(cap("µµµµ", 2), "µµ… (2 more characters)");
+        assert_eq!(short(&"x".repeat(50_000_000)).len(), MAX_QUOTE + 30);
+    }
+
     #[test]
     fn one_is_singular() {
-        assert_eq!(super::count(1u64, "job"), "1 job");
-        assert_eq!(super::count(0u64, "chart"), "0 charts");
-        assert_eq!(super::count(12u64, "target"), "12 targets");
+        assert_eq!(count(1u64, "job"), "1 job");
+        assert_eq!(count(0u64, "chart"), "0 charts");
+        assert_eq!(count(12u64, "target"), "12 targets");
     }
 }

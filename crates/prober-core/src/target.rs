@@ -142,28 +142,22 @@ impl Target {
     /// How this target appears in results, once resolved to `addr`: the IP
     /// alone for protocols without ports; a flow has a `flow` label.
     pub fn info(&self, id: usize, addr: SocketAddr, size: Option<usize>) -> TargetInfo {
-        let shown = match self.protocol.port {
-            None => addr.ip().to_string(),
-            Some(_) => addr.to_string(),
+        self.info_at(id, Some(addr), size)
+    }
+
+    /// [`Target::info`] for a target that may not have resolved: its
+    /// address is then shown as `unresolved`.
+    pub fn info_at(&self, id: usize, addr: Option<SocketAddr>, size: Option<usize>) -> TargetInfo {
+        let shown = match (addr, self.protocol.port) {
+            (None, _) => "unresolved".to_owned(),
+            (Some(a), None) => a.ip().to_string(),
+            (Some(a), Some(_)) => a.to_string(),
         };
         let mut info = TargetInfo::new(id, &self.to_string(), self.scheme.name, &shown, size);
         if let Some(flow) = self.flow {
             info.labels.insert("flow".to_owned(), flow.to_string());
         }
         info
-    }
-
-    /// [`Target::info`] for a target that may not have resolved: its
-    /// address is then shown as `unresolved`.
-    pub fn info_at(&self, id: usize, addr: Option<SocketAddr>, size: Option<usize>) -> TargetInfo {
-        match addr {
-            Some(addr) => self.info(id, addr, size),
-            None => {
-                let mut info = self.info(id, SocketAddr::from(([0, 0, 0, 0], self.port)), size);
-                "unresolved".clone_into(&mut info.addr);
-                info
-            }
-        }
     }
 
     /// This target as `n` flows (`--flows N`): `n` targets `#flow=0` ..

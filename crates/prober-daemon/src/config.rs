@@ -746,9 +746,8 @@ pub struct Config {
     pub serve: ServeSection,
     /// Where `/metrics` listens.
     pub metrics: Option<SocketAddr>,
-    /// Export a histogram per part of the split (`[metrics] parts = true`).
-    pub metric_parts: bool,
-    /// `[metrics] buckets`, `native_histograms`, `native_bucket_factor`.
+    /// `[metrics] buckets`, `native_histograms`, `native_bucket_factor`,
+    /// `histograms` and `parts`: which families, with which buckets.
     pub metric_buckets: prober_sinks::prometheus::Buckets,
     /// `[otlp]`, read at start only.
     pub otlp: Option<OtlpConfig>,
@@ -1379,7 +1378,6 @@ pub async fn parse_with(
             raw.serve
         },
         metrics: raw.metrics.as_ref().map(|m| m.listen),
-        metric_parts: raw.metrics.as_ref().is_some_and(|m| m.parts),
         metric_buckets: match &raw.metrics {
             Some(m) => m.buckets()?,
             None => Default::default(),

@@ -561,9 +561,7 @@ pub async fn run(
     }
     let sinks = DaemonSinks {
         files: ByJob::default(),
-        metrics: PrometheusSink::new()
-            .with_parts(cfg.metric_parts)
-            .with_buckets(cfg.metric_buckets.clone()),
+        metrics: PrometheusSink::new().with_buckets(cfg.metric_buckets.clone()),
         otlp: match &cfg.otlp {
             None => None,
             Some(o) => Some(
@@ -648,7 +646,6 @@ pub async fn run(
         cfg: Config {
             serve: cfg.serve.clone(),
             metrics: cfg.metrics,
-            metric_parts: cfg.metric_parts,
             metric_buckets: cfg.metric_buckets.clone(),
             otlp: cfg.otlp.clone(),
             metrics_auth: cfg.metrics_auth.clone(),

@@ -116,6 +116,22 @@ pub(crate) struct Scrape {
 /// usually come in HA pairs).
 pub(crate) const RENDERS: usize = 2;
 
+/// Runs `render` on the blocking pool if fewer than [`RENDERS`] are under
+/// way; `None` when they all are (the caller answers 503).
+async fn render_bounded<T: Send + 'static>(
+    renders: &Arc<tokio::sync::Semaphore>,
+    render: impl FnOnce() -> T + Send + 'static,
+) -> Option<Result<T, tokio::task::JoinError>> {
+    let permit = Arc::clone(renders).try_acquire_owned().ok()?;
+    Some(
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            render()
+        })
+        .await,
+    )
+}
+
 /// Runs [`serve_metrics`] on a thread and runtime of its own, so that
 /// accepting, parsing and answering requests (and a scrape storm) never
 /// take the runtime thread that sends and receives the probes; renders run
@@ -176,21 +192,17 @@ pub(crate) async fn serve_metrics(
     };
     let (busy_page, page_renders) = (busy.clone(), Arc::clone(&renders));
     // Both are rendered on the blocking pool: at 10,000 targets a scrape
-    // takes 0.2-0.9 s of CPU, and the runtime thread that would otherwise
-    // do it is the one that receives the probes' replies.
+    // takes a tenth of a second of CPU and more (BENCHMARKS.md), which
+    // would hold up this thread's accepts and health checks.
     let status_page = axum::routing::get(move |uri: axum::http::Uri| {
         let status = status.clone();
         let (busy, renders) = (busy_page.clone(), Arc::clone(&page_renders));
         async move {
-            let Ok(permit) = renders.try_acquire_owned() else {
+            let view = crate::status::View::from_query(uri.query());
+            let Some(rendered) = render_bounded(&renders, move || status.render(&view)).await
+            else {
                 return busy();
             };
-            let view = crate::status::View::from_query(uri.query());
-            let rendered = tokio::task::spawn_blocking(move || {
-                let _permit = permit;
-                status.render(&view)
-            })
-            .await;
             match rendered {
                 Ok(page) => (
                     StatusCode::OK,
@@ -219,14 +231,13 @@ pub(crate) async fn serve_metrics(
                 let scrape = Arc::clone(&scrape);
                 let (busy, renders) = (busy.clone(), Arc::clone(&renders));
                 async move {
-                    let Ok(permit) = renders.try_acquire_owned() else {
-                        return busy();
-                    };
-                    let res = tokio::task::spawn_blocking(move || {
-                        let _permit = permit;
+                    let Some(res) = render_bounded(&renders, move || {
                         prober_sinks::prometheus::scrape(format, &scrape.sink, &scrape.registry)
                     })
-                    .await;
+                    .await
+                    else {
+                        return busy();
+                    };
                     match res {
                         Ok(Ok(body)) => (
                             StatusCode::OK,

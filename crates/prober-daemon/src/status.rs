@@ -32,12 +32,10 @@ impl View {
     /// page a person typed should still show something).
     pub(crate) fn from_query(query: Option<&str>) -> Self {
         let mut v = Self::default();
-        for pair in query.unwrap_or("").split('&') {
-            let (k, val) = pair.split_once('=').unwrap_or((pair, ""));
-            let val = percent_decode(val);
-            match k {
+        for (k, val) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+            match &*k {
                 "page" => v.page = val.parse::<usize>().unwrap_or(1).saturating_sub(1),
-                "target" if !val.is_empty() => v.target = Some(val),
+                "target" if !val.is_empty() => v.target = Some(val.into_owned()),
                 _ => {}
             }
         }
@@ -48,46 +46,10 @@ impl View {
         let mut q = format!("?page={}", page + 1);
         if let Some(t) = &self.target {
             q.push_str("&amp;target=");
-            q.push_str(&esc(&percent_encode(t)));
+            q.extend(form_urlencoded::byte_serialize(t.as_bytes()));
         }
         q
     }
-}
-
-/// `%XX` and `+` of a query value.
-fn percent_decode(v: &str) -> String {
-    let b = v.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = b
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (b[i], hex) {
-            (b'+', _) => out.push(b' '),
-            (b'%', Some(x)) => {
-                out.push(x);
-                i += 2;
-            }
-            (c, _) => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// A query value with everything but unreserved characters escaped.
-fn percent_encode(v: &str) -> String {
-    v.bytes()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || b"-._~".contains(&c) {
-                (c as char).to_string()
-            } else {
-                format!("%{c:02X}")
-            }
-        })
-        .collect()
 }
 
 /// What the page shows besides the rows.
@@ -425,7 +387,7 @@ mod tests {
         let v = View::from_query(Some("page=3&target=udp%3A%2F%2Fa+b&x=1"));
         assert_eq!((v.page, v.target.as_deref()), (2, Some("udp://a b")));
         assert_eq!(View::from_query(Some("page=zero")).page, 0);
-        assert_eq!(v.query(0), "?page=1&amp;target=udp%3A%2F%2Fa%20b");
+        assert_eq!(v.query(0), "?page=1&amp;target=udp%3A%2F%2Fa+b");
     }
 
     #[test]

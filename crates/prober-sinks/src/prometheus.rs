@@ -210,17 +210,11 @@ impl Buckets {
         let classic: Arc<[f64]> = if mode.classic() {
             Arc::clone(&self.classic)
         } else {
-            NO_BOUNDS.with(Arc::clone)
+            Arc::from([])
         };
         let native = self.native_factor.filter(|_| mode.native());
         mode.on().then(|| Histogram::new(&classic, native))
     }
-}
-
-thread_local! {
-    /// The bounds of a native-only histogram: none (shared, so the writer
-    /// formats them once).
-    static NO_BOUNDS: Arc<[f64]> = Arc::from(Vec::new());
 }
 
 /// Label names every series has; job labels may not reuse them, nor the
@@ -264,7 +258,7 @@ struct Hists {
     rtt: Option<Histogram>,
     /// One histogram per part ([`prober_core::Parts::ALL_NAMES`]: the six
     /// and the responder's turnaround), made when the part is first known
-    /// (only with [`PrometheusSink::with_parts`]).
+    /// (only when [`Families::parts`] is on).
     parts: [Option<Histogram>; 7],
     /// One histogram per phase of an application request (HTTP), made
     /// when the phase is first known.
@@ -379,26 +373,12 @@ impl PrometheusSink {
         Self::default()
     }
 
-    /// Also export a histogram per part of the split
-    /// (`prober_rtt_part_seconds{part="network"}`, ...). Off by default: it
-    /// multiplies the series per target (an ICMP target has three parts).
-    #[must_use]
-    pub fn with_parts(mut self, on: bool) -> Self {
-        if on {
-            self.buckets.families.parts = HistMode::Both;
-        }
-        self
-    }
-
-    /// Buckets the duration histograms this way (default: [`RTT_BUCKETS`]
-    /// and native buckets of factor [`NATIVE_FACTOR`]).
+    /// Exports the histogram families `buckets` names, bucketed as it says
+    /// (default: [`Families::default`], [`RTT_BUCKETS`] and native buckets
+    /// of factor [`NATIVE_FACTOR`]).
     #[must_use]
     pub fn with_buckets(mut self, buckets: Buckets) -> Self {
-        let parts = self.buckets.families.parts;
         self.buckets = buckets;
-        if parts.on() && !self.buckets.families.parts.on() {
-            self.buckets.families.parts = parts;
-        }
         self
     }
 
@@ -1389,7 +1369,16 @@ mod tests {
     #[test]
     fn parts_get_a_histogram_each_when_asked() {
         let info = TargetInfo::new(7, "icmp://h", "icmp", "h", Some(56));
-        let (mut c, reader) = collecting(PrometheusSink::new().with_parts(true), info);
+        let (mut c, reader) = collecting(
+            PrometheusSink::new().with_buckets(Buckets {
+                families: Families {
+                    parts: HistMode::Both,
+                    ..Families::default()
+                },
+                ..Buckets::default()
+            }),
+            info,
+        );
         let now = Instant::now();
         let stamps = prober_core::Stamps {
             t1: Some(1_000_000),

@@ -533,7 +533,6 @@ pub(crate) async fn run(
     // other targets are probed; it is in the results as a target whose
     // every slot failed with `resolve`. With no target left, the run stops.
     let mut addrs = Vec::with_capacity(targets.len());
-    let mut unresolved = Vec::new();
     for t in &targets {
         // A name that takes long to resolve must not hold a Ctrl-C back:
         // nothing was measured yet, so the run ends there with 130, and
@@ -553,10 +552,7 @@ pub(crate) async fn run(
                 }
                 addrs.push(Ok(addr));
             }
-            Err(e) => {
-                unresolved.push(e.to_string());
-                addrs.push(Err(e));
-            }
+            Err(e) => addrs.push(Err(e)),
         }
     }
     if addrs.iter().all(Result::is_err)
@@ -564,7 +560,7 @@ pub(crate) async fn run(
     {
         return Err(e.into());
     }
-    for e in &unresolved {
+    for e in addrs.iter().filter_map(|a| a.as_ref().err()) {
         eprintln!("prober: {e}; probing the other targets");
     }
     // Build every probe before any runs, so a bad target stops the run
