@@ -1,5 +1,7 @@
 //! Shared helpers for the prober benches: a loopback responder.
 
+#![forbid(unsafe_code)]
+
 use std::net::SocketAddr;
 
 use prober_tcp::{ResponderConfig, serve_tcp, serve_udp};

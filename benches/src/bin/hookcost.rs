@@ -1,8 +1,8 @@
 //! What stamping TCP handshakes costs a loopback `connect()`, without
 //! prober's runtime: blocking connects to a listener of its own, timed with
 //! no stamper, with prober's BPF program on the loopback device's transmit
-//! hook (`prober_net::synbpf`) and with its packet socket
-//! (`prober_net::syntap`). Each round runs the three in a rotating order and
+//! hook (`prober_sys::synbpf`) and with its packet socket
+//! (`prober_sys::syntap`). Each round runs the three in a rotating order and
 //! takes each one's median connect; the medians of the rounds, and of each
 //! round's difference from "none", are printed. The stampers' stamps are
 //! taken after every connect, as a probe takes them, and counted, so a
@@ -19,8 +19,8 @@
 use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
-use prober_net::synbpf::{Stamper, SynBpf};
-use prober_net::syntap::SynTap;
+use prober_sys::synbpf::{Stamper, SynBpf};
+use prober_sys::syntap::SynTap;
 use socket2::{Domain, Socket, Type};
 
 const MODES: [&str; 3] = ["none", "bpf program", "packet socket"];

@@ -354,25 +354,8 @@ pub(crate) struct RunArgs {
     #[arg(short = 't', long, value_parser = clap::value_parser!(u32).range(1..=255))]
     pub(crate) ttl: Option<u32>,
 
-    /// The TOS byte (IPv6 traffic class) of requests, 0..=255, for icmp,
-    /// udp and tcp targets (refused for others).
-    #[arg(long, value_parser = clap::value_parser!(u8), conflicts_with = "dscp")]
-    pub(crate) tos: Option<u8>,
-
-    /// DSCP of requests, by name (ef, af11..af43, cs0..cs7, va) or number
-    /// 0..=63: the TOS byte is the code point shifted past the ECN bits.
-    #[arg(long, value_parser = prober_net::mark::tos_of_dscp, value_name = "DSCP")]
-    pub(crate) dscp: Option<u8>,
-
-    /// Send from this local address (like ping -I ADDR), for icmp, udp and
-    /// tcp targets; it must be of each target's address family.
-    #[arg(long, value_name = "ADDR")]
-    pub(crate) source: Option<std::net::IpAddr>,
-
-    /// Send through this network interface (SO_BINDTODEVICE, like ping
-    /// -I IF), for icmp, udp and tcp targets.
-    #[arg(long, value_name = "IF")]
-    pub(crate) interface: Option<String>,
+    #[command(flatten)]
+    pub(crate) marks: MarkArgs,
 
     /// ping's -I: an address is --source, anything else --interface.
     #[arg(short = 'I', value_name = "ADDR|IF", hide = true, conflicts_with_all = ["source", "interface"])]
@@ -382,12 +365,6 @@ pub(crate) struct RunArgs {
     /// never looks up their names).
     #[arg(short = 'n', hide = true)]
     pub(crate) numeric: bool,
-
-    /// Firewall mark of requests (SO_MARK, decimal or 0x hex) for policy
-    /// routing and nftables, for icmp, udp and tcp targets; needs
-    /// CAP_NET_ADMIN.
-    #[arg(long, value_name = "MARK", value_parser = prober_net::mark::parse_fwmark)]
-    pub(crate) fwmark: Option<u32>,
 
     /// Spread each udp:// and tcp:// target over N flows (ECMP, as
     /// Pingmesh does): N probes of their own, each on its own socket and so
@@ -435,100 +412,8 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     pub(crate) no_tx_stamps: bool,
 
-    /// STAMP authenticated mode (RFC 8762 §4.2.2): the HMAC-SHA-256 key is
-    /// this file's bytes (one trailing newline dropped); never on the
-    /// command line.
-    #[arg(long, value_name = "FILE")]
-    pub(crate) stamp_key: Option<PathBuf>,
-
-    /// STAMP timestamps in PTPv2 truncated format instead of NTP.
-    #[arg(long)]
-    pub(crate) stamp_ptp: bool,
-
-    /// Say this host's clock is synchronised to UTC (the S bit of STAMP's
-    /// Error Estimate): one-way delays are reported when the reflector says
-    /// so too.
-    #[arg(long)]
-    pub(crate) clock_synced: bool,
-
-    /// Optional STAMP TLVs (RFC 8972) in each request, comma separated:
-    /// location, timestamp-info, cos[=DSCP], direct, access-report,
-    /// follow-up, hmac, or all.
-    #[arg(long, value_name = "LIST")]
-    pub(crate) stamp_tlv: Option<String>,
-
-    /// HTTP method of http(s):// requests [default: GET].
-    #[arg(long, value_name = "METHOD", help_heading = "HTTP")]
-    pub(crate) method: Option<String>,
-
-    /// Send this file's bytes as the HTTP request body.
-    #[arg(long, value_name = "FILE", help_heading = "HTTP")]
-    pub(crate) data_file: Option<PathBuf>,
-
-    /// An extra HTTP request header, 'Name: value' (repeatable).
-    #[arg(
-        short = 'H',
-        long = "header",
-        value_name = "HEADER",
-        help_heading = "HTTP"
-    )]
-    pub(crate) headers: Vec<String>,
-
-    /// HTTP/2 only: with prior knowledge (h2c) on http://, ALPN h2 on
-    /// https://.
-    #[arg(long, conflicts_with = "http1_1", help_heading = "HTTP")]
-    pub(crate) http2: bool,
-
-    /// HTTP/1.1 only (https:// offers only http/1.1 in ALPN).
-    #[arg(long = "http1.1", help_heading = "HTTP")]
-    pub(crate) http1_1: bool,
-
-    /// Open a new connection for every HTTP probe (resolve, connect, TLS,
-    /// request), as blackbox_exporter does; by default one is kept.
-    #[arg(long, help_heading = "HTTP")]
-    pub(crate) new_connection: bool,
-
-    /// HTTP status codes that count as valid: codes, classes and ranges,
-    /// e.g. 200,3xx,400-404. Any other is an error of kind status [default: 2xx].
-    #[arg(long, value_name = "LIST", help_heading = "HTTP")]
-    pub(crate) expect_status: Option<String>,
-
-    /// A regex the HTTP body must match (else an error of kind content).
-    #[arg(long, value_name = "REGEX", help_heading = "HTTP")]
-    pub(crate) expect_body: Option<String>,
-
-    /// A regex the HTTP body must not match.
-    #[arg(long, value_name = "REGEX", help_heading = "HTTP")]
-    pub(crate) reject_body: Option<String>,
-
-    /// A header the HTTP response must have, 'Name' or 'Name: REGEX'
-    /// (repeatable).
-    #[arg(long, value_name = "HEADER", help_heading = "HTTP")]
-    pub(crate) expect_header: Vec<String>,
-
-    /// Most HTTP body bytes read; a larger body is an error of kind
-    /// too_large and its connection is closed [default: 1048576].
-    #[arg(long, value_name = "BYTES", help_heading = "HTTP")]
-    pub(crate) max_body: Option<usize>,
-
-    /// Follow up to N HTTP redirects (by default a 3xx is the response).
-    #[arg(long, value_name = "N", default_value_t = 0, help_heading = "HTTP")]
-    pub(crate) follow: u8,
-
-    /// DNS rcodes that count as valid, by name or number, e.g.
-    /// NOERROR,NXDOMAIN. Any other is an error of kind status [default: NOERROR].
-    #[arg(long, value_name = "LIST", help_heading = "DNS")]
-    pub(crate) expect_rcode: Option<String>,
-
-    /// A regex one DNS answer record must match, as a zone file line
-    /// ('name 300 IN A 192.0.2.1'); else an error of kind content.
-    #[arg(long, value_name = "REGEX", help_heading = "DNS")]
-    pub(crate) expect_answer: Option<String>,
-
-    /// Retry over TCP when a UDP reply is truncated (TC=1); without it a
-    /// truncated reply is an error of kind truncated.
-    #[arg(long, help_heading = "DNS")]
-    pub(crate) dns_tcp_fallback: bool,
+    #[command(flatten)]
+    pub(crate) protocol: ProtocolArgs,
 
     /// Start each probe line with the Unix time of the reply, as ping -D.
     #[arg(short = 'D')]
@@ -554,6 +439,65 @@ pub(crate) struct RunArgs {
     #[command(flatten)]
     pub(crate) receive: ReceiveArgs,
 
+    #[command(flatten)]
+    pub(crate) tls: TlsArgs,
+
+    /// Use IPv4 only.
+    #[arg(short = '4', conflicts_with = "ipv6")]
+    pub(crate) ipv4: bool,
+
+    /// Use IPv6 only.
+    #[arg(short = '6')]
+    pub(crate) ipv6: bool,
+}
+
+/// Where and how requests leave, for icmp, udp and tcp targets: shared by
+/// `run` and `sweep`.
+#[derive(Debug, Clone, Default, Args)]
+pub(crate) struct MarkArgs {
+    /// The TOS byte (IPv6 traffic class) of requests, 0..=255, for icmp,
+    /// udp and tcp targets (refused for others).
+    #[arg(long, value_parser = clap::value_parser!(u8), conflicts_with = "dscp")]
+    pub(crate) tos: Option<u8>,
+
+    /// DSCP of requests, by name (ef, af11..af43, cs0..cs7, va) or number
+    /// 0..=63: the TOS byte is the code point shifted past the ECN bits.
+    #[arg(long, value_parser = prober_sys::mark::tos_of_dscp, value_name = "DSCP")]
+    pub(crate) dscp: Option<u8>,
+
+    /// Send from this local address (like ping -I ADDR), for icmp, udp and
+    /// tcp targets; it must be of each target's address family.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) source: Option<std::net::IpAddr>,
+
+    /// Send through this network interface (SO_BINDTODEVICE, like ping
+    /// -I IF), for icmp, udp and tcp targets.
+    #[arg(long, value_name = "IF")]
+    pub(crate) interface: Option<String>,
+
+    /// Firewall mark of requests (SO_MARK, decimal or 0x hex) for policy
+    /// routing and nftables, for icmp, udp and tcp targets; needs
+    /// CAP_NET_ADMIN.
+    #[arg(long, value_name = "MARK", value_parser = prober_sys::mark::parse_fwmark)]
+    pub(crate) fwmark: Option<u32>,
+}
+
+impl MarkArgs {
+    /// The marks, as probes take them.
+    pub(crate) fn marks(&self) -> prober_core::protocol::Marks {
+        prober_core::protocol::Marks {
+            tos: self.tos.or(self.dscp),
+            source: self.source,
+            interface: self.interface.clone(),
+            fwmark: self.fwmark,
+        }
+    }
+}
+
+/// The TLS flags of grpcs:// and https:// targets, shared by `run` and
+/// `sweep`.
+#[derive(Debug, Clone, Default, Args)]
+pub(crate) struct TlsArgs {
     /// CA certificate (PEM) that grpcs:// and https:// servers must chain to.
     #[arg(long, value_name = "FILE")]
     pub(crate) ca: Option<PathBuf>,
@@ -575,14 +519,38 @@ pub(crate) struct RunArgs {
     /// all; anyone on the path can impersonate the server.
     #[arg(long)]
     pub(crate) insecure: bool,
+}
 
-    /// Use IPv4 only.
-    #[arg(short = '4', conflicts_with = "ipv6")]
-    pub(crate) ipv4: bool,
+impl TlsArgs {
+    /// Whether any was given.
+    pub(crate) fn given(&self) -> bool {
+        self.ca.is_some() || self.cert.is_some() || self.tls_server_name.is_some() || self.insecure
+    }
 
-    /// Use IPv6 only.
-    #[arg(short = '6')]
-    pub(crate) ipv6: bool,
+    /// The files and settings, as probes take them.
+    pub(crate) fn files(&self) -> prober_core::protocol::TlsFiles {
+        prober_core::protocol::TlsFiles {
+            ca: self.ca.clone(),
+            cert: self.cert.clone(),
+            key: self.key.clone(),
+            server_name: self.tls_server_name.clone(),
+            insecure: self.insecure,
+        }
+    }
+}
+
+/// Each protocol's own flags, defined in its crate (clap and serde from one
+/// type), shared by `run` and `sweep`.
+#[derive(Debug, Clone, Default, Args)]
+pub(crate) struct ProtocolArgs {
+    #[command(flatten)]
+    pub(crate) stamp: prober_stamp::StampSpec,
+
+    #[command(flatten)]
+    pub(crate) http: prober_http::HttpSpec,
+
+    #[command(flatten)]
+    pub(crate) dns: prober_dns::DnsSpec,
 }
 
 /// Output of `prober report`.
@@ -715,6 +683,19 @@ pub(crate) struct SweepArgs {
     /// Do not ask the kernel for transmit stamps.
     #[arg(long)]
     pub(crate) no_tx_stamps: bool,
+
+    /// IP TTL (IPv6 hop limit) of ICMP echo requests, as for `prober run`.
+    #[arg(short = 't', long, value_parser = clap::value_parser!(u32).range(1..=255))]
+    pub(crate) ttl: Option<u32>,
+
+    #[command(flatten)]
+    pub(crate) marks: MarkArgs,
+
+    #[command(flatten)]
+    pub(crate) protocol: ProtocolArgs,
+
+    #[command(flatten)]
+    pub(crate) tls: TlsArgs,
 
     /// Result format: a table, or JSON lines (every record tagged with its
     /// point) for `prober report`.

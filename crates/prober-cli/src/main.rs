@@ -4,6 +4,8 @@
 //! `main` only parses arguments, sets up logging and the runtime, dispatches
 //! and maps the outcome to an exit code (see [`cli::RUN_EXIT_CODES`]).
 
+#![forbid(unsafe_code)]
+
 mod cli;
 mod cmd;
 mod protocols;
@@ -152,7 +154,7 @@ fn main() -> ExitCode {
             eprintln!("prober: --cpu-latency is for run, sweep and serve, not report");
             return ExitCode::from(2);
         }
-        (Some(d), _) => match prober_net::pm_qos::CpuLatency::request(d) {
+        (Some(d), _) => match prober_sys::pm_qos::CpuLatency::request(d) {
             Ok(held) => Some(held),
             Err(e) => {
                 eprintln!("prober: --cpu-latency: {e}");
@@ -162,7 +164,7 @@ fn main() -> ExitCode {
     };
     let held = cpu_latency
         .as_ref()
-        .map(prober_net::pm_qos::CpuLatency::latency);
+        .map(prober_sys::pm_qos::CpuLatency::latency);
     if let (Some(d), Command::Serve(_)) = (held, &cli.command) {
         tracing::info!("holding a CPU latency request of {d:?} (/dev/cpu_dma_latency)");
     }

@@ -3,7 +3,10 @@
 //!
 //! This crate holds everything about a measurement that does not touch a
 //! socket or a file (its `clippy.toml` disallows both), so it can be tested
-//! with paused time and hand-built instants.
+//! with paused time and hand-built instants. One exception, on purpose: the
+//! timer wait ([`wait`]) owns one `timerfd` per target (through nix, no
+//! `unsafe`), because a deadline is the core's business and tokio's timer
+//! wheel is too coarse for it.
 //!
 //! # Layout
 //! - [`config`]: [`RunConfig`] and [`Pacing`], validated when built.
@@ -29,8 +32,10 @@
 //!   user input quoted in messages; [`logs`]: log lines a flood cannot
 //!   multiply.
 //!
-//! Sockets and files live in `prober-net`, `prober-sinks` and the protocol
-//! crates; command-line parsing in `prober-cli`.
+//! Syscalls and every `unsafe` block live in `prober-sys`; sockets and files
+//! in `prober-net`, `prober-sinks` and the protocol crates; command-line parsing in `prober-cli`.
+
+#![forbid(unsafe_code)]
 
 pub mod clock;
 pub mod collect;

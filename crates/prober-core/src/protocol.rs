@@ -63,6 +63,23 @@ pub struct Options {
     pub icmp_socket: bool,
     /// [`Marks`]: `--tos`/`--dscp`, `--source`, `--interface`, `--fwmark`.
     pub marks: bool,
+    /// `--flows N`: its probes keep one socket (one source port) for the
+    /// run, so N flows are N 5-tuples an ECMP hash may spread.
+    pub flows: bool,
+}
+
+/// A scheme's row on the protocol ladder of `prober run`'s self-test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rung {
+    /// The scheme whose targets the row shows.
+    pub scheme: &'static str,
+    /// The row's name (`HTTP/2 (h2c)`).
+    pub label: &'static str,
+    /// The scheme of the row it is compared with: the layer it runs on
+    /// (HTTP/1.1 on TCP), or the step before it (TCP after UDP).
+    pub over: Option<&'static str>,
+    /// Its place on the ladder, bottom first.
+    pub rank: u8,
 }
 
 /// Where and how a probe's requests leave: the TOS byte (IPv6 traffic
@@ -289,6 +306,11 @@ pub struct Protocol {
     pub options: Options,
     /// The `--help` line: what is timed, and the peer.
     pub help: &'static str,
+    /// Its rows on the protocol ladder; none: not on it.
+    pub ladder: &'static [Rung],
+    /// How its responder reports its turnaround when it reports only the
+    /// whole of it (no wake, dwell and send parts), as the summary says it.
+    pub turnaround: Option<&'static str>,
     /// Builds a probe.
     pub build: BuildFn,
 }
@@ -342,6 +364,17 @@ impl Registry {
             .iter()
             .find(|p| p.port.is_none())
             .and_then(|p| p.schemes.first().map(|s| (*p, s)))
+    }
+
+    /// The protocol ladder's rows, bottom first.
+    pub fn ladder(&self) -> Vec<Rung> {
+        let mut rungs: Vec<Rung> = self
+            .protocols
+            .iter()
+            .flat_map(|p| p.ladder.iter().copied())
+            .collect();
+        rungs.sort_by_key(|r| r.rank);
+        rungs
     }
 
     /// Every scheme name, in order.

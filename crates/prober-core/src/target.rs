@@ -166,18 +166,26 @@ impl Target {
     /// down its own path. One flow is the target itself.
     ///
     /// # Errors
-    /// A protocol other than `udp` and `tcp` (whose probes keep one socket
-    /// for the run), or `n` of 0 or over [`MAX_FLOWS`].
-    pub fn flows(&self, n: u16) -> Result<Vec<Self>, String> {
+    /// A protocol that does not take flows ([`crate::protocol::Options::flows`]:
+    /// its probes do not keep one socket for the run), or `n` of 0 or over
+    /// [`MAX_FLOWS`].
+    pub fn flows(&self, n: u16, registry: &Registry) -> Result<Vec<Self>, String> {
         if n == 0 || n > MAX_FLOWS {
             return Err(format!("--flows {n}: give 1 to {MAX_FLOWS}"));
         }
         if n == 1 {
             return Ok(vec![self.clone()]);
         }
-        if !matches!(self.scheme.name, "udp" | "tcp") {
+        if !self.protocol.options.flows {
             return Err(format!(
-                "--flows applies to udp:// and tcp:// targets, whose probes keep one socket (one source port) for the run; {self} is not one"
+                "--flows applies to {} targets, whose probes keep one socket (one source port) for the run; {self} is not one",
+                registry
+                    .protocols()
+                    .iter()
+                    .filter(|p| p.options.flows)
+                    .flat_map(|p| p.schemes.iter().map(|s| format!("{}://", s.name)))
+                    .collect::<Vec<_>>()
+                    .join(" and ")
             ));
         }
         Ok((0..n)
@@ -320,9 +328,8 @@ pub fn parse_target(registry: &Registry, text: &str) -> Result<Target, TargetErr
             let with_port: Vec<_> = registry
                 .protocols()
                 .iter()
-                .filter(|p| p.port.is_some_and(|d| d != 0) && p.size.is_some())
+                .filter(|p| p.options.flows)
                 .filter_map(|p| p.schemes.first())
-                .filter(|s| matches!(s.name, "tcp" | "udp"))
                 .map(|s| format!("{}://{host}:{p}", s.name))
                 .collect();
             return Err(syntax(format!(

@@ -99,8 +99,11 @@ const FAKE: Protocol = Protocol {
         busy_poll: false,
         icmp_socket: false,
         marks: false,
+        flows: false,
     },
     help: "fake",
+    ladder: &[],
+    turnaround: None,
     build: no_build,
 };
 
@@ -119,10 +122,18 @@ pub static REGISTRY: Registry = Registry::new(&[
     },
     &Protocol {
         schemes: &[Scheme::plain("tcp")],
+        options: Options {
+            flows: true,
+            ..FAKE.options
+        },
         ..FAKE
     },
     &Protocol {
         schemes: &[Scheme::plain("udp")],
+        options: Options {
+            flows: true,
+            ..FAKE.options
+        },
         ..FAKE
     },
     &Protocol {

@@ -919,7 +919,7 @@ async fn job(
     ) {
         (Some(_), Some(_)) => bail!("{key}: give dscp or tos, not both"),
         (Some(d), None) => Some(
-            prober_net::mark::tos_of_dscp(&d)
+            prober_sys::mark::tos_of_dscp(&d)
                 .map_err(|e| DaemonError::Config(format!("{key}.dscp: {e}")))?,
         ),
         (None, t) => t,
@@ -933,7 +933,7 @@ async fn job(
         None => None,
         Some(FwMark::Number(n)) => Some(n),
         Some(FwMark::Text(t)) => Some(
-            prober_net::mark::parse_fwmark(&t)
+            prober_sys::mark::parse_fwmark(&t)
                 .map_err(|e| DaemonError::Config(format!("{key}.fwmark: {e}")))?,
         ),
     };
@@ -1104,7 +1104,10 @@ async fn job(
             })?;
         }
         let flows = j.settings.flows.or(defaults.flows).unwrap_or(1);
-        for flow in target.flows(flows).ctx(|| format!("{key}.flows"))? {
+        for flow in target
+            .flows(flows, registry)
+            .ctx(|| format!("{key}.flows"))?
+        {
             targets.push(JobTarget {
                 target: flow,
                 addr: addr.clone(),
@@ -1817,7 +1820,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("flows: --flows applies to udp:// and tcp://"),
+            e.contains("flows: --flows applies to tcp:// and udp://"),
             "{e}"
         );
     }

@@ -13,6 +13,8 @@
 //! The protocols come from the caller's [`prober_core::Registry`], so this
 //! crate knows no protocol but the responders it starts.
 
+#![forbid(unsafe_code)]
+
 pub mod config;
 mod daemon;
 pub mod dns_sd;

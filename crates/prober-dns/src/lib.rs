@@ -7,12 +7,14 @@
 //! replies are matched to queries by ID as docs/dns.md explains: late,
 //! duplicate and unmatched replies are counted, never timed.
 
+#![forbid(unsafe_code)]
+
 mod options;
 mod probe;
 mod protocol;
 mod query;
 
-pub use options::{DnsOptions, DnsSpec};
+pub use options::{DNS_FLAGS, DnsOptions, DnsSpec};
 pub use probe::DnsProbe;
 pub use protocol::DNS;
 pub use query::{Question, QuestionError};

@@ -80,18 +80,30 @@ pub(crate) fn rcode_name(code: u16) -> String {
     }
 }
 
-/// The DNS options as text, the way `prober run`'s flags and a daemon
-/// job's `[job.dns]` table give them; [`DnsSpec::build`] checks them.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+/// The DNS options as text: `prober run`'s and `prober sweep`'s flags (this
+/// type is their clap definition) and a daemon job's `[job.dns]` table (its
+/// serde definition); [`DnsSpec::build`] checks them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize, clap::Args)]
 #[serde(default, deny_unknown_fields)]
 pub struct DnsSpec {
-    /// Valid rcodes, by name or number (`NOERROR`).
+    /// DNS rcodes that count as valid, by name or number, e.g.
+    /// NOERROR,NXDOMAIN. Any other is an error of kind status [default: NOERROR].
+    #[arg(long, value_name = "LIST", help_heading = "DNS")]
     pub expect_rcode: Option<String>,
-    /// A regex one answer record must match.
+
+    /// A regex one DNS answer record must match, as a zone file line
+    /// ('name 300 IN A 192.0.2.1'); else an error of kind content.
+    #[arg(long, value_name = "REGEX", help_heading = "DNS")]
     pub expect_answer: Option<String>,
-    /// Retry a truncated UDP reply over TCP.
+
+    /// Retry over TCP when a UDP reply is truncated (TC=1); without it a
+    /// truncated reply is an error of kind truncated.
+    #[arg(long = "dns-tcp-fallback", help_heading = "DNS")]
     pub tcp_fallback: bool,
 }
+
+/// The DNS flags, as messages name them.
+pub const DNS_FLAGS: &str = "--expect-rcode, --expect-answer and --dns-tcp-fallback";
 
 impl DnsSpec {
     /// True when nothing differs from the defaults.

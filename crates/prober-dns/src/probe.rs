@@ -75,7 +75,7 @@ impl Ids {
 struct TxKeys {
     on: bool,
     next: std::sync::atomic::AtomicU32,
-    stamps: prober_net::rx::KeyedTxStamps,
+    stamps: prober_sys::rx::KeyedTxStamps,
 }
 
 impl TxKeys {
@@ -133,9 +133,9 @@ impl DnsProbe {
                 (Ipv6Addr::UNSPECIFIED, 0).into()
             };
             let socket = Arc::new(UdpSocket::bind(local).await?);
-            prober_net::rx::enable_timestamps(socket.as_fd())?;
+            prober_sys::rx::enable_timestamps(socket.as_fd())?;
             let tx = Arc::new(TxKeys {
-                on: tx_stamps && prober_net::rx::enable_tx_timestamps_id(socket.as_fd()).is_ok(),
+                on: tx_stamps && prober_sys::rx::enable_tx_timestamps_id(socket.as_fd()).is_ok(),
                 ..TxKeys::default()
             });
             let ids = Arc::new(Ids {
@@ -319,7 +319,7 @@ async fn read_replies(
         let read = socket
             .async_io(Interest::READABLE | Interest::ERROR, || {
                 tx.drain(socket.as_fd());
-                prober_net::rx::recv_stamped::<SockaddrStorage>(socket.as_fd(), &mut buf)
+                prober_sys::rx::recv_stamped::<SockaddrStorage>(socket.as_fd(), &mut buf)
             })
             .await;
         let (n, from, stamp) = match read {
@@ -332,7 +332,7 @@ async fn read_replies(
         };
         let received = Instant::now();
         let t4 = unix_now_ns();
-        let from_server = from.as_ref().and_then(prober_net::rx::socket_addr) == Some(server);
+        let from_server = from.as_ref().and_then(prober_sys::rx::socket_addr) == Some(server);
         if !from_server {
             // Another source: never a reply, whatever its ID (spoofed).
             matcher.count_unknown();
@@ -366,7 +366,7 @@ async fn read_replies(
                 Ok(Got {
                     received,
                     t4,
-                    t4k: stamp.and_then(prober_net::rx::unix_ns),
+                    t4k: stamp.and_then(prober_sys::rx::unix_ns),
                     len: n,
                     msg,
                 })
@@ -427,7 +427,7 @@ impl Probe for DnsProbe {
             sent,
             received: got.received,
             server_dwell: None,
-            rx_wake: prober_net::rx::wake_ns(stamps.t4k, got.t4).map(Duration::from_nanos),
+            rx_wake: prober_sys::rx::wake_ns(stamps.t4k, got.t4).map(Duration::from_nanos),
             bytes: got.len,
             ttl: None,
             stamps,

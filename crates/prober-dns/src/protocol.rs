@@ -30,7 +30,10 @@ pub const DNS: Protocol = Protocol {
         busy_poll: false,
         icmp_socket: false,
         marks: false,
+        flows: false,
     },
     help: "DNS query to its reply (UDP, or TCP with dns+tcp:// or &tcp), rcode and answers checked",
+    ladder: &[],
+    turnaround: None,
     build,
 };

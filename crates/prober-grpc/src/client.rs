@@ -831,7 +831,7 @@ fn stamped_reply(
         sent,
         received,
         server_dwell: dwell,
-        rx_wake: prober_net::rx::wake_ns(window.t4k, t4).map(Duration::from_nanos),
+        rx_wake: prober_sys::rx::wake_ns(window.t4k, t4).map(Duration::from_nanos),
         bytes,
         ttl: None,
         stamps,

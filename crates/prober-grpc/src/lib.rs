@@ -14,6 +14,8 @@
 //! - [`tls`]: loading certificates and keys for both sides.
 //! - [`GRPC`], [`GRPC_STREAM`], [`GRPC_HEALTH`]: the probes' descriptors.
 
+#![forbid(unsafe_code)]
+
 pub mod client;
 mod protocol;
 pub mod server;

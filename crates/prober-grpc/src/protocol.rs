@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use prober_core::protocol::{
-    BuildEnv, BuildError, BuildFuture, Options, ProbeSpec, Protocol, Scheme, SizeRule,
+    BuildEnv, BuildError, BuildFuture, Options, ProbeSpec, Protocol, Rung, Scheme, SizeRule,
 };
 use prober_core::runnable;
 
@@ -78,8 +78,24 @@ pub const GRPC: Protocol = Protocol {
         busy_poll: false,
         icmp_socket: false,
         marks: false,
+        flows: false,
     },
     help: "unary Ping on one HTTP/2 channel",
+    ladder: &[
+        Rung {
+            scheme: "grpc",
+            label: "gRPC",
+            over: Some("h2c"),
+            rank: 6,
+        },
+        Rung {
+            scheme: "grpcs",
+            label: "gRPC over TLS",
+            over: Some("grpc"),
+            rank: 7,
+        },
+    ],
+    turnaround: Some("its kernel receive stamp to its handler's return, as it reports it"),
     build: build_unary,
 };
 
@@ -87,6 +103,7 @@ pub const GRPC: Protocol = Protocol {
 pub const GRPC_STREAM: Protocol = Protocol {
     schemes: &[Scheme::plain("grpc+stream"), Scheme::tls("grpcs+stream")],
     help: "ping-pong on one bidirectional stream",
+    ladder: &[],
     build: build_stream,
     ..GRPC
 };
@@ -99,6 +116,7 @@ pub const GRPC_HEALTH: Protocol = Protocol {
     path: Some("service"),
     size: None,
     help: "grpc.health.v1 Check on any gRPC server",
+    ladder: &[],
     build: build_health,
     ..GRPC
 };

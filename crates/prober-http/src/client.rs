@@ -888,7 +888,7 @@ impl Probe for HttpProbe {
                 sent,
                 received,
                 server_dwell: dwell.map(Duration::from_nanos),
-                rx_wake: prober_net::rx::wake_ns(stamps.t4k, t_done).map(Duration::from_nanos),
+                rx_wake: prober_sys::rx::wake_ns(stamps.t4k, t_done).map(Duration::from_nanos),
                 bytes: body.len(),
                 ttl: None,
                 stamps,

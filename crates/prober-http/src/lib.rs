@@ -14,6 +14,8 @@
 //! [`serve_http`] is `prober serve --http`: `GET /echo` (and a few test
 //! paths), HTTP/1.1 and h2c on one port, or TLS with ALPN.
 
+#![forbid(unsafe_code)]
+
 mod client;
 mod options;
 mod protocol;
@@ -22,8 +24,8 @@ mod tls;
 
 pub use client::HttpProbe;
 pub use options::{
-    DEFAULT_MAX_BODY, HeaderCheck, HttpOptions, HttpSpec, HttpVersion, OptionsError, StatusSet,
-    body_regex,
+    DEFAULT_MAX_BODY, HTTP_FLAGS, HeaderCheck, HttpOptions, HttpSpec, HttpVersion, OptionsError,
+    StatusSet, body_regex,
 };
 pub use protocol::{HTTP, HTTPS};
 pub use server::{HttpServerConfig, SERVER_TIMING, serve_http};

@@ -238,37 +238,75 @@ impl HttpOptions {
     }
 }
 
-/// The HTTP options as text, the way `prober run`'s flags and a daemon
-/// job's `[job.http]` table give them; [`HttpSpec::build`] checks them and
-/// makes the [`HttpOptions`]. What is not given keeps its default.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+/// The HTTP options as text: `prober run`'s and `prober sweep`'s flags
+/// (this type is their clap definition, flattened into both) and a daemon
+/// job's `[job.http]` table (its serde definition) give the same fields;
+/// [`HttpSpec::build`] checks them and makes the [`HttpOptions`]. What is
+/// not given keeps its default.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize, clap::Args)]
 #[serde(default, deny_unknown_fields)]
 pub struct HttpSpec {
-    /// The method (GET).
+    /// HTTP method of http(s):// requests [default: GET].
+    #[arg(long, value_name = "METHOD", help_heading = "HTTP")]
     pub method: Option<String>,
-    /// A file whose bytes are the request body.
+
+    /// Send this file's bytes as the HTTP request body.
+    #[arg(long = "data-file", value_name = "FILE", help_heading = "HTTP")]
     pub body_file: Option<std::path::PathBuf>,
-    /// Extra request headers, `Name: value`.
+
+    /// An extra HTTP request header, 'Name: value' (repeatable).
+    #[arg(
+        short = 'H',
+        long = "header",
+        value_name = "HEADER",
+        help_heading = "HTTP"
+    )]
     pub headers: Vec<String>,
-    /// HTTP/2 only.
+
+    /// HTTP/2 only: with prior knowledge (h2c) on http://, ALPN h2 on
+    /// https://.
+    #[arg(long, conflicts_with = "http1_1", help_heading = "HTTP")]
     pub http2: bool,
-    /// HTTP/1.1 only.
+
+    /// HTTP/1.1 only (https:// offers only http/1.1 in ALPN).
+    #[arg(long = "http1.1", help_heading = "HTTP")]
     pub http1_1: bool,
-    /// A new connection per probe.
+
+    /// Open a new connection for every HTTP probe (resolve, connect, TLS,
+    /// request), as blackbox_exporter does; by default one is kept.
+    #[arg(long, help_heading = "HTTP")]
     pub new_connection: bool,
-    /// Valid status codes (`2xx`).
+
+    /// HTTP status codes that count as valid: codes, classes and ranges,
+    /// e.g. 200,3xx,400-404. Any other is an error of kind status [default: 2xx].
+    #[arg(long, value_name = "LIST", help_heading = "HTTP")]
     pub expect_status: Option<String>,
-    /// A regex the body must match.
+
+    /// A regex the HTTP body must match (else an error of kind content).
+    #[arg(long, value_name = "REGEX", help_heading = "HTTP")]
     pub expect_body: Option<String>,
-    /// A regex the body must not match.
+
+    /// A regex the HTTP body must not match.
+    #[arg(long, value_name = "REGEX", help_heading = "HTTP")]
     pub reject_body: Option<String>,
-    /// Headers the response must have, `Name` or `Name: REGEX`.
+
+    /// A header the HTTP response must have, 'Name' or 'Name: REGEX'
+    /// (repeatable).
+    #[arg(long, value_name = "HEADER", help_heading = "HTTP")]
     pub expect_header: Vec<String>,
-    /// Most body bytes read (1 MiB).
+
+    /// Most HTTP body bytes read; a larger body is an error of kind
+    /// too_large and its connection is closed [default: 1048576].
+    #[arg(long, value_name = "BYTES", help_heading = "HTTP")]
     pub max_body: Option<usize>,
-    /// Redirects followed (0).
+
+    /// Follow up to N HTTP redirects (by default a 3xx is the response).
+    #[arg(long, value_name = "N", default_value_t = 0, help_heading = "HTTP")]
     pub follow: u8,
 }
+
+/// The HTTP flags, as messages name them.
+pub const HTTP_FLAGS: &str = "An HTTP option (--method, --header, --expect-status, ...)";
 
 impl HttpSpec {
     /// True when nothing differs from the defaults.

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use prober_core::protocol::{BuildEnv, BuildFuture, Options, ProbeSpec, Protocol, Scheme};
+use prober_core::protocol::{BuildEnv, BuildFuture, Options, ProbeSpec, Protocol, Rung, Scheme};
 use prober_core::runnable;
 
 use crate::HttpOptions;
@@ -48,6 +48,7 @@ const OPTIONS: Options = Options {
     busy_poll: false,
     icmp_socket: false,
     marks: false,
+    flows: false,
 };
 
 /// `http://` (HTTP/1.1, or h2c with `--http2`) and `h2c://` (HTTP/2 with
@@ -61,6 +62,21 @@ pub const HTTP: Protocol = Protocol {
     size_unit: "body",
     options: OPTIONS,
     help: "HTTP request to response body done, phases and validation (prober serve --http: /echo)",
+    ladder: &[
+        Rung {
+            scheme: "http",
+            label: "HTTP/1.1",
+            over: Some("tcp"),
+            rank: 3,
+        },
+        Rung {
+            scheme: "h2c",
+            label: "HTTP/2 (h2c)",
+            over: Some("http"),
+            rank: 4,
+        },
+    ],
+    turnaround: None,
     build,
 };
 
@@ -74,5 +90,12 @@ pub const HTTPS: Protocol = Protocol {
     size_unit: "body",
     options: OPTIONS,
     help: "HTTPS request (HTTP/2 or HTTP/1.1 by ALPN), phases, validation, certificate expiry",
+    ladder: &[Rung {
+        scheme: "https",
+        label: "HTTPS (HTTP/2, TLS)",
+        over: Some("h2c"),
+        rank: 5,
+    }],
+    turnaround: None,
     build,
 };

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use prober_core::clock::unix_now_ns;
 use prober_core::{Anomalies, ErrorKind, Gate, Matcher, Probe, ProbeError, Reply, Stamps};
-use prober_net::busy::{Reader, SpinThread, Step};
+use prober_sys::busy::{Reader, SpinThread, Step};
 use tokio::time::Instant;
 use tokio_util::task::AbortOnDropHandle;
 
@@ -44,7 +44,7 @@ struct Slot {
     matcher: Arc<Matcher<Arrival>>,
     corrupt: AtomicU64,
     /// Kernel transmit stamps (t1k) by seq.
-    tx: prober_net::rx::TxStamps,
+    tx: prober_sys::rx::TxStamps,
 }
 
 /// Probes of one address family keyed by nonce.
@@ -195,7 +195,7 @@ fn got(len: usize, kernel: Option<SystemTime>, ttl: Option<u8>, t4: u64) -> Got 
     Got {
         received: Instant::now(),
         t4,
-        t4k: kernel.and_then(prober_net::rx::unix_ns),
+        t4k: kernel.and_then(prober_sys::rx::unix_ns),
         len,
         ttl,
     }
@@ -421,7 +421,7 @@ impl IcmpProbe {
             addr,
             matcher: Matcher::new(),
             corrupt: AtomicU64::new(0),
-            tx: prober_net::rx::TxStamps::default(),
+            tx: prober_sys::rx::TxStamps::default(),
         });
         let mut nonce = fastrand::u64(..);
         {
@@ -558,7 +558,7 @@ impl Probe for IcmpProbe {
             sent,
             received: got.received,
             server_dwell: None,
-            rx_wake: prober_net::rx::wake_ns(got.t4k, got.t4).map(Duration::from_nanos),
+            rx_wake: prober_sys::rx::wake_ns(got.t4k, got.t4).map(Duration::from_nanos),
             bytes: got.len,
             ttl: got.ttl,
             stamps,
@@ -594,7 +594,7 @@ mod tests {
             addr,
             matcher: Matcher::new(),
             corrupt: AtomicU64::new(0),
-            tx: prober_net::rx::TxStamps::default(),
+            tx: prober_sys::rx::TxStamps::default(),
         });
         let reg = Mutex::new(HashMap::from([(nonce, Arc::clone(&slot))]));
         (reg, slot)
@@ -721,7 +721,7 @@ mod tests {
         let stamp = SystemTime::now() - Duration::from_millis(5);
         let g = got(64, Some(stamp), Some(64), unix_now_ns());
         assert!(g.received >= before);
-        assert_eq!(g.t4k, prober_net::rx::unix_ns(stamp));
+        assert_eq!(g.t4k, prober_sys::rx::unix_ns(stamp));
         assert_eq!(got(64, None, None, 0).t4k, None);
     }
 

@@ -17,6 +17,8 @@
 //! decoders. surge-ping's own client is not used for receiving because it
 //! drops late and duplicate replies without a trace and cannot report them.
 
+#![forbid(unsafe_code)]
+
 mod client;
 pub mod packet;
 mod protocol;

@@ -1,7 +1,7 @@
 //! The descriptor of ICMP echo probes (see [`prober_core::Protocol`]).
 
 use prober_core::protocol::{
-    BuildEnv, BuildFuture, Options, ProbeSpec, Protocol, Scheme, SizeRule, SocketChoice,
+    BuildEnv, BuildFuture, Options, ProbeSpec, Protocol, Rung, Scheme, SizeRule, SocketChoice,
 };
 use prober_core::runnable;
 
@@ -49,7 +49,15 @@ pub const ICMP: Protocol = Protocol {
         busy_poll: true,
         icmp_socket: true,
         marks: true,
+        flows: false,
     },
     help: "ICMP echo, like ping",
+    ladder: &[Rung {
+        scheme: "icmp",
+        label: "ICMP",
+        over: None,
+        rank: 0,
+    }],
+    turnaround: None,
     build,
 };

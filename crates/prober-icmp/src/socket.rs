@@ -9,7 +9,7 @@ use std::time::SystemTime;
 use nix::sys::socket::{
     ControlMessageOwned, MsgFlags, SockaddrStorage, recvmsg, setsockopt, sockopt,
 };
-use prober_net::rx;
+use prober_sys::rx;
 use socket2::{Domain, Protocol, SockFilter, Socket, Type};
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
@@ -124,7 +124,7 @@ impl IcmpSocket {
                 sock.set_ttl_v4(ttl).map_err(setup("TTL"))?;
             }
         }
-        prober_net::mark::apply(&sock, v6, marks).map_err(setup("marking the socket"))?;
+        prober_sys::mark::apply(&sock, v6, marks).map_err(setup("marking the socket"))?;
         rx::enable_timestamps(sock.as_fd()).map_err(setup("SO_TIMESTAMPNS"))?;
         rx::enable_ttl(sock.as_fd(), v6).map_err(setup("IP_RECVTTL"))?;
         // Transmit stamps give the client send part (t1k − t1); a kernel
@@ -140,11 +140,11 @@ impl IcmpSocket {
                     .map_err(|e| setup("IP_RECVERR")(e.into()))?;
             }
             // Binding picks the echo identifier the kernel will use.
-            sock.bind(&prober_net::mark::bind_addr(marks, v6).into())
+            sock.bind(&prober_sys::mark::bind_addr(marks, v6).into())
                 .map_err(setup("bind"))?;
         } else if marks.source.is_some() {
             // A raw socket sends from the address it is bound to.
-            sock.bind(&prober_net::mark::bind_addr(marks, v6).into())
+            sock.bind(&prober_sys::mark::bind_addr(marks, v6).into())
                 .map_err(setup("binding the source address"))?;
             ident = sock
                 .local_addr()
@@ -213,7 +213,7 @@ impl IcmpSocket {
         // An error or stamp, its offender address, SCM_TIMESTAMPING, and
         // the TTL and hop-limit options: a truncated control message
         // (MSG_CTRUNC) would lose the whole entry, so leave room to spare.
-        let mut cmsg = prober_net::rx::CmsgBuf::new();
+        let mut cmsg = prober_sys::rx::CmsgBuf::new();
         let msg = recvmsg::<SockaddrStorage>(
             fd,
             &mut iov,
@@ -270,29 +270,8 @@ impl IcmpSocket {
 /// loopback, above all) before the kernel clones the packet for the socket,
 /// which happens inside our `sendto` on loopback and so inside the RTT.
 fn set_icmp_filter(sock: &Socket) -> io::Result<()> {
-    const SOL_RAW: nix::libc::c_int = 255;
-    const ICMP_FILTER: nix::libc::c_int = 1;
-    // A set bit drops that ICMP type.
-    let keep: u32 = (1 << 0) | (1 << 3) | (1 << 11);
-    let filter: u32 = !keep;
-    // SAFETY: `setsockopt` reads exactly `size_of::<u32>()` bytes from a
-    // pointer to a live local `u32`, on a descriptor `sock` owns; nix and
-    // socket2 have no safe wrapper for ICMP_FILTER.
-    #[allow(unsafe_code)]
-    let rc = unsafe {
-        nix::libc::setsockopt(
-            sock.as_raw_fd(),
-            SOL_RAW,
-            ICMP_FILTER,
-            std::ptr::from_ref(&filter).cast(),
-            std::mem::size_of::<u32>() as nix::libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    // Echo reply, destination unreachable, time exceeded.
+    prober_sys::icmp::set_filter(sock.as_fd(), &[0, 3, 11])
 }
 
 /// A classic BPF program for raw ICMP sockets, which otherwise receive every

@@ -36,7 +36,7 @@ impl FollowUps {
     /// stamp) and wakes its waiter.
     pub fn put(&self, seq: u64, send: Option<u64>) {
         let mut kept = self.lock();
-        if kept.len() >= crate::rx::TxStamps::KEPT {
+        if kept.len() >= prober_sys::rx::TxStamps::KEPT {
             kept.pop_front();
         }
         kept.push_back((seq, send));

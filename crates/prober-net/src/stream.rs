@@ -334,7 +334,7 @@ impl ChannelStamps {
     /// The kernel's RTT estimate of the current connection.
     pub fn tcp_rtt(&self) -> Option<prober_core::TcpRtt> {
         let info = self.info.lock().unwrap_or_else(PoisonError::into_inner);
-        crate::tcpinfo::tcp_rtt(info.as_ref()?.as_fd()).ok()
+        prober_sys::tcpinfo::tcp_rtt(info.as_ref()?.as_fd()).ok()
     }
 
     /// A new connection: its bytes are counted from 0, as the kernel keys
@@ -384,7 +384,7 @@ impl ChannelStamps {
     /// drains (each is stamped), so stopping there saves a syscall per
     /// write: 4 extra `recvmsg` per gRPC call against grpc-go became 2.
     fn drain(&self, fd: std::os::fd::BorrowedFd<'_>) {
-        crate::rx::drain_tx_stamps_id_until(fd, 64, |key, stamp| {
+        prober_sys::rx::drain_tx_stamps_id_until(fd, 64, |key, stamp| {
             self.lock().bytes.file(key, stamp, KEPT)
         });
     }
@@ -432,8 +432,8 @@ impl StampedStream {
     /// Setting a socket option failed.
     pub fn new(inner: TcpStream, stamps: Arc<ChannelStamps>, want_tx: bool) -> io::Result<Self> {
         inner.set_nodelay(true)?;
-        crate::rx::enable_timestamps(inner.as_fd())?;
-        let tx_on = want_tx && crate::rx::enable_tx_timestamps_id(inner.as_fd()).is_ok();
+        prober_sys::rx::enable_timestamps(inner.as_fd())?;
+        let tx_on = want_tx && prober_sys::rx::enable_tx_timestamps_id(inner.as_fd()).is_ok();
         stamps.new_connection(&inner);
         Ok(Self {
             inner,
@@ -524,8 +524,8 @@ impl AsyncRead for StampedStream {
         // socket's lock against the softirq delivering the response (5.3 %
         // of a profile's samples in the lock's slow path, BENCHMARKS.md).
         if stamps.is_spinning() {
-            if crate::busy::data_waiting(fd) {
-                let res = crate::rx::recv_stamped::<()>(fd, buf.initialize_unfilled());
+            if prober_sys::busy::data_waiting(fd) {
+                let res = prober_sys::rx::recv_stamped::<()>(fd, buf.initialize_unfilled());
                 if matches!(&res, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
                     on_block(fd);
                 }
@@ -559,7 +559,7 @@ fn poll_read_stamped(
         ready!(inner.poll_read_ready(cx))?;
         let unfilled = buf.initialize_unfilled();
         let res = inner.try_io(Interest::READABLE, || {
-            let res = crate::rx::recv_stamped::<()>(inner.as_fd(), unfilled);
+            let res = prober_sys::rx::recv_stamped::<()>(inner.as_fd(), unfilled);
             if matches!(&res, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
                 on_block(inner.as_fd());
             }
@@ -583,7 +583,7 @@ fn filled(
         Ok((n, _, stamp)) => {
             buf.advance(n);
             if n > 0 {
-                on_data(stamp.and_then(crate::rx::unix_ns));
+                on_data(stamp.and_then(prober_sys::rx::unix_ns));
             }
             Some(Ok(()))
         }
@@ -755,7 +755,7 @@ impl ServerRx {
     fn before_write(&self, fd: std::os::fd::BorrowedFd<'_>) -> bool {
         let mut tx = self.tx();
         if tx.wanted && !tx.on && !tx.refused {
-            match crate::rx::enable_tx_timestamps_id_tcp(fd) {
+            match prober_sys::rx::enable_tx_timestamps_id_tcp(fd) {
                 Ok(()) => tx.on = true,
                 Err(e) => {
                     tx.refused = true;
@@ -792,7 +792,7 @@ impl ServerRx {
         if !self.tx().missing() {
             return;
         }
-        crate::rx::drain_tx_stamps_id_until(fd, usize::MAX, |key, stamp| {
+        prober_sys::rx::drain_tx_stamps_id_until(fd, usize::MAX, |key, stamp| {
             self.tx().bytes.file(key, stamp, SERVER_KEPT)
         });
     }
@@ -847,7 +847,7 @@ const HOLD_MAX: usize = 16 * 1024;
 impl ServerStream {
     /// Wraps an accepted stream; without receive stamps it still serves.
     pub fn new(inner: TcpStream) -> Self {
-        let _ = crate::rx::enable_timestamps(inner.as_fd());
+        let _ = prober_sys::rx::enable_timestamps(inner.as_fd());
         Self {
             inner,
             rx: Arc::default(),

@@ -350,7 +350,8 @@ impl Keys {
 }
 
 /// Reads a probe line in prober's own layout without serde: the fields it
-/// needs are found in the order prober's JSON sink writes them, with SIMD
+/// needs are found in the order prober's JSON sink writes them (a line in
+/// any other order goes to serde), with SIMD
 /// substring search. Only lines that start as prober's do, end in `}`, have
 /// as many `{` as `}` and hold no backslash are read this way: with no
 /// backslash no string can hold a quote, so a `"key":` found is a key.
@@ -422,6 +423,15 @@ fn scan_probe_line<'a>(raw: &'a [u8], k: &Keys) -> Option<ProbeLine<'a>> {
     let sent = number(sent_at)??;
     let r = after(&k.rtt, sent_at)?;
     let rtt = number(r)?;
+    // Each key is looked for only where the sink writes it; one written
+    // elsewhere (another writer's field order) sends the line to serde
+    // rather than reading as absent.
+    if k.job.find(&raw[t..]).is_some()
+        || k.interval.find(&raw[t..]).is_some()
+        || k.parts.find(&raw[..r]).is_some()
+    {
+        return None;
+    }
     let mut parts = PartsIn::default();
     if let Some(mut i) = after(&k.parts, r) {
         while raw.get(i) == Some(&b'"') {
@@ -922,34 +932,10 @@ fn merge(into: &mut Histogram<u64>, h: &Histogram<u64>) {
 
 /// Standard base64 (with padding) as hlog files use it; `None` if malformed.
 fn base64_decode(s: &str) -> Option<Vec<u8>> {
-    // Hand-written (20 lines) rather than a dependency for the one call:
-    // hdrhistogram re-exports no decoder.
-    fn val(c: u8) -> Option<u32> {
-        Some(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        } as u32)
-    }
-    let s = s.trim().trim_end_matches('=').as_bytes();
-    let mut out = Vec::with_capacity(s.len() * 3 / 4);
-    for chunk in s.chunks(4) {
-        let mut acc = 0u32;
-        for (i, &c) in chunk.iter().enumerate() {
-            acc |= val(c)? << (18 - 6 * i);
-        }
-        let bytes = acc.to_be_bytes();
-        match chunk.len() {
-            4 => out.extend_from_slice(&bytes[1..4]),
-            3 => out.extend_from_slice(&bytes[1..3]),
-            2 => out.push(bytes[1]),
-            _ => return None,
-        }
-    }
-    Some(out)
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD
+        .decode(s.trim())
+        .ok()
 }
 
 /// Parses a `--since`/`--until` time: RFC 3339 (`2026-11-23T13:00:00Z`,
@@ -1012,7 +998,14 @@ mod tests {
     }
 
     fn same(line: &str) {
-        let fast = scan_probe_line(line.as_bytes(), &Keys::new()).expect(line);
+        assert!(agree(line), "the fast reader left {line} to serde");
+    }
+
+    /// Whether the fast reader read `line` (and then read it as serde does).
+    fn agree(line: &str) -> bool {
+        let Some(fast) = scan_probe_line(line.as_bytes(), &Keys::new()) else {
+            return false;
+        };
         let slow: ProbeLine<'_> = serde_json::from_str(line).unwrap();
         let key = |p: &ProbeLine<'_>| {
             let q = &p.parts;
@@ -1034,6 +1027,7 @@ mod tests {
             )
         };
         assert_eq!(key(&fast), key(&slow), "{line}");
+        true
     }
 
     #[test]
@@ -1047,6 +1041,138 @@ mod tests {
         same(
             r#"{"type":"probe","target":"a","outcome":"timeout","sent_unix_ns":1,"rtt_ns":null,"parts":{}}"#,
         );
+    }
+
+    /// Lines the JSON sink really writes, with their top-level keys in
+    /// every rotation of the sink's order and of its reverse: the fast
+    /// reader reads each as serde does, or leaves it to serde.
+    #[test]
+    fn the_fast_reader_agrees_with_serde_on_the_sinks_lines_in_any_key_order() {
+        use std::time::Duration;
+
+        use prober_core::{Clock, Outcome, Reply, Sample, TargetInfo};
+        use tokio::time::Instant;
+
+        let clock = Clock::now();
+        let now = Instant::now();
+        let mut lines = Vec::new();
+        for (job, outcome) in [
+            (None, Outcome::Timeout),
+            (
+                Some("edge"),
+                Outcome::Ok(Reply::plain(now, now + Duration::from_micros(40), 64)),
+            ),
+        ] {
+            let mut info = TargetInfo::new(0, "udp://127.0.0.1:9", "udp", "127.0.0.1:9", Some(64));
+            info.job = job.map(str::to_owned);
+            let sample = Sample {
+                target: 0,
+                seq: 1,
+                scheduled: now,
+                sent: now,
+                outcome,
+                bytes: 64,
+            };
+            let line = serde_json::to_string(&prober_sinks::ProbeLine::new(&info, &sample, &clock))
+                .unwrap();
+            lines.push(line);
+        }
+        // The sink's own order, then with a sweep tag and parts, as a sweep
+        // and a split write them.
+        let mut with_more: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(&lines[1]).unwrap();
+        with_more.insert(
+            "sweep".to_owned(),
+            serde_json::json!({"round": 1, "point": 2, "interval_ns": 1000}),
+        );
+        with_more.insert(
+            "parts".to_owned(),
+            serde_json::json!({"network_ns": 10, "client_wake_ns": 3}),
+        );
+        let mut checked = 0;
+        for line in &lines {
+            same(line);
+            checked += 1;
+        }
+        let entries_of = |line: &str| -> Vec<(String, serde_json::Value)> {
+            // Keys in the order the line has them.
+            let mut de = serde_json::Deserializer::from_str(line);
+            let v: indexed::Entries = serde::Deserialize::deserialize(&mut de).unwrap();
+            v.0
+        };
+        let mut all = lines.iter().map(|l| entries_of(l)).collect::<Vec<_>>();
+        all.push(with_more.into_iter().collect());
+        let text = |order: &[(String, serde_json::Value)]| {
+            let body: Vec<String> = order
+                .iter()
+                .map(|(k, v)| format!("{}:{v}", serde_json::to_string(k).unwrap()))
+                .collect();
+            format!("{{{}}}", body.join(","))
+        };
+        let mut fast = 0;
+        for entries in &all {
+            // Each key moved to every other place, the rest in the sink's
+            // order: the orders most likely to pass the fast reader's checks.
+            for from in 0..entries.len() {
+                for to in 0..entries.len() {
+                    let mut order = entries.clone();
+                    let moved = order.remove(from);
+                    order.insert(to, moved);
+                    if agree(&text(&order)) {
+                        fast += 1;
+                    }
+                    checked += 1;
+                }
+            }
+        }
+        assert!(fast > 0, "some orders are read by the fast reader");
+        for entries in all {
+            for reversed in [false, true] {
+                let mut order = entries.clone();
+                if reversed {
+                    order.reverse();
+                }
+                for _ in 0..order.len() {
+                    order.rotate_left(1);
+                    let body: Vec<String> = order
+                        .iter()
+                        .map(|(k, v)| format!("{}:{v}", serde_json::to_string(k).unwrap()))
+                        .collect();
+                    agree(&format!("{{{}}}", body.join(",")));
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 50, "{checked} lines checked");
+    }
+
+    /// A JSON object's entries in the order written (serde_json's own map
+    /// sorts them).
+    mod indexed {
+        pub(super) struct Entries(pub(super) Vec<(String, serde_json::Value)>);
+
+        impl<'de> serde::Deserialize<'de> for Entries {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct V;
+                impl<'de> serde::de::Visitor<'de> for V {
+                    type Value = Entries;
+                    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                        f.write_str("an object")
+                    }
+                    fn visit_map<A: serde::de::MapAccess<'de>>(
+                        self,
+                        mut m: A,
+                    ) -> Result<Entries, A::Error> {
+                        let mut out = Vec::new();
+                        while let Some(e) = m.next_entry()? {
+                            out.push(e);
+                        }
+                        Ok(Entries(out))
+                    }
+                }
+                d.deserialize_map(V)
+            }
+        }
     }
 
     #[test]

@@ -18,6 +18,8 @@
 //! socket. Keeping it apart keeps the `prober` binary's other crates lean and
 //! the layering test simple: this crate depends on prober-core only.
 
+#![forbid(unsafe_code)]
+
 pub mod charts;
 pub mod html;
 pub mod input;

@@ -254,7 +254,7 @@ impl JsonLinesFile {
     }
 }
 
-/// Every probe as a CSV row ([`ProbeLine::CSV_HEADER`]), appended to a file
+/// Every probe as a CSV row ([`ProbeLine::csv_row`]), appended to a file
 /// that starts with the header.
 #[derive(Debug)]
 pub struct CsvLinesFile {
@@ -269,7 +269,7 @@ impl CsvLinesFile {
     pub fn open(path: &Path, rotation: Rotation) -> io::Result<Self> {
         let header: Header = Box::new(|w, empty| {
             if empty {
-                writeln!(w, "{}", ProbeLine::CSV_HEADER)?;
+                w.write_all(ProbeLine::csv_header())?;
             }
             Ok(())
         });
@@ -313,9 +313,8 @@ impl Sink for JsonLinesFile {
 
 impl Sink for CsvLinesFile {
     fn record(&mut self, cx: &Context<'_>, t: &TargetEntry, s: &Sample) -> io::Result<()> {
-        let mut line = ProbeLine::new(&t.info, s, &cx.clock).csv_row();
-        line.push('\n');
-        self.file.write_all(line.as_bytes())
+        let line = ProbeLine::new(&t.info, s, &cx.clock).csv_row()?;
+        self.file.write_all(&line)
     }
 
     file_hooks!();

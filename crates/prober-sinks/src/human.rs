@@ -4,7 +4,10 @@ use std::fmt::Write as _;
 use std::io::{self, Write};
 
 use prober_core::duration::format_ns;
-use prober_core::{Context, DistSummary, Outcome, RunMeta, Sample, Sink, Summary, TargetEntry};
+use prober_core::protocol::Rung;
+use prober_core::{
+    Context, DistSummary, Outcome, Registry, RunMeta, Sample, Sink, Summary, TargetEntry,
+};
 
 use crate::fields::{FieldValue, field_value};
 use crate::output::Output;
@@ -17,7 +20,10 @@ pub struct HumanSink {
     fields: Vec<String>,
     unix_time: bool,
     multi: bool,
-    ladder: bool,
+    ladder: Vec<Rung>,
+    /// How each scheme's responder reports a whole turnaround
+    /// ([`prober_core::Protocol::turnaround`]).
+    turnarounds: Vec<(&'static str, &'static str)>,
 }
 
 impl std::fmt::Debug for HumanSink {
@@ -37,23 +43,36 @@ impl HumanSink {
             fields,
             unix_time: false,
             multi: false,
-            ladder: false,
+            ladder: Vec::new(),
+            turnarounds: Vec::new(),
         }
     }
 
-    /// Adds the protocol ladder to the summaries: one row per layer, ICMP
-    /// to gRPC over TLS, with each row's median RTT, what it adds over the
-    /// layer it is compared with, and which part of the split grew most
-    /// (the self-test).
+    /// Adds the protocol ladder to the summaries: one row per rung (from
+    /// [`prober_core::Registry::ladder`]), with each row's median RTT, what
+    /// it adds over the row it is compared with, and which part of the
+    /// split grew most (the self-test). No rungs: no ladder.
     #[must_use]
-    pub fn with_ladder(mut self, on: bool) -> Self {
-        self.ladder = on;
+    pub fn with_ladder(mut self, rungs: Vec<Rung>) -> Self {
+        self.ladder = rungs;
+        self
+    }
+
+    /// Words each summary's turnaround line in its protocol's terms.
+    #[must_use]
+    pub fn with_protocols(mut self, registry: &Registry) -> Self {
+        self.turnarounds = registry
+            .protocols()
+            .iter()
+            .filter_map(|p| Some((p.turnaround?, p.schemes)))
+            .flat_map(|(note, schemes)| schemes.iter().map(move |s| (s.name, note)))
+            .collect();
         self
     }
 
     /// The protocol ladder (see [`HumanSink::with_ladder`]).
     fn write_ladder(&mut self, summaries: &[Summary]) -> io::Result<()> {
-        let rows = ladder_rows(summaries);
+        let rows = ladder_rows(summaries, &self.ladder);
         if rows.len() < 3 {
             return Ok(());
         }
@@ -99,11 +118,14 @@ impl HumanSink {
                 // The responder reports its turnaround as a whole (STAMP's
                 // T3 − T2; gRPC's kernel receive stamp to handler return).
                 if name == "responder_wake" {
-                    let how = if s.protocol == "stamp" {
-                        "its receive stamp to its send, as it reports it: STAMP's T3 − T2"
-                    } else {
-                        "its kernel receive stamp to its handler's return, as it reports it"
-                    };
+                    let how = self
+                        .turnarounds
+                        .iter()
+                        .find(|(scheme, _)| *scheme == s.protocol)
+                        .map_or(
+                            "its kernel receive stamp to its handler's return, as it reports it",
+                            |(_, note)| note,
+                        );
                     writeln!(
                         self.out,
                         "  {:<16} {:>10}  {:>5.1}%  ({how})",
@@ -345,7 +367,7 @@ impl HumanSink {
             self.write_split(s)?;
         }
         self.write_split_table(summaries)?;
-        if self.ladder {
+        if !self.ladder.is_empty() {
             self.write_ladder(summaries)?;
         }
         writeln!(
@@ -529,34 +551,19 @@ fn part_groups(s: &Summary) -> [Option<u64>; 4] {
     [p("client_send"), p("network"), responder, p("client_wake")]
 }
 
-/// The protocol ladder's layers: protocol, name, and the protocol of the
-/// layer its row is compared with: the one it runs on (HTTP/1.1 on TCP,
-/// gRPC on HTTP/2 without TLS), or the step before it (TCP after UDP,
-/// HTTP/2 after HTTP/1.1, TLS after plaintext).
-const LAYERS: [(&str, &str, Option<&str>); 8] = [
-    ("icmp", "ICMP", None),
-    ("udp", "UDP", Some("icmp")),
-    ("tcp", "TCP", Some("udp")),
-    ("http", "HTTP/1.1", Some("tcp")),
-    ("h2c", "HTTP/2 (h2c)", Some("http")),
-    ("https", "HTTPS (HTTP/2, TLS)", Some("h2c")),
-    ("grpc", "gRPC", Some("h2c")),
-    ("grpcs", "gRPC over TLS", Some("grpc")),
-];
-
 /// The protocol ladder's table, header first: each layer that answered,
 /// its median RTT, and what it adds over the layer it is compared with (or
 /// the nearest one below that answered): gRPC over HTTP/2 (h2c), not over
 /// HTTPS, the row above it. Of several targets of one protocol (ICMP to
 /// 127.0.0.1 and ::1) the first that answered counts.
-fn ladder_rows(summaries: &[Summary]) -> Vec<Vec<String>> {
+fn ladder_rows(summaries: &[Summary], rungs: &[Rung]) -> Vec<Vec<String>> {
     let answered = |proto: &str| {
         summaries
             .iter()
             .filter(|s| s.protocol == proto)
             .find_map(|s| Some((s.rtt.as_ref()?.p50, part_groups(s))))
     };
-    let layer_of = |proto: &str| LAYERS.iter().find(|l| l.0 == proto);
+    let layer_of = |proto: &str| rungs.iter().find(|l| l.scheme == proto);
     let mut rows = vec![
         [
             "layer",
@@ -568,7 +575,13 @@ fn ladder_rows(summaries: &[Summary]) -> Vec<Vec<String>> {
         .map(str::to_owned)
         .to_vec(),
     ];
-    for (proto, layer, below) in LAYERS {
+    for &Rung {
+        scheme: proto,
+        label: layer,
+        over: below,
+        ..
+    } in rungs
+    {
         let Some((p50, groups)) = answered(proto) else {
             continue;
         };
@@ -580,7 +593,7 @@ fn ladder_rows(summaries: &[Summary]) -> Vec<Vec<String>> {
                 under = Some((b, found));
                 break;
             }
-            base = layer_of(b).and_then(|l| l.2);
+            base = layer_of(b).and_then(|l| l.over);
         }
         let (over, adds, grew) = match under {
             Some((b, (was_p50, before))) => {
@@ -593,7 +606,7 @@ fn ladder_rows(summaries: &[Summary]) -> Vec<Vec<String>> {
                     .max_by(|a, b| a.1.total_cmp(&b.1))
                     .filter(|(_, d)| *d > 0.0)
                     .map_or_else(|| "-".to_owned(), |(n, d)| format!("{n} {:+.1}", d / 1e3));
-                (layer_of(b).map_or("", |l| l.1).to_owned(), adds, grew)
+                (layer_of(b).map_or("", |l| l.label).to_owned(), adds, grew)
             }
             None => ("-".to_owned(), "-".to_owned(), "-".to_owned()),
         };
@@ -664,7 +677,23 @@ mod tests {
             summary("https", 219, &responder(57, 25)),
             summary("grpc", 109, &responder(36, 12)),
         ];
-        let rows = ladder_rows(&summaries);
+        let rung = |scheme, label, over, rank| Rung {
+            scheme,
+            label,
+            over,
+            rank,
+        };
+        let rungs = [
+            rung("icmp", "ICMP", None, 0),
+            rung("udp", "UDP", Some("icmp"), 1),
+            rung("tcp", "TCP", Some("udp"), 2),
+            rung("http", "HTTP/1.1", Some("tcp"), 3),
+            rung("h2c", "HTTP/2 (h2c)", Some("http"), 4),
+            rung("https", "HTTPS (HTTP/2, TLS)", Some("h2c"), 5),
+            rung("grpc", "gRPC", Some("h2c"), 6),
+            rung("grpcs", "gRPC over TLS", Some("grpc"), 7),
+        ];
+        let rows = ladder_rows(&summaries, &rungs);
         let row = |layer: &str| {
             rows.iter()
                 .find(|r| r[0] == layer)

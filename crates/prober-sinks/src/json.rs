@@ -8,7 +8,6 @@ use prober_core::{
     Clock, Context, Detail, Outcome, Parts, RunMeta, Sample, Sink, Summary, TargetEntry, TargetInfo,
 };
 
-use crate::csv::quote;
 use crate::output::Output;
 
 /// Version of the JSON lines and CSV probe-line layout, in every meta line
@@ -286,40 +285,108 @@ impl<'a> ProbeLine<'a> {
         }
     }
 
-    /// The fields in CSV order, matching [`ProbeLine::CSV_HEADER`].
-    pub fn csv_row(&self) -> String {
-        let opt = |v: Option<u64>| v.map_or_else(String::new, |v| v.to_string());
-        let mut row = format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
-            quote(self.job.unwrap_or("")),
-            quote(self.target),
-            self.protocol,
-            self.addr,
-            self.seq,
-            self.outcome,
-            self.scheduled_unix_ns,
-            self.sent_unix_ns,
-            self.send_lag_ns,
-            opt(self.rtt_ns),
-            opt(self.latency_ns),
-            opt(self.server_dwell_ns),
-            self.bytes,
-            quote(self.error.unwrap_or("")),
-            self.error_kind.unwrap_or(""),
-            opt(self.rx_wake_ns),
-            opt(self.ttl.map(u64::from)),
-            opt(self.kernel_rtt_ns),
-            opt(self.ping_rtt_ns),
-        );
-        for part in self.parts.1 {
-            row.push(',');
-            row.push_str(&opt(part));
-        }
-        row
+    /// This probe as one CSV row, with its line break.
+    ///
+    /// # Errors
+    /// None in practice: the row is written to memory.
+    pub fn csv_row(&self) -> io::Result<Vec<u8>> {
+        csv_line(false, &CsvRow::from(self))
     }
 
-    /// Header of [`ProbeLine::csv_row`].
-    pub const CSV_HEADER: &'static str = "job,target,protocol,addr,seq,outcome,scheduled_unix_ns,sent_unix_ns,send_lag_ns,rtt_ns,latency_ns,server_dwell_ns,bytes,error,error_kind,rx_wake_ns,ttl,kernel_rtt_ns,ping_rtt_ns,part_client_send_ns,part_network_ns,part_responder_wake_ns,part_responder_dwell_ns,part_responder_send_ns,part_client_wake_ns";
+    /// The header of [`ProbeLine::csv_row`], with its line break: the
+    /// field names of the row's struct, so the two cannot drift apart.
+    pub fn csv_header() -> &'static [u8] {
+        static HEADER: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+        HEADER.get_or_init(|| {
+            let row = CsvRow::default();
+            let both = csv_line(true, &row).unwrap_or_default();
+            let end = both
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(both.len(), |i| i + 1);
+            both[..end].to_vec()
+        })
+    }
+}
+
+/// `row` as CSV (RFC 4180 quoting), after its header when `header`.
+fn csv_line(header: bool, row: &CsvRow<'_>) -> io::Result<Vec<u8>> {
+    let mut w = csv::WriterBuilder::new()
+        .has_headers(header)
+        .from_writer(Vec::with_capacity(256));
+    w.serialize(row).map_err(io::Error::other)?;
+    w.into_inner().map_err(|e| io::Error::other(e.to_string()))
+}
+
+/// A probe line's CSV columns, in order: serde gives both the header and
+/// the row, so they stay in step. A missing value is an empty cell.
+#[derive(Serialize, Default)]
+struct CsvRow<'a> {
+    job: &'a str,
+    target: &'a str,
+    protocol: &'a str,
+    addr: &'a str,
+    seq: u64,
+    outcome: &'a str,
+    scheduled_unix_ns: u64,
+    sent_unix_ns: u64,
+    send_lag_ns: u64,
+    rtt_ns: Option<u64>,
+    latency_ns: Option<u64>,
+    server_dwell_ns: Option<u64>,
+    bytes: usize,
+    error: &'a str,
+    error_kind: &'a str,
+    rx_wake_ns: Option<u64>,
+    ttl: Option<u8>,
+    kernel_rtt_ns: Option<u64>,
+    ping_rtt_ns: Option<u64>,
+    part_client_send_ns: Option<u64>,
+    part_network_ns: Option<u64>,
+    part_responder_wake_ns: Option<u64>,
+    part_responder_dwell_ns: Option<u64>,
+    part_responder_send_ns: Option<u64>,
+    part_client_wake_ns: Option<u64>,
+}
+
+impl<'a> From<&'a ProbeLine<'a>> for CsvRow<'a> {
+    fn from(l: &'a ProbeLine<'a>) -> Self {
+        let [
+            part_client_send_ns,
+            part_network_ns,
+            part_responder_wake_ns,
+            part_responder_dwell_ns,
+            part_responder_send_ns,
+            part_client_wake_ns,
+        ] = l.parts.1;
+        Self {
+            job: l.job.unwrap_or(""),
+            target: l.target,
+            protocol: l.protocol,
+            addr: l.addr,
+            seq: l.seq,
+            outcome: l.outcome,
+            scheduled_unix_ns: l.scheduled_unix_ns,
+            sent_unix_ns: l.sent_unix_ns,
+            send_lag_ns: l.send_lag_ns,
+            rtt_ns: l.rtt_ns,
+            latency_ns: l.latency_ns,
+            server_dwell_ns: l.server_dwell_ns,
+            bytes: l.bytes,
+            error: l.error.unwrap_or(""),
+            error_kind: l.error_kind.unwrap_or(""),
+            rx_wake_ns: l.rx_wake_ns,
+            ttl: l.ttl,
+            kernel_rtt_ns: l.kernel_rtt_ns,
+            ping_rtt_ns: l.ping_rtt_ns,
+            part_client_send_ns,
+            part_network_ns,
+            part_responder_wake_ns,
+            part_responder_dwell_ns,
+            part_responder_send_ns,
+            part_client_wake_ns,
+        }
+    }
 }
 
 impl Sink for JsonSink {
@@ -354,5 +421,68 @@ impl Sink for JsonSink {
 
     fn finish(&mut self, cx: &Context<'_>, summaries: &[Summary]) -> io::Result<()> {
         self.summaries("summary", cx, summaries)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use prober_core::{Clock, Outcome, ProbeError, Reply, Sample, TargetInfo};
+    use tokio::time::Instant;
+
+    use super::ProbeLine;
+
+    /// The header is the one the CSV files have always had.
+    #[test]
+    fn the_csv_header_keeps_its_columns() {
+        assert_eq!(
+            std::str::from_utf8(ProbeLine::csv_header()).unwrap(),
+            "job,target,protocol,addr,seq,outcome,scheduled_unix_ns,sent_unix_ns,send_lag_ns,rtt_ns,latency_ns,server_dwell_ns,bytes,error,error_kind,rx_wake_ns,ttl,kernel_rtt_ns,ping_rtt_ns,part_client_send_ns,part_network_ns,part_responder_wake_ns,part_responder_dwell_ns,part_responder_send_ns,part_client_wake_ns\n"
+        );
+    }
+
+    /// A row has a cell per header column, quotes what needs quoting, and
+    /// leaves unknown values empty.
+    #[test]
+    fn a_csv_row_reads_back_under_its_header() {
+        let now = Instant::now();
+        let mut info = TargetInfo::new(0, "http://h:1/a,b", "http", "127.0.0.1:1", None);
+        info.job = Some("web \"x\"".to_owned());
+        let clock = Clock::now();
+        let ok = Sample {
+            target: 0,
+            seq: 3,
+            scheduled: now,
+            sent: now,
+            outcome: Outcome::Ok(Reply::plain(now, now + Duration::from_micros(40), 64)),
+            bytes: 64,
+        };
+        let err = Sample {
+            seq: 4,
+            outcome: Outcome::Error(ProbeError::protocol("refused, \"no\"\nbye")),
+            ..ok.clone()
+        };
+        let mut text = ProbeLine::csv_header().to_vec();
+        for s in [&ok, &err] {
+            text.extend(ProbeLine::new(&info, s, &clock).csv_row().unwrap());
+        }
+        let mut r = csv::Reader::from_reader(text.as_slice());
+        let header = r.headers().unwrap().clone();
+        let rows: Vec<csv::StringRecord> = r.records().map(Result::unwrap).collect();
+        assert_eq!(rows.len(), 2);
+        let cell = |row: &csv::StringRecord, name: &str| {
+            let i = header.iter().position(|h| h == name).unwrap();
+            row[i].to_owned()
+        };
+        assert_eq!(cell(&rows[0], "job"), "web \"x\"");
+        assert_eq!(cell(&rows[0], "target"), "http://h:1/a,b");
+        assert_eq!(cell(&rows[0], "seq"), "3");
+        assert_eq!(cell(&rows[0], "rtt_ns"), "40000");
+        assert_eq!(cell(&rows[0], "error"), "");
+        assert_eq!(cell(&rows[0], "kernel_rtt_ns"), "");
+        assert_eq!(cell(&rows[1], "outcome"), "error");
+        assert_eq!(cell(&rows[1], "error"), "refused, \"no\"\nbye");
+        assert_eq!(cell(&rows[1], "rtt_ns"), "");
     }
 }

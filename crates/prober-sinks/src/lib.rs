@@ -22,6 +22,8 @@
 //! (OTLP, a status page, a report reader) is one module here and one line
 //! where the binary or the daemon picks its sinks.
 
+#![forbid(unsafe_code)]
+
 pub mod csv;
 pub mod exposition;
 pub mod fields;

@@ -8,6 +8,8 @@
 //! a round trip is (T4 − T1) − (T3 − T2) against any standard reflector.
 //! See docs/stamp.md.
 
+#![forbid(unsafe_code)]
+
 pub mod packet;
 mod protocol;
 pub mod reflector;
@@ -18,7 +20,7 @@ pub mod tlv;
 pub use packet::{Key, Mode};
 pub use protocol::STAMP;
 pub use reflector::{ReflectorConfig, ReflectorStats, serve_stamp};
-pub use sender::{SenderOptions, StampProbe, TlvChoice};
+pub use sender::{STAMP_FLAGS, SenderOptions, StampProbe, StampSpec, TlvChoice};
 pub use time::Format;
 
 /// The STAMP port assigned by IANA (RFC 8762 §4.1).

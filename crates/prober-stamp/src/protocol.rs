@@ -39,7 +39,10 @@ pub const STAMP: Protocol = Protocol {
         busy_poll: false,
         icmp_socket: false,
         marks: false,
+        flows: false,
     },
     help: "STAMP sender (RFC 8762/8972), against a router's or prober's reflector",
+    ladder: &[],
+    turnaround: Some("its receive stamp to its send, as it reports it: STAMP's T3 − T2"),
     build,
 };

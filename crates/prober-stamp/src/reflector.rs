@@ -184,7 +184,7 @@ impl State {
             return;
         }
         let kept = &mut self.tx_stamps;
-        prober_net::rx::drain_tx_stamps_id(fd, 256, |key, stamp| {
+        prober_sys::rx::drain_tx_stamps_id(fd, 256, |key, stamp| {
             if kept.len() == KEEP_TX_STAMPS {
                 kept.pop_front();
             }
@@ -333,12 +333,12 @@ pub async fn serve_stamp(
 ) -> io::Result<()> {
     let local = socket.local_addr()?;
     let v6 = local.is_ipv6();
-    prober_net::rx::enable_timestamps(socket.as_fd())?;
-    prober_net::rx::enable_ttl(socket.as_fd(), v6)?;
-    if let Err(error) = prober_net::rx::enable_tos_and_dst(socket.as_fd(), v6) {
+    prober_sys::rx::enable_timestamps(socket.as_fd())?;
+    prober_sys::rx::enable_ttl(socket.as_fd(), v6)?;
+    if let Err(error) = prober_sys::rx::enable_tos_and_dst(socket.as_fd(), v6) {
         tracing::debug!(%error, "stamp: no TOS or destination address of requests");
     }
-    let tx_on = prober_net::rx::enable_tx_timestamps_id(socket.as_fd()).is_ok();
+    let tx_on = prober_sys::rx::enable_tx_timestamps_id(socket.as_fd()).is_ok();
     let mut state = State {
         key: cfg.key.clone().map(Arc::new),
         error: ErrorEstimate::new(cfg.format, cfg.clock_synced, 1_000_000),
@@ -357,7 +357,7 @@ pub async fn serve_stamp(
             () = stop.cancelled() => return Ok(()),
             r = socket.async_io(Interest::READABLE | Interest::ERROR, || {
                 state.drain_tx_stamps(socket.as_fd());
-                prober_net::rx::recv_meta::<SockaddrStorage>(socket.as_fd(), &mut buf)
+                prober_sys::rx::recv_meta::<SockaddrStorage>(socket.as_fd(), &mut buf)
             }) => r,
         };
         let m = match read {
@@ -370,13 +370,13 @@ pub async fn serve_stamp(
         };
         let read_at = prober_core::clock::unix_now_ns();
         state.stats.received.fetch_add(1, Ordering::Relaxed);
-        let Some(from) = m.from.as_ref().and_then(prober_net::rx::socket_addr) else {
+        let Some(from) = m.from.as_ref().and_then(prober_sys::rx::socket_addr) else {
             continue;
         };
         let req = Request {
             from,
             dst: m.dst,
-            t2: m.stamp.and_then(prober_net::rx::unix_ns),
+            t2: m.stamp.and_then(prober_sys::rx::unix_ns),
             read: read_at,
             ttl: m.ttl,
             tos: m.tos,

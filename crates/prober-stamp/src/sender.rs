@@ -20,7 +20,7 @@ use prober_core::{
     Anomalies, DirectionLoss, ErrorKind, Gate, Matcher, Probe, ProbeError, Reply, ResponderTimes,
     Stamps,
 };
-use prober_net::rx;
+use prober_sys::rx;
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
 use tokio::time::Instant;
@@ -106,6 +106,61 @@ impl TlvChoice {
             || self.direct_measurement
             || self.access_report
             || self.follow_up
+    }
+}
+
+/// The sender's settings as text: `prober run`'s and `prober sweep`'s
+/// flags (this type is their clap definition, and a serde one for config
+/// tables); [`StampSpec::build`] reads the key and checks the TLVs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize, clap::Args)]
+#[serde(default, deny_unknown_fields)]
+pub struct StampSpec {
+    /// STAMP authenticated mode (RFC 8762 §4.2.2): the HMAC-SHA-256 key is
+    /// this file's bytes (one trailing newline dropped); never on the
+    /// command line.
+    #[arg(long = "stamp-key", value_name = "FILE")]
+    pub key_file: Option<std::path::PathBuf>,
+
+    /// STAMP timestamps in PTPv2 truncated format instead of NTP.
+    #[arg(long = "stamp-ptp")]
+    pub ptp: bool,
+
+    /// Say this host's clock is synchronised to UTC (the S bit of STAMP's
+    /// Error Estimate): one-way delays are reported when the reflector says
+    /// so too.
+    #[arg(long)]
+    pub clock_synced: bool,
+
+    /// Optional STAMP TLVs (RFC 8972) in each request, comma separated:
+    /// location, timestamp-info, cos[=DSCP], direct, access-report,
+    /// follow-up, hmac, or all.
+    #[arg(long = "stamp-tlv", value_name = "LIST")]
+    pub tlvs: Option<String>,
+}
+
+/// The STAMP flags, as messages name them.
+pub const STAMP_FLAGS: &str = "--stamp-key, --stamp-ptp, --clock-synced and --stamp-tlv";
+
+impl StampSpec {
+    /// True when nothing differs from the defaults.
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Reads the key file and parses the TLV list.
+    ///
+    /// # Errors
+    /// A key file that cannot be read, or an unknown TLV.
+    pub fn build(&self) -> Result<SenderOptions, String> {
+        Ok(SenderOptions {
+            key: self.key_file.as_deref().map(Key::from_file).transpose()?,
+            format: if self.ptp { Format::Ptp } else { Format::Ntp },
+            clock_synced: self.clock_synced,
+            tlvs: match &self.tlvs {
+                Some(list) => TlvChoice::parse(list)?,
+                None => TlvChoice::default(),
+            },
+        })
     }
 }
 
@@ -255,7 +310,7 @@ struct Shared {
     /// (request index, probe seq, answered) by index modulo [`RING`].
     ring: Mutex<Vec<(u32, u64, bool)>>,
     session: Mutex<Session>,
-    tx: prober_net::rx::TxStamps,
+    tx: prober_sys::rx::TxStamps,
     tx_on: bool,
     /// Where [`Shared::drain`] reads queued requests: made once, not per
     /// call (it runs up to three times per probe).
@@ -332,7 +387,7 @@ impl StampProbe {
             matcher: Matcher::new(),
             ring: Mutex::new(vec![(u32::MAX, 0, false); RING]),
             session: Mutex::new(Session::default()),
-            tx: prober_net::rx::TxStamps::default(),
+            tx: prober_sys::rx::TxStamps::default(),
             tx_on,
             scratch: Mutex::new(vec![0u8; size + 128]),
         });

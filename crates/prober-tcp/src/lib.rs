@@ -16,6 +16,8 @@
 //! Schedules, timeouts and statistics come from `prober-core`; this crate
 //! only moves bytes and timestamps them as close to the socket as tokio allows.
 
+#![forbid(unsafe_code)]
+
 mod protocol;
 mod reader;
 pub mod responder;

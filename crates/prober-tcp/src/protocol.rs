@@ -1,7 +1,7 @@
 //! The descriptors of this crate's probes (see [`prober_core::Protocol`]).
 
 use prober_core::protocol::{
-    BuildEnv, BuildFuture, Options, ProbeSpec, Protocol, Scheme, SizeRule,
+    BuildEnv, BuildFuture, Options, ProbeSpec, Protocol, Rung, Scheme, SizeRule,
 };
 use prober_core::runnable;
 
@@ -75,8 +75,16 @@ pub const TCP: Protocol = Protocol {
         busy_poll: true,
         icmp_socket: false,
         marks: true,
+        flows: true,
     },
     help: "request/response on one connection (netperf TCP_RR)",
+    ladder: &[Rung {
+        scheme: "tcp",
+        label: "TCP",
+        over: Some("udp"),
+        rank: 2,
+    }],
+    turnaround: None,
     build: build_tcp,
 };
 
@@ -90,8 +98,10 @@ pub const TCP_CONNECT: Protocol = Protocol {
         busy_poll: false,
         icmp_socket: false,
         marks: true,
+        flows: false,
     },
     help: "TCP handshake time, against any TCP server",
+    ladder: &[],
     build: build_connect,
     ..TCP
 };
@@ -104,8 +114,10 @@ pub const TCP_CRR: Protocol = Protocol {
         busy_poll: false,
         icmp_socket: false,
         marks: true,
+        flows: false,
     },
     help: "connect, request, response, close (netperf TCP_CRR)",
+    ladder: &[],
     build: build_crr,
     ..TCP
 };
@@ -118,6 +130,12 @@ pub const UDP: Protocol = Protocol {
         ..TCP_SIZES
     }),
     help: "datagram request/response",
+    ladder: &[Rung {
+        scheme: "udp",
+        label: "UDP",
+        over: Some("icmp"),
+        rank: 1,
+    }],
     build: build_udp,
     ..TCP
 };

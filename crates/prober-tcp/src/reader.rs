@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use prober_core::clock::unix_now_ns;
 use prober_core::{ProbeError, Reply, ResponderTimes, Stamps, Waiter};
-use prober_net::rx;
+use prober_sys::rx;
 use tokio::time::Instant;
 
 /// What a read of a reply gave: the kernel's receive stamp (t4k) and the
@@ -82,7 +82,7 @@ pub(crate) async fn await_got(
 
 /// Receives without blocking: the length read and its stamps (for TCP, the
 /// kernel stamp of the last segment read). Needs
-/// [`prober_net::rx::enable_timestamps`] on the socket.
+/// [`prober_sys::rx::enable_timestamps`] on the socket.
 pub(crate) fn recv_stamped(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, RxStamp)> {
     let (n, _, stamp) = rx::recv_stamped::<()>(fd, buf)?;
     let t4 = unix_now_ns();

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use prober_net::busy::{SpinThread, Step};
 use prober_net::guard::{self, Gate, GuardStats, Limits, LogLimiter, RateLimiter};
+use prober_sys::busy::{SpinThread, Step};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::task::JoinSet;
@@ -88,7 +88,7 @@ impl NextRequest {
     fn answered(&mut self, fd: std::os::fd::BorrowedFd<'_>) -> Option<(Duration, bool)> {
         let b = self.budget.as_ref()?;
         self.answered = Some(std::time::Instant::now());
-        b.spin(|| prober_net::busy::data_waiting(fd))
+        b.spin(|| prober_sys::busy::data_waiting(fd))
     }
 }
 
@@ -301,8 +301,8 @@ fn spin_conn(
     use std::os::fd::AsFd as _;
     stream.set_nonblocking(true)?;
     stream.set_nodelay(true)?;
-    let rx_on = prober_net::rx::enable_timestamps(stream.as_fd()).is_ok();
-    let mut answers = Answers::new(prober_net::rx::enable_tx_timestamps_id(stream.as_fd()).is_ok());
+    let rx_on = prober_sys::rx::enable_timestamps(stream.as_fd()).is_ok();
+    let mut answers = Answers::new(prober_sys::rx::enable_tx_timestamps_id(stream.as_fd()).is_ok());
     let mut acc: Vec<u8> = Vec::with_capacity(64 * 1024);
     let mut chunk = vec![0u8; 64 * 1024];
     SpinThread::spawn("prober-serve-tcp-poll", move || {
@@ -312,7 +312,7 @@ fn spin_conn(
         // Looked at only while one may be there (`stamps_due`): a spin that
         // finds nothing costs a `poll`, not a syscall more.
         if answers.stamps_due() {
-            match prober_net::rx::recv_tx_stamp_id(fd) {
+            match prober_sys::rx::recv_tx_stamp_id(fd) {
                 Ok(Some((key, t3k))) => {
                     return match finish_now(answers.stamped(&mut SpinWriter(&stream), key, t3k)) {
                         Ok(()) => Step::Busy,
@@ -324,14 +324,14 @@ fn spin_conn(
                 Err(_) => return Step::Done,
             }
         }
-        if !prober_net::busy::readable_now(fd) {
+        if !prober_sys::busy::readable_now(fd) {
             return Step::Idle;
         }
-        let (n, t2k, t2) = match prober_net::rx::recv_stamped::<()>(fd, &mut chunk) {
+        let (n, t2k, t2) = match prober_sys::rx::recv_stamped::<()>(fd, &mut chunk) {
             Ok((0, ..)) => return Step::Done,
             Ok((n, _, stamp)) => (
                 n,
-                stamp.and_then(prober_net::rx::unix_ns),
+                stamp.and_then(prober_sys::rx::unix_ns),
                 prober_core::clock::unix_now_ns(),
             ),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -345,7 +345,7 @@ fn spin_conn(
             Err(_) => return Step::Done,
         };
         let received = Instant::now();
-        let wake = prober_net::rx::wake_ns(t2k, t2).filter(|_| rx_on);
+        let wake = prober_sys::rx::wake_ns(t2k, t2).filter(|_| rx_on);
         acc.extend_from_slice(&chunk[..n]);
         let mut writer = SpinWriter(&stream);
         let answered = answers.answer(&mut writer, &mut acc, (received, wake), &cfg, &counter);
@@ -420,10 +420,10 @@ async fn serve_conn(
     // that asks; transmit stamps numbered by byte (OPT_ID) the responder
     // send part (t3k − t3), in a follow-up frame. Not with delayed replies
     // (an impairment for tests).
-    let rx_on = prober_net::rx::enable_timestamps(stream.as_fd()).is_ok();
+    let rx_on = prober_sys::rx::enable_timestamps(stream.as_fd()).is_ok();
     let mut answers = Answers::new(
         cfg.delay_every.is_none()
-            && prober_net::rx::enable_tx_timestamps_id(stream.as_fd()).is_ok(),
+            && prober_sys::rx::enable_tx_timestamps_id(stream.as_fd()).is_ok(),
     );
     let (reader, mut writer) = stream.into_split();
     let sock: &TcpStream = reader.as_ref();
@@ -448,7 +448,7 @@ async fn serve_conn(
                 tokio::io::Interest::READABLE | tokio::io::Interest::ERROR,
                 || {
                     if answers.tx_on {
-                        match prober_net::rx::recv_tx_stamp_id(sock.as_fd()) {
+                        match prober_sys::rx::recv_tx_stamp_id(sock.as_fd()) {
                             Ok(Some((key, t3k))) => return Ok(TcpEvent::Stamp(key, t3k)),
                             Ok(None) => return Ok(TcpEvent::Nothing),
                             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -456,11 +456,11 @@ async fn serve_conn(
                         }
                     }
                     let (n, _, stamp) =
-                        prober_net::rx::recv_stamped::<()>(sock.as_fd(), &mut chunk)?;
+                        prober_sys::rx::recv_stamped::<()>(sock.as_fd(), &mut chunk)?;
                     let t2 = prober_core::clock::unix_now_ns();
                     Ok(TcpEvent::Data(
                         n,
-                        stamp.and_then(prober_net::rx::unix_ns),
+                        stamp.and_then(prober_sys::rx::unix_ns),
                         t2,
                     ))
                 },
@@ -487,7 +487,7 @@ async fn serve_conn(
         if acc.is_empty() {
             next.arrived();
         }
-        let wake = prober_net::rx::wake_ns(t2k, t2).filter(|_| rx_on);
+        let wake = prober_sys::rx::wake_ns(t2k, t2).filter(|_| rx_on);
         if acc.is_empty() {
             since = received;
         }
@@ -796,13 +796,13 @@ fn recv_from_stamped(
     buf: &mut [u8],
 ) -> io::Result<(usize, SocketAddr, Option<u64>)> {
     use nix::sys::socket::SockaddrStorage;
-    let (len, from, stamp) = prober_net::rx::recv_stamped::<SockaddrStorage>(fd, buf)?;
+    let (len, from, stamp) = prober_sys::rx::recv_stamped::<SockaddrStorage>(fd, buf)?;
     let t2 = prober_core::clock::unix_now_ns();
     let peer = from
         .as_ref()
-        .and_then(prober_net::rx::socket_addr)
+        .and_then(prober_sys::rx::socket_addr)
         .ok_or_else(|| io::Error::other("a datagram without a sender address"))?;
-    let wake = prober_net::rx::wake_ns(stamp.and_then(prober_net::rx::unix_ns), t2);
+    let wake = prober_sys::rx::wake_ns(stamp.and_then(prober_sys::rx::unix_ns), t2);
     Ok((len, peer, wake))
 }
 
@@ -824,13 +824,13 @@ pub async fn serve_udp(
     }
     // Kernel receive stamps: a client that asks gets the responder's
     // wake-up (t2 − t2k) in its reply (wire format, version 2 flags).
-    let stamps = prober_net::rx::enable_timestamps(std::os::fd::AsFd::as_fd(&socket)).is_ok();
+    let stamps = prober_sys::rx::enable_timestamps(std::os::fd::AsFd::as_fd(&socket)).is_ok();
     // Kernel transmit stamps, numbered by send (OPT_ID), for follow-up
     // frames: the responder send part (t3k − t3). Not with delayed replies
     // (an impairment for tests), which send from other tasks and would put
     // the numbering out of step.
     let tx_on = cfg.delay_every.is_none()
-        && prober_net::rx::enable_tx_timestamps_id(std::os::fd::AsFd::as_fd(&socket)).is_ok();
+        && prober_sys::rx::enable_tx_timestamps_id(std::os::fd::AsFd::as_fd(&socket)).is_ok();
     let socket = Arc::new(socket);
     let mut follow = FollowUps::default();
     let mut buf = vec![0u8; MAX_UDP_FRAME + 1];
@@ -846,7 +846,7 @@ pub async fn serve_udp(
             res = socket.async_io(tokio::io::Interest::READABLE | tokio::io::Interest::ERROR, || {
                 let fd = std::os::fd::AsFd::as_fd(&*socket);
                 if tx_on {
-                    match prober_net::rx::recv_tx_stamp_id(fd) {
+                    match prober_sys::rx::recv_tx_stamp_id(fd) {
                         Ok(Some((id, t3k))) => return Ok(UdpEvent::Stamp(id, t3k)),
                         Ok(None) => return Ok(UdpEvent::Nothing),
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -1124,8 +1124,8 @@ impl FollowUps {
 fn spin_udp(socket: std::net::UdpSocket, cfg: ResponderConfig) -> io::Result<SpinThread> {
     use std::os::fd::AsFd as _;
     socket.set_nonblocking(true)?;
-    let stamps = prober_net::rx::enable_timestamps(socket.as_fd()).is_ok();
-    let tx_on = prober_net::rx::enable_tx_timestamps_id(socket.as_fd()).is_ok();
+    let stamps = prober_sys::rx::enable_timestamps(socket.as_fd()).is_ok();
+    let tx_on = prober_sys::rx::enable_tx_timestamps_id(socket.as_fd()).is_ok();
     let mut follow = FollowUps::default();
     let mut buf = vec![0u8; MAX_UDP_FRAME + 1];
     let mut n = 0u64;
@@ -1140,7 +1140,7 @@ fn spin_udp(socket: std::net::UdpSocket, cfg: ResponderConfig) -> io::Result<Spi
     let mut unread = false;
     SpinThread::spawn("prober-serve-udp-poll", move || {
         if unread {
-            match prober_net::rx::recv_tx_stamp_id(socket.as_fd()) {
+            match prober_sys::rx::recv_tx_stamp_id(socket.as_fd()) {
                 Ok(Some((id, t3k))) => {
                     if let Some((frame, to)) = follow.frame_for(id, t3k)
                         && socket.send_to(&frame, to).is_ok()

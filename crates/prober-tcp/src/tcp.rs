@@ -21,12 +21,12 @@ use tokio::time::Instant;
 use tokio_util::task::AbortOnDropHandle;
 
 use crate::reader::{Arrival, Got, RxStamp, await_got, recv_stamped};
-use prober_net::busy::{Reader, SpinThread, Step};
 use prober_net::follow::{
     Cadence, FOLLOW_UP_MARGIN, FOLLOW_UP_WAIT, FollowUps, INTERLEAVED_WAIT, settle_interleaved,
 };
-use prober_net::synbpf::Stamper;
-use prober_net::syntap::Handshake;
+use prober_sys::busy::{Reader, SpinThread, Step};
+use prober_sys::synbpf::Stamper;
+use prober_sys::syntap::Handshake;
 
 use crate::wire::{self, HEADER_LEN, Header, Kind, MAX_TCP_FRAME};
 
@@ -66,7 +66,7 @@ pub struct TcpProbe {
 /// follow-up frames.
 #[derive(Debug, Default)]
 struct Stamped {
-    tx: prober_net::rx::KeyedTxStamps,
+    tx: prober_sys::rx::KeyedTxStamps,
     follow: FollowUps,
 }
 
@@ -169,13 +169,13 @@ impl TcpProbe {
         stream
             .set_nodelay(true)
             .map_err(|e| ProbeError::io("setting TCP_NODELAY", &e))?;
-        prober_net::rx::enable_timestamps(stream.as_fd())
+        prober_sys::rx::enable_timestamps(stream.as_fd())
             .map_err(|e| ProbeError::io("setting SO_TIMESTAMPNS", &e))?;
         // Transmit stamps numbered by byte (OPT_ID), from the first byte
         // sent after this call: a request's stamp is the one of its last
         // byte. None is no error: the client send part stays unknown.
         let tx_on =
-            self.tx_stamps && prober_net::rx::tx_timestamps_id_or_notice(stream.as_fd(), "tcp");
+            self.tx_stamps && prober_sys::rx::tx_timestamps_id_or_notice(stream.as_fd(), "tcp");
         let info = SockRef::from(&stream).try_clone().ok();
         let reconnect = self.connected_once.swap(true, Ordering::Relaxed);
         let matcher = self.matchers.next(reconnect);
@@ -344,7 +344,7 @@ fn read_frame(
     acc: &[u8],
     chunk: &mut [u8],
     size: usize,
-    tx: Option<&prober_net::rx::KeyedTxStamps>,
+    tx: Option<&prober_sys::rx::KeyedTxStamps>,
 ) -> io::Result<(usize, RxStamp)> {
     let want = frame_rest(acc, size).min(chunk.len());
     let res = recv_stamped(fd, &mut chunk[..want]);
@@ -383,7 +383,7 @@ fn file_read(
 /// so the stamp is dropped (the probe's split is then partial), never
 /// kept wrong.
 fn clean(fd: std::os::fd::BorrowedFd<'_>, mut rx: RxStamp) -> RxStamp {
-    if rx.t4k.is_some() && prober_net::busy::data_waiting(fd) {
+    if rx.t4k.is_some() && prober_sys::busy::data_waiting(fd) {
         rx.t4k = None;
     }
     rx
@@ -446,7 +446,7 @@ fn spin_replies(
         // Readable counts the error queue too: the request's transmit
         // stamp is filed as soon as it is there, and the spin goes back to
         // a `poll` that costs no lock of the socket.
-        if !prober_net::busy::readable_now(fd) {
+        if !prober_sys::busy::readable_now(fd) {
             return Step::Idle;
         }
         let tx = tx_on.then_some(&stamps.tx);
@@ -517,7 +517,7 @@ impl Probe for TcpProbe {
             // the other tests beside it).
             if let Some(budget) = &self.spin
                 && let Some((used, readable)) = budget.spin(|| {
-                    waiter.is_answered() || prober_net::busy::data_waiting(writer.as_ref().as_fd())
+                    waiter.is_answered() || prober_sys::busy::data_waiting(writer.as_ref().as_fd())
                 })
             {
                 conn.matcher.count_spin(used, readable);
@@ -595,7 +595,7 @@ impl Probe for TcpProbe {
         if let Ok(slot) = self.conn.try_lock()
             && let Some(info) = slot.as_ref().and_then(|c| c.info.as_ref())
         {
-            a.tcp_rtt = prober_net::tcpinfo::tcp_rtt(info.as_fd()).ok();
+            a.tcp_rtt = prober_sys::tcpinfo::tcp_rtt(info.as_fd()).ok();
         }
         a
     }
@@ -615,7 +615,7 @@ fn new_socket(addr: SocketAddr, marks: &Marks) -> Result<TcpSocket, ProbeError> 
         TcpSocket::new_v6()
     };
     let socket = socket.map_err(|e| ProbeError::io("creating socket", &e))?;
-    prober_net::mark::apply(&socket, addr.is_ipv6(), marks)
+    prober_sys::mark::apply(&socket, addr.is_ipv6(), marks)
         .map_err(|e| ProbeError::io("marking the socket", &e))?;
     if let Some(ip) = marks.source {
         socket
@@ -836,7 +836,7 @@ impl Probe for TcpCrrProbe {
         let limit = Instant::now() + self.timeout.saturating_sub(FOLLOW_UP_MARGIN);
         let socket = new_socket(self.addr, &self.marks)?;
         // Every option is set before the connect, outside the timed part.
-        prober_net::rx::enable_timestamps(socket.as_fd())
+        prober_sys::rx::enable_timestamps(socket.as_fd())
             .map_err(|e| io_err("setting SO_TIMESTAMPNS", e))?;
         socket
             .set_nodelay(true)
@@ -846,7 +846,7 @@ impl Probe for TcpCrrProbe {
         // is the connection's one write, and a SYN gets no stamp, so the
         // one stamp that comes is the request's.
         let tx_on =
-            self.tx_stamps && prober_net::rx::tx_timestamps_or_notice(socket.as_fd(), "tcp");
+            self.tx_stamps && prober_sys::rx::tx_timestamps_or_notice(socket.as_fd(), "tcp");
         let mut frame = Vec::with_capacity(self.size);
         wire::encode_request(&mut frame, self.size, seq, self.nonce);
         if self.tx_stamps {
@@ -885,7 +885,7 @@ impl Probe for TcpCrrProbe {
             // The stamp with a copy of the packet's headers, cut short.
             let mut buf = [0u8; 128];
             for _ in 0..4 {
-                match prober_net::rx::recv_tx_stamp(stream.as_fd(), &mut buf) {
+                match prober_sys::rx::recv_tx_stamp(stream.as_fd(), &mut buf) {
                     Ok((_, Some(at))) => t1k = Some(at),
                     Ok((_, None)) => {}
                     Err(_) => break,
@@ -940,7 +940,7 @@ impl Probe for TcpCrrProbe {
             sent,
             received,
             server_dwell: Some(dwell),
-            rx_wake: prober_net::rx::wake_ns(rx.t4k, rx.t4).map(Duration::from_nanos),
+            rx_wake: prober_sys::rx::wake_ns(rx.t4k, rx.t4).map(Duration::from_nanos),
             bytes: self.size,
             ttl: None,
             stamps,

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::io::Interest;
 
 use prober_core::{Anomalies, ErrorKind, Gate, Matcher, Probe, ProbeError, Reply, Waiter};
-use prober_net::busy::{Reader, SpinThread, Step};
+use prober_sys::busy::{Reader, SpinThread, Step};
 use tokio::net::UdpSocket;
 use tokio::time::Instant;
 
@@ -54,7 +54,7 @@ pub struct UdpProbe {
 #[derive(Debug, Default)]
 struct TxStamps {
     on: bool,
-    kept: prober_net::rx::TxStamps,
+    kept: prober_sys::rx::TxStamps,
 }
 
 impl TxStamps {
@@ -71,7 +71,7 @@ impl TxStamps {
         }
         let mut buf = [0u8; 512];
         for _ in 0..64 {
-            let Ok((n, Some(t1k))) = prober_net::rx::recv_tx_stamp(fd, &mut buf) else {
+            let Ok((n, Some(t1k))) = prober_sys::rx::recv_tx_stamp(fd, &mut buf) else {
                 break;
             };
             let frame = &buf[..n.min(buf.len())];
@@ -174,16 +174,16 @@ impl UdpProbe {
         tx_stamps: bool,
         marks: &Marks,
     ) -> io::Result<Self> {
-        let socket = UdpSocket::bind(prober_net::mark::bind_addr(marks, addr.is_ipv6())).await?;
-        prober_net::mark::apply(&socket, addr.is_ipv6(), marks)?;
+        let socket = UdpSocket::bind(prober_sys::mark::bind_addr(marks, addr.is_ipv6())).await?;
+        prober_sys::mark::apply(&socket, addr.is_ipv6(), marks)?;
         socket.connect(addr).await?;
         // Kernel receive timestamps, for the receive wake-up (`rx_wake`),
         // and transmit stamps for the client send part, where the kernel has
         // them (none is no error: that part stays unknown).
-        prober_net::rx::enable_timestamps(socket.as_fd())?;
+        prober_sys::rx::enable_timestamps(socket.as_fd())?;
         let follow = Arc::new(FollowUps::default());
         let tx = Arc::new(TxStamps {
-            on: tx_stamps && prober_net::rx::tx_timestamps_or_notice(socket.as_fd(), "udp"),
+            on: tx_stamps && prober_sys::rx::tx_timestamps_or_notice(socket.as_fd(), "udp"),
             ..TxStamps::default()
         });
         let socket = Arc::new(socket);

@@ -6,7 +6,6 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
-use prober_core::protocol::{BuildEnv, SocketChoice, TlsFiles};
 use prober_core::runner::phase;
 use prober_core::{
     Clock, Collector, EVENT_CHANNEL, Fanout, Launch, RunConfig, RunMeta, Sink, Summary, Target,
@@ -22,7 +21,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::{IcmpSocketArg, Output, RunArgs};
+use crate::cli::{Output, RunArgs};
+use crate::cmd::probe_flags::{ProbeFlags, is};
 use crate::protocols::PROTOCOLS;
 use crate::signal::{cancel_on_signals, interim_on_sigquit};
 
@@ -163,7 +163,7 @@ async fn start_self_test(
     let host = Ipv4Addr::LOCALHOST.to_string();
     let target = |scheme, port| {
         let mut t = Target::new(&PROTOCOLS, scheme, &host, port);
-        if t.protocol.path == Some("path") {
+        if is(&t, &prober_http::HTTP) || is(&t, &prober_http::HTTPS) {
             "echo".clone_into(&mut t.path);
         }
         t
@@ -192,112 +192,23 @@ async fn start_self_test(
     Ok((responders, targets))
 }
 
-/// The options of TLS targets, as messages name them.
-const TLS_OPTIONS: &str = "--ca, --cert, --tls-server-name and --insecure";
-/// The options of `stamp://` targets.
-const STAMP_OPTIONS: &str = "--stamp-key, --stamp-ptp, --clock-synced and --stamp-tlv";
-/// The options of HTTP targets.
-const HTTP_OPTIONS: &str = "An HTTP option (--method, --header, --expect-status, ...)";
-/// The options of `dns://` targets.
-const DNS_OPTIONS: &str = "--expect-rcode, --expect-answer and --dns-tcp-fallback";
-
-fn tls_given(args: &RunArgs) -> bool {
-    args.ca.is_some() || args.cert.is_some() || args.tls_server_name.is_some() || args.insecure
+/// The flags that say how `run`'s probes are built.
+fn probe_flags(args: &RunArgs) -> ProbeFlags<'_> {
+    ProbeFlags {
+        ttl: args.ttl,
+        marks: &args.marks,
+        icmp_socket: args.icmp_socket,
+        tls: &args.tls,
+        protocol: &args.protocol,
+        size: args.size,
+        no_tx_stamps: args.no_tx_stamps,
+    }
 }
 
-fn stamp_given(args: &RunArgs) -> bool {
-    args.stamp_key.is_some() || args.stamp_ptp || args.clock_synced || args.stamp_tlv.is_some()
-}
-
-/// Refuses options that no target can honour, and warns about targets that
-/// ignore an option others use.
+/// Refuses options that no target can honour (see [`ProbeFlags::check`])
+/// and output options that do not fit the output.
 fn check_options(args: &RunArgs, targets: &[Target]) -> anyhow::Result<()> {
-    // Binding to an address the host does not have fails at the first
-    // probe with "Cannot assign requested address": say which it is first.
-    // All of 127.0.0.0/8 is this host's, whatever lo lists.
-    if let Some(source) = args.source {
-        let own = prober_net::resolve::own_addresses();
-        let local = source.is_unspecified() || source.is_loopback() || own.contains(&source);
-        if !own.is_empty() && !local {
-            bail!("--source {source} is not an address of this host (`ip address` lists them)");
-        }
-    }
-    let check = |given: bool, flag: &str, applies: &dyn Fn(&Target) -> bool, what: &str| {
-        if !given {
-            return Ok(());
-        }
-        let ignoring: Vec<String> = targets
-            .iter()
-            .filter(|t| !applies(t))
-            .map(ToString::to_string)
-            .collect();
-        if ignoring.len() == targets.len() {
-            bail!("{flag} applies only to {what}; no target here takes it");
-        }
-        if !ignoring.is_empty() {
-            eprintln!(
-                "prober: warning: {flag} has no effect on {}",
-                ignoring.join(", ")
-            );
-        }
-        Ok(())
-    };
-    check(
-        args.ttl.is_some(),
-        "--ttl",
-        &|t| t.protocol.options.ttl,
-        "icmp targets",
-    )?;
-    for (given, flag) in [
-        (args.source.is_some(), "--source"),
-        (args.interface.is_some(), "--interface"),
-        (args.fwmark.is_some(), "--fwmark"),
-        (args.tos.is_some(), "--tos"),
-        (args.dscp.is_some(), "--dscp"),
-    ] {
-        check(
-            given,
-            flag,
-            &|t| t.protocol.options.marks,
-            "icmp, udp and tcp targets",
-        )?;
-    }
-    check(
-        args.size.is_some(),
-        "--size",
-        &|t| t.protocol.size.is_some(),
-        "targets that send a payload (tcp-connect:// and grpc-health:// send none)",
-    )?;
-    check(
-        tls_given(args),
-        TLS_OPTIONS,
-        &|t| t.scheme.tls,
-        "TLS targets (https://, grpcs://, grpcs+stream://, grpcs-health://)",
-    )?;
-    check(
-        args.icmp_socket != IcmpSocketArg::Auto,
-        "--icmp-socket",
-        &|t| t.protocol.options.icmp_socket,
-        "icmp targets",
-    )?;
-    check(
-        stamp_given(args),
-        STAMP_OPTIONS,
-        &|t| t.scheme.name == "stamp",
-        "stamp targets",
-    )?;
-    check(
-        !http_spec(args).is_default(),
-        HTTP_OPTIONS,
-        &|t| t.protocol.path == Some("path"),
-        "http://, h2c:// and https:// targets",
-    )?;
-    check(
-        !dns_spec(args).is_default(),
-        DNS_OPTIONS,
-        &|t| t.scheme.name.starts_with("dns"),
-        "dns:// and dns+tcp:// targets",
-    )?;
+    probe_flags(args).check(targets)?;
     if args.fields.is_some() && args.output == Output::Json {
         bail!(
             "--fields chooses the columns of -o human and -o csv; -o json always has every field"
@@ -334,75 +245,15 @@ pub(crate) fn receive_name(busy_poll: bool, receive: &prober_core::spin::Receive
 /// self-test makes its own targets (one flow each), certificates and
 /// requests, so these would be ignored.
 fn refuse_in_self_test(args: &RunArgs) -> anyhow::Result<()> {
-    let given = [
-        (args.flows != 1, "--flows"),
-        (tls_given(args), TLS_OPTIONS),
-        (stamp_given(args), STAMP_OPTIONS),
-        (!http_spec(args).is_default(), HTTP_OPTIONS),
-        (!dns_spec(args).is_default(), DNS_OPTIONS),
-    ];
-    if let Some((_, flag)) = given.iter().find(|(on, _)| *on) {
+    let flag = (args.flows != 1)
+        .then_some("--flows")
+        .or_else(|| probe_flags(args).for_targets_only());
+    if let Some(flag) = flag {
         bail!(
             "{flag} needs targets: `prober run` with no target runs the self-test, which makes its own targets, certificates and requests"
         );
     }
     Ok(())
-}
-
-/// Reads the `--stamp-*` options and puts them where the `stamp://`
-/// builder finds them; a `--size` below what they need is refused here,
-/// before any socket opens.
-fn seed_stamp_options(args: &RunArgs, targets: &[Target], env: &BuildEnv) -> anyhow::Result<()> {
-    let opts = prober_stamp::SenderOptions {
-        key: match &args.stamp_key {
-            Some(path) => Some(prober_stamp::Key::from_file(path).map_err(|e| anyhow!(e))?),
-            None => None,
-        },
-        format: if args.stamp_ptp {
-            prober_stamp::Format::Ptp
-        } else {
-            prober_stamp::Format::Ntp
-        },
-        clock_synced: args.clock_synced,
-        tlvs: match &args.stamp_tlv {
-            Some(list) => prober_stamp::TlvChoice::parse(list).map_err(|e| anyhow!(e))?,
-            None => prober_stamp::TlvChoice::default(),
-        },
-    };
-    if let Some(size) = args.size
-        && targets.iter().any(|t| t.scheme.name == "stamp")
-    {
-        opts.check_size(size).map_err(|e| anyhow!(e))?;
-    }
-    env.options.put(opts);
-    Ok(())
-}
-
-/// The HTTP options of the command line, as text.
-fn http_spec(args: &RunArgs) -> prober_http::HttpSpec {
-    prober_http::HttpSpec {
-        method: args.method.clone(),
-        body_file: args.data_file.clone(),
-        headers: args.headers.clone(),
-        http2: args.http2,
-        http1_1: args.http1_1,
-        new_connection: args.new_connection,
-        expect_status: args.expect_status.clone(),
-        expect_body: args.expect_body.clone(),
-        reject_body: args.reject_body.clone(),
-        expect_header: args.expect_header.clone(),
-        max_body: args.max_body,
-        follow: args.follow,
-    }
-}
-
-/// The DNS options of the command line, as text.
-fn dns_spec(args: &RunArgs) -> prober_dns::DnsSpec {
-    prober_dns::DnsSpec {
-        expect_rcode: args.expect_rcode.clone(),
-        expect_answer: args.expect_answer.clone(),
-        tcp_fallback: args.dns_tcp_fallback,
-    }
 }
 
 /// The exit status the summaries call for, as ping's: 1 when a target got
@@ -429,8 +280,8 @@ pub(crate) async fn run(
     // ping's -I: an address to send from, or an interface to send through.
     if let Some(given) = args.ping_source.take() {
         match given.parse::<std::net::IpAddr>() {
-            Ok(addr) => args.source = Some(addr),
-            Err(_) => args.interface = Some(given),
+            Ok(addr) => args.marks.source = Some(addr),
+            Err(_) => args.marks.interface = Some(given),
         }
     }
     let texts = target_texts(&args)?;
@@ -454,7 +305,7 @@ pub(crate) async fn run(
     let mut targets = Vec::with_capacity(texts.len());
     for text in &texts {
         let t = parse_target(&PROTOCOLS, text)?;
-        targets.extend(t.flows(args.flows).map_err(|e| anyhow!(e))?);
+        targets.extend(t.flows(args.flows, &PROTOCOLS).map_err(|e| anyhow!(e))?);
     }
     for t in &targets {
         if let Some(size) = t.size(args.size) {
@@ -469,39 +320,10 @@ pub(crate) async fn run(
 
     let busy_poll = busy_poll_for(args.busy_poll, cfg.pacing);
     let receive = args.receive.run_receive(!self_test)?;
-    let env = BuildEnv {
-        busy_poll,
-        receive: receive.clone(),
-        ttl: args.ttl,
-        marks: prober_core::protocol::Marks {
-            tos: args.tos.or(args.dscp),
-            source: args.source,
-            interface: args.interface.clone(),
-            fwmark: args.fwmark,
-        },
-        icmp_socket: match args.icmp_socket {
-            IcmpSocketArg::Auto => SocketChoice::Auto,
-            IcmpSocketArg::Dgram => SocketChoice::Dgram,
-            IcmpSocketArg::Raw => SocketChoice::Raw,
-        },
-        tls: TlsFiles {
-            ca: args.ca.clone(),
-            cert: args.cert.clone(),
-            key: args.key.clone(),
-            server_name: args.tls_server_name.clone(),
-            insecure: args.insecure,
-        },
-        tx_stamps: !args.no_tx_stamps,
-        ..BuildEnv::default()
-    };
+    let flags = probe_flags(&args);
+    let env = flags.env(busy_poll, receive.clone());
     if !self_test {
-        seed_stamp_options(&args, &targets, &env)?;
-        env.options.put(http_spec(&args).build()?);
-        env.options.put(
-            dns_spec(&args)
-                .build()
-                .map_err(|e| anyhow!("--{}", e.replacen('_', "-", 1)))?,
-        );
+        flags.seed(&targets, &env)?;
     }
     // Signals are caught from here on: one during the start-up below stops
     // the run before its first probe (with its empty results written once
@@ -595,12 +417,17 @@ pub(crate) async fn run(
         Output::Human => Box::new(
             HumanSink::new(stdout, quiet, fields)
                 .with_unix_time(args.unix_time)
-                .with_ladder(self_test),
+                .with_protocols(&PROTOCOLS)
+                .with_ladder(if self_test {
+                    PROTOCOLS.ladder()
+                } else {
+                    Vec::new()
+                }),
         ),
         Output::Json => Box::new(JsonSink::new(stdout, args.quiet)),
         Output::Csv => Box::new(CsvSink::new(stdout, fields)),
     };
-    let (host, kernel) = prober_net::host();
+    let (host, kernel) = prober_sys::host();
     let mut meta = RunMeta::new(env!("CARGO_PKG_VERSION"), &cfg)
         .on_host(&host, &kernel)
         .with_tx_stamps(!args.no_tx_stamps)

@@ -163,7 +163,7 @@ pub(crate) async fn serve(
             metrics: args.metrics,
             responders: opts,
             version: env!("CARGO_PKG_VERSION").to_owned(),
-            host: prober_net::host(),
+            host: prober_sys::host(),
             cpu_latency,
         };
         let mut listening = print_listening;

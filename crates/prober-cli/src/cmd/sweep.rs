@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
-use prober_core::protocol::{BuildEnv, SocketChoice};
 use prober_core::stats::Dist;
 use prober_core::{
     Clock, Collector, Context, EVENT_CHANNEL, Fanout, Launch, RunConfig, RunMeta, Sample, Sink,
@@ -22,7 +21,8 @@ use tokio_util::sync::CancellationToken;
 
 #[cfg(test)]
 use crate::cli::intervals;
-use crate::cli::{IcmpSocketArg, Output, SweepArgs};
+use crate::cli::{Output, SweepArgs};
+use crate::cmd::probe_flags::ProbeFlags;
 use crate::protocols::PROTOCOLS;
 use crate::signal::cancel_on_signals;
 
@@ -113,6 +113,17 @@ pub(crate) async fn sweep(
             t.check_size(size)?;
         }
     }
+    // The same flags, checks and build environment as `prober run`'s.
+    let flags = ProbeFlags {
+        ttl: args.ttl,
+        marks: &args.marks,
+        icmp_socket: args.icmp_socket,
+        tls: &args.tls,
+        protocol: &args.protocol,
+        size: args.size,
+        no_tx_stamps: args.no_tx_stamps,
+    };
+    flags.check(&targets)?;
     let count = match args.duration {
         Some(_) => None,
         None => Some(args.count.unwrap_or(DEFAULT_COUNT)),
@@ -183,17 +194,8 @@ pub(crate) async fn sweep(
         addrs.push(resolve(t, family).await?);
     }
     let busy_poll = super::run::busy_poll_for(args.busy_poll, args.pacing.into());
-    let env = BuildEnv {
-        busy_poll,
-        icmp_socket: match args.icmp_socket {
-            IcmpSocketArg::Auto => SocketChoice::Auto,
-            IcmpSocketArg::Dgram => SocketChoice::Dgram,
-            IcmpSocketArg::Raw => SocketChoice::Raw,
-        },
-        tx_stamps: !args.no_tx_stamps,
-        receive,
-        ..BuildEnv::default()
-    };
+    let env = flags.env(busy_poll, receive);
+    flags.seed(&targets, &env)?;
     let seed = args.seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -244,7 +246,7 @@ pub(crate) async fn sweep(
 
     let stop = CancellationToken::new();
     cancel_on_signals(stop.clone());
-    let (host, kernel) = prober_net::host();
+    let (host, kernel) = prober_sys::host();
     let mut cells: BTreeMap<(usize, Duration), Arc<Mutex<Cell>>> = BTreeMap::new();
     let mut done = 0usize;
     for (k, p) in order.iter().enumerate() {

@@ -716,3 +716,64 @@ fn head_requests_are_answered_over_http2_and_http1() {
         assert_eq!(s["ok"], 3, "{scheme}: {s}");
     }
 }
+
+/// `prober sweep` builds its probes as `prober run` does: an https://
+/// target verifies against `--ca` and takes the HTTP options, and a flag no
+/// target takes is refused with the same message.
+#[test]
+fn sweep_takes_runs_tls_and_http_options() {
+    let f = Files::new("http-sweep");
+    let srv = serve_with_tls(&f);
+    let https_port = srv.addr("https").rsplit(':').next().unwrap().to_owned();
+    let target = format!("https://localhost:{https_port}/echo");
+    let ca = f.path("ca.pem");
+    let sweep = |extra: &[&str]| {
+        let mut args = vec![
+            "sweep",
+            "--intervals",
+            "5ms",
+            "-c",
+            "5",
+            "--warmup",
+            "1",
+            "--rounds",
+            "1",
+            "-o",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        args.push(&target);
+        run_json(&args)
+    };
+    let (code, lines, err) = sweep(&["--ca", &ca, "--expect-status", "200"]);
+    assert_eq!(code, Some(0), "{err}");
+    let probes = of_type(&lines, "probe");
+    assert_eq!(probes.len(), 5, "{err}");
+    for p in &probes {
+        assert_eq!(p["outcome"], "ok", "{p}");
+        assert_eq!(p["http_status"], 200, "{p}");
+    }
+    // Without the CA the certificate is not trusted: every probe fails.
+    let (_, lines, err) = sweep(&[]);
+    let probes = of_type(&lines, "probe");
+    assert!(
+        !probes.is_empty() && probes.iter().all(|p| p["outcome"] == "error"),
+        "{err}"
+    );
+    // An HTTP option where it cannot apply is refused as by `run`.
+    let (code, _, err) = run_json(&[
+        "sweep",
+        "--intervals",
+        "5ms",
+        "-c",
+        "1",
+        "--expect-status",
+        "200",
+        "udp://127.0.0.1:9",
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("applies only to http://, h2c:// and https:// targets"),
+        "{err}"
+    );
+}

@@ -14,19 +14,21 @@ fn workspace() -> PathBuf {
 /// binary knows every protocol.
 const ALLOWED: &[(&str, &[&str])] = &[
     ("prober-core", &[]),
-    ("prober-net", &["prober-core"]),
+    ("prober-sys", &["prober-core"]),
+    ("prober-net", &["prober-core", "prober-sys"]),
     ("prober-sinks", &["prober-core"]),
     ("prober-report", &["prober-core"]),
-    ("prober-tcp", &["prober-core", "prober-net"]),
-    ("prober-icmp", &["prober-core", "prober-net"]),
-    ("prober-grpc", &["prober-core", "prober-net"]),
-    ("prober-stamp", &["prober-core", "prober-net"]),
-    ("prober-http", &["prober-core", "prober-net"]),
-    ("prober-dns", &["prober-core", "prober-net"]),
+    ("prober-tcp", &["prober-core", "prober-sys", "prober-net"]),
+    ("prober-icmp", &["prober-core", "prober-sys", "prober-net"]),
+    ("prober-grpc", &["prober-core", "prober-sys", "prober-net"]),
+    ("prober-stamp", &["prober-core", "prober-sys", "prober-net"]),
+    ("prober-http", &["prober-core", "prober-sys", "prober-net"]),
+    ("prober-dns", &["prober-core", "prober-sys", "prober-net"]),
     (
         "prober-daemon",
         &[
             "prober-core",
+            "prober-sys",
             "prober-net",
             "prober-sinks",
             "prober-tcp",
@@ -40,6 +42,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "prober-cli",
         &[
             "prober-core",
+            "prober-sys",
             "prober-net",
             "prober-sinks",
             "prober-tcp",
@@ -97,6 +100,46 @@ fn crates_depend_only_on_lower_layers() {
         }
     }
     assert_eq!(seen.len(), ALLOWED.len(), "every crate checked: {seen:?}");
+}
+
+/// Every crate but `prober-sys` forbids `unsafe` at its root, so an
+/// `#[allow(unsafe_code)]` cannot creep in anywhere else (forbid cannot be
+/// allowed again), and names no raw `libc::syscall`.
+#[test]
+fn unsafe_and_raw_syscalls_live_only_in_prober_sys() {
+    let crates = workspace().join("crates");
+    let mut roots = vec![workspace().join("benches/src/lib.rs")];
+    for entry in std::fs::read_dir(&crates).unwrap() {
+        let dir = entry.unwrap().path();
+        if dir.file_name().is_some_and(|n| n == "prober-sys") {
+            continue;
+        }
+        let src = dir.join("src");
+        let root = ["lib.rs", "main.rs"]
+            .iter()
+            .map(|f| src.join(f))
+            .find(|p| p.exists())
+            .unwrap_or_else(|| panic!("{} has a lib.rs or main.rs", dir.display()));
+        roots.push(root);
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        for f in files {
+            let text = std::fs::read_to_string(&f).unwrap();
+            assert!(
+                !text.contains("libc::syscall"),
+                "{} makes a raw syscall: it belongs in prober-sys",
+                f.display()
+            );
+        }
+    }
+    for root in roots {
+        let text = std::fs::read_to_string(&root).unwrap();
+        assert!(
+            text.lines().any(|l| l.trim() == "#![forbid(unsafe_code)]"),
+            "{} does not forbid unsafe code: unsafe belongs in prober-sys",
+            root.display()
+        );
+    }
 }
 
 /// The top-level module a source file belongs to (`runner/tests.rs` is

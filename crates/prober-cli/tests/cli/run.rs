@@ -585,7 +585,7 @@ fn flows_leave_from_their_own_source_ports_with_their_own_statistics() {
     let (code, _, err) = crate::support::run_json(&["run", "-c", "1", "--flows", "2", "127.0.0.1"]);
     assert_eq!(code, Some(2), "{err}");
     assert!(
-        err.contains("--flows applies to udp:// and tcp://"),
+        err.contains("--flows applies to tcp:// and udp://"),
         "{err}"
     );
     drop(serve);

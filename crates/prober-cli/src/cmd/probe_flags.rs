@@ -1,0 +1,177 @@
+//! What `prober run` and `prober sweep` build probes from, written once:
+//! the flags both take, the checks on them, the [`BuildEnv`] they make and
+//! the protocol options they put in it.
+
+use anyhow::{anyhow, bail};
+use prober_core::Target;
+use prober_core::protocol::{BuildEnv, SocketChoice};
+
+use crate::cli::{IcmpSocketArg, MarkArgs, ProtocolArgs, TlsArgs};
+
+/// The options of TLS targets, as messages name them.
+const TLS_OPTIONS: &str = "--ca, --cert, --tls-server-name and --insecure";
+
+/// The flags that say how probes are built, borrowed from `run`'s or
+/// `sweep`'s arguments.
+pub(crate) struct ProbeFlags<'a> {
+    pub(crate) ttl: Option<u32>,
+    pub(crate) marks: &'a MarkArgs,
+    pub(crate) icmp_socket: IcmpSocketArg,
+    pub(crate) tls: &'a TlsArgs,
+    pub(crate) protocol: &'a ProtocolArgs,
+    pub(crate) size: Option<usize>,
+    pub(crate) no_tx_stamps: bool,
+}
+
+/// Whether `t` is a target of `protocol` (by any of its schemes): options
+/// follow the protocol, not a scheme's spelling. Compared by the protocol's
+/// name, as a `const` has no one address.
+pub(crate) fn is(t: &Target, protocol: &prober_core::Protocol) -> bool {
+    t.protocol.name() == protocol.name()
+}
+
+impl ProbeFlags<'_> {
+    /// The environment probes are built in.
+    pub(crate) fn env(&self, busy_poll: bool, receive: prober_core::spin::Receive) -> BuildEnv {
+        BuildEnv {
+            busy_poll,
+            receive,
+            ttl: self.ttl,
+            marks: self.marks.marks(),
+            icmp_socket: match self.icmp_socket {
+                IcmpSocketArg::Auto => SocketChoice::Auto,
+                IcmpSocketArg::Dgram => SocketChoice::Dgram,
+                IcmpSocketArg::Raw => SocketChoice::Raw,
+            },
+            tls: self.tls.files(),
+            tx_stamps: !self.no_tx_stamps,
+            ..BuildEnv::default()
+        }
+    }
+
+    /// Each protocol's own options, read and checked, put where its
+    /// builder finds them; a `--size` below what STAMP's need is refused
+    /// here, before any socket opens.
+    pub(crate) fn seed(&self, targets: &[Target], env: &BuildEnv) -> anyhow::Result<()> {
+        let stamp = self.protocol.stamp.build().map_err(|e| anyhow!(e))?;
+        if let Some(size) = self.size
+            && targets.iter().any(|t| is(t, &prober_stamp::STAMP))
+        {
+            stamp.check_size(size).map_err(|e| anyhow!(e))?;
+        }
+        env.options.put(stamp);
+        env.options.put(self.protocol.http.build()?);
+        env.options.put(
+            self.protocol
+                .dns
+                .build()
+                .map_err(|e| anyhow!("--{}", e.replacen('_', "-", 1)))?,
+        );
+        Ok(())
+    }
+
+    /// The first of the flags that name a target's certificates, requests
+    /// or flows, if one was given: the self-test makes its own.
+    pub(crate) fn for_targets_only(&self) -> Option<&'static str> {
+        [
+            (self.tls.given(), TLS_OPTIONS),
+            (!self.protocol.stamp.is_default(), prober_stamp::STAMP_FLAGS),
+            (!self.protocol.http.is_default(), prober_http::HTTP_FLAGS),
+            (!self.protocol.dns.is_default(), prober_dns::DNS_FLAGS),
+        ]
+        .into_iter()
+        .find_map(|(on, flag)| on.then_some(flag))
+    }
+
+    /// Refuses options that no target can honour, and warns about targets
+    /// that ignore an option others use.
+    pub(crate) fn check(&self, targets: &[Target]) -> anyhow::Result<()> {
+        let marks = self.marks;
+        // Binding to an address the host does not have fails at the first
+        // probe with "Cannot assign requested address": say which it is
+        // first. All of 127.0.0.0/8 is this host's, whatever lo lists.
+        if let Some(source) = marks.source {
+            let own = prober_net::resolve::own_addresses();
+            let local = source.is_unspecified() || source.is_loopback() || own.contains(&source);
+            if !own.is_empty() && !local {
+                bail!("--source {source} is not an address of this host (`ip address` lists them)");
+            }
+        }
+        let check = |given: bool, flag: &str, applies: &dyn Fn(&Target) -> bool, what: &str| {
+            if !given {
+                return Ok(());
+            }
+            let ignoring: Vec<String> = targets
+                .iter()
+                .filter(|t| !applies(t))
+                .map(ToString::to_string)
+                .collect();
+            if ignoring.len() == targets.len() {
+                bail!("{flag} applies only to {what}; no target here takes it");
+            }
+            if !ignoring.is_empty() {
+                eprintln!(
+                    "prober: warning: {flag} has no effect on {}",
+                    ignoring.join(", ")
+                );
+            }
+            Ok(())
+        };
+        check(
+            self.ttl.is_some(),
+            "--ttl",
+            &|t| t.protocol.options.ttl,
+            "icmp targets",
+        )?;
+        for (given, flag) in [
+            (marks.source.is_some(), "--source"),
+            (marks.interface.is_some(), "--interface"),
+            (marks.fwmark.is_some(), "--fwmark"),
+            (marks.tos.is_some(), "--tos"),
+            (marks.dscp.is_some(), "--dscp"),
+        ] {
+            check(
+                given,
+                flag,
+                &|t| t.protocol.options.marks,
+                "icmp, udp and tcp targets",
+            )?;
+        }
+        check(
+            self.size.is_some(),
+            "--size",
+            &|t| t.protocol.size.is_some(),
+            "targets that send a payload (tcp-connect:// and grpc-health:// send none)",
+        )?;
+        check(
+            self.tls.given(),
+            TLS_OPTIONS,
+            &|t| t.scheme.tls,
+            "TLS targets (https://, grpcs://, grpcs+stream://, grpcs-health://)",
+        )?;
+        check(
+            self.icmp_socket != IcmpSocketArg::Auto,
+            "--icmp-socket",
+            &|t| t.protocol.options.icmp_socket,
+            "icmp targets",
+        )?;
+        check(
+            !self.protocol.stamp.is_default(),
+            prober_stamp::STAMP_FLAGS,
+            &|t| is(t, &prober_stamp::STAMP),
+            "stamp targets",
+        )?;
+        check(
+            !self.protocol.http.is_default(),
+            prober_http::HTTP_FLAGS,
+            &|t| is(t, &prober_http::HTTP) || is(t, &prober_http::HTTPS),
+            "http://, h2c:// and https:// targets",
+        )?;
+        check(
+            !self.protocol.dns.is_default(),
+            prober_dns::DNS_FLAGS,
+            &|t| is(t, &prober_dns::DNS),
+            "dns:// and dns+tcp:// targets",
+        )
+    }
+}
