@@ -22,123 +22,21 @@
 //! seconds), so a stamp converts exactly to the wall clock the other
 //! stamps use.
 //!
-//! Hand-assembled and loaded with the `bpf` system call because the BPF
-//! crates load compiled ELF objects, and building one needs clang, which
-//! this project's toolchain does not have. Needs `CAP_BPF` and
-//! `CAP_NET_ADMIN` (root) and Linux 6.6 or later (`tcx`); without either
-//! [`SynBpf::open`] fails and the caller falls back to the packet socket.
+//! Written in C (`bpf/synstamp.bpf.c`), built with Debian's clang into the
+//! object committed beside it (`bpf/build.sh`; CI rebuilds it and checks
+//! the bytes are the same), and loaded and attached with aya. Needs
+//! `CAP_BPF` and `CAP_NET_ADMIN` (root) and Linux 6.6 or later (`tcx`);
+//! without either [`SynBpf::open`] fails and the caller falls back to the
+//! packet socket.
 
-use std::collections::HashMap;
 use std::io;
 #[cfg(test)]
 use std::net::SocketAddr;
 use std::net::{IpAddr, UdpSocket};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-
-use nix::libc;
+use std::os::fd::{AsFd as _, AsRawFd as _};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
 
 use crate::syntap::{Handshake, SynTap};
-
-/// A BPF instruction, as `struct bpf_insn`.
-#[derive(Debug, Clone, Copy)]
-struct Insn {
-    code: u8,
-    regs: u8,
-    off: i16,
-    imm: i32,
-}
-
-// Instruction codes (linux/bpf.h, linux/bpf_common.h).
-const MOV_K: u8 = 0xb7; // dst = imm (64 bit)
-const MOV_X: u8 = 0xbf; // dst = src
-const ADD_K: u8 = 0x07;
-const SUB_X: u8 = 0x1f;
-const AND_K: u8 = 0x57;
-const TO_BE16: u8 = 0xdc; // dst = htobe(dst), imm = 16
-const LDX_B: u8 = 0x71; // dst = *(u8 *)(src + off)
-const LDX_H: u8 = 0x69;
-const LDX_W: u8 = 0x61;
-const LDX_DW: u8 = 0x79;
-const STX_H: u8 = 0x6b; // *(u16 *)(dst + off) = src
-const STX_W: u8 = 0x63;
-const STX_DW: u8 = 0x7b;
-const ST_H: u8 = 0x6a; // *(u16 *)(dst + off) = imm
-const ST_DW: u8 = 0x7a;
-const LD_DW_IMM: u8 = 0x18; // a 64-bit immediate over two instructions
-const JA: u8 = 0x05;
-const JEQ_K: u8 = 0x15;
-const JNE_K: u8 = 0x55;
-const JSET_K: u8 = 0x45;
-const JNE_X: u8 = 0x5d;
-const JGT_X: u8 = 0x2d;
-const CALL: u8 = 0x85;
-const EXIT: u8 = 0x95;
-/// `src` of a `LD_DW_IMM` whose immediate is a map's file descriptor.
-const PSEUDO_MAP_FD: u8 = 1;
-// Helpers.
-const MAP_LOOKUP_ELEM: i32 = 1;
-const KTIME_GET_TAI_NS: i32 = 208;
-// Registers.
-const R0: u8 = 0;
-const R1: u8 = 1;
-const R2: u8 = 2;
-const R3: u8 = 3;
-const R4: u8 = 4;
-const R5: u8 = 5;
-const R6: u8 = 6;
-const R7: u8 = 7;
-const R8: u8 = 8;
-const R9: u8 = 9;
-const FP: u8 = 10;
-
-/// An assembler with named forward and backward jump targets.
-#[derive(Default)]
-struct Asm {
-    insns: Vec<Insn>,
-    labels: HashMap<&'static str, usize>,
-    jumps: Vec<(usize, &'static str)>,
-}
-
-impl Asm {
-    fn op(&mut self, code: u8, dst: u8, src: u8, off: i16, imm: i32) {
-        self.insns.push(Insn {
-            code,
-            regs: (src << 4) | dst,
-            off,
-            imm,
-        });
-    }
-    fn jump(&mut self, code: u8, dst: u8, src: u8, imm: i32, to: &'static str) {
-        self.jumps.push((self.insns.len(), to));
-        self.op(code, dst, src, 0, imm);
-    }
-    fn label(&mut self, name: &'static str) {
-        self.labels.insert(name, self.insns.len());
-    }
-    fn ld_u64(&mut self, dst: u8, src: u8, v: u64) {
-        #[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
-        let (lo, hi) = (v as u32 as i32, (v >> 32) as u32 as i32);
-        self.op(LD_DW_IMM, dst, src, 0, lo);
-        self.op(0, 0, 0, 0, hi);
-    }
-    /// r0 = the value in `map` under the key at `fp + key`; to "out"
-    /// where there is none.
-    fn lookup_or_out(&mut self, map: RawFd, key: i32) {
-        self.ld_u64(R1, PSEUDO_MAP_FD, u64::try_from(map).unwrap_or(0));
-        self.op(MOV_X, R2, FP, 0, 0);
-        self.op(ADD_K, R2, 0, 0, key);
-        self.op(CALL, 0, 0, 0, MAP_LOOKUP_ELEM);
-        self.jump(JEQ_K, R0, 0, 0, "out");
-    }
-    fn finish(mut self) -> Vec<Insn> {
-        for (at, to) in self.jumps {
-            let target = self.labels[to];
-            self.insns[at].off = i16::try_from(target.cast_signed() - at.cast_signed() - 1)
-                .expect("a program of fewer than 32,768 instructions");
-        }
-        self.insns
-    }
-}
 
 /// Bytes of one slot of the stamps array, indexed by the local port:
 /// the SYN's stamp (u64, TAI ns), the SYN-ACK's (u64), the peer's address
@@ -146,281 +44,15 @@ impl Asm {
 /// order), how many SYNs the handshake sent (u16), 4 bytes of padding.
 const SLOT: usize = 40;
 const SLOTS: u32 = 65_536;
-/// A SYN for a handshake still open this long after the first is a
-/// retransmission; after it, a new connection from the same port.
-const RETRANSMIT_WINDOW_NS: u64 = 10_000_000_000;
 
-/// The program: for a SYN leaving this host to a port that `ports` counts
-/// (its u32 entry, by port, is not 0), or a SYN-ACK coming from one,
-/// stamps the slot of the local port in `stamps`. IPv4 without options
-/// (Linux sends SYNs without) or IPv6 with TCP right after the fixed
-/// header; anything else passes untouched. It never changes or drops a
-/// packet: it always returns `TCX_NEXT`.
-fn program(stamps: RawFd, ports: RawFd) -> Vec<Insn> {
-    let mut a = Asm::default();
-    // r2 = data, r3 = data_end, r4 = the packet's EtherType (network order).
-    a.op(LDX_W, R2, R1, 76, 0);
-    a.op(LDX_W, R3, R1, 80, 0);
-    a.op(LDX_W, R4, R1, 16, 0);
-    a.jump(JEQ_K, R4, 0, 0x0008, "v4");
-    a.jump(JEQ_K, R4, 0, 0xdd86, "v6");
-    a.jump(JA, 0, 0, 0, "out");
+/// The program, as `bpf/build.sh` builds it from `bpf/synstamp.bpf.c`:
+/// for a SYN leaving this host to a port that `ports` counts (its entry,
+/// by port, is not 0), or a SYN-ACK coming from one, it stamps the slot of
+/// the local port in `stamps`. It never changes or drops a packet.
+static OBJECT: &[u8] = aya::include_bytes_aligned!("../bpf/synstamp.bpf.o");
 
-    // IPv4 after a 14-byte Ethernet header: the headers must be there.
-    a.label("v4");
-    a.op(MOV_X, R5, R2, 0, 0);
-    a.op(ADD_K, R5, 0, 0, 14 + 20 + 14);
-    a.jump(JGT_X, R5, R3, 0, "out");
-    a.op(LDX_B, R4, R2, 14, 0); // version and header length
-    a.jump(JNE_K, R4, 0, 0x45, "out");
-    a.op(LDX_B, R4, R2, 14 + 9, 0); // protocol
-    a.jump(JNE_K, R4, 0, 6, "out");
-    a.op(LDX_H, R4, R2, 14 + 6, 0); // fragment offset (read little-endian)
-    a.jump(JSET_K, R4, 0, 0xff1f, "out");
-    a.op(MOV_X, R8, R2, 0, 0);
-    a.op(ADD_K, R8, 0, 0, 14 + 20); // r8 = the TCP header
-    a.op(MOV_K, R9, 0, 0, 4); // r9 = the IP version
-    a.jump(JA, 0, 0, 0, "tcp");
-
-    a.label("v6");
-    a.op(MOV_X, R5, R2, 0, 0);
-    a.op(ADD_K, R5, 0, 0, 14 + 40 + 14);
-    a.jump(JGT_X, R5, R3, 0, "out");
-    a.op(LDX_B, R4, R2, 14 + 6, 0); // next header
-    a.jump(JNE_K, R4, 0, 6, "out");
-    a.op(MOV_X, R8, R2, 0, 0);
-    a.op(ADD_K, R8, 0, 0, 14 + 40);
-    a.op(MOV_K, R9, 0, 0, 6);
-
-    // r3 = source port, r5 = destination port (network order). r7 = 0 for
-    // a SYN (local port = source, remote = destination), 1 for a SYN-ACK
-    // (the other way round). On the stack: the local port (host order,
-    // the slot's index) at fp-4, the remote port as the packet has it at
-    // fp-8, and in host order (the index into `ports`) at fp-12.
-    a.label("tcp");
-    a.op(LDX_B, R4, R8, 13, 0);
-    a.op(AND_K, R4, 0, 0, 0x12); // SYN and ACK
-    a.op(LDX_H, R3, R8, 0, 0);
-    a.op(LDX_H, R5, R8, 2, 0);
-    a.jump(JEQ_K, R4, 0, 0x12, "syn_ack");
-    a.jump(JNE_K, R4, 0, 0x02, "out");
-    a.op(MOV_K, R7, 0, 0, 0);
-    a.jump(JA, 0, 0, 0, "ports");
-    a.label("syn_ack");
-    a.op(MOV_K, R7, 0, 0, 1);
-    a.op(MOV_X, R4, R3, 0, 0);
-    a.op(MOV_X, R3, R5, 0, 0);
-    a.op(MOV_X, R5, R4, 0, 0);
-    a.label("ports");
-    a.op(STX_W, FP, R5, -8, 0);
-    a.op(TO_BE16, R5, 0, 0, 16);
-    a.op(STX_W, FP, R5, -12, 0);
-    a.op(TO_BE16, R3, 0, 0, 16);
-    a.op(STX_W, FP, R3, -4, 0);
-    // A port some target probes?
-    a.lookup_or_out(ports, -12);
-    a.op(LDX_W, R4, R0, 0, 0);
-    a.jump(JEQ_K, R4, 0, 0, "out");
-
-    // The peer's address (the destination of a SYN, the source of a
-    // SYN-ACK) at fp-24, read back from the TCP header.
-    a.op(ST_DW, FP, 0, -24, 0);
-    a.op(ST_DW, FP, 0, -16, 0);
-    a.jump(JEQ_K, R9, 0, 6, "peer6");
-    a.jump(JEQ_K, R7, 0, 1, "src4");
-    a.op(LDX_W, R4, R8, -4, 0);
-    a.op(STX_W, FP, R4, -24, 0);
-    a.jump(JA, 0, 0, 0, "slot");
-    a.label("src4");
-    a.op(LDX_W, R4, R8, -8, 0);
-    a.op(STX_W, FP, R4, -24, 0);
-    a.jump(JA, 0, 0, 0, "slot");
-    a.label("peer6");
-    a.jump(JEQ_K, R7, 0, 1, "src6");
-    a.op(LDX_DW, R4, R8, -16, 0);
-    a.op(STX_DW, FP, R4, -24, 0);
-    a.op(LDX_DW, R4, R8, -8, 0);
-    a.op(STX_DW, FP, R4, -16, 0);
-    a.jump(JA, 0, 0, 0, "slot");
-    a.label("src6");
-    a.op(LDX_DW, R4, R8, -32, 0);
-    a.op(STX_DW, FP, R4, -24, 0);
-    a.op(LDX_DW, R4, R8, -24, 0);
-    a.op(STX_DW, FP, R4, -16, 0);
-
-    // r6 = the slot, r0 = now.
-    a.label("slot");
-    a.lookup_or_out(stamps, -4);
-    a.op(MOV_X, R6, R0, 0, 0);
-    a.op(CALL, 0, 0, 0, KTIME_GET_TAI_NS);
-    // The same flow as the slot's: the peer's address and port.
-    a.op(LDX_DW, R4, R6, 16, 0);
-    a.op(LDX_DW, R5, FP, -24, 0);
-    a.jump(JNE_X, R4, R5, 0, "other");
-    a.op(LDX_DW, R4, R6, 24, 0);
-    a.op(LDX_DW, R5, FP, -16, 0);
-    a.jump(JNE_X, R4, R5, 0, "other");
-    a.op(LDX_H, R4, R6, 32, 0);
-    a.op(LDX_H, R5, FP, -8, 0);
-    a.jump(JNE_X, R4, R5, 0, "other");
-    a.jump(JEQ_K, R7, 0, 1, "arrived");
-    // A SYN of the slot's flow: a retransmission while the handshake is
-    // open and recent (counted), else a new connection.
-    a.op(LDX_DW, R4, R6, 8, 0);
-    a.jump(JNE_K, R4, 0, 0, "other");
-    a.op(LDX_DW, R4, R6, 0, 0);
-    a.op(MOV_X, R5, R0, 0, 0);
-    a.op(SUB_X, R5, R4, 0, 0);
-    a.ld_u64(R4, 0, RETRANSMIT_WINDOW_NS);
-    a.jump(JGT_X, R5, R4, 0, "other");
-    a.op(LDX_H, R4, R6, 34, 0);
-    a.op(ADD_K, R4, 0, 0, 1);
-    a.op(STX_H, R6, R4, 34, 0);
-    a.jump(JA, 0, 0, 0, "out");
-    // The SYN-ACK of the slot's flow: its first one is stamped.
-    a.label("arrived");
-    a.op(LDX_DW, R4, R6, 8, 0);
-    a.jump(JNE_K, R4, 0, 0, "out");
-    a.op(STX_DW, R6, R0, 8, 0);
-    a.jump(JA, 0, 0, 0, "out");
-    // Another flow's slot: a SYN takes it over; a SYN-ACK of a SYN this
-    // program did not see is left alone.
-    a.label("other");
-    a.jump(JEQ_K, R7, 0, 1, "out");
-    a.op(STX_DW, R6, R0, 0, 0);
-    a.op(ST_DW, R6, 0, 8, 0);
-    a.op(LDX_DW, R4, FP, -24, 0);
-    a.op(STX_DW, R6, R4, 16, 0);
-    a.op(LDX_DW, R4, FP, -16, 0);
-    a.op(STX_DW, R6, R4, 24, 0);
-    a.op(LDX_H, R4, FP, -8, 0);
-    a.op(STX_H, R6, R4, 32, 0);
-    a.op(ST_H, R6, 0, 34, 1);
-
-    a.label("out");
-    a.op(MOV_K, R0, 0, 0, -1); // TCX_NEXT
-    a.op(EXIT, 0, 0, 0, 0);
-    a.finish()
-}
-
-// The `bpf` system call's commands and constants (linux/bpf.h).
-const BPF_MAP_CREATE: libc::c_long = 0;
-const BPF_PROG_LOAD: libc::c_long = 5;
-const BPF_LINK_CREATE: libc::c_long = 28;
-const BPF_MAP_TYPE_ARRAY: u32 = 2;
-const BPF_F_MMAPABLE: u32 = 1 << 10;
-const BPF_PROG_TYPE_SCHED_CLS: u32 = 3;
-const BPF_TCX_INGRESS: u32 = 46;
-const BPF_TCX_EGRESS: u32 = 47;
-
-/// `union bpf_attr`, written field by field at the offsets linux/bpf.h
-/// gives them; unused fields stay 0, as the kernel requires.
-struct Attr([u8; 128]);
-
-impl Attr {
-    fn new() -> Self {
-        Self([0; 128])
-    }
-    fn u32(mut self, at: usize, v: u32) -> Self {
-        self.0[at..at + 4].copy_from_slice(&v.to_ne_bytes());
-        self
-    }
-    fn u64(mut self, at: usize, v: u64) -> Self {
-        self.0[at..at + 8].copy_from_slice(&v.to_ne_bytes());
-        self
-    }
-    fn bytes(mut self, at: usize, v: &[u8]) -> Self {
-        self.0[at..at + v.len()].copy_from_slice(v);
-        self
-    }
-    /// Runs `cmd`; its result is a new file descriptor.
-    fn call(&mut self, cmd: libc::c_long) -> io::Result<OwnedFd> {
-        #[allow(unsafe_code)]
-        // SAFETY: the attribute is a 128-byte buffer that outlives the
-        // call, its size is passed, and the pointers in it (instructions,
-        // license, log) point into buffers the caller keeps alive.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                cmd,
-                self.0.as_mut_ptr(),
-                self.0.len() as libc::c_uint,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let fd = RawFd::try_from(fd).map_err(io::Error::other)?;
-        #[allow(unsafe_code)]
-        // SAFETY: the kernel returned a new descriptor that nothing else owns.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-    }
-}
-
-/// Loads `prog` for the `attach` hook; a verifier's refusal comes back
-/// with the verifier's last line.
-fn load(prog: &[Insn], attach: u32) -> io::Result<OwnedFd> {
-    let code: Vec<u8> = prog
-        .iter()
-        .flat_map(|i| {
-            let mut b = [0u8; 8];
-            b[0] = i.code;
-            b[1] = i.regs;
-            b[2..4].copy_from_slice(&i.off.to_ne_bytes());
-            b[4..].copy_from_slice(&i.imm.to_ne_bytes());
-            b
-        })
-        .collect();
-    let license = b"GPL\0";
-    let mut log = vec![0u8; 1 << 16];
-    let attr = |level: u32, log: &mut Vec<u8>| {
-        Attr::new()
-            .u32(0, BPF_PROG_TYPE_SCHED_CLS)
-            .u32(4, u32::try_from(prog.len()).unwrap_or(u32::MAX))
-            .u64(8, code.as_ptr() as u64)
-            .u64(16, license.as_ptr() as u64)
-            .u32(24, level)
-            .u32(
-                28,
-                if level > 0 {
-                    u32::try_from(log.len()).unwrap_or(0)
-                } else {
-                    0
-                },
-            )
-            .u64(
-                32,
-                if level > 0 {
-                    log.as_mut_ptr() as u64
-                } else {
-                    0
-                },
-            )
-            .bytes(48, b"prober_syn")
-            .u32(68, attach)
-    };
-    match attr(0, &mut log).call(BPF_PROG_LOAD) {
-        Err(e)
-            if e.raw_os_error() == Some(libc::EINVAL) || e.raw_os_error() == Some(libc::EACCES) =>
-        {
-            // Once more with the verifier's log, for the message.
-            let e2 = attr(1, &mut log).call(BPF_PROG_LOAD).err().unwrap_or(e);
-            let text = String::from_utf8_lossy(&log);
-            let last = text
-                .trim_end_matches('\0')
-                .lines()
-                .rev()
-                .find(|l| !l.trim().is_empty() && !l.starts_with("processed "))
-                .unwrap_or("")
-                .to_owned();
-            Err(io::Error::new(
-                e2.kind(),
-                format!("the kernel refused the program: {e2}: {last}"),
-            ))
-        }
-        r => r,
-    }
-}
+/// The program's name in [`OBJECT`].
+const PROGRAM: &str = "prober_syn";
 
 /// The interface traffic to `peer` leaves by, and whether it is loopback:
 /// the one holding the source address the kernel picks for it (a UDP
@@ -461,63 +93,99 @@ fn interface_to(peer: IpAddr) -> io::Result<(u32, bool)> {
 /// it watches: one per interface for the whole process, whatever number of
 /// targets share it, so each packet runs one program. Detached when the
 /// last [`SynBpf`] on the interface is dropped.
-#[derive(Debug)]
 struct Hook {
     ifindex: u32,
     stamps: memmap2::MmapRaw,
     /// A u32 per port, 8 bytes apart: how many [`SynBpf`]s watch it. Changed under
     /// [`HOOKS`]'s lock.
     ports: memmap2::MmapRaw,
-    _links: Vec<OwnedFd>,
-    _maps: [OwnedFd; 2],
+    /// The loaded program, its maps and its links: dropping it detaches
+    /// the program. Dropped after the mappings above.
+    _ebpf: aya::Ebpf,
+}
+
+impl std::fmt::Debug for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hook")
+            .field("ifindex", &self.ifindex)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The hooks this process has attached, by interface.
 static HOOKS: std::sync::Mutex<Vec<std::sync::Weak<Hook>>> = std::sync::Mutex::new(Vec::new());
 
-fn array(value_size: usize) -> io::Result<(OwnedFd, memmap2::MmapRaw)> {
-    let map = Attr::new()
-        .u32(0, BPF_MAP_TYPE_ARRAY)
-        .u32(4, 4)
-        .u32(8, u32::try_from(value_size).unwrap_or(0))
-        .u32(12, SLOTS)
-        .u32(16, BPF_F_MMAPABLE)
-        .call(BPF_MAP_CREATE)?;
-    let mem = memmap2::MmapOptions::new()
+/// The values of the array map `name` of `ebpf`, mapped into memory: the
+/// program's maps are `BPF_F_MMAPABLE`, so they are read and written here
+/// without a system call.
+fn mapped(ebpf: &aya::Ebpf, name: &str, value_size: usize) -> io::Result<memmap2::MmapRaw> {
+    let Some(aya::maps::Map::Array(data)) = ebpf.map(name) else {
+        return Err(io::Error::other(format!("the BPF object has no array {name}")));
+    };
+    memmap2::MmapOptions::new()
         .len(value_size * SLOTS as usize)
-        .map_raw(map.as_raw_fd())?;
-    Ok((map, mem))
+        .map_raw(data.fd().as_fd().as_raw_fd())
+}
+
+/// An aya error as an `io::Error`, keeping the system call's error kind
+/// (a missing capability stays `PermissionDenied`) and the verifier's last
+/// word where it refused the program.
+fn aya_error(what: &str, e: impl std::error::Error + 'static) -> io::Error {
+    let mut kind = io::ErrorKind::Other;
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    while let Some(err) = source {
+        if let Some(io) = err.downcast_ref::<io::Error>() {
+            kind = io.kind();
+            break;
+        }
+        source = err.source();
+    }
+    let text = e.to_string();
+    let last = text
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty() && !l.starts_with("processed "))
+        .unwrap_or("");
+    io::Error::new(kind, format!("{what}: {last}"))
 }
 
 impl Hook {
     fn attach(ifindex: u32, loopback: bool) -> io::Result<Self> {
-        let (stamps_map, stamps) = array(SLOT)?;
+        use aya::programs::tc::{SchedClassifier, TcAttachOptions, TcAttachType};
+        let mut ebpf = aya::EbpfLoader::new()
+            .load(OBJECT)
+            .map_err(|e| aya_error("loading the BPF object", e))?;
+        let stamps = mapped(&ebpf, "stamps", SLOT)?;
         // An array's values are 8-byte aligned in its mapping: a u32 count
         // in each 8 bytes.
-        let (ports_map, ports) = array(8)?;
-        let prog = program(stamps_map.as_raw_fd(), ports_map.as_raw_fd());
-        let hooks: &[u32] = if loopback {
-            &[BPF_TCX_EGRESS]
+        let ports = mapped(&ebpf, "ports", 8)?;
+        let name = nix::net::if_::if_indextoname(ifindex).map_err(io::Error::from)?;
+        let name = name.to_string_lossy();
+        let prog: &mut SchedClassifier = ebpf
+            .program_mut(PROGRAM)
+            .ok_or_else(|| io::Error::other(format!("the BPF object has no {PROGRAM}")))?
+            .try_into()
+            .map_err(|e| aya_error("the BPF program", e))?;
+        prog.load()
+            .map_err(|e| aya_error("the kernel refused the program", e))?;
+        let hooks: &[TcAttachType] = if loopback {
+            &[TcAttachType::Egress]
         } else {
-            &[BPF_TCX_EGRESS, BPF_TCX_INGRESS]
+            &[TcAttachType::Egress, TcAttachType::Ingress]
         };
-        let mut links = Vec::new();
         for &hook in hooks {
-            let fd = load(&prog, hook)?;
-            links.push(
-                Attr::new()
-                    .u32(0, u32::try_from(fd.as_raw_fd()).unwrap_or(0))
-                    .u32(4, ifindex)
-                    .u32(8, hook)
-                    .call(BPF_LINK_CREATE)?,
-            );
+            prog.attach_with_options(
+                &name,
+                hook,
+                TcAttachOptions::TcxOrder(aya::programs::links::LinkOrder::default()),
+            )
+            .map_err(|e| aya_error("attaching the program to the tcx hook", e))?;
         }
         Ok(Self {
             ifindex,
             stamps,
             ports,
-            _links: links,
-            _maps: [stamps_map, ports_map],
+            _ebpf: ebpf,
         })
     }
 
@@ -525,17 +193,18 @@ impl Hook {
     fn watch(&self, port: u16, by: i32) {
         #[allow(unsafe_code)]
         // SAFETY: the mapping holds SLOTS 8-byte values and lives as long
-        // as self; any u16 port's is within it, aligned (the mapping is
-        // page aligned). The program only reads it.
-        unsafe {
-            let p = self
+        // as self; any u16 port's is within it, and 4-byte aligned (the
+        // mapping is page aligned). The program only reads it; an atomic
+        // store makes the new count visible to it at once.
+        let count = unsafe {
+            &*self
                 .ports
                 .as_mut_ptr()
                 .add(usize::from(port) * 8)
-                .cast::<u32>();
-            let n = std::ptr::read_volatile(p);
-            std::ptr::write_volatile(p, n.saturating_add_signed(by));
-        }
+                .cast::<AtomicU32>()
+        };
+        let n = count.load(Ordering::Relaxed);
+        count.store(n.saturating_add_signed(by), Ordering::Release);
     }
 }
 
@@ -589,16 +258,24 @@ impl SynBpf {
         let at = usize::from(local) * SLOT;
         #[allow(unsafe_code)]
         // SAFETY: the mapping is SLOT * SLOTS bytes and lives as long as
-        // the hook; `at + SLOT` is within it for any u16 port, and `at + 32`
-        // is 8-byte aligned. The program writes the slot from the kernel
-        // while the handshake is on the wire: a volatile copy, after
-        // `connect` returned, sees its writes.
+        // the hook; `at + SLOT` is within it for any u16 port, each field
+        // read is aligned to its size (SLOT and the field offsets are
+        // multiples of 8, 8, 8, 8, 2, 2). The program writes the slot from
+        // the kernel while the handshake is on the wire: atomic loads with
+        // Acquire, after `connect` returned, see its writes.
         let slot = unsafe {
             let p = self.hook.stamps.as_mut_ptr().add(at);
-            let slot = std::ptr::read_volatile(p.cast::<[u8; SLOT]>());
+            let word = |i: usize| (*p.add(i).cast::<AtomicU64>()).load(Ordering::Acquire);
+            let half = |i: usize| &*p.add(i).cast::<AtomicU16>();
+            let mut slot = [0u8; SLOT];
+            for i in (0..32).step_by(8) {
+                slot[i..i + 8].copy_from_slice(&word(i).to_ne_bytes());
+            }
+            slot[32..34].copy_from_slice(&half(32).load(Ordering::Acquire).to_ne_bytes());
+            slot[34..36].copy_from_slice(&half(34).load(Ordering::Acquire).to_ne_bytes());
             // Clear the peer's port: the next SYN from this port starts
             // afresh even to the same peer.
-            std::ptr::write_volatile(p.add(32).cast::<u16>(), 0);
+            half(32).store(0, Ordering::Release);
             slot
         };
         let u64_at = |i: usize| u64::from_ne_bytes(slot[i..i + 8].try_into().unwrap_or_default());
@@ -684,21 +361,6 @@ fn tai_offset_ns() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn jumps_resolve_forward_and_back() {
-        let mut a = Asm::default();
-        a.label("top");
-        a.jump(JA, 0, 0, 0, "end");
-        a.op(MOV_K, R0, 0, 0, 1);
-        a.jump(JA, 0, 0, 0, "top");
-        a.label("end");
-        a.op(EXIT, 0, 0, 0, 0);
-        let p = a.finish();
-        assert_eq!(p[0].off, 2);
-        assert_eq!(p[2].off, -3);
-        assert_eq!(program(3, 4).last().map(|i| i.code), Some(EXIT));
-    }
 
     /// Needs root (the tests run as root in CI) and Linux 6.6; skipped
     /// without either.
