@@ -15,7 +15,7 @@
 #
 # TARGETS (space-separated) picks the targets; by default ICMP, UDP, TCP,
 # gRPC, STAMP, tcp-connect and tcp-crr (whose handshake stamps come from a
-# BPF program on the loopback device's transmit hook, prober_net::synbpf;
+# BPF program on the loopback device's transmit hook, prober_sys::synbpf;
 # benches/src/bin/hookcost.rs measures it without prober's runtime).
 #
 # Loopback only. ICMP uses a raw socket (run as root).
