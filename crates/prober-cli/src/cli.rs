@@ -133,26 +133,6 @@ impl From<PacingArg> for Pacing {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum IcmpSocketArg {
-    /// Datagram if allowed, else raw.
-    Auto,
-    /// Only the datagram ("ping") socket; needs net.ipv4.ping_group_range.
-    Dgram,
-    /// Only a raw socket; needs root or CAP_NET_RAW.
-    Raw,
-}
-
-impl From<IcmpSocketArg> for prober_icmp::SocketKind {
-    fn from(k: IcmpSocketArg) -> Self {
-        match k {
-            IcmpSocketArg::Auto => Self::Auto,
-            IcmpSocketArg::Dgram => Self::Dgram,
-            IcmpSocketArg::Raw => Self::Raw,
-        }
-    }
-}
-
 fn duration(s: &str) -> Result<Duration, String> {
     prober_core::duration::parse_duration(s)
 }
@@ -373,10 +353,8 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub(crate) flows: u16,
 
-    /// ICMP socket: the unprivileged datagram socket, a raw socket, or the
-    /// first of those that opens.
-    #[arg(long, value_enum, default_value_t = IcmpSocketArg::Auto)]
-    pub(crate) icmp_socket: IcmpSocketArg,
+    #[command(flatten)]
+    pub(crate) icmp: prober_icmp::IcmpSpec,
 
     /// A probe with no reply after this long is a timeout (a bare number
     /// is seconds, as ping's -W).
@@ -667,9 +645,8 @@ pub(crate) struct SweepArgs {
     #[arg(long, default_value_t = 10)]
     pub(crate) warmup: u64,
 
-    /// ICMP socket, as for `prober run`.
-    #[arg(long, value_enum, default_value_t = IcmpSocketArg::Auto)]
-    pub(crate) icmp_socket: IcmpSocketArg,
+    #[command(flatten)]
+    pub(crate) icmp: prober_icmp::IcmpSpec,
 
     /// Read replies on spinning threads, as for `prober run`.
     #[arg(long)]

@@ -59,8 +59,6 @@ pub struct Options {
     pub ttl: bool,
     /// `--busy-poll`: replies read by a spinning thread.
     pub busy_poll: bool,
-    /// `--icmp-socket`: datagram or raw ICMP socket.
-    pub icmp_socket: bool,
     /// [`Marks`]: `--tos`/`--dscp`, `--source`, `--interface`, `--fwmark`.
     pub marks: bool,
     /// `--flows N`: its probes keep one socket (one source port) for the
@@ -119,18 +117,6 @@ impl Marks {
             || self.interface.is_some()
             || self.fwmark.is_some()
     }
-}
-
-/// ICMP socket choice (`--icmp-socket`), passed to protocols as plain data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SocketChoice {
-    /// Datagram if allowed, else raw.
-    #[default]
-    Auto,
-    /// Only the unprivileged datagram ("ping") socket.
-    Dgram,
-    /// Only a raw socket.
-    Raw,
 }
 
 /// TLS settings for schemes over TLS, as file names; the protocol reads them.
@@ -215,8 +201,6 @@ pub struct BuildEnv {
     pub receive: crate::spin::Receive,
     /// `--ttl`.
     pub ttl: Option<u32>,
-    /// `--icmp-socket`.
-    pub icmp_socket: SocketChoice,
     /// Where and how requests leave ([`Marks`]), for protocols whose
     /// [`Options::marks`] is set.
     pub marks: Marks,

@@ -97,7 +97,6 @@ const FAKE: Protocol = Protocol {
     options: Options {
         ttl: false,
         busy_poll: false,
-        icmp_socket: false,
         marks: false,
         flows: false,
     },

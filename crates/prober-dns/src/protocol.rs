@@ -28,7 +28,6 @@ pub const DNS: Protocol = Protocol {
     options: Options {
         ttl: false,
         busy_poll: false,
-        icmp_socket: false,
         marks: false,
         flows: false,
     },

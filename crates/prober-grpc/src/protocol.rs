@@ -76,7 +76,6 @@ pub const GRPC: Protocol = Protocol {
     options: Options {
         ttl: false,
         busy_poll: false,
-        icmp_socket: false,
         marks: false,
         flows: false,
     },

@@ -46,7 +46,6 @@ fn build<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
 const OPTIONS: Options = Options {
     ttl: false,
     busy_poll: false,
-    icmp_socket: false,
     marks: false,
     flows: false,
 };

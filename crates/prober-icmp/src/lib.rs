@@ -27,7 +27,7 @@ mod socket;
 use std::io;
 
 pub use client::{IcmpClient, IcmpProbe};
-pub use protocol::ICMP;
+pub use protocol::{ICMP, IcmpSpec};
 pub use socket::SocketKind;
 
 /// Why ICMP probing cannot start.

@@ -1,25 +1,32 @@
 //! The descriptor of ICMP echo probes (see [`prober_core::Protocol`]).
 
 use prober_core::protocol::{
-    BuildEnv, BuildFuture, Options, ProbeSpec, Protocol, Rung, Scheme, SizeRule, SocketChoice,
+    BuildEnv, BuildFuture, Options, ProbeSpec, Protocol, Rung, Scheme, SizeRule,
 };
 use prober_core::runnable;
 
 use crate::packet::{DEFAULT_PAYLOAD, MAX_PAYLOAD, MIN_PAYLOAD};
 use crate::{IcmpClient, IcmpProbe, SocketKind};
 
+/// ICMP's own options: `prober run`'s and `prober sweep`'s flags (clap)
+/// and a config table's keys (serde) from one type. The builder finds them
+/// in [`BuildEnv::options`], or their defaults.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::Args, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IcmpSpec {
+    /// ICMP socket: the unprivileged datagram socket, a raw socket, or the
+    /// first of those that opens.
+    #[arg(long = "icmp-socket", value_name = "ICMP_SOCKET", value_enum, default_value_t = SocketKind::Auto)]
+    pub socket: SocketKind,
+}
+
 fn build<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
     Box::pin(async move {
         // One client, and so one socket per address family, for every ICMP
         // target built in this environment.
         let client = env.shared.get_or_try_init(|| {
-            let kind = match env.icmp_socket {
-                SocketChoice::Auto => SocketKind::Auto,
-                SocketChoice::Dgram => SocketKind::Dgram,
-                SocketChoice::Raw => SocketKind::Raw,
-            };
             Ok::<_, std::convert::Infallible>(IcmpClient::with_options(
-                kind,
+                env.options::<IcmpSpec>().socket,
                 env.ttl,
                 env.marks.clone(),
                 env.busy_poll,
@@ -47,7 +54,6 @@ pub const ICMP: Protocol = Protocol {
     options: Options {
         ttl: true,
         busy_poll: true,
-        icmp_socket: true,
         marks: true,
         flows: false,
     },

@@ -16,15 +16,17 @@ use tokio::net::UdpSocket;
 
 use crate::IcmpError;
 
-/// Which kind of ICMP socket to use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Which kind of ICMP socket to use (`--icmp-socket`; `auto`, `dgram` or
+/// `raw` in a config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum SocketKind {
-    /// Datagram ("ping") socket if allowed, else raw.
+    /// Datagram if allowed, else raw.
     #[default]
     Auto,
-    /// Only the unprivileged datagram socket (`net.ipv4.ping_group_range`).
+    /// Only the datagram ("ping") socket; needs net.ipv4.ping_group_range.
     Dgram,
-    /// Only a raw socket (root or `CAP_NET_RAW`).
+    /// Only a raw socket; needs root or CAP_NET_RAW.
     Raw,
 }
 

@@ -37,7 +37,6 @@ pub const STAMP: Protocol = Protocol {
     options: Options {
         ttl: false,
         busy_poll: false,
-        icmp_socket: false,
         marks: false,
         flows: false,
     },

@@ -120,7 +120,9 @@ static HOOKS: std::sync::Mutex<Vec<std::sync::Weak<Hook>>> = std::sync::Mutex::n
 /// without a system call.
 fn mapped(ebpf: &aya::Ebpf, name: &str, value_size: usize) -> io::Result<memmap2::MmapRaw> {
     let Some(aya::maps::Map::Array(data)) = ebpf.map(name) else {
-        return Err(io::Error::other(format!("the BPF object has no array {name}")));
+        return Err(io::Error::other(format!(
+            "the BPF object has no array {name}"
+        )));
     };
     memmap2::MmapOptions::new()
         .len(value_size * SLOTS as usize)

@@ -73,7 +73,6 @@ pub const TCP: Protocol = Protocol {
     options: Options {
         ttl: false,
         busy_poll: true,
-        icmp_socket: false,
         marks: true,
         flows: true,
     },
@@ -96,7 +95,6 @@ pub const TCP_CONNECT: Protocol = Protocol {
     options: Options {
         ttl: false,
         busy_poll: false,
-        icmp_socket: false,
         marks: true,
         flows: false,
     },
@@ -112,7 +110,6 @@ pub const TCP_CRR: Protocol = Protocol {
     options: Options {
         ttl: false,
         busy_poll: false,
-        icmp_socket: false,
         marks: true,
         flows: false,
     },

@@ -4,9 +4,10 @@
 
 use anyhow::{anyhow, bail};
 use prober_core::Target;
-use prober_core::protocol::{BuildEnv, SocketChoice};
+use prober_core::protocol::BuildEnv;
+use prober_icmp::{IcmpSpec, SocketKind};
 
-use crate::cli::{IcmpSocketArg, MarkArgs, ProtocolArgs, TlsArgs};
+use crate::cli::{MarkArgs, ProtocolArgs, TlsArgs};
 
 /// The options of TLS targets, as messages name them.
 const TLS_OPTIONS: &str = "--ca, --cert, --tls-server-name and --insecure";
@@ -16,7 +17,7 @@ const TLS_OPTIONS: &str = "--ca, --cert, --tls-server-name and --insecure";
 pub(crate) struct ProbeFlags<'a> {
     pub(crate) ttl: Option<u32>,
     pub(crate) marks: &'a MarkArgs,
-    pub(crate) icmp_socket: IcmpSocketArg,
+    pub(crate) icmp: &'a IcmpSpec,
     pub(crate) tls: &'a TlsArgs,
     pub(crate) protocol: &'a ProtocolArgs,
     pub(crate) size: Option<usize>,
@@ -31,22 +32,20 @@ pub(crate) fn is(t: &Target, protocol: &prober_core::Protocol) -> bool {
 }
 
 impl ProbeFlags<'_> {
-    /// The environment probes are built in.
+    /// The environment probes are built in, with ICMP's socket choice (the
+    /// self-test honours it too).
     pub(crate) fn env(&self, busy_poll: bool, receive: prober_core::spin::Receive) -> BuildEnv {
-        BuildEnv {
+        let env = BuildEnv {
             busy_poll,
             receive,
             ttl: self.ttl,
             marks: self.marks.marks(),
-            icmp_socket: match self.icmp_socket {
-                IcmpSocketArg::Auto => SocketChoice::Auto,
-                IcmpSocketArg::Dgram => SocketChoice::Dgram,
-                IcmpSocketArg::Raw => SocketChoice::Raw,
-            },
             tls: self.tls.files(),
             tx_stamps: !self.no_tx_stamps,
             ..BuildEnv::default()
-        }
+        };
+        env.options.put(*self.icmp);
+        env
     }
 
     /// Each protocol's own options, read and checked, put where its
@@ -150,9 +149,9 @@ impl ProbeFlags<'_> {
             "TLS targets (https://, grpcs://, grpcs+stream://, grpcs-health://)",
         )?;
         check(
-            self.icmp_socket != IcmpSocketArg::Auto,
+            self.icmp.socket != SocketKind::Auto,
             "--icmp-socket",
-            &|t| t.protocol.options.icmp_socket,
+            &|t| is(t, &prober_icmp::ICMP),
             "icmp targets",
         )?;
         check(

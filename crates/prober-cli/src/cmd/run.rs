@@ -197,7 +197,7 @@ fn probe_flags(args: &RunArgs) -> ProbeFlags<'_> {
     ProbeFlags {
         ttl: args.ttl,
         marks: &args.marks,
-        icmp_socket: args.icmp_socket,
+        icmp: &args.icmp,
         tls: &args.tls,
         protocol: &args.protocol,
         size: args.size,

@@ -117,7 +117,7 @@ pub(crate) async fn sweep(
     let flags = ProbeFlags {
         ttl: args.ttl,
         marks: &args.marks,
-        icmp_socket: args.icmp_socket,
+        icmp: &args.icmp,
         tls: &args.tls,
         protocol: &args.protocol,
         size: args.size,
