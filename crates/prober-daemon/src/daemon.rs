@@ -411,77 +411,35 @@ impl Daemon {
     /// Everything that can fail (opening sinks, building probes) happens
     /// first; on failure nothing has changed and the old config runs on.
     async fn apply(&mut self, new: Config) -> Result<(), DaemonError> {
-        // Where each (job, target URL) resolves, first listing wins: built
-        // once per reload so that `keep` is a lookup, not a scan per target.
-        type Labels = std::collections::BTreeMap<String, String>;
-        type Addr<'a> = &'a std::result::Result<SocketAddr, String>;
-        fn addrs(cfg: &Config) -> HashMap<(&str, String), (Addr<'_>, &Labels)> {
-            let mut m = HashMap::new();
-            for j in &cfg.jobs {
-                for t in &j.targets {
-                    m.entry((j.name.as_str(), t.target.to_string()))
-                        .or_insert((&t.addr, &t.labels));
-                }
-            }
-            m
+        let running: HashSet<crate::reload::Key> = self.by_key.keys().cloned().collect();
+        let files = &self.collector.sink_mut().files;
+        let plan = crate::reload::plan(&self.cfg, &new, &running, &|job| files.contains(job));
+        for ((job, target), addr) in &plan.resolved {
+            tracing::info!(job = %job, target = %target, "resolves now, to {addr}");
         }
-        let (old_addrs, new_addrs) = (addrs(&self.cfg), addrs(&new));
-        for (k, (addr, _)) in &new_addrs {
-            if let (Some((Err(_), _)), Ok(addr)) = (old_addrs.get(k), addr) {
-                tracing::info!(job = %k.0, target = %k.1, "resolves now, to {addr}");
-            }
-            if let Some((Ok(old), _)) = old_addrs.get(k)
-                && let Ok(addr) = addr
-                && old != addr
-            {
-                tracing::info!(job = %k.0, target = %k.1, "address changed from {old} to {addr}");
-                self.discovery.count(k.0, |s| s.address_changes += 1);
-            }
+        for ((job, target), was, addr) in &plan.moved {
+            tracing::info!(job = %job, target = %target, "address changed from {was} to {addr}");
+            self.discovery.count(job, |s| s.address_changes += 1);
         }
-        let keep = |job: &str, key: &str| -> bool {
-            let (Some(o), Some(n)) = (
-                self.cfg.jobs.iter().find(|j| j.name == job),
-                new.jobs.iter().find(|j| j.name == job),
-            ) else {
-                return false;
-            };
-            // Same URL resolving elsewhere now, or with other labels (from
-            // its file_sd group), counts as a change.
-            let k = (job, key.to_owned());
-            o.same_settings(n)
-                && new_addrs.contains_key(&k)
-                && new_addrs.get(&k) == old_addrs.get(&k)
-        };
-        let stopping: Vec<usize> = self
-            .by_key
+        let stopping: Vec<usize> = plan
+            .stop
             .iter()
-            .filter(|((job, key), _)| !keep(job, key))
-            .map(|(_, id)| *id)
-            .collect();
-        let stopping_keys: HashSet<(String, String)> = stopping
-            .iter()
-            .filter_map(|id| self.running.get(id).map(|r| (r.job.clone(), r.key.clone())))
+            .filter_map(|k| self.by_key.get(k).copied())
             .collect();
         let mut opened = Vec::new();
-        for job in &new.jobs {
-            let old = self.cfg.jobs.iter().find(|j| j.name == job.name);
-            if old.is_none_or(|o| o.sinks != job.sinks)
-                || !self.collector.sink_mut().files.contains(&job.name)
-            {
-                let s = open_job_sinks(job).map_err(|e| {
-                    DaemonError::io(format!("opening the sinks of job {:?}", job.name), e)
-                })?;
-                opened.push((job.name.clone(), s));
-            }
+        for name in &plan.reopen {
+            let Some(job) = new.jobs.iter().find(|j| &j.name == name) else {
+                continue;
+            };
+            let s = open_job_sinks(job).map_err(|e| {
+                DaemonError::io(format!("opening the sinks of job {:?}", job.name), e)
+            })?;
+            opened.push((job.name.clone(), s));
         }
         let mut built = Vec::new();
-        for (j, job) in new.jobs.iter().enumerate() {
-            for (t, target) in job.targets.iter().enumerate() {
-                let key = (job.name.clone(), target.target.to_string());
-                if !self.by_key.contains_key(&key) || stopping_keys.contains(&key) {
-                    built.push((j, t, self.build_target(job, target).await?));
-                }
-            }
+        for &(j, t) in &plan.start {
+            let job = &new.jobs[j];
+            built.push((j, t, self.build_target(job, &job.targets[t]).await?));
         }
         // Commit: nothing below can fail.
         for id in stopping {

@@ -21,6 +21,7 @@ pub mod dns_sd;
 mod error;
 pub mod file_sd;
 mod metrics;
+mod reload;
 pub mod responder;
 mod stamp_metrics;
 mod status;
