@@ -34,6 +34,11 @@
 //!
 //! Syscalls and every `unsafe` block live in `prober-sys`; sockets and files
 //! in `prober-net`, `prober-sinks` and the protocol crates; command-line parsing in `prober-cli`.
+//!
+//! May use: no other prober crate.
+//! May not: open a socket or a file (its clippy.toml disallows them; the one
+//!  timerfd of `wait` is the exception it documents), make a raw system call,
+//!  parse a command line, or know a protocol by name.
 
 #![forbid(unsafe_code)]
 

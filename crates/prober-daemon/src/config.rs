@@ -17,12 +17,13 @@ use crate::error::{DaemonError, bail};
 
 type Result<T> = std::result::Result<T, DaemonError>;
 
-/// Adds context to an error's message: `context: error`.
-trait Context<T> {
+/// Adds the key a config error is under to its message: `key: error`.
+/// (Not core's `Context`, the run settings sinks see.)
+trait WithKey<T> {
     fn ctx(self, what: impl FnOnce() -> String) -> Result<T>;
 }
 
-impl<T, E: std::fmt::Display> Context<T> for std::result::Result<T, E> {
+impl<T, E: std::fmt::Display> WithKey<T> for std::result::Result<T, E> {
     fn ctx(self, what: impl FnOnce() -> String) -> Result<T> {
         self.map_err(|e| DaemonError::Config(format!("{}: {e}", what())))
     }
@@ -562,78 +563,13 @@ job_settings! {
     size: Option<usize>,
     #[serde(default)]
     labels: BTreeMap<String, String>,
-    sinks: Option<SinksSection>,
+    sinks: Option<prober_sinks::file_config::SinksConfig>,
     /// `[job.http]`: what HTTP targets send and accept.
     http: Option<prober_http::HttpSpec>,
     /// `[job.dns]`: what DNS replies are valid.
     dns: Option<prober_dns::DnsSpec>,
     /// `[job.tls]`: how `https://` and `grpcs://` targets check servers.
     tls: Option<TlsSection>,
-}
-
-#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SinksSection {
-    jsonl: Option<JsonlSection>,
-    csv: Option<PathSection>,
-    hlog: Option<HlogSection>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct JsonlSection {
-    path: PathBuf,
-    rotate_bytes: Option<u64>,
-    rotate_age: Option<String>,
-    keep: Option<usize>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PathSection {
-    path: PathBuf,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct HlogSection {
-    path: PathBuf,
-    interval: Option<String>,
-}
-
-/// A JSON lines file, appended, rotated by size and/or age.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JsonlSink {
-    /// The file.
-    pub path: PathBuf,
-    /// Rotate above this size.
-    pub rotate_bytes: Option<u64>,
-    /// Rotate at this age.
-    pub rotate_age: Option<Duration>,
-    /// Rotated files kept (`path.1` is the newest).
-    pub keep: usize,
-}
-
-/// Where one job's samples go.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Sinks {
-    /// Probe lines as JSON lines.
-    pub jsonl: Option<JsonlSink>,
-    /// Probe lines as CSV.
-    pub csv: Option<PathBuf>,
-    /// HdrHistogram interval log and its interval.
-    pub hlog: Option<(PathBuf, Duration)>,
-}
-
-impl Sinks {
-    /// Every file the sinks write.
-    pub fn paths(&self) -> impl Iterator<Item = &Path> {
-        self.jsonl
-            .iter()
-            .map(|j| j.path.as_path())
-            .chain(self.csv.as_deref())
-            .chain(self.hlog.iter().map(|h| h.0.as_path()))
-    }
 }
 
 /// One target of a job, resolved.
@@ -667,7 +603,7 @@ pub struct Job {
     /// Extra labels of its series.
     pub labels: BTreeMap<String, String>,
     /// Its files.
-    pub sinks: Sinks,
+    pub sinks: prober_sinks::file_config::JobSinks,
     /// What its HTTP and DNS targets send and accept.
     pub options: JobOptions,
     /// How its TLS targets check servers (`[job.tls]`).
@@ -821,52 +757,6 @@ fn valid_label_name(name: &str) -> bool {
         && !name.starts_with("__")
 }
 
-fn sinks(s: Option<&SinksSection>, key: &str, base: &Path) -> Result<Sinks> {
-    let Some(s) = s else {
-        return Ok(Sinks::default());
-    };
-    // Relative paths are relative to the config file's folder; `join` keeps
-    // an absolute one as it is.
-    let jsonl = match &s.jsonl {
-        None => None,
-        Some(j) => {
-            let rotate_age = j
-                .rotate_age
-                .as_ref()
-                .map(|a| duration(Some(a), &format!("{key}.jsonl.rotate_age"), Duration::ZERO))
-                .transpose()?;
-            if rotate_age.is_some_and(|a| a.is_zero()) || j.rotate_bytes == Some(0) {
-                bail!("{key}.jsonl: rotate_bytes and rotate_age must be greater than zero");
-            }
-            Some(JsonlSink {
-                path: base.join(&j.path),
-                rotate_bytes: j.rotate_bytes,
-                rotate_age,
-                keep: j.keep.unwrap_or(5),
-            })
-        }
-    };
-    let hlog = match &s.hlog {
-        None => None,
-        Some(h) => {
-            let every = duration(
-                h.interval.as_ref(),
-                &format!("{key}.hlog.interval"),
-                Duration::from_secs(10),
-            )?;
-            if every < Duration::from_millis(100) {
-                bail!("{key}.hlog.interval: must be at least 100ms");
-            }
-            Some((base.join(&h.path), every))
-        }
-    };
-    Ok(Sinks {
-        jsonl,
-        csv: s.csv.as_ref().map(|c| base.join(&c.path)),
-        hlog,
-    })
-}
-
 async fn job(
     j: &JobSection,
     i: usize,
@@ -959,11 +849,12 @@ async fn job(
             ))
         })?;
     }
-    let sinks = sinks(
-        j.settings.sinks.as_ref().or(defaults.sinks.as_ref()),
-        &format!("{key}.sinks"),
-        base,
-    )?;
+    let sinks = match j.settings.sinks.as_ref().or(defaults.sinks.as_ref()) {
+        Some(s) => s
+            .check(&format!("{key}.sinks"), base)
+            .map_err(DaemonError::Config)?,
+        None => prober_sinks::file_config::JobSinks::default(),
+    };
     // (URL, its own labels, found in DNS): a discovered target also listed
     // elsewhere is skipped, not refused as listed twice.
     let mut texts: Vec<(String, BTreeMap<String, String>, bool)> = j
@@ -1868,9 +1759,9 @@ mod tests {
         assert_eq!(b.labels.len(), 2);
         assert_eq!(b.targets[0].size, Some(56), "icmp payload default");
         assert_eq!(a.targets[1].size, None, "tcp-connect sends no payload");
-        let j = b.sinks.jsonl.as_ref().unwrap();
-        assert_eq!(j.path, Path::new("/etc/prober/b.jsonl"));
-        assert_eq!((j.rotate_bytes, j.keep), (Some(1000), 5));
+        let (path, rotation) = b.sinks.jsonl.as_ref().unwrap();
+        assert_eq!(path, Path::new("/etc/prober/b.jsonl"));
+        assert_eq!((rotation.bytes, rotation.keep), (Some(1000), 5));
         assert_eq!(
             b.sinks.hlog,
             Some((PathBuf::from("/tmp/b.hlog"), Duration::from_secs(10)))

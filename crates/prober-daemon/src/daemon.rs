@@ -16,11 +16,11 @@ use std::time::Duration;
 use prober_core::protocol::BuildEnv;
 use prober_core::runner::phase;
 use prober_core::{
-    Clock, Collector, Context, EVENT_CHANNEL, Event, Fanout, Launch, Registry, RunConfig, RunMeta,
+    Clock, Collector, Context, EVENT_CHANNEL, Event, Launch, Registry, RunConfig, RunMeta,
     Runnable, Sample, Sink, Summary, TargetEntry,
 };
 use prober_sinks::PrometheusSink;
-use prober_sinks::files::{ByJob, CsvLinesFile, HlogFile, JsonLinesFile, Rotation};
+use prober_sinks::files::ByJob;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -212,7 +212,10 @@ fn fingerprint(cfg: &Config) -> Fingerprint {
         .collect()
 }
 
-/// The daemon's sinks: every job's files, and Prometheus.
+/// The daemon's sinks: every job's files, Prometheus and OTLP. A fan-out
+/// written out rather than core's `Fanout` of boxed sinks because the
+/// daemon reaches each one by its type: a reload adds and removes a job's
+/// files (`ByJob`) and forgets a stopped target's series (`PrometheusSink`).
 #[derive(Debug, Default)]
 struct DaemonSinks {
     files: ByJob,
@@ -270,26 +273,6 @@ impl Sink for DaemonSinks {
 }
 
 /// Opens (appending to) every file of a job.
-fn open_job_sinks(job: &Job) -> std::io::Result<Fanout> {
-    let s = &job.sinks;
-    let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
-    if let Some(j) = &s.jsonl {
-        let rotation = Rotation {
-            bytes: j.rotate_bytes,
-            age: j.rotate_age,
-            keep: j.keep,
-        };
-        sinks.push(Box::new(JsonLinesFile::open(&j.path, rotation)?));
-    }
-    if let Some(path) = &s.csv {
-        sinks.push(Box::new(CsvLinesFile::open(path, Rotation::default())?));
-    }
-    if let Some((path, every)) = &s.hlog {
-        sinks.push(Box::new(HlogFile::open(path, *every)?));
-    }
-    Ok(Fanout::retrying(sinks))
-}
-
 /// Offset of a target's first slot within its interval, from a hash of
 /// this host's name, the job and the URL: stable across reloads and spread
 /// evenly, so thousands of targets at 1 Hz do not fire in the same
@@ -431,7 +414,7 @@ impl Daemon {
             let Some(job) = new.jobs.iter().find(|j| &j.name == name) else {
                 continue;
             };
-            let s = open_job_sinks(job).map_err(|e| {
+            let s = job.sinks.open().map_err(|e| {
                 DaemonError::io(format!("opening the sinks of job {:?}", job.name), e)
             })?;
             opened.push((job.name.clone(), s));

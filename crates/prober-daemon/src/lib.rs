@@ -12,6 +12,12 @@
 //!
 //! The protocols come from the caller's [`prober_core::Registry`], so this
 //! crate knows no protocol but the responders it starts.
+//!
+//! May use: `prober-core`, `prober-sys`, `prober-net`, `prober-sinks`,
+//!  `prober-tcp`, `prober-grpc`, `prober-stamp`, `prober-http`, `prober-dns`.
+//! May not: parse a command line, print to the terminal, or hold a protocol's
+//!  own logic (it starts responders and builds probes through their
+//!  descriptors).
 
 #![forbid(unsafe_code)]
 

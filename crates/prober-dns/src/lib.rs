@@ -6,6 +6,10 @@
 //! [`DnsOptions`] says which rcodes and answers are valid. Over UDP,
 //! replies are matched to queries by ID as docs/dns.md explains: late,
 //! duplicate and unmatched replies are counted, never timed.
+//!
+//! May use: `prober-core`, `prober-sys`, `prober-net`.
+//! May not: know another protocol crate, parse a command line, or write
+//!  results.
 
 #![forbid(unsafe_code)]
 

@@ -13,6 +13,10 @@
 //!   backoff after the server goes away, counting the reconnects.
 //! - [`tls`]: loading certificates and keys for both sides.
 //! - [`GRPC`], [`GRPC_STREAM`], [`GRPC_HEALTH`]: the probes' descriptors.
+//!
+//! May use: `prober-core`, `prober-sys`, `prober-net`.
+//! May not: know another protocol crate, parse a command line, or write
+//!  results.
 
 #![forbid(unsafe_code)]
 

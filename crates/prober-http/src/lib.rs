@@ -13,6 +13,10 @@
 //!
 //! [`serve_http`] is `prober serve --http`: `GET /echo` (and a few test
 //! paths), HTTP/1.1 and h2c on one port, or TLS with ALPN.
+//!
+//! May use: `prober-core`, `prober-sys`, `prober-net`.
+//! May not: know another protocol crate, parse a command line, or write
+//!  results.
 
 #![forbid(unsafe_code)]
 

@@ -16,6 +16,10 @@
 //! Packets are built with `pnet_packet` and classified with surge-ping's
 //! decoders. surge-ping's own client is not used for receiving because it
 //! drops late and duplicate replies without a trace and cannot report them.
+//!
+//! May use: `prober-core`, `prober-sys`, `prober-net`.
+//! May not: know another protocol crate, parse a command line, or write
+//!  results.
 
 #![forbid(unsafe_code)]
 

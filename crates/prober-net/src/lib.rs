@@ -11,6 +11,10 @@
 //!   multiply).
 //! - [`tls`]: rustls configurations for clients and responders, and
 //!   certificate expiry.
+//!
+//! May use: `prober-core`, `prober-sys`.
+//! May not: hold `unsafe` or make a raw system call (that is prober-sys), or
+//!  know one protocol's wire format.
 
 #![forbid(unsafe_code)]
 

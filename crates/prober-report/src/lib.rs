@@ -17,6 +17,10 @@
 //! rasteriser that neither the probes nor the daemon need, and it opens no
 //! socket. Keeping it apart keeps the `prober` binary's other crates lean and
 //! the layering test simple: this crate depends on prober-core only.
+//!
+//! May use: `prober-core`.
+//! May not: open a socket, or know how results were measured beyond the JSON
+//!  lines and hlog files it reads.
 
 #![forbid(unsafe_code)]
 

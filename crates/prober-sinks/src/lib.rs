@@ -21,12 +21,17 @@
 //! core and the protocol crates do not need. One home means a new output
 //! (OTLP, a status page, a report reader) is one module here and one line
 //! where the binary or the daemon picks its sinks.
+//!
+//! May use: `prober-core`.
+//! May not: open a socket (except the OTLP exporter's client), know a
+//!  protocol, or parse a command line.
 
 #![forbid(unsafe_code)]
 
 pub mod csv;
 pub mod exposition;
 pub mod fields;
+pub mod file_config;
 pub mod files;
 pub mod human;
 pub mod json;

@@ -7,6 +7,10 @@
 //! STAMP carries the four timestamps the split needs: the network part of
 //! a round trip is (T4 − T1) − (T3 − T2) against any standard reflector.
 //! See docs/stamp.md.
+//!
+//! May use: `prober-core`, `prober-sys`, `prober-net`.
+//! May not: know another protocol crate, parse a command line, or write
+//!  results.
 
 #![forbid(unsafe_code)]
 

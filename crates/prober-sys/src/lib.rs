@@ -20,6 +20,9 @@
 //! What it may not do: know a protocol. It opens no connection of its own
 //! except the sockets its stampers need, and depends on `prober-core` only
 //! for plain types (marks, TCP RTT, the clock).
+//!
+//! May use: `prober-core`.
+//! May not: know a protocol, parse a command line, or write results.
 
 pub mod busy;
 pub mod icmp;

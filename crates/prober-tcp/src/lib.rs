@@ -15,6 +15,10 @@
 //!
 //! Schedules, timeouts and statistics come from `prober-core`; this crate
 //! only moves bytes and timestamps them as close to the socket as tokio allows.
+//!
+//! May use: `prober-core`, `prober-sys`, `prober-net`.
+//! May not: know another protocol crate, parse a command line, or write
+//!  results.
 
 #![forbid(unsafe_code)]
 

@@ -102,6 +102,42 @@ fn crates_depend_only_on_lower_layers() {
     assert_eq!(seen.len(), ALLOWED.len(), "every crate checked: {seen:?}");
 }
 
+/// Each crate's root says in its docs which prober crates it may use
+/// (`//! May use: ...`) and what it may not do (`//! May not: ...`); the
+/// list it gives is this test's table, so the docs cannot drift from it.
+#[test]
+fn each_crate_says_what_it_may_use_and_may_not_do() {
+    for (name, allowed) in ALLOWED {
+        let dir = workspace().join("crates").join(name).join("src");
+        let root = ["lib.rs", "main.rs"]
+            .iter()
+            .map(|f| dir.join(f))
+            .find(|p| p.exists())
+            .unwrap_or_else(|| panic!("{name} has a lib.rs or main.rs"));
+        let text = std::fs::read_to_string(&root).unwrap();
+        let doc: String = text
+            .lines()
+            .take_while(|l| l.starts_with("//!"))
+            .map(|l| l.trim_start_matches("//!").trim())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let uses = doc
+            .split_once("May use:")
+            .and_then(|(_, rest)| rest.split_once("May not:"))
+            .map(|(uses, _)| uses)
+            .unwrap_or_else(|| panic!("{name}'s crate docs have no \"May use: ... May not: ...\""));
+        let said: BTreeSet<&str> = uses
+            .split(|c: char| c == ',' || c == '`' || c == '.' || c.is_whitespace())
+            .filter(|w| w.starts_with("prober-"))
+            .collect();
+        let table: BTreeSet<&str> = allowed.iter().copied().collect();
+        assert_eq!(
+            said, table,
+            "{name}: its docs' \"May use\" and this test's table differ"
+        );
+    }
+}
+
 /// Every crate but `prober-sys` forbids `unsafe` at its root, so an
 /// `#[allow(unsafe_code)]` cannot creep in anywhere else (forbid cannot be
 /// allowed again), and names no raw `libc::syscall`.
