@@ -150,6 +150,80 @@ fn ping_duration(s: &str) -> Result<Duration, String> {
 
 /// A listening address, with a hint for what people write instead: an
 /// IPv6 address without brackets, no port, a host name.
+/// `prober serve`'s listener flags, one per responder `registry` lists
+/// (`--tcp ADDR`), shown after `--metrics` in the registry's order.
+pub(crate) fn with_responder_flags(
+    mut serve: clap::Command,
+    registry: &prober_core::Registry,
+) -> clap::Command {
+    use prober_core::responder::Tls;
+    let shown: Vec<_> = registry.responders().iter().filter(|r| !r.hidden).collect();
+    let ids: Vec<String> = serve
+        .get_arguments()
+        .map(|a| a.get_id().to_string())
+        .collect();
+    let at = ids
+        .iter()
+        .position(|i| i == "metrics")
+        .map_or(ids.len(), |p| p + 1);
+    for (i, id) in ids.iter().enumerate() {
+        let order = if i < at { i } else { i + shown.len() };
+        serve = serve.mut_arg(id.as_str(), |a| a.display_order(order));
+    }
+    let defaults: Vec<&str> = shown
+        .iter()
+        .filter(|r| r.default_port.is_some())
+        .map(|r| r.name)
+        .collect();
+    let all: Vec<String> = shown.iter().map(|r| format!("--{}", r.name)).collect();
+    for (k, r) in shown.iter().enumerate() {
+        let mut help = r.help.trim_end_matches('.').to_owned();
+        if let Some(port) = r.default_port {
+            help.push_str(&if defaults.first() == Some(&r.name) {
+                format!(
+                    ". [default: 0.0.0.0:{port}, when no listener ({}) is given and there is no --config]",
+                    all.join(", ")
+                )
+            } else {
+                format!(
+                    ". [default: 0.0.0.0:{port}, when no listener is given and there is no --config, as for --{}]",
+                    defaults.first().copied().unwrap_or(r.name)
+                )
+            });
+        }
+        let mut arg = clap::Arg::new(r.name)
+            .long(r.name)
+            .value_name("ADDR")
+            .value_parser(listen_addr)
+            .help(help)
+            .display_order(at + k);
+        if r.tls == Tls::Required {
+            arg = arg.requires("tls_cert");
+        }
+        serve = serve.arg(arg);
+    }
+    serve
+}
+
+/// The listeners [`with_responder_flags`] added that were given.
+pub(crate) fn given_listeners(
+    matches: &clap::ArgMatches,
+    registry: &prober_core::Registry,
+) -> Vec<(&'static str, SocketAddr)> {
+    registry
+        .responders()
+        .iter()
+        .filter(|r| !r.hidden)
+        .filter_map(|r| {
+            matches
+                .try_get_one::<SocketAddr>(r.name)
+                .ok()
+                .flatten()
+                .map(|a| (r.name, *a))
+        })
+        .collect()
+}
+
 pub(crate) fn listen_addr(s: &str) -> Result<SocketAddr, String> {
     use std::net::{IpAddr, Ipv6Addr};
     if let Ok(a) = s.parse::<SocketAddr>() {
@@ -710,43 +784,10 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "ADDR", value_parser = listen_addr, requires = "config")]
     pub(crate) metrics: Option<SocketAddr>,
 
-    /// Serve TCP on this address. [default: 0.0.0.0:8707, when no listener
-    /// (--tcp, --udp, --grpc, --stamp, --http, --https, --sockperf) is given
-    /// and there is no --config]
-    #[arg(long, value_name = "ADDR", value_parser = listen_addr)]
-    pub(crate) tcp: Option<SocketAddr>,
-
-    /// Serve UDP on this address. [default: 0.0.0.0:8707, when no listener
-    /// is given and there is no --config, as for --tcp]
-    #[arg(long, value_name = "ADDR", value_parser = listen_addr)]
-    pub(crate) udp: Option<SocketAddr>,
-
-    /// Serve gRPC (Echo and grpc.health.v1) on this address. [default:
-    /// 0.0.0.0:8708, when no listener is given and there is no --config, as
-    /// for --tcp]
-    #[arg(long, value_name = "ADDR", value_parser = listen_addr)]
-    pub(crate) grpc: Option<SocketAddr>,
-
-    /// Serve HTTP/1.1 and h2c on this address (GET /echo, /status/CODE,
-    /// /redirect/N; docs/http.md).
-    #[arg(long, value_name = "ADDR", value_parser = listen_addr)]
-    pub(crate) http: Option<SocketAddr>,
-
-    /// Serve HTTPS (HTTP/2 or HTTP/1.1 by ALPN) on this address, with
-    /// --tls-cert and --tls-key.
-    #[arg(long, value_name = "ADDR", value_parser = listen_addr, requires = "tls_cert")]
-    pub(crate) https: Option<SocketAddr>,
-
-    /// Run a STAMP reflector (RFC 8762/8972) on this address (the standard
-    /// port is 862).
-    #[arg(long, value_name = "ADDR", value_parser = listen_addr)]
-    pub(crate) stamp: Option<SocketAddr>,
-
-    /// Answer sockperf's clients (`sockperf ping-pong`, `under-load`,
-    /// `throughput`) over UDP and TCP (`--tcp`) on this address, as
-    /// `sockperf server` does (docs/sockperf.md).
-    #[arg(long, value_name = "ADDR", value_parser = listen_addr)]
-    pub(crate) sockperf: Option<SocketAddr>,
+    /// Where each responder listens (`--tcp ADDR`, ...): one flag per
+    /// responder the registry lists, added by [`with_responder_flags`].
+    #[arg(skip)]
+    pub(crate) listen: Vec<(&'static str, SocketAddr)>,
 
     /// STAMP authenticated mode: the HMAC key is this file's bytes.
     #[arg(long, value_name = "FILE", requires = "stamp")]

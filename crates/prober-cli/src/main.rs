@@ -75,11 +75,23 @@ fn main() -> ExitCode {
         .mut_subcommand("run", |c| {
             c.after_help(cli::run_help(&protocols::PROTOCOLS))
         })
+        .mut_subcommand("serve", |c| {
+            cli::with_responder_flags(c, &protocols::PROTOCOLS)
+        })
         .try_get_matches();
-    let cli = match matches.and_then(|m| Cli::from_arg_matches(&m)) {
+    let matches = match matches {
+        Ok(m) => m,
+        Err(e) => return usage_error(&e),
+    };
+    let mut cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => return usage_error(&e),
     };
+    if let Command::Serve(args) = &mut cli.command
+        && let Some(serve) = matches.subcommand_matches("serve")
+    {
+        args.listen = cli::given_listeners(serve, &protocols::PROTOCOLS);
+    }
     let default_level = match &cli.command {
         // Lifecycle messages (started, config reloaded, stopping) stay with
         // --quiet; client connections are logged at debug level only.

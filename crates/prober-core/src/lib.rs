@@ -14,6 +14,8 @@
 //! - [`wait`]: how the runner waits for a deadline (timer, spin, hybrid).
 //! - [`probe`]: the [`Probe`] trait each protocol implements; [`error`]: the
 //!   [`ProbeError`] it fails with, with an [`ErrorKind`].
+//! - [`responder`]: the [`responder::Responder`] descriptor each crate
+//!   that answers probes exports, listed in the [`Registry`] too.
 //! - [`protocol`]: the [`Protocol`] descriptor each protocol crate exports
 //!   and the [`Registry`] the binary lists them in; [`target`]: parsing
 //!   target URLs against it; [`info`]: [`TargetInfo`], a target's name in
@@ -57,6 +59,7 @@ pub mod pacer;
 pub mod probe;
 pub mod protocol;
 pub mod quote;
+pub mod responder;
 pub mod runner;
 pub mod sample;
 pub mod sequence;

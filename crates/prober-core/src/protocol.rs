@@ -318,12 +318,38 @@ impl Protocol {
 #[derive(Debug, Clone, Copy)]
 pub struct Registry {
     protocols: &'static [&'static Protocol],
+    responders: &'static [&'static crate::responder::Responder],
 }
 
 impl Registry {
     /// A registry of these protocols.
     pub const fn new(protocols: &'static [&'static Protocol]) -> Self {
-        Self { protocols }
+        Self {
+            protocols,
+            responders: &[],
+        }
+    }
+
+    /// The same registry with these responders, in the order `prober serve
+    /// --help` lists them.
+    pub const fn with_responders(
+        self,
+        responders: &'static [&'static crate::responder::Responder],
+    ) -> Self {
+        Self {
+            protocols: self.protocols,
+            responders,
+        }
+    }
+
+    /// Every responder.
+    pub fn responders(&self) -> &'static [&'static crate::responder::Responder] {
+        self.responders
+    }
+
+    /// The responder of this name.
+    pub fn responder(&self, name: &str) -> Option<&'static crate::responder::Responder> {
+        self.responders.iter().copied().find(|r| r.name == name)
     }
 
     /// Every protocol.

@@ -111,24 +111,18 @@ pub struct OtlpConfig {
 }
 
 /// Responder listeners to run beside the jobs.
-#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+///
+/// Not `deny_unknown_fields`: the listeners' keys are the names of the
+/// registry's responders (`tcp = "0.0.0.0:8707"`), gathered in `given`
+/// and checked by [`ServeSection::check`], which refuses any other key.
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
 pub struct ServeSection {
-    /// TCP responder address.
-    pub tcp: Option<SocketAddr>,
-    /// UDP responder address.
-    pub udp: Option<SocketAddr>,
-    /// gRPC responder address.
-    pub grpc: Option<SocketAddr>,
-    /// HTTP responder address (HTTP/1.1 and h2c).
-    pub http: Option<SocketAddr>,
-    /// HTTPS responder address (needs the TLS certificate and key, given
-    /// on the command line).
-    pub https: Option<SocketAddr>,
-    /// STAMP reflector address (RFC 8762; the standard port is 862).
-    pub stamp: Option<SocketAddr>,
-    /// UDP and TCP listeners (one port) that answer sockperf's clients.
-    pub sockperf: Option<SocketAddr>,
+    /// The listeners as written, and anything else not named below.
+    #[serde(flatten)]
+    given: BTreeMap<String, toml::Value>,
+    /// The listeners, checked: a responder's name and its address.
+    #[serde(skip)]
+    pub listen: Vec<(&'static str, SocketAddr)>,
     /// STAMP authenticated mode: the HMAC key is this file's bytes.
     pub stamp_key: Option<std::path::PathBuf>,
     /// STAMP reflector in stateless mode.
@@ -154,6 +148,45 @@ pub struct ServeSection {
 }
 
 impl ServeSection {
+    /// Reads the listeners (each key a responder the registry lists, each
+    /// value an address) into `listen`.
+    ///
+    /// # Errors
+    /// A key that is no responder nor setting, or an address that does
+    /// not parse, naming its key.
+    fn check(&mut self, registry: &Registry) -> std::result::Result<(), String> {
+        self.listen.clear();
+        for (key, value) in &self.given {
+            let Some(r) = registry.responder(key).filter(|r| !r.hidden) else {
+                let listeners: Vec<&str> = registry
+                    .responders()
+                    .iter()
+                    .filter(|r| !r.hidden)
+                    .map(|r| r.name)
+                    .collect();
+                return Err(format!(
+                    "serve: unknown field `{key}`, expected a listener ({}) or one of stamp_key, stamp_stateless, stamp_rate, rate_limit, max_conns, max_conns_per_source, request_timeout, idle_timeout, udp_follow_ups",
+                    listeners.join(", ")
+                ));
+            };
+            let addr = value
+                .as_str()
+                .ok_or_else(|| format!("serve.{key}: give the address as a string, \"IP:PORT\""))?
+                .parse::<SocketAddr>()
+                .map_err(|e| format!("serve.{key}: {e}"))?;
+            self.listen.push((r.name, addr));
+        }
+        Ok(())
+    }
+
+    /// Where the responder `name` listens, if the section says.
+    pub fn addr(&self, name: &str) -> Option<SocketAddr> {
+        self.listen
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, a)| *a)
+    }
+
     /// The limits this section gives.
     ///
     /// # Errors
@@ -1269,7 +1302,9 @@ pub async fn parse_with(
     Ok(Config {
         serve: {
             raw.serve.limit_settings().map_err(DaemonError::Config)?;
-            raw.serve
+            let mut serve = raw.serve;
+            serve.check(registry).map_err(DaemonError::Config)?;
+            serve
         },
         metrics: raw.metrics.as_ref().map(|m| m.listen),
         metric_buckets: match &raw.metrics {

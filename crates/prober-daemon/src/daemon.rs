@@ -77,7 +77,7 @@ pub async fn check(
 ) -> Result<Checked, DaemonError> {
     let discovery = crate::dns_sd::Discovery::default();
     let cfg = config::load(path, registry, &discovery).await?;
-    responders_for(cli, &cfg, path)?;
+    responders_for(cli, &cfg, registry, path)?;
     let targets: usize = cfg.jobs.iter().map(|j| j.targets.len()).sum();
     let warnings = cfg
         .jobs
@@ -119,19 +119,21 @@ pub struct Checked {
 fn responders_for(
     cli: &ResponderOptions,
     cfg: &Config,
+    registry: &Registry,
     path: &std::path::Path,
 ) -> Result<ResponderOptions, DaemonError> {
     let serve = &cfg.serve;
     let mut r = cli.clone();
-    r.tcp = r.tcp.or(serve.tcp);
-    r.udp = r.udp.or(serve.udp);
-    r.grpc = r.grpc.or(serve.grpc);
-    r.http = r.http.or(serve.http);
-    r.https = r.https.or(serve.https);
-    r.sockperf = r.sockperf.or(serve.sockperf);
+    for &(name, addr) in &serve.listen {
+        // The reflector's settings travel with it: handled below.
+        if name != prober_stamp::STAMP_RESPONDER.name && r.addr(name).is_none() {
+            r.set(name, addr);
+        }
+    }
     let stamp_settings =
         serve.stamp_key.is_some() || serve.stamp_stateless || serve.stamp_rate.is_some();
-    if cli.stamp.is_some() && stamp_settings {
+    let stamp = prober_stamp::STAMP_RESPONDER.name;
+    if cli.addr(stamp).is_some() && stamp_settings {
         // The command line's reflector has its own settings (defaults
         // included): the file's would be lost without a word.
         return Err(DaemonError::Config(format!(
@@ -139,8 +141,10 @@ fn responders_for(
             path.display()
         )));
     }
-    if r.stamp.is_none() && serve.stamp.is_some() {
-        r.stamp = serve.stamp;
+    if r.addr(stamp).is_none()
+        && let Some(addr) = serve.addr(stamp)
+    {
+        r.set(stamp, addr);
         let s = &mut r.stamp_config;
         s.stateful = !serve.stamp_stateless;
         s.rate = serve.stamp_rate.unwrap_or(s.rate);
@@ -153,7 +157,7 @@ fn responders_for(
     if cfg.jobs.is_empty() && !r.any() {
         return Err(nothing_to_do(path));
     }
-    responder::validate(&r)?;
+    responder::validate(&r, registry)?;
     Ok(r)
 }
 
@@ -494,9 +498,9 @@ pub async fn run(
     let discovery = Arc::new(crate::dns_sd::Discovery::default());
     let cfg = config::load(&path, registry, &discovery).await?;
     let listeners_stop = CancellationToken::new();
-    let responders = responders_for(&opts.responders, &cfg, &path)?;
+    let responders = responders_for(&opts.responders, &cfg, registry, &path)?;
     let receive = cfg.receive_for(responders.any());
-    let mut listeners = responder::start(&responders, &listeners_stop).await?;
+    let mut listeners = responder::start(&responders, registry, &listeners_stop).await?;
     for (what, addr) in &listeners.bound {
         listening(what, *addr);
     }
@@ -522,10 +526,8 @@ pub async fn run(
     prom.register_collector(Box::new(crate::metrics::SinkCollector(
         sinks.files.failures(),
     )));
-    if let Some(stats) = &listeners.stamp {
-        prom.register_collector(Box::new(crate::stamp_metrics::StampCollector(
-            std::sync::Arc::clone(stats),
-        )));
+    if let Some(stats) = listeners.stats::<prober_stamp::ReflectorStats>() {
+        prom.register_collector(Box::new(crate::stamp_metrics::StampCollector(stats)));
     }
     prom.register_collector(Box::new(crate::stamp_metrics::GuardCollector(
         std::sync::Arc::clone(&listeners.guard),

@@ -1,16 +1,18 @@
-//! Starting the responders (`prober serve`, and the daemon's `[serve]`).
+//! Starting the responders (`prober serve`, and the daemon's `[serve]`):
+//! every responder the [`Registry`] lists, through its descriptor.
 
+use std::any::Any;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
-use prober_grpc::{ServerConfig, ServerTls, serve_grpc};
-use prober_http::serve_http;
+use prober_core::Registry;
+use prober_core::protocol::Shared;
+use prober_core::responder::{Responder, ServeEnv, ServeError, Tls};
 use prober_net::guard::{GuardStats, Limits, PerSource};
-use prober_stamp::{ReflectorConfig, ReflectorStats, serve_stamp};
-use prober_tcp::{ResponderConfig, serve_tcp, serve_udp};
-use std::sync::Arc;
-use tokio::net::{TcpListener, UdpSocket};
+use prober_net::responder::{Common, ServerTlsFiles};
+use prober_stamp::ReflectorConfig;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -19,19 +21,9 @@ use crate::error::DaemonError;
 /// Which responders to run, and how.
 #[derive(Debug, Clone, Default)]
 pub struct ResponderOptions {
-    /// TCP responder address.
-    pub tcp: Option<SocketAddr>,
-    /// UDP responder address.
-    pub udp: Option<SocketAddr>,
-    /// gRPC responder address.
-    pub grpc: Option<SocketAddr>,
-    /// HTTP responder address (HTTP/1.1 and h2c).
-    pub http: Option<SocketAddr>,
-    /// HTTPS responder address (with `tls_cert`).
-    pub https: Option<SocketAddr>,
-    /// A second gRPC responder, over TLS with `tls_cert`, beside a
-    /// plaintext one on `grpc` (the self-test's ladder).
-    pub grpcs: Option<SocketAddr>,
+    /// Where each responder listens, by its name (`tcp`, `grpc`, ...: the
+    /// [`Responder::name`] of one the registry lists).
+    pub listen: Vec<(&'static str, SocketAddr)>,
     /// TLS certificate chain (PEM) for gRPC and HTTPS.
     pub tls_cert: Option<PathBuf>,
     /// gRPC TLS key (PEM).
@@ -44,20 +36,10 @@ pub struct ResponderOptions {
     pub busy_poll: bool,
     /// How TCP and UDP responders wait for requests (`serve --receive`).
     pub receive: prober_core::spin::Receive,
-    /// Impairments for tests (see [`ResponderConfig`]).
-    pub drop_every: Option<u64>,
-    /// Answer every k-th request twice.
-    pub duplicate_every: Option<u64>,
-    /// Hold every k-th request for `delay`.
-    pub delay_every: Option<u64>,
-    /// How long `delay_every` holds a request.
-    pub delay: Duration,
+    /// Impairments of the TCP and UDP responders, for tests.
+    pub impairments: prober_tcp::Impairments,
     /// Hold every gRPC request this long.
     pub grpc_delay: Duration,
-    /// STAMP reflector address.
-    pub stamp: Option<SocketAddr>,
-    /// Address of the UDP and TCP listeners that answer sockperf's clients.
-    pub sockperf: Option<SocketAddr>,
     /// How the STAMP reflector answers.
     pub stamp_config: ReflectorConfig,
     /// Limits for a public address (docs/security.md), as given.
@@ -114,36 +96,123 @@ impl LimitSettings {
 impl ResponderOptions {
     /// True when any listener is asked for.
     pub fn any(&self) -> bool {
-        [
-            self.tcp,
-            self.udp,
-            self.grpc,
-            self.http,
-            self.https,
-            self.grpcs,
-            self.stamp,
-            self.sockperf,
-        ]
-        .iter()
-        .any(Option::is_some)
+        !self.listen.is_empty()
+    }
+
+    /// Where the responder `name` listens, if it does.
+    pub fn addr(&self, name: &str) -> Option<SocketAddr> {
+        self.listen
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, a)| *a)
+    }
+
+    /// Sets where the responder `name` listens (replacing where it did).
+    pub fn set(&mut self, name: &'static str, addr: SocketAddr) {
+        self.listen.retain(|(n, _)| *n != name);
+        self.listen.push((name, addr));
+    }
+
+    /// The environment every responder is started in: the settings they
+    /// share, and each protocol's own.
+    fn options(&self) -> Shared {
+        let options = Shared::default();
+        options.put(Common {
+            limits: self.limits.limits(),
+            guard: Arc::new(GuardStats::default()),
+            log_clients: self.log_clients,
+            busy_poll: self.busy_poll,
+            receive: self.receive.clone(),
+            udp_follow_ups: self.limits.udp_follow_ups,
+            tls: match (&self.tls_cert, &self.tls_key) {
+                (Some(cert), Some(key)) => Some(ServerTlsFiles {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                    client_ca: self.tls_client_ca.clone(),
+                }),
+                _ => None,
+            },
+        });
+        options.put(self.impairments.clone());
+        options.put(prober_grpc::GrpcServeOptions {
+            delay: self.grpc_delay,
+        });
+        options.put(self.stamp_config.clone());
+        options
+    }
+
+    /// Each listener's responder and whether it serves TLS, in the
+    /// registry's order.
+    fn planned(
+        &self,
+        registry: &Registry,
+    ) -> Result<Vec<(&'static Responder, SocketAddr, bool)>, DaemonError> {
+        let tls_given = self.tls_cert.is_some() && self.tls_key.is_some();
+        for (name, _) in &self.listen {
+            if registry.responder(name).is_none() {
+                return Err(DaemonError::Config(format!(
+                    "no responder is called {name:?} (known: {})",
+                    names(registry, |_| true)
+                )));
+            }
+        }
+        let mut out = Vec::new();
+        for r in registry.responders() {
+            let Some(addr) = self.addr(r.name) else {
+                continue;
+            };
+            let tls = match r.tls {
+                Tls::No => false,
+                Tls::Required if !tls_given => {
+                    return Err(DaemonError::Config(format!(
+                        "--{} needs --tls-cert and --tls-key",
+                        r.name
+                    )));
+                }
+                Tls::Required => true,
+                Tls::Optional { plain_beside } => {
+                    tls_given && plain_beside.is_none_or(|b| self.addr(b).is_none())
+                }
+            };
+            out.push((*r, addr, tls));
+        }
+        if tls_given && !out.iter().any(|(_, _, tls)| *tls) {
+            let takers = names(registry, |r| r.tls != Tls::No);
+            return Err(DaemonError::Config(format!(
+                "--tls-cert applies to {takers}; add {}",
+                registry
+                    .responders()
+                    .iter()
+                    .filter(|r| r.tls != Tls::No && !r.hidden)
+                    .map(|r| format!("--{} ADDR", r.name))
+                    .collect::<Vec<_>>()
+                    .join(" or ")
+            )));
+        }
+        Ok(out)
     }
 }
 
-/// Binds the UDP socket of the `what` listener on `addr`, and notes where
-/// it listens in `bound`.
-async fn bind_udp(
-    addr: SocketAddr,
-    what: &'static str,
-    bound: &mut Vec<(&'static str, SocketAddr)>,
-) -> Result<UdpSocket, DaemonError> {
-    let socket = UdpSocket::bind(addr)
-        .await
-        .map_err(|e| DaemonError::io(format!("binding {what} {addr}"), e))?;
-    let at = socket
-        .local_addr()
-        .map_err(|e| DaemonError::io(format!("reading the address of {what}"), e))?;
-    bound.push((what, at));
-    Ok(socket)
+/// The names of the (shown) responders `which` picks, as a message lists them.
+fn names(registry: &Registry, which: impl Fn(&Responder) -> bool) -> String {
+    let list: Vec<&str> = registry
+        .responders()
+        .iter()
+        .filter(|r| !r.hidden && which(r))
+        .map(|r| r.name)
+        .collect();
+    match list.as_slice() {
+        [] => "none".to_owned(),
+        [one] => (*one).to_owned(),
+        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+    }
+}
+
+fn serve_error(e: ServeError) -> DaemonError {
+    match e {
+        ServeError::Config(m) => DaemonError::Config(m),
+        ServeError::Io { what, source } => DaemonError::io(what, source),
+    }
 }
 
 /// Running responders.
@@ -153,44 +222,38 @@ pub struct Responders {
     pub tasks: JoinSet<std::io::Result<()>>,
     /// What listens where: `("tcp", addr)`, `("grpcs", addr)`, ...
     pub bound: Vec<(&'static str, SocketAddr)>,
-    /// The STAMP reflector's counters, when it runs.
-    pub stamp: Option<Arc<ReflectorStats>>,
-    /// The sockperf listener's counters, when it runs.
-    pub sockperf: Option<Arc<prober_tcp::sockperf::SockperfStats>>,
-    /// What the TCP, UDP, gRPC and HTTP responders' limits refused.
+    /// Counters the responders keep (the STAMP reflector's, sockperf's).
+    pub stats: Vec<Arc<dyn Any + Send + Sync>>,
+    /// What the responders' limits refused.
     pub guard: Arc<GuardStats>,
 }
 
-/// What [`start`] would refuse before binding anything: TLS files that do
-/// not load, TLS without a listener for it, HTTPS without TLS. The
-/// daemon's `--check-config` asks this too.
+impl Responders {
+    /// The counters of type `T`, if a responder keeps them.
+    pub fn stats<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        self.stats
+            .iter()
+            .find_map(|s| Arc::clone(s).downcast::<T>().ok())
+    }
+}
+
+/// What [`start`] would refuse before binding anything: a listener no
+/// responder answers, TLS files that do not load, TLS without a listener
+/// for it, HTTPS without TLS. The daemon's `--check-config` asks this too.
 ///
 /// # Errors
 /// [`DaemonError::Config`] saying which.
-pub fn validate(opts: &ResponderOptions) -> Result<(), DaemonError> {
-    server_tls(opts).map(drop)
-}
-
-/// The gRPC server's TLS, if `opts` gives it, checked as [`validate`] says.
-fn server_tls(opts: &ResponderOptions) -> Result<Option<ServerTls>, DaemonError> {
-    let tls = match (&opts.tls_cert, &opts.tls_key) {
-        (Some(cert), Some(key)) => Some(
-            ServerTls::from_files(cert, key, opts.tls_client_ca.as_deref())
-                .map_err(|e| DaemonError::Config(e.to_string()))?,
-        ),
-        _ => None,
-    };
-    if tls.is_some() && opts.grpc.is_none() && opts.https.is_none() {
-        return Err(DaemonError::Config(
-            "--tls-cert applies to gRPC and HTTPS; add --grpc ADDR or --https ADDR".to_owned(),
-        ));
+pub fn validate(opts: &ResponderOptions, registry: &Registry) -> Result<(), DaemonError> {
+    let options = Arc::new(opts.options());
+    for (r, _, tls) in opts.planned(registry)? {
+        let env = ServeEnv {
+            options: Arc::clone(&options),
+            tls,
+            stop: CancellationToken::new(),
+        };
+        (r.check)(&env).map_err(serve_error)?;
     }
-    if opts.https.is_some() && tls.is_none() {
-        return Err(DaemonError::Config(
-            "--https needs --tls-cert and --tls-key".to_owned(),
-        ));
-    }
-    Ok(tls)
+    Ok(())
 }
 
 /// Binds and starts the responders asked for. They stop when `stop` is
@@ -200,152 +263,100 @@ fn server_tls(opts: &ResponderOptions) -> Result<Option<ServerTls>, DaemonError>
 /// What [`validate`] refuses, and an address that cannot be bound.
 pub async fn start(
     opts: &ResponderOptions,
+    registry: &Registry,
     stop: &CancellationToken,
 ) -> Result<Responders, DaemonError> {
-    let tls = server_tls(opts)?;
-    let http_tls = match (&opts.tls_cert, &opts.tls_key, opts.https) {
-        (Some(cert), Some(key), Some(_)) => Some(Arc::new(
-            prober_http::server_config(cert, key)
-                .map_err(|e| DaemonError::Config(e.to_string()))?,
-        )),
-        _ => None,
-    };
-    let guard = Arc::new(GuardStats::default());
-    let limits = opts.limits.limits();
-    let cfg = ResponderConfig {
-        log_clients: opts.log_clients,
-        drop_every: opts.drop_every,
-        duplicate_every: opts.duplicate_every,
-        delay_every: opts.delay_every,
-        delay: opts.delay,
-        busy_poll: opts.busy_poll,
-        limits,
-        stats: Arc::clone(&guard),
-        udp_follow_ups: opts.limits.udp_follow_ups,
-        receive: opts.receive.clone(),
-    };
+    validate(opts, registry)?;
+    let options = Arc::new(opts.options());
+    let guard = Arc::clone(
+        &options
+            .get_or_try_init(|| Ok::<_, std::convert::Infallible>(Arc::new(Common::default())))
+            .unwrap_or_else(|e| match e {})
+            .guard,
+    );
     let mut tasks = JoinSet::new();
     let mut bound = Vec::new();
-    let local = |l: std::io::Result<SocketAddr>, what: &str| {
-        l.map_err(|e| DaemonError::io(format!("reading the address of {what}"), e))
-    };
-    if let Some(addr) = opts.tcp {
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|e| DaemonError::io(format!("binding tcp {addr}"), e))?;
-        bound.push(("tcp", local(listener.local_addr(), "tcp")?));
-        tasks.spawn(serve_tcp(listener, cfg.clone(), stop.clone()));
-    }
-    if let Some(addr) = opts.udp {
-        let socket = bind_udp(addr, "udp", &mut bound).await?;
-        tasks.spawn(serve_udp(socket, cfg.clone(), stop.clone()));
-    }
-    let mut sockperf = None;
-    if let Some(addr) = opts.sockperf {
-        // UDP and TCP on one port, as sockperf's clients take one port for
-        // either (`--tcp`); port 0 gets the UDP socket's port for both, and
-        // another one if a TCP socket already holds that port.
-        let mut attempts = 0;
-        let (socket, listener) = loop {
-            let socket = UdpSocket::bind(addr)
-                .await
-                .map_err(|e| DaemonError::io(format!("binding sockperf {addr}"), e))?;
-            let port = local(socket.local_addr(), "sockperf")?.port();
-            let tcp_addr = SocketAddr::new(addr.ip(), port);
-            match TcpListener::bind(tcp_addr).await {
-                Ok(listener) => break (socket, listener),
-                Err(e)
-                    if addr.port() == 0
-                        && e.kind() == std::io::ErrorKind::AddrInUse
-                        && attempts < 16 =>
-                {
-                    attempts += 1;
-                }
-                Err(e) => {
-                    return Err(DaemonError::io(
-                        format!("binding sockperf tcp {tcp_addr}"),
-                        e,
-                    ));
-                }
-            }
-        };
-        bound.push(("sockperf", local(socket.local_addr(), "sockperf")?));
-        bound.push((
-            "sockperf-tcp",
-            local(listener.local_addr(), "sockperf tcp")?,
-        ));
-        let stats = Arc::new(prober_tcp::sockperf::SockperfStats::default());
-        sockperf = Some(Arc::clone(&stats));
-        tasks.spawn(prober_tcp::sockperf::serve_sockperf_tcp(
-            listener,
-            cfg.clone(),
-            Arc::clone(&stats),
-            stop.clone(),
-        ));
-        tasks.spawn(prober_tcp::sockperf::serve_sockperf_udp(
-            socket,
-            cfg,
-            stats,
-            stop.clone(),
-        ));
-    }
-    // With `grpcs` beside `grpc`, the plaintext one stays plaintext.
-    let grpc_tls = if opts.grpcs.is_some() {
-        None
-    } else {
-        tls.clone()
-    };
-    for (addr, tls) in [(opts.grpc, grpc_tls), (opts.grpcs, tls)] {
-        let Some(addr) = addr else { continue };
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|e| DaemonError::io(format!("binding grpc {addr}"), e))?;
-        let scheme = if tls.is_some() { "grpcs" } else { "grpc" };
-        bound.push((scheme, local(listener.local_addr(), "grpc")?));
-        let grpc_cfg = ServerConfig {
+    let mut stats = Vec::new();
+    for (r, addr, tls) in opts.planned(registry)? {
+        let env = ServeEnv {
+            options: Arc::clone(&options),
             tls,
-            delay: opts.grpc_delay,
-            limits,
-            stats: Arc::clone(&guard),
+            stop: stop.clone(),
         };
-        let stop = stop.clone();
-        tasks.spawn(async move {
-            serve_grpc(listener, grpc_cfg, stop)
-                .await
-                .map_err(std::io::Error::other)
-        });
-    }
-    for (addr, tls, what) in [(opts.http, None, "http"), (opts.https, http_tls, "https")] {
-        let Some(addr) = addr else { continue };
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|e| DaemonError::io(format!("binding {what} {addr}"), e))?;
-        bound.push((what, local(listener.local_addr(), what)?));
-        let cfg = prober_http::HttpServerConfig {
-            tls,
-            log_clients: opts.log_clients,
-            limits,
-            stats: Arc::clone(&guard),
-        };
-        tasks.spawn(serve_http(listener, cfg, stop.clone()));
-    }
-    let mut stamp = None;
-    if let Some(addr) = opts.stamp {
-        let socket = bind_udp(addr, "stamp", &mut bound).await?;
-        let stats = Arc::new(ReflectorStats::default());
-        stamp = Some(Arc::clone(&stats));
-        tasks.spawn(serve_stamp(
-            socket,
-            opts.stamp_config.clone(),
-            stats,
-            stop.clone(),
-        ));
+        let serving = (r.serve)(addr, &env).await.map_err(serve_error)?;
+        bound.extend(serving.bound);
+        for task in serving.tasks {
+            tasks.spawn(task);
+        }
+        stats.extend(serving.stats);
     }
     Ok(Responders {
         tasks,
         bound,
-        stamp,
-        sockperf,
+        stats,
         guard,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static REGISTRY: Registry = Registry::new(&[]).with_responders(&[
+        &prober_tcp::TCP_RESPONDER,
+        &prober_grpc::GRPC_RESPONDER,
+        &prober_grpc::GRPCS_RESPONDER,
+        &prober_http::HTTPS_RESPONDER,
+    ]);
+
+    fn opts(listen: &[&'static str], tls: bool) -> ResponderOptions {
+        let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        ResponderOptions {
+            listen: listen.iter().map(|n| (*n, addr)).collect(),
+            tls_cert: tls.then(|| PathBuf::from("c.pem")),
+            tls_key: tls.then(|| PathBuf::from("k.pem")),
+            ..ResponderOptions::default()
+        }
+    }
+
+    fn plan(listen: &[&'static str], tls: bool) -> Result<Vec<(&'static str, bool)>, String> {
+        opts(listen, tls)
+            .planned(&REGISTRY)
+            .map(|p| p.iter().map(|(r, _, tls)| (r.name, *tls)).collect())
+            .map_err(|e| e.to_string())
+    }
+
+    /// Each listener takes TLS as its descriptor says, in the registry's
+    /// order whatever the order asked.
+    #[test]
+    fn tls_goes_where_the_descriptors_say() {
+        assert_eq!(
+            plan(&["grpc", "tcp"], false).unwrap(),
+            [("tcp", false), ("grpc", false)]
+        );
+        assert_eq!(
+            plan(&["tcp", "grpc"], true).unwrap(),
+            [("tcp", false), ("grpc", true)]
+        );
+        // gRPC stays plaintext beside gRPC over TLS.
+        assert_eq!(
+            plan(&["grpc", "grpcs"], true).unwrap(),
+            [("grpc", false), ("grpcs", true)]
+        );
+    }
+
+    /// TLS files no listener takes, a listener that needs them, and a name
+    /// no responder has are refused, each in one line.
+    #[test]
+    fn what_cannot_be_served_is_refused() {
+        let e = plan(&["tcp"], true).unwrap_err();
+        assert!(
+            e.contains("--tls-cert applies to grpc and https; add --grpc ADDR or --https ADDR"),
+            "{e}"
+        );
+        let e = plan(&["https"], false).unwrap_err();
+        assert!(e.contains("--https needs --tls-cert and --tls-key"), "{e}");
+        let e = plan(&["quic"], false).unwrap_err();
+        assert!(e.contains("no responder is called \"quic\""), "{e}");
+    }
 }

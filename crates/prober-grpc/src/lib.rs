@@ -22,6 +22,7 @@
 
 pub mod client;
 mod protocol;
+mod serve;
 pub mod server;
 mod stamped;
 pub mod tls;
@@ -40,6 +41,7 @@ pub mod pb {
 
 pub use client::{ClientConfig, GrpcHealthProbe, GrpcProbe, GrpcStreamProbe};
 pub use protocol::{GRPC, GRPC_HEALTH, GRPC_STREAM};
+pub use serve::{GRPC_RESPONDER, GRPCS_RESPONDER, GrpcServeOptions};
 pub use server::{ServerConfig, serve_grpc};
 pub use tls::{ClientTls, ServerTls, TlsError};
 

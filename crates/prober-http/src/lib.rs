@@ -23,6 +23,7 @@
 mod client;
 mod options;
 mod protocol;
+mod serve;
 mod server;
 mod tls;
 
@@ -32,5 +33,6 @@ pub use options::{
     StatusSet, body_regex,
 };
 pub use protocol::{HTTP, HTTPS};
+pub use serve::{HTTP_RESPONDER, HTTPS_RESPONDER};
 pub use server::{HttpServerConfig, SERVER_TIMING, serve_http};
 pub use tls::{ServerTlsError, server_config};

@@ -9,6 +9,7 @@
 //! - [`guard`]: a responder's limits on a public address (per-source
 //!   rate, connection caps, buffer budget, log lines a flood cannot
 //!   multiply).
+//! - [`responder`]: what every responder is started with ([`responder::Common`]).
 //! - [`tls`]: rustls configurations for clients and responders, and
 //!   certificate expiry.
 //!
@@ -21,6 +22,7 @@
 pub mod follow;
 pub mod guard;
 pub mod resolve;
+pub mod responder;
 pub mod stream;
 pub mod tls;
 

@@ -18,6 +18,7 @@ pub mod packet;
 mod protocol;
 pub mod reflector;
 mod sender;
+mod serve;
 pub mod time;
 pub mod tlv;
 
@@ -25,6 +26,7 @@ pub use packet::{Key, Mode};
 pub use protocol::STAMP;
 pub use reflector::{ReflectorConfig, ReflectorStats, serve_stamp};
 pub use sender::{STAMP_FLAGS, SenderOptions, StampProbe, StampSpec, TlvChoice};
+pub use serve::STAMP_RESPONDER;
 pub use time::Format;
 
 /// The STAMP port assigned by IANA (RFC 8762 §4.1).

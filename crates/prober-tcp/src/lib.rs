@@ -25,6 +25,7 @@
 mod protocol;
 mod reader;
 pub mod responder;
+pub mod serve;
 pub mod sockperf;
 mod tcp;
 mod udp;
@@ -32,6 +33,7 @@ pub mod wire;
 
 pub use protocol::{TCP, TCP_CONNECT, TCP_CRR, UDP};
 pub use responder::{ResponderConfig, serve_tcp, serve_udp};
+pub use serve::{Impairments, SOCKPERF_RESPONDER, TCP_RESPONDER, UDP_RESPONDER};
 pub use tcp::{TcpConnectProbe, TcpCrrProbe, TcpProbe};
 pub use udp::UdpProbe;
 

@@ -137,18 +137,18 @@ async fn start_self_test(
     pki: &SelfTestPki,
 ) -> anyhow::Result<(prober_daemon::Responders, Vec<Target>)> {
     let lo = |port| Some((Ipv4Addr::LOCALHOST, port).into());
+    // Every responder the self-test's targets need (not sockperf's, nor
+    // the STAMP reflector, whose targets are not on the ladder), on loopback.
     let opts = ResponderOptions {
-        tcp: lo(0),
-        udp: lo(0),
-        grpc: lo(0),
-        grpcs: lo(0),
-        http: lo(0),
-        https: lo(0),
+        listen: ["tcp", "udp", "grpc", "grpcs", "http", "https"]
+            .into_iter()
+            .filter_map(|name| Some((name, lo(0)?)))
+            .collect(),
         tls_cert: Some(pki.path("cert.pem")),
         tls_key: Some(pki.path("key.pem")),
         ..ResponderOptions::default()
     };
-    let responders = prober_daemon::responder::start(&opts, stop)
+    let responders = prober_daemon::responder::start(&opts, &PROTOCOLS, stop)
         .await
         .context("starting the loopback responders")?;
     let port = |what| {

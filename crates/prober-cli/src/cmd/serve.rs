@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use prober_daemon::{Control, DaemonOptions, ResponderOptions};
-use prober_tcp::DEFAULT_PORT;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -18,25 +17,20 @@ use crate::signal::cancel_on_signals;
 
 fn responder_options(args: &ServeArgs) -> anyhow::Result<ResponderOptions> {
     Ok(ResponderOptions {
-        tcp: args.tcp,
-        udp: args.udp,
-        grpc: args.grpc,
-        http: args.http,
-        https: args.https,
-        grpcs: None,
+        listen: args.listen.clone(),
         tls_cert: args.tls_cert.clone(),
         tls_key: args.tls_key.clone(),
         tls_client_ca: args.tls_client_ca.clone(),
         log_clients: true,
         busy_poll: args.busy_poll,
         receive: args.receive.serve_receive()?,
-        drop_every: args.drop_every,
-        duplicate_every: args.duplicate_every,
-        delay_every: args.delay_every,
-        delay: args.delay,
+        impairments: prober_tcp::Impairments {
+            drop_every: args.drop_every,
+            duplicate_every: args.duplicate_every,
+            delay_every: args.delay_every,
+            delay: args.delay,
+        },
         grpc_delay: args.grpc_delay,
-        stamp: args.stamp,
-        sockperf: args.sockperf,
         stamp_config: prober_stamp::ReflectorConfig {
             key: None,
             stateful: !args.stamp_stateless,
@@ -170,26 +164,20 @@ pub(crate) async fn serve(
         prober_daemon::run(daemon, &PROTOCOLS, control, &mut listening).await?;
         return Ok(ExitCode::SUCCESS);
     }
-    let none = [
-        args.tcp,
-        args.udp,
-        args.grpc,
-        args.stamp,
-        args.http,
-        args.https,
-        args.sockperf,
-    ];
-    if none.iter().all(Option::is_none) {
-        let any = Ipv4Addr::UNSPECIFIED;
-        opts.tcp = Some(SocketAddr::from((any, DEFAULT_PORT)));
-        opts.udp = Some(SocketAddr::from((any, DEFAULT_PORT)));
-        opts.grpc = Some(SocketAddr::from((any, prober_grpc::DEFAULT_PORT)));
+    if !opts.any() {
+        // No listener asked for: those with a default port, on every
+        // address.
+        for r in PROTOCOLS.responders() {
+            if let Some(port) = r.default_port {
+                opts.set(r.name, SocketAddr::from((Ipv4Addr::UNSPECIFIED, port)));
+            }
+        }
     }
     let stop = CancellationToken::new();
     // Caught before the listening lines go out: whoever reads them may stop
     // the responder at once.
     cancel_on_signals(stop.clone());
-    let mut responders = prober_daemon::responder::start(&opts, &stop).await?;
+    let mut responders = prober_daemon::responder::start(&opts, &PROTOCOLS, &stop).await?;
     for (what, addr) in &responders.bound {
         print_listening(what, *addr);
     }
@@ -199,10 +187,10 @@ pub(crate) async fn serve(
             return Err(e);
         }
     }
-    if let Some(stats) = &responders.stamp {
-        log_stamp_stats(stats);
+    if let Some(stats) = responders.stats::<prober_stamp::ReflectorStats>() {
+        log_stamp_stats(&stats);
     }
-    if let Some(s) = &responders.sockperf {
+    if let Some(s) = responders.stats::<prober_tcp::sockperf::SockperfStats>() {
         tracing::info!(
             "sockperf: received {}, answered {}, ignored {}",
             s.received.load(std::sync::atomic::Ordering::Relaxed),
