@@ -432,6 +432,13 @@ fn config_files() {
         &prober_stamp::STAMP,
         &prober_dns::DNS,
         &prober_icmp::ICMP,
+    ])
+    .with_responders(&[
+        &prober_tcp::TCP_RESPONDER,
+        &prober_tcp::UDP_RESPONDER,
+        &prober_grpc::GRPC_RESPONDER,
+        &prober_stamp::STAMP_RESPONDER,
+        &prober_tcp::SOCKPERF_RESPONDER,
     ]);
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()

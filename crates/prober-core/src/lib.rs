@@ -15,7 +15,9 @@
 //! - [`probe`]: the [`Probe`] trait each protocol implements; [`error`]: the
 //!   [`ProbeError`] it fails with, with an [`ErrorKind`].
 //! - [`responder`]: the [`responder::Responder`] descriptor each crate
-//!   that answers probes exports, listed in the [`Registry`] too.
+//!   that answers probes exports, listed in the [`Registry`] too;
+//!   [`shared`]: [`shared::Shared`], values by type that probes of one run,
+//!   a job's options or the responders share.
 //! - [`protocol`]: the [`Protocol`] descriptor each protocol crate exports
 //!   and the [`Registry`] the binary lists them in; [`target`]: parsing
 //!   target URLs against it; [`info`]: [`TargetInfo`], a target's name in
@@ -63,6 +65,7 @@ pub mod responder;
 pub mod runner;
 pub mod sample;
 pub mod sequence;
+pub mod shared;
 pub mod sink;
 pub mod spin;
 pub mod stats;

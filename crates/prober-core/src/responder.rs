@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::protocol::Shared;
+use crate::shared::Shared;
 
 /// What a responder is started with.
 #[derive(Debug, Clone)]
