@@ -44,8 +44,8 @@ pub(crate) struct Cli {
     /// prober runs, as cyclictest does: idle CPUs stay out of sleep states
     /// slower to leave than this, and 0us keeps them polling. At long
     /// intervals round trips then stop paying for a sleeping CPU's wake-up
-    /// (on a VM: 19-38 µs against 8-9 µs for ICMP at 10 ms); the CPUs'
-    /// idle power pays instead. Recorded in the settings. Needs root.
+    /// (BENCHMARKS.md has how much); the CPUs' idle power pays instead.
+    /// Recorded in the settings. Needs root.
     #[arg(long, global = true, value_name = "DURATION", value_parser = duration)]
     pub(crate) cpu_latency: Option<Duration>,
 

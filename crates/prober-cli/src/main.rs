@@ -123,16 +123,14 @@ fn main() -> ExitCode {
         .with_target(false)
         .init();
     // The daemon does many small I/O events; one thread saves the
-    // cross-thread wake-ups (0.27 instead of 0.37 cores for 10,000 targets).
-    // So does the responder: under `ghz -c 50` its gRPC side spent 6.5-7.0
-    // µs of CPU a request on one thread against 11.5-13.0 on two (h2's
+    // cross-thread wake-ups. So does the responder: under `ghz -c 50` its
+    // gRPC side spent less CPU a request on one thread than on two (h2's
     // stream lock contended between workers, and parking), with as many
-    // requests a second or more, and no worse latency one call at a time
-    // (BENCHMARKS.md).
+    // requests a second or more, and no worse latency one call at a time.
     // Spinning pacing and busy-poll leave no idle core on a small machine:
-    // a second runtime worker only contends with the spinners (on 2 vCPUs,
-    // spin send-lag p99 0.1-0.2 µs on one thread against 0.3-311 µs on two;
-    // UDP --busy-poll p50 12.5-14.3 µs against 20-31 µs). Adaptive receive
+    // a second runtime worker only contends with the spinners, and both
+    // send lag and busy-poll RTTs were worse on two. (BENCHMARKS.md has the
+    // figures of each.) Adaptive receive
     // too: a reader task on another worker would take the reply its spin is
     // waiting for, after the very wake-up the spin avoids. The self-test keeps
     // its in-process responder on other workers.

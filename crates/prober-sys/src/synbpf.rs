@@ -3,14 +3,12 @@
 //! [`crate::syntap`]'s packet socket.
 //!
 //! Why: a packet socket makes the kernel clone every packet the host sends
-//! and run its filter on every packet it sends or receives. That cost a
-//! loopback `connect()` about 1.5 µs, more than the stamps' bound (3 % or
-//! 0.5 µs) for `tcp-connect://`. This program runs only on the probed
-//! interface, clones nothing and keeps its stamps in a shared array that
-//! is read without a system call. Measured on loopback without prober's
-//! runtime (`benches/src/bin/hookcost.rs`, 11 rounds rotating the order,
-//! medians of 3,000 connects): no stamper 11,888 ns, this program
-//! 12,158 ns (+300 ns), the packet socket 13,380 ns (+1,502 ns).
+//! and run its filter on every packet it sends or receives, which cost a
+//! loopback `connect()` more than the stamps' bound (3 % or 0.5 µs) for
+//! `tcp-connect://`. This program runs only on the probed interface, clones
+//! nothing and keeps its stamps in a shared array that is read without a
+//! system call. `benches/src/bin/hookcost.rs` measures both without
+//! prober's runtime; BENCHMARKS.md has the figures.
 //!
 //! Where it stamps: on the device's `tcx` egress hook, where the device
 //! takes the SYN (next to the packet socket's outgoing copy), and on its

@@ -484,3 +484,62 @@ fn a_quiet_run_shows_progress_on_a_terminal_only() {
     let piped = run(&["run", "-q", "-c", "30", "-i", "20ms", &t]);
     assert!(!stderr(&piped).contains("probes"), "{}", stderr(&piped));
 }
+
+/// The long flags a command's `--help` lists.
+fn help_flags(command: &str) -> std::collections::BTreeSet<String> {
+    let out = run(&[command, "--help"]);
+    stdout(&out)
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim_start();
+            let l = l
+                .strip_prefix('-')
+                .filter(|r| !r.starts_with('-'))
+                .map_or(l, |r| r.split_once(", ").map_or(r, |(_, rest)| rest));
+            let flag = l.strip_prefix("--")?;
+            let name: String = flag
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '.')
+                .collect();
+            (!name.is_empty() && name != "help").then(|| format!("--{name}"))
+        })
+        .collect()
+}
+
+/// docs/cli.md, the option reference, names every flag each command's
+/// `--help` has, and its option tables name no flag that none has.
+#[test]
+fn the_option_reference_lists_exactly_the_flags_help_has() {
+    let doc = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/cli.md"),
+    )
+    .unwrap();
+    let mut every = std::collections::BTreeSet::new();
+    for command in ["run", "sweep", "serve", "report"] {
+        let flags = help_flags(command);
+        assert!(flags.len() > 5, "{command}: {flags:?}");
+        for flag in &flags {
+            let named = doc.match_indices(flag.as_str()).any(|(i, _)| {
+                !doc[i + flag.len()..]
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_alphanumeric() || c == '-')
+            });
+            assert!(named, "docs/cli.md does not name `prober {command} {flag}`");
+        }
+        every.extend(flags);
+    }
+    // The option tables' rows: `| `-c, --count N` | ...`.
+    for row in doc.lines().filter(|l| l.starts_with("| `-")) {
+        let cell = row.split('|').nth(1).unwrap_or_default();
+        for word in cell.split(['`', ' ', ',', '/']) {
+            if let Some(name) = word.strip_prefix("--") {
+                let flag = format!("--{name}");
+                assert!(
+                    every.contains(&flag),
+                    "docs/cli.md documents {flag}, which no command's --help has: {row}"
+                );
+            }
+        }
+    }
+}
