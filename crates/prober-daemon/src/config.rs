@@ -114,7 +114,7 @@ pub struct OtlpConfig {
 ///
 /// Not `deny_unknown_fields`: the listeners' keys are the names of the
 /// registry's responders (`tcp = "0.0.0.0:8707"`), gathered in `given`
-/// and checked by [`ServeSection::check`], which refuses any other key.
+/// and checked when the config is read, which refuses any other key.
 #[derive(Debug, Default, Clone, PartialEq, Deserialize)]
 pub struct ServeSection {
     /// The listeners as written, and anything else not named below.
