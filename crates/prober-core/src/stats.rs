@@ -268,6 +268,10 @@ pub struct TargetStats {
     pub seq: crate::sequence::Sequence,
     /// The distributions, unless counts only are kept.
     pub dists: Option<Box<Dists>>,
+    /// When the first probe was sent and the last one ended (its reply,
+    /// or its send for one that got none): the span `elapsed_s` and `rate`
+    /// are over.
+    pub span: Option<(tokio::time::Instant, tokio::time::Instant)>,
 }
 
 impl Default for TargetStats {
@@ -276,6 +280,7 @@ impl Default for TargetStats {
             tally: Tally::default(),
             seq: crate::sequence::Sequence::with_distribution(),
             dists: Some(Box::default()),
+            span: None,
         }
     }
 }
@@ -289,6 +294,7 @@ impl TargetStats {
             tally: Tally::default(),
             seq: crate::sequence::Sequence::default(),
             dists: None,
+            span: None,
         }
     }
 
@@ -299,6 +305,14 @@ impl TargetStats {
             Outcome::Ok(reply) => Some(u64::try_from(reply.rtt().as_nanos()).unwrap_or(u64::MAX)),
             _ => None,
         };
+        let end = match &s.outcome {
+            Outcome::Ok(reply) => s.sent + reply.rtt(),
+            _ => s.sent,
+        };
+        self.span = Some(match self.span {
+            None => (s.sent, end),
+            Some((first, last)) => (first.min(s.sent), last.max(end)),
+        });
         self.seq.push(s.seq, s.scheduled, rtt);
         let Some(d) = &mut self.dists else {
             return;
@@ -351,6 +365,10 @@ impl TargetStats {
         let t = &self.tally;
         let loss_pct = (t.sent > 0).then(|| (t.sent - t.ok) as f64 * 100.0 / t.sent as f64);
         let dist = |f: fn(&Dists) -> &Dist| self.dists.as_deref().and_then(|d| f(d).summary());
+        let elapsed_s = self
+            .span
+            .map(|(first, last)| last.saturating_duration_since(first).as_secs_f64())
+            .filter(|e| *e > 0.0);
         Summary {
             target: target.target.clone(),
             protocol: target.protocol.clone(),
@@ -372,6 +390,8 @@ impl TargetStats {
             reconnects: anomalies.reconnects,
             missed,
             loss_pct,
+            elapsed_s,
+            rate: elapsed_s.map(|e| t.ok as f64 / e),
             rtt: dist(|d| &d.rtt),
             latency: dist(|d| &d.latency),
             send_lag: dist(|d| &d.send_lag),
@@ -451,6 +471,13 @@ pub struct Summary {
     pub missed: u64,
     /// (sent - ok) / sent, in percent; `None` when nothing was sent.
     pub loss_pct: Option<f64>,
+    /// Seconds from the first probe sent to the last one's end (its reply,
+    /// or its send when it got none); `None` before two probes or with no
+    /// time between them.
+    pub elapsed_s: Option<f64>,
+    /// Answered probes per second over `elapsed_s`: netperf's transactions
+    /// per second, for a back-to-back run (`-i 0`).
+    pub rate: Option<f64>,
     /// Statistics are `None` where nothing was recorded.
     pub rtt: Option<DistSummary>,
     pub latency: Option<DistSummary>,

@@ -58,6 +58,7 @@ impl Sink for CsvSink {
                     Some(FieldValue::Int(n)) => n.to_string(),
                     Some(FieldValue::Nanos(ns)) => format!("{:.3}", ns / 1e3),
                     Some(FieldValue::Percent(p)) => format!("{p:.3}"),
+                    Some(FieldValue::Number(x)) => format!("{x:.3}"),
                     Some(FieldValue::Missing) | None => String::new(),
                 })
                 .collect();

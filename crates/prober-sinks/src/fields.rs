@@ -27,6 +27,8 @@ const PLAIN_FIELDS: &[&str] = &[
     "reconnects",
     "missed",
     "loss",
+    "elapsed",
+    "rate",
     "interval",
     "pacing",
     "receive",
@@ -61,6 +63,8 @@ pub const DEFAULT_CSV_FIELDS: &[&str] = &[
     "reordered",
     "missed",
     "loss",
+    "elapsed",
+    "rate",
     "mean",
     "std",
     "min",
@@ -106,6 +110,8 @@ pub enum FieldValue {
     Nanos(f64),
     /// A percentage.
     Percent(f64),
+    /// A plain number with its own unit (seconds, probes per second).
+    Number(f64),
     /// No value: a statistic of a target with no samples, a size of a
     /// protocol without payload. Shown as `-` in tables, empty in CSV.
     Missing,
@@ -119,7 +125,7 @@ pub enum FieldValue {
 /// `mean std min p1 p5 p10 p25 p50 p75 p90 p95 p99 p99.9 max` (`25%` is
 /// accepted for `p25`).
 pub fn field_value(name: &str, s: &Summary, meta: &RunMeta) -> Option<FieldValue> {
-    use FieldValue::{Int, Missing, Nanos, Percent, Text};
+    use FieldValue::{Int, Missing, Nanos, Number, Percent, Text};
     let v = match name {
         "target" => Text(s.target.clone()),
         "protocol" => Text(s.protocol.clone()),
@@ -136,6 +142,8 @@ pub fn field_value(name: &str, s: &Summary, meta: &RunMeta) -> Option<FieldValue
         "reconnects" => Int(s.reconnects),
         "missed" => Int(s.missed),
         "loss" => s.loss_pct.map_or(Missing, Percent),
+        "elapsed" => s.elapsed_s.map_or(Missing, Number),
+        "rate" => s.rate.map_or(Missing, Number),
         "interval" => Nanos(meta.interval_ns as f64),
         "pacing" => Text(meta.pacing.clone()),
         "receive" => Text(meta.receive.clone()),

@@ -265,6 +265,12 @@ impl HumanSink {
                 let by: Vec<String> = s.errors.iter().map(|(k, n)| format!("{k} {n}")).collect();
                 writeln!(self.out, "errors    {}", by.join(", "))?;
             }
+            if let (Some(rate), Some(elapsed)) = (s.rate, s.elapsed_s) {
+                writeln!(
+                    self.out,
+                    "rate      {rate:.1} answered/s over {elapsed:.3} s (first send to last reply)"
+                )?;
+            }
             writeln!(self.out, "{}", dist_line("rtt", s.rtt.as_ref()))?;
             writeln!(self.out, "{}", dist_line("latency", s.latency.as_ref()))?;
             writeln!(self.out, "{}", dist_line("send lag", s.send_lag.as_ref()))?;
@@ -385,6 +391,7 @@ impl HumanSink {
                     Some(FieldValue::Int(n)) => n.to_string(),
                     Some(FieldValue::Nanos(ns)) => format!("{:.1}", ns / 1e3),
                     Some(FieldValue::Percent(p)) => format!("{p:.1}%"),
+                    Some(FieldValue::Number(x)) => format!("{x:.1}"),
                     Some(FieldValue::Missing) | None => "-".to_owned(),
                 })
                 .collect();
@@ -525,6 +532,14 @@ impl Sink for HumanSink {
     }
 
     fn interim(&mut self, cx: &Context<'_>, summaries: &[Summary]) -> io::Result<()> {
+        // Headed so it is not taken for the final summary (SIGQUIT, as
+        // ping's Ctrl-\).
+        let elapsed_ns = prober_core::clock::unix_now_ns().saturating_sub(cx.meta.start_unix_ns);
+        writeln!(
+            self.out,
+            "\n=== interim statistics after {:.1} s; the run goes on ===",
+            elapsed_ns as f64 / 1e9
+        )?;
         self.write_summaries(cx.meta, summaries)
     }
 

@@ -220,6 +220,37 @@ fn sigquit_prints_interim_statistics_and_goes_on() {
     let text = stdout(&out);
     assert_eq!(text.matches("statistics ---").count(), 2, "{text}");
     assert!(text.contains("40 sent, 40 ok"), "{text}");
+    // The interim block is headed as such, with the time so far, and comes
+    // before the final one.
+    let head = text
+        .find("=== interim statistics after ")
+        .unwrap_or_else(|| panic!("no interim heading: {text}"));
+    assert!(text[head..].contains("s; the run goes on ==="), "{text}");
+    assert!(head < text.find("40 sent, 40 ok").unwrap(), "{text}");
+    assert_eq!(text.matches("=== interim").count(), 1, "{text}");
+}
+
+/// A back-to-back run says how many round trips a second it made, as
+/// netperf's TCP_RR does, in the table, the JSON summary and `--fields`.
+#[test]
+fn a_run_reports_its_rate_and_elapsed_time() {
+    let srv = Server::start(&[]);
+    let t = format!("udp://{}", srv.udp);
+    let out = run(&["run", "-q", "-o", "json", "-c", "300", "-i", "0", &t]);
+    let lines = json_lines(&out);
+    let s = &of_type(&lines, "summary")[0];
+    let (elapsed, rate) = (s["elapsed_s"].as_f64().unwrap(), s["rate"].as_f64().unwrap());
+    assert!(elapsed > 0.0 && rate > 0.0, "{s}");
+    // rate is the answered probes over the elapsed time.
+    let ok = s["ok"].as_f64().unwrap();
+    assert!((rate * elapsed - ok).abs() < 1e-6 * ok, "{s}");
+    let out = run(&["run", "-q", "-c", "50", "-i", "0", "-f", "target,ok,elapsed,rate", &t]);
+    let text = stdout(&out);
+    let header = text.lines().find(|l| l.starts_with("target")).unwrap();
+    assert!(header.contains("elapsed") && header.contains("rate"), "{text}");
+    let out = run(&["run", "-c", "20", "-i", "0", &t]);
+    let text = stdout(&out);
+    assert!(text.contains(" answered/s over "), "{text}");
 }
 
 #[test]
