@@ -15,7 +15,8 @@ Exit status:
   1  a target answered no probe at all, or lost more than --fail-on-loss
   2  an error: bad arguments, unresolvable host, no permission, cannot bind
   130 stopped by SIGINT or SIGTERM while a target's name was still
-      being resolved (once probing began, a stop ends with 0 or 1)";
+      being resolved, or by a second one that cut the wait for the
+      probes in flight (once probing began, one stop ends with 0 or 1)";
 
 /// Exit codes of `prober serve`.
 pub(crate) const SERVE_EXIT_CODES: &str = "\

@@ -70,6 +70,10 @@ pub struct Launch {
     pub events: mpsc::Sender<Event>,
     /// Stops the target.
     pub stop: CancellationToken,
+    /// Stops waiting for the replies of probes in flight: each ends at once
+    /// as a timeout (a second Ctrl-C). A token never cancelled waits for
+    /// them, each up to its timeout.
+    pub abandon: CancellationToken,
     /// Where waits end when the target has no timerfd of its own
     /// ([`RunConfig::precise_timer`] off): the daemon's one high-resolution
     /// timer; `None`: the tokio timer (millisecond ticks).
@@ -122,6 +126,7 @@ pub async fn run_target<P: Probe>(
         phase,
         events,
         stop,
+        abandon: CancellationToken::new(),
         timer: None,
     };
     run_launched(probe, launch).await;
@@ -135,6 +140,7 @@ async fn run_launched<P: Probe>(probe: Arc<P>, launch: Launch) {
         phase,
         events,
         stop,
+        abandon,
         timer,
     } = launch;
     tokio::select! {
@@ -155,10 +161,19 @@ async fn run_launched<P: Probe>(probe: Arc<P>, launch: Launch) {
         let _ = tokio::time::timeout(cfg.timeout, probe.probe(WARMUP_SEQ_BASE + i)).await;
     }
     let missed = if cfg.closed_loop() {
-        closed_loop(&probe, target, &cfg, &events, &stop).await;
+        closed_loop(&probe, target, &cfg, &events, &stop, &abandon).await;
         0
     } else {
-        open_loop(&probe, target, &cfg, phase, timer, &events, &stop).await
+        open_loop(
+            &probe,
+            target,
+            &cfg,
+            phase,
+            timer,
+            &events,
+            (&stop, &abandon),
+        )
+        .await
     };
     let done = Event::Done {
         target,
@@ -175,7 +190,7 @@ async fn open_loop<P: Probe>(
     phase: Duration,
     timer: Option<SharedTimer>,
     events: &mpsc::Sender<Event>,
-    stop: &CancellationToken,
+    (stop, abandon): (&CancellationToken, &CancellationToken),
 ) -> u64 {
     let mut sleeper = Sleeper::new(cfg.pacing, cfg.precise_timer, cfg.interval).with_shared(timer);
     // Probes in flight are polled by this task, not spawned: the request
@@ -260,6 +275,7 @@ async fn open_loop<P: Probe>(
                 deadline,
                 gate,
                 cfg.timeout,
+                abandon,
             ));
             seq += 1;
         }
@@ -291,12 +307,14 @@ async fn closed_loop<P: Probe>(
     cfg: &RunConfig,
     events: &mpsc::Sender<Event>,
     stop: &CancellationToken,
+    abandon: &CancellationToken,
 ) {
     let next_seq = Arc::new(AtomicU64::new(0));
     let end = cfg.duration.map(|d| Instant::now() + d);
     let mut lanes = JoinSet::new();
     for _ in 0..cfg.burst {
         let (probe, events, stop) = (Arc::clone(probe), events.clone(), stop.clone());
+        let abandon = abandon.clone();
         let (next_seq, count, timeout) = (Arc::clone(&next_seq), cfg.count, cfg.timeout);
         lanes.spawn(async move {
             // Replies whose split comes later (`Probe::settle`) wait here
@@ -314,8 +332,15 @@ async fn closed_loop<P: Probe>(
                 if count.is_some_and(|c| seq >= c) {
                     break;
                 }
-                let probing =
-                    one_probe(&*probe, target, seq, Instant::now(), Gate::open(), timeout);
+                let probing = one_probe(
+                    &*probe,
+                    target,
+                    seq,
+                    Instant::now(),
+                    Gate::open(),
+                    timeout,
+                    &abandon,
+                );
                 tokio::pin!(probing);
                 let sample = loop {
                     tokio::select! {
@@ -397,12 +422,18 @@ async fn one_probe<P: Probe>(
     scheduled: Instant,
     gate: Gate,
     timeout: Duration,
+    abandon: &CancellationToken,
 ) -> Sample {
     // A probe started ahead of its deadline (behind a gate) is timed out
     // from the deadline, like the others.
     let started = Instant::now().max(scheduled);
     let probing = probe.probe_at(seq, gate);
-    let (sent, outcome, bytes) = match tokio::time::timeout_at(started + timeout, probing).await {
+    let waited = tokio::select! {
+        r = tokio::time::timeout_at(started + timeout, probing) => r,
+        // Abandoned: unanswered so far, so counted as a timeout.
+        () = abandon.cancelled() => Ok(Err(crate::ProbeError::timeout("abandoned: stopped while in flight"))),
+    };
+    let (sent, outcome, bytes) = match waited {
         Ok(Ok(reply)) => (reply.sent, Outcome::Ok(reply), reply.bytes),
         Ok(Err(error)) if error.is_timeout() => (started, Outcome::Timeout, 0),
         Ok(Err(error)) => (started, Outcome::Error(error), 0),

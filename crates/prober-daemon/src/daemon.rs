@@ -377,6 +377,9 @@ impl Daemon {
             phase: settle + spread(&self.host, &job.name, &key, job.run.interval),
             events: self.events.clone(),
             stop: stop.clone(),
+            // A target stopped by a reload or SIGTERM waits out its probes
+            // in flight (each up to its timeout): their results are kept.
+            abandon: CancellationToken::new(),
             timer: self.timer.clone(),
         };
         let reader = probe.launch(&mut self.tasks, launch);

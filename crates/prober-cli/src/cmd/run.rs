@@ -329,7 +329,17 @@ pub(crate) async fn run(
     // the run before its first probe (with its empty results written once
     // the targets are resolved; while a name is resolved, at once with 130).
     let stop = CancellationToken::new();
-    cancel_on_signals(stop.clone());
+    let abandon = CancellationToken::new();
+    cancel_on_signals(
+        stop.clone(),
+        Some(crate::signal::Drain {
+            waiting: format!(
+                "waiting up to {} for the probes in flight",
+                humantime::format_duration(args.timeout)
+            ),
+            abandon: abandon.clone(),
+        }),
+    );
     let responder_stop = CancellationToken::new();
     let pki = if self_test {
         Some(SelfTestPki::new().context("making the self-test's certificate")?)
@@ -472,6 +482,7 @@ pub(crate) async fn run(
             },
             events: events.clone(),
             stop: stop.clone(),
+            abandon: abandon.clone(),
             timer: None,
         };
         let reader = probe.launch(&mut runs, launch);
@@ -491,6 +502,9 @@ pub(crate) async fn run(
     drained.context("writing results")?;
     if let Some(e) = collector.sink_mut().take_error() {
         return Err(anyhow!(e).context("writing results"));
+    }
+    if crate::signal::ABANDONED.load(std::sync::atomic::Ordering::SeqCst) {
+        return Ok(ExitCode::from(130));
     }
     Ok(exit_code(&summaries, args.fail_on_loss))
 }

@@ -176,7 +176,7 @@ pub(crate) async fn serve(
     let stop = CancellationToken::new();
     // Caught before the listening lines go out: whoever reads them may stop
     // the responder at once.
-    cancel_on_signals(stop.clone());
+    cancel_on_signals(stop.clone(), None);
     let mut responders = prober_daemon::responder::start(&opts, &PROTOCOLS, &stop).await?;
     for (what, addr) in &responders.bound {
         print_listening(what, *addr);

@@ -245,7 +245,7 @@ pub(crate) async fn sweep(
     );
 
     let stop = CancellationToken::new();
-    cancel_on_signals(stop.clone());
+    cancel_on_signals(stop.clone(), None);
     let (host, kernel) = prober_sys::host();
     let mut cells: BTreeMap<(usize, Duration), Arc<Mutex<Cell>>> = BTreeMap::new();
     let mut done = 0usize;
@@ -294,6 +294,7 @@ pub(crate) async fn sweep(
             phase: Duration::ZERO,
             events,
             stop: stop.clone(),
+            abandon: CancellationToken::new(),
             timer: None,
         };
         let reader = probe.launch(&mut runs, launch);

@@ -239,15 +239,31 @@ fn a_run_reports_its_rate_and_elapsed_time() {
     let out = run(&["run", "-q", "-o", "json", "-c", "300", "-i", "0", &t]);
     let lines = json_lines(&out);
     let s = &of_type(&lines, "summary")[0];
-    let (elapsed, rate) = (s["elapsed_s"].as_f64().unwrap(), s["rate"].as_f64().unwrap());
+    let (elapsed, rate) = (
+        s["elapsed_s"].as_f64().unwrap(),
+        s["rate"].as_f64().unwrap(),
+    );
     assert!(elapsed > 0.0 && rate > 0.0, "{s}");
     // rate is the answered probes over the elapsed time.
     let ok = s["ok"].as_f64().unwrap();
     assert!((rate * elapsed - ok).abs() < 1e-6 * ok, "{s}");
-    let out = run(&["run", "-q", "-c", "50", "-i", "0", "-f", "target,ok,elapsed,rate", &t]);
+    let out = run(&[
+        "run",
+        "-q",
+        "-c",
+        "50",
+        "-i",
+        "0",
+        "-f",
+        "target,ok,elapsed,rate",
+        &t,
+    ]);
     let text = stdout(&out);
     let header = text.lines().find(|l| l.starts_with("target")).unwrap();
-    assert!(header.contains("elapsed") && header.contains("rate"), "{text}");
+    assert!(
+        header.contains("elapsed") && header.contains("rate"),
+        "{text}"
+    );
     let out = run(&["run", "-c", "20", "-i", "0", &t]);
     let text = stdout(&out);
     assert!(text.contains(" answered/s over "), "{text}");

@@ -374,6 +374,53 @@ fn a_second_ctrl_c_exits_while_nobody_reads_the_output() {
     assert_eq!(status.code(), Some(130));
 }
 
+/// Against a peer that never answers, the first Ctrl-C says what the stop
+/// waits for; the second ends the wait at once, and the statistics are
+/// still written, the probes in flight counted as timeouts, exit 130.
+#[test]
+fn a_second_ctrl_c_writes_what_is_known() {
+    let srv = Server::start(&["--drop-every", "1"]);
+    let a = format!("udp://{}", srv.udp);
+    let child = prober()
+        .args(["run", "-W", "5s", "-i", "100ms", "-o", "json", "-q", &a])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    crate::support::signal(child.id(), "INT");
+    std::thread::sleep(Duration::from_millis(300));
+    crate::support::signal(child.id(), "INT");
+    let started = std::time::Instant::now();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "the second Ctrl-C did not stop the wait: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(out.status.code(), Some(130));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "prober: stopping: waiting up to 5s for the probes in flight (Ctrl-C again to stop now)"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("probes still in flight count as timeouts"),
+        "{err}"
+    );
+    let lines = json_lines(&out);
+    let s = &of_type(&lines, "summary")[0];
+    let sent = s["sent"].as_u64().unwrap();
+    assert!(sent >= 3, "{s}");
+    assert_eq!(
+        s["timeout"].as_u64(),
+        Some(sent),
+        "every probe unanswered: {s}"
+    );
+}
+
 #[test]
 fn serve_exits_cleanly_on_sigterm() {
     let srv = Server::start(&[]);
