@@ -237,6 +237,8 @@ pub struct Dists {
     pub rx_wake: Dist,
     /// Kernel transmit to kernel receive (t4k − t1k), where both are known.
     pub kernel_rtt: Dist,
+    /// ping's convention: user send to the kernel's receive stamp (ICMP).
+    pub ping_rtt: Dist,
     /// Each part of the split and the responder's turnaround where it
     /// reports only that ([`crate::Parts::ALL_NAMES`] order), where known.
     pub parts: [Dist; 7],
@@ -341,6 +343,9 @@ impl TargetStats {
             if let Some(k) = parts.kernel_rtt {
                 d.kernel_rtt.record_ns(k);
             }
+            if let Some(p) = parts.ping_rtt {
+                d.ping_rtt.record_ns(p);
+            }
             record_each(&mut d.parts, parts.list_all());
             if reply.app.phases.any() {
                 record_each(
@@ -398,6 +403,7 @@ impl TargetStats {
             server_dwell: dist(|d| &d.server_dwell),
             rx_wake: dist(|d| &d.rx_wake),
             kernel_rtt: dist(|d| &d.kernel_rtt),
+            ping_rtt: dist(|d| &d.ping_rtt),
             forward: dist(|d| &d.forward),
             backward: dist(|d| &d.backward),
             direction_loss: anomalies.direction,
@@ -488,6 +494,11 @@ pub struct Summary {
     pub rx_wake: Option<DistSummary>,
     /// Kernel transmit to kernel receive (t4k − t1k), where known.
     pub kernel_rtt: Option<DistSummary>,
+    /// What ping prints: user send to the kernel's receive stamp (t4k − t1;
+    /// ICMP), where known. `rtt` runs to the user receive, as every
+    /// protocol's does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ping_rtt: Option<DistSummary>,
     /// One-way delay out (STAMP with both clocks synchronised).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub forward: Option<DistSummary>,

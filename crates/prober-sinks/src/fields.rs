@@ -121,7 +121,8 @@ pub enum FieldValue {
 ///
 /// Time statistics without a prefix are RTT; `lat.` is latency from the
 /// scheduled send, `lag.` send lag, `dwell.` responder dwell time, `wake.`
-/// receive wake-up (kernel receive timestamp to the probe's read). Each takes
+/// receive wake-up (kernel receive timestamp to the probe's read), `ping.`
+/// ping's number (ICMP: user send to the kernel's receive stamp). Each takes
 /// `mean std min p1 p5 p10 p25 p50 p75 p90 p95 p99 p99.9 max` (`25%` is
 /// accepted for `p25`).
 pub fn field_value(name: &str, s: &Summary, meta: &RunMeta) -> Option<FieldValue> {
@@ -163,6 +164,7 @@ pub fn field_value(name: &str, s: &Summary, meta: &RunMeta) -> Option<FieldValue
                 Some(("rtt", stat)) => (&s.rtt, stat),
                 Some(("dwell", stat)) => (&s.server_dwell, stat),
                 Some(("wake", stat)) => (&s.rx_wake, stat),
+                Some(("ping", stat)) => (&s.ping_rtt, stat),
                 _ => (&s.rtt, name),
             };
             let stat = match stat.strip_suffix('%') {

@@ -105,7 +105,11 @@ impl HumanSink {
             format_ns(rtt.p50 as f64)
         );
         if let Some(k) = &s.kernel_rtt {
-            let _ = write!(head, "; kernel rtt {}", format_ns(k.p50 as f64));
+            let _ = write!(
+                head,
+                "; kernel rtt {}, the kernel's send stamp to its receive stamp",
+                format_ns(k.p50 as f64)
+            );
         }
         writeln!(self.out, "{head}):")?;
         let turnaround = s.parts.get(prober_core::Parts::TURNAROUND);
@@ -272,6 +276,16 @@ impl HumanSink {
                 )?;
             }
             writeln!(self.out, "{}", dist_line("rtt", s.rtt.as_ref()))?;
+            if let Some(p) = &s.ping_rtt {
+                // What ping prints, so a ping user can compare: it stops
+                // at the kernel's receive stamp, before the wake-up and the
+                // read that `rtt` includes.
+                writeln!(
+                    self.out,
+                    "{}  (ping's number: user send to the kernel's receive stamp)",
+                    dist_line("ping rtt", Some(p))
+                )?;
+            }
             writeln!(self.out, "{}", dist_line("latency", s.latency.as_ref()))?;
             writeln!(self.out, "{}", dist_line("send lag", s.send_lag.as_ref()))?;
             if let Some(d) = &s.server_dwell {

@@ -69,6 +69,10 @@ fn raw_socket_on_loopback_v4_and_v6() {
         );
         assert_eq!(s["protocol"], "icmp");
         assert_eq!(s["corrupt"], 0);
+        // ping's number sits beside the RTT, and is the shorter: it stops
+        // at the kernel's receive stamp.
+        let (ping, rtt) = (s["ping_rtt"]["p50"].as_u64(), s["rtt"]["p50"].as_u64());
+        assert!(ping.is_some() && ping <= rtt, "{s}");
     }
     let mut seqs: Vec<u64> = of_type(&lines, "probe")
         .iter()
