@@ -242,8 +242,13 @@ impl Conn {
         {
             let wait = at - Instant::now();
             let last = st.last_error.as_deref().unwrap_or("connection lost");
+            let kind = if last.contains("is the peer a gRPC server?") {
+                ErrorKind::Protocol
+            } else {
+                error_kind(last)
+            };
             return Err(ProbeError::new(
-                error_kind(last),
+                kind,
                 format!("{last} (next attempt in {}ms)", wait.as_millis()),
             ));
         }
@@ -318,7 +323,23 @@ impl Conn {
             }
             _ if client_deadline => ProbeError::timeout("deadline exceeded (client)"),
             Code::Unavailable | Code::Unknown | Code::Internal | Code::Cancelled => {
-                let mut msg = format!("{:?}: {}", status.code(), error_chain(status));
+                // The status's message and its sources, not its Debug-like
+                // Display (`code: '…', message: "…", source: tonic::…(…)`).
+                let mut msg = format!("{:?}: {}", status.code(), status.message());
+                if let Some(source) = std::error::Error::source(status) {
+                    let chain = error_chain(source);
+                    if !msg.contains(&chain) {
+                        msg.push_str(": ");
+                        msg.push_str(&chain);
+                    }
+                }
+                // The kind is read from the error itself, not from a hint.
+                let mut kind = error_kind(&msg);
+                if status.message().contains("h2 protocol error") && self.cfg.tls.is_none() {
+                    // A peer that does not speak HTTP/2 (an HTTP/1 server).
+                    kind = ErrorKind::Protocol;
+                    msg.push_str(" (is the peer a gRPC server? grpc:// needs one that speaks plaintext HTTP/2, as `prober serve --grpc` does)");
+                }
                 if self.cfg.tls.as_ref().is_some_and(|t| !t.has_identity())
                     && [
                         "connection closed",
@@ -333,7 +354,7 @@ impl Conn {
                     msg.push_str(" (the server closed the TLS connection; it may require a client certificate: --cert and --key)");
                 }
                 self.broken(&msg).await;
-                ProbeError::new(error_kind(&msg), msg)
+                ProbeError::new(kind, msg)
             }
             code => ProbeError::protocol(format!("{code:?}: {}", status.message())),
         }

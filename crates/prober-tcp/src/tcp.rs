@@ -243,7 +243,7 @@ fn take_replies(
 ) -> Result<(), String> {
     let mut at = 0;
     while acc.len() - at >= HEADER_LEN {
-        let h = Header::decode(&acc[at..], MAX_TCP_FRAME).map_err(|e| format!("bad reply: {e}"))?;
+        let h = Header::decode(&acc[at..], MAX_TCP_FRAME).map_err(|e| bad_reply(&e))?;
         if h.kind == Kind::FollowUp && h.nonce == nonce && h.len as usize == wire::FOLLOW_UP_LEN {
             if acc.len() - at < wire::FOLLOW_UP_LEN {
                 break;
@@ -873,7 +873,7 @@ impl Probe for TcpCrrProbe {
         let rx = clean(stream.as_fd(), rx);
         let handshake = self.tap.take(&stream, self.addr, (t1, connected)).rtt();
         let h = Header::decode(&frame, MAX_TCP_FRAME)
-            .map_err(|e| ProbeError::protocol(format!("bad reply: {e}")))?;
+            .map_err(|e| ProbeError::protocol(bad_reply(&e)))?;
         if h.kind != Kind::Response || h.nonce != self.nonce || h.seq != seq {
             reset(&stream);
             return Err(ProbeError::protocol(
@@ -946,5 +946,15 @@ impl Probe for TcpCrrProbe {
             stamps,
             app: Default::default(),
         })
+    }
+}
+/// A reply that is not a prober frame, said with what to do: a peer that
+/// is not `prober serve` answers in its own format (an HTTP server, say).
+fn bad_reply(e: &crate::wire::FrameError) -> String {
+    match e {
+        crate::wire::FrameError::BadMagic => format!(
+            "bad reply: {e}: is the peer `prober serve`? tcp-connect:// times the handshake of any TCP server"
+        ),
+        _ => format!("bad reply: {e}"),
     }
 }

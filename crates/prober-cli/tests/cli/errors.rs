@@ -286,3 +286,69 @@ fn a_source_address_this_host_lacks_is_refused() {
         "--source 192.0.2.77 is not an address of this host",
     );
 }
+
+/// A server that answers anything with an HTTP/1.0 400 and closes, as
+/// Python's `http.server` does; its port.
+fn http_server() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in l.incoming().take(50) {
+            let Ok(mut c) = conn else { continue };
+            std::thread::spawn(move || {
+                use std::io::{Read as _, Write as _};
+                let mut buf = [0u8; 1024];
+                let _ = c.set_read_timeout(Some(std::time::Duration::from_secs(2)));
+                if c.read(&mut buf).is_ok_and(|n| n > 0) {
+                    let _ = c.write_all(
+                        b"HTTP/1.0 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                    );
+                }
+            });
+        }
+    });
+    port
+}
+
+/// A peer that is not prober's responder gets errors that say so, in one
+/// line, with what to use instead.
+#[test]
+fn a_foreign_server_is_named_as_such() {
+    let port = http_server();
+    let out = run(&[
+        "run",
+        "-c",
+        "2",
+        "-i",
+        "100ms",
+        "-W",
+        "1s",
+        &format!("tcp://127.0.0.1:{port}"),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("bad reply: frame does not start with the prober magic: is the peer `prober serve`? tcp-connect:// times the handshake of any TCP server"),
+        "{text}"
+    );
+    let out = run(&[
+        "run",
+        "-c",
+        "2",
+        "-i",
+        "100ms",
+        "-W",
+        "1s",
+        &format!("grpc://127.0.0.1:{port}"),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("seq=0"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("error (protocol)"), "{line}");
+    assert!(line.contains("is the peer a gRPC server?"), "{line}");
+    assert!(
+        !line.contains("tonic::"),
+        "one line, not the error's debug form: {line}"
+    );
+}
