@@ -26,30 +26,13 @@ Exit status:
      that cannot be opened (with --check-config: the config is invalid)";
 
 /// Measure network round-trip latency with measurement-grade accuracy
-/// (ICMP, TCP, UDP, gRPC: open-loop schedules, HdrHistogram statistics,
-/// every probe accounted for), and run the responder and the probing daemon
+/// (ICMP, UDP, TCP, gRPC, HTTP, DNS, STAMP: open-loop schedules,
+/// HdrHistogram statistics, every probe accounted for, each round trip
+/// split into its parts), and run the responders and the probing daemon
 /// with Prometheus metrics.
 #[derive(Debug, Parser)]
 #[command(name = "prober", version)]
 pub(crate) struct Cli {
-    /// Runtime worker threads: 0 = one per CPU, 1 = a single-threaded
-    /// runtime (no cross-thread wake-ups; busy-poll threads come on top).
-    /// [default: 1 for `serve` (the responder, unless it receives with
-    /// --receive adaptive, and the daemon) and for `run` with targets and
-    /// `sweep` (adaptive receive, the default, or --pacing spin, --pacing
-    /// hybrid or --busy-poll), else 0]
-    #[arg(long, global = true, value_name = "N", value_parser = threads)]
-    pub(crate) threads: Option<usize>,
-
-    /// Hold a PM QoS CPU latency request (/dev/cpu_dma_latency) while
-    /// prober runs, as cyclictest does: idle CPUs stay out of sleep states
-    /// slower to leave than this, and 0us keeps them polling. At long
-    /// intervals round trips then stop paying for a sleeping CPU's wake-up
-    /// (BENCHMARKS.md has how much); the CPUs' idle power pays instead.
-    /// Recorded in the settings. Needs root.
-    #[arg(long, global = true, value_name = "DURATION", value_parser = duration)]
-    pub(crate) cpu_latency: Option<Duration>,
-
     #[command(subcommand)]
     pub(crate) command: Command,
 }
@@ -59,7 +42,8 @@ pub(crate) enum Command {
     /// Probe targets and print statistics. With no target, start a responder
     /// on loopback and measure every protocol against it.
     Run(RunArgs),
-    /// Run the echo responder (TCP, UDP, gRPC); with --config, the probing
+    /// Run the responders (TCP, UDP, gRPC, HTTP, STAMP, sockperf's); with
+    /// --config, the probing
     /// daemon: jobs from a file, file sinks, Prometheus /metrics, reload on
     /// SIGHUP.
     #[command(after_help = SERVE_EXIT_CODES)]
@@ -374,39 +358,42 @@ fn percent(s: &str) -> Result<f64, String> {
 
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
+    #[command(flatten)]
+    pub(crate) tuning: TuningArgs,
+
     /// Targets to probe at the same time (see below). None: self-test on loopback.
     #[arg(value_name = "TARGET")]
     pub(crate) targets: Vec<String>,
 
     /// Time between probes; 0 sends back to back, one in flight (closed loop).
     /// A bare number is seconds, as ping's -i. [default: 1s, or 10ms with no target]
-    #[arg(short, long, value_parser = ping_duration, allow_hyphen_values = true, value_name = "DURATION")]
+    #[arg(short, long, value_parser = ping_duration, allow_hyphen_values = true, value_name = "DURATION", help_heading = "Schedule")]
     pub(crate) interval: Option<Duration>,
 
     /// Probes per target. [default: until Ctrl-C, or 100 with no target]
-    #[arg(short, long, value_parser = count)]
+    #[arg(short, long, value_parser = count, help_heading = "Schedule")]
     pub(crate) count: Option<u64>,
 
     /// Stop after this long (a bare number is seconds).
-    #[arg(short, long, value_parser = ping_duration, allow_hyphen_values = true, value_name = "DURATION")]
+    #[arg(short, long, value_parser = ping_duration, allow_hyphen_values = true, value_name = "DURATION", help_heading = "Schedule")]
     pub(crate) duration: Option<Duration>,
 
     /// Probes sent per interval (open loop) or kept in flight (closed loop).
-    #[arg(short, long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(short, long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..), help_heading = "Schedule")]
     pub(crate) burst: u32,
 
     /// How to wait for each send time.
-    #[arg(long, value_enum, default_value_t = PacingArg::Timer)]
+    #[arg(long, value_enum, default_value_t = PacingArg::Timer, help_heading = "Schedule")]
     pub(crate) pacing: PacingArg,
 
     /// Request size in bytes: the whole frame for TCP (40..=1048576) and UDP
     /// (40..=65507), the payload for ICMP (20..=65507). [default: 64, 56 for ICMP]
-    #[arg(short, long)]
+    #[arg(short, long, help_heading = "Requests")]
     pub(crate) size: Option<usize>,
 
     /// IP TTL (IPv6 hop limit) of ICMP echo requests, as ping's -t
     /// (refused for targets that cannot set it).
-    #[arg(short = 't', long, value_parser = clap::value_parser!(u32).range(1..=255))]
+    #[arg(short = 't', long, value_parser = clap::value_parser!(u32).range(1..=255), help_heading = "Requests")]
     pub(crate) ttl: Option<u32>,
 
     #[command(flatten)]
@@ -425,7 +412,7 @@ pub(crate) struct RunArgs {
     /// Pingmesh does): N probes of their own, each on its own socket and so
     /// its own source port, with their own statistics, shown as
     /// `TARGET#flow=I` and labelled `flow`.
-    #[arg(long, value_name = "N", default_value_t = 1)]
+    #[arg(long, value_name = "N", default_value_t = 1, help_heading = "Requests")]
     pub(crate) flows: u16,
 
     #[command(flatten)]
@@ -433,60 +420,60 @@ pub(crate) struct RunArgs {
 
     /// A probe with no reply after this long is a timeout (a bare number
     /// is seconds, as ping's -W).
-    #[arg(short = 'W', long, default_value = "1s", value_parser = ping_duration, allow_hyphen_values = true, value_name = "DURATION")]
+    #[arg(short = 'W', long, default_value = "1s", value_parser = ping_duration, allow_hyphen_values = true, value_name = "DURATION", help_heading = "Schedule")]
     pub(crate) timeout: Duration,
 
     /// Probes per target sent before measuring, not recorded.
-    #[arg(long, default_value_t = 0, value_parser = warmup, value_name = "N")]
+    #[arg(long, default_value_t = 0, value_parser = warmup, value_name = "N", help_heading = "Schedule")]
     pub(crate) warmup: u64,
 
     /// Most probes in flight per target; a slot that finds the cap reached is
     /// counted as missed.
-    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1_000_000), help_heading = "Schedule")]
     pub(crate) max_in_flight: u64,
 
     /// Result format.
-    #[arg(short, long, value_enum, default_value_t = Output::Human)]
+    #[arg(short, long, value_enum, default_value_t = Output::Human, help_heading = "Output")]
     pub(crate) output: Output,
 
     /// Summary columns for the human table and CSV, comma separated, e.g.
     /// target,mean,p50,p99,lat.p99,lag.p99 (like netperf -o).
-    #[arg(short, long, value_name = "LIST")]
+    #[arg(short, long, value_name = "LIST", help_heading = "Output")]
     pub(crate) fields: Option<String>,
 
     /// Only print summaries, not a line per probe.
-    #[arg(short, long)]
+    #[arg(short, long, help_heading = "Output")]
     pub(crate) quiet: bool,
 
     /// Do not ask for transmit stamps, the kernel's nor the responder's (no
     /// follow-up frames): the client send, network and responder send parts
     /// of the split stay unknown (for measuring what the stamps cost;
     /// docs/timestamps.md).
-    #[arg(long)]
+    #[arg(long, help_heading = "Receive")]
     pub(crate) no_tx_stamps: bool,
 
     #[command(flatten)]
     pub(crate) protocol: ProtocolArgs,
 
     /// Start each probe line with the Unix time of the reply, as ping -D.
-    #[arg(short = 'D')]
+    #[arg(short = 'D', help_heading = "Output")]
     pub(crate) unix_time: bool,
 
     /// Read targets from FILE, one per line ('#' starts a comment; '-' is
     /// standard input), like fping -f; added to those on the command line.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = "Names and files")]
     pub(crate) file: Option<PathBuf>,
 
     /// Also exit 1 when a target lost more than PCT percent of its slots
     /// (timeouts, errors and missed slots), not only when it got no reply.
-    #[arg(long, value_name = "PCT", value_parser = percent)]
+    #[arg(long, value_name = "PCT", value_parser = percent, help_heading = "Output")]
     pub(crate) fail_on_loss: Option<f64>,
 
     /// Read TCP, UDP and ICMP replies on threads that spin on the sockets
     /// instead of sleeping in epoll: no wake-up in the RTT, but a core per
     /// socket. Implied by --pacing spin on machines with 4 or more CPUs. gRPC is
     /// not affected.
-    #[arg(long)]
+    #[arg(long, help_heading = "Receive")]
     pub(crate) busy_poll: bool,
 
     #[command(flatten)]
@@ -496,17 +483,18 @@ pub(crate) struct RunArgs {
     pub(crate) tls: TlsArgs,
 
     /// Use IPv4 only.
-    #[arg(short = '4', conflicts_with = "ipv6")]
+    #[arg(short = '4', conflicts_with = "ipv6", help_heading = "Names and files")]
     pub(crate) ipv4: bool,
 
     /// Use IPv6 only.
-    #[arg(short = '6')]
+    #[arg(short = '6', help_heading = "Names and files")]
     pub(crate) ipv6: bool,
 }
 
 /// Where and how requests leave, for icmp, udp and tcp targets: shared by
 /// `run` and `sweep`.
 #[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "Requests")]
 pub(crate) struct MarkArgs {
     /// The TOS byte (IPv6 traffic class) of requests, 0..=255, for icmp,
     /// udp and tcp targets (refused for others).
@@ -550,6 +538,7 @@ impl MarkArgs {
 /// The TLS flags of grpcs:// and https:// targets, shared by `run` and
 /// `sweep`.
 #[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "TLS")]
 pub(crate) struct TlsArgs {
     /// CA certificate (PEM) that grpcs:// and https:// servers must chain to.
     #[arg(long, value_name = "FILE")]
@@ -604,6 +593,29 @@ pub(crate) struct ProtocolArgs {
 
     #[command(flatten)]
     pub(crate) dns: prober_dns::DnsSpec,
+}
+
+/// How the process runs: runtime threads and a CPU latency request, for
+/// the commands that probe or answer (not `report`).
+#[derive(Debug, Clone, Default, Args)]
+pub(crate) struct TuningArgs {
+    /// Runtime worker threads: 0 = one per CPU, 1 = a single-threaded
+    /// runtime (no cross-thread wake-ups; busy-poll threads come on top).
+    /// [default: 1 for `serve` (the responder, unless it receives with
+    /// --receive adaptive, and the daemon) and for `run` with targets and
+    /// `sweep` (adaptive receive, the default, or --pacing spin, --pacing
+    /// hybrid or --busy-poll), else 0]
+    #[arg(long, value_name = "N", value_parser = threads, help_heading = "Tuning")]
+    pub(crate) threads: Option<usize>,
+
+    /// Hold a PM QoS CPU latency request (/dev/cpu_dma_latency) while
+    /// prober runs, as cyclictest does: idle CPUs stay out of sleep states
+    /// slower to leave than this, and 0us keeps them polling. At long
+    /// intervals round trips then stop paying for a sleeping CPU's wake-up
+    /// (BENCHMARKS.md has how much); the CPUs' idle power pays instead.
+    /// Recorded in the settings. Needs root.
+    #[arg(long, value_name = "DURATION", value_parser = duration, help_heading = "Tuning")]
+    pub(crate) cpu_latency: Option<Duration>,
 }
 
 /// Output of `prober report`.
@@ -673,6 +685,9 @@ pub(crate) struct ReportArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct SweepArgs {
+    #[command(flatten)]
+    pub(crate) tuning: TuningArgs,
+
     /// Targets, as for `prober run`; each runs alone at each interval.
     #[arg(value_name = "TARGET", required = true)]
     pub(crate) targets: Vec<String>,
@@ -765,6 +780,9 @@ pub(crate) struct SweepArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
+    #[command(flatten)]
+    pub(crate) tuning: TuningArgs,
+
     /// Also run the probe jobs of this TOML file (daemon mode; see
     /// docs/config.md). SIGHUP reloads it, SIGTERM drains and exits.
     #[arg(long, value_name = "FILE")]
@@ -896,6 +914,7 @@ pub(crate) struct ServeArgs {
 
 /// `--receive`, `--spin-budget` and `--spin-share`, of `run` and `serve`.
 #[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Receive")]
 pub(crate) struct ReceiveArgs {
     /// How to wait: `async` parks in epoll (a CPU wake-up inside the RTT);
     /// `adaptive` polls the socket after each send (run: UDP, ICMP, TCP and

@@ -148,7 +148,13 @@ fn main() -> ExitCode {
         Command::Sweep(args) => spins(args.busy_poll, &args.receive, args.pacing),
         Command::Report(_) => true,
     };
-    let threads = cli.threads.unwrap_or_else(|| usize::from(single));
+    let tuning = match &cli.command {
+        Command::Run(a) => a.tuning.clone(),
+        Command::Sweep(a) => a.tuning.clone(),
+        Command::Serve(a) => a.tuning.clone(),
+        Command::Report(_) => cli::TuningArgs::default(),
+    };
+    let threads = tuning.threads.unwrap_or_else(|| usize::from(single));
     let mut builder = match threads {
         1 => tokio::runtime::Builder::new_current_thread(),
         _ => tokio::runtime::Builder::new_multi_thread(),
@@ -164,13 +170,9 @@ fn main() -> ExitCode {
         }
     };
     // Held until the results are out; dropping it withdraws the request.
-    let cpu_latency = match (cli.cpu_latency, &cli.command) {
-        (None, _) => None,
-        (Some(_), Command::Report(_)) => {
-            eprintln!("prober: --cpu-latency is for run, sweep and serve, not report");
-            return ExitCode::from(2);
-        }
-        (Some(d), _) => match prober_sys::pm_qos::CpuLatency::request(d) {
+    let cpu_latency = match tuning.cpu_latency {
+        None => None,
+        Some(d) => match prober_sys::pm_qos::CpuLatency::request(d) {
             Ok(held) => Some(held),
             Err(e) => {
                 eprintln!("prober: --cpu-latency: {e}");

@@ -368,9 +368,9 @@ impl Registry {
             let mut help = p.help.to_owned();
             let others: Vec<_> = plain
                 .iter()
-                .skip(1)
                 .chain(tls.iter())
                 .map(|s| s.name)
+                .filter(|name| *name != first.name)
                 .collect();
             if !others.is_empty() {
                 help.push_str(&format!(" (also {})", others.join(", ")));

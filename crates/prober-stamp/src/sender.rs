@@ -114,6 +114,7 @@ impl TlvChoice {
 /// tables); [`StampSpec::build`] reads the key and checks the TLVs.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize, clap::Args)]
 #[serde(default, deny_unknown_fields)]
+#[command(next_help_heading = "STAMP")]
 pub struct StampSpec {
     /// STAMP authenticated mode (RFC 8762 §4.2.2): the HMAC-SHA-256 key is
     /// this file's bytes (one trailing newline dropped); never on the

@@ -590,3 +590,37 @@ fn the_option_reference_lists_exactly_the_flags_help_has() {
         }
     }
 }
+
+/// `-h` fits an 80-column terminal, groups its options under headings,
+/// lists the target schemes, and each command lists only options it takes.
+#[test]
+fn help_is_wrapped_grouped_and_honest() {
+    let help = |args: &[&str]| {
+        let out = prober().args(args).env("COLUMNS", "80").output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let run_h = help(&["run", "-h"]);
+    let long: Vec<&str> = run_h.lines().filter(|l| l.chars().count() > 80).collect();
+    assert!(long.is_empty(), "lines over 80 columns: {long:?}");
+    for heading in [
+        "Schedule:", "Requests:", "Output:", "Receive:", "TLS:", "STAMP:", "HTTP:", "DNS:",
+        "Tuning:", "Targets:",
+    ] {
+        assert!(
+            run_h.lines().any(|l| l == heading),
+            "no {heading} in run -h: {run_h}"
+        );
+    }
+    assert!(run_h.contains("dns://") && run_h.contains("stamp://"), "{run_h}");
+    let report = help(&["report", "--help"]);
+    assert!(
+        !report.contains("--threads") && !report.contains("--cpu-latency"),
+        "report lists options it does not take: {report}"
+    );
+    let top = help(&["--help"]);
+    for protocol in ["HTTP", "DNS", "STAMP"] {
+        assert!(top.contains(protocol), "{top}");
+    }
+    let serve = help(&["serve", "-h"]);
+    assert!(serve.contains("--threads") && serve.contains("--http"), "{serve}");
+}
