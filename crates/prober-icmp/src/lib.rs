@@ -49,7 +49,7 @@ pub enum IcmpError {
         raw: Option<io::Error>,
     },
     /// A socket option could not be set.
-    #[error("setting up the icmp socket ({what})")]
+    #[error("setting up the icmp socket ({what}): {source}")]
     Setup {
         /// Which step.
         what: &'static str,

@@ -103,6 +103,22 @@ pub fn bind_addr(marks: &prober_core::protocol::Marks, v6: bool) -> std::net::So
     }
 }
 
+/// Checks that this host has the network interface `name`
+/// (`--interface`), so a bad name is refused before any socket opens, the
+/// same way for every protocol.
+///
+/// # Errors
+/// A message naming the interface, and how to list them.
+pub fn check_interface(name: &str) -> Result<(), String> {
+    match nix::net::if_::if_nametoindex(name) {
+        Ok(_) => Ok(()),
+        Err(_) => Err(format!(
+            "--interface {}: this host has no such network interface (`ip link` lists them)",
+            prober_core::quote::short(name)
+        )),
+    }
+}
+
 /// A firewall mark: decimal, or hexadecimal after `0x`.
 ///
 /// # Errors

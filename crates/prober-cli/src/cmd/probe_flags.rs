@@ -96,6 +96,9 @@ impl ProbeFlags<'_> {
                 bail!("--source {source} is not an address of this host (`ip address` lists them)");
             }
         }
+        if let Some(dev) = &marks.interface {
+            prober_sys::mark::check_interface(dev).map_err(|e| anyhow::anyhow!(e))?;
+        }
         let check = |given: bool, flag: &str, applies: &dyn Fn(&Target) -> bool, what: &str| {
             if !given {
                 return Ok(());

@@ -352,3 +352,20 @@ fn a_foreign_server_is_named_as_such() {
         "one line, not the error's debug form: {line}"
     );
 }
+
+/// An interface this host lacks is refused at start, with exit status 2
+/// and the same line, whatever the protocol (it was refused at once for
+/// udp, as a vague socket error for icmp, and as failed probes for tcp).
+#[test]
+fn a_missing_interface_is_refused_alike_for_every_protocol() {
+    for target in ["udp://127.0.0.1:9", "tcp://127.0.0.1:9", "127.0.0.1"] {
+        let out = run(&["run", "-c", "1", "--interface", "nosuch0", target]);
+        assert_eq!(out.status.code(), Some(2), "{target}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            err.trim(),
+            "prober: --interface nosuch0: this host has no such network interface (`ip link` lists them)",
+            "{target}"
+        );
+    }
+}

@@ -603,15 +603,26 @@ fn help_is_wrapped_grouped_and_honest() {
     let long: Vec<&str> = run_h.lines().filter(|l| l.chars().count() > 80).collect();
     assert!(long.is_empty(), "lines over 80 columns: {long:?}");
     for heading in [
-        "Schedule:", "Requests:", "Output:", "Receive:", "TLS:", "STAMP:", "HTTP:", "DNS:",
-        "Tuning:", "Targets:",
+        "Schedule:",
+        "Requests:",
+        "Output:",
+        "Receive:",
+        "TLS:",
+        "STAMP:",
+        "HTTP:",
+        "DNS:",
+        "Tuning:",
+        "Targets:",
     ] {
         assert!(
             run_h.lines().any(|l| l == heading),
             "no {heading} in run -h: {run_h}"
         );
     }
-    assert!(run_h.contains("dns://") && run_h.contains("stamp://"), "{run_h}");
+    assert!(
+        run_h.contains("dns://") && run_h.contains("stamp://"),
+        "{run_h}"
+    );
     let report = help(&["report", "--help"]);
     assert!(
         !report.contains("--threads") && !report.contains("--cpu-latency"),
@@ -622,5 +633,8 @@ fn help_is_wrapped_grouped_and_honest() {
         assert!(top.contains(protocol), "{top}");
     }
     let serve = help(&["serve", "-h"]);
-    assert!(serve.contains("--threads") && serve.contains("--http"), "{serve}");
+    assert!(
+        serve.contains("--threads") && serve.contains("--http"),
+        "{serve}"
+    );
 }
