@@ -33,6 +33,24 @@ Exit status:
 #[derive(Debug, Parser)]
 #[command(name = "prober", version)]
 pub(crate) struct Cli {
+    /// Runtime worker threads: 0 = one per CPU, 1 = a single-threaded
+    /// runtime (no cross-thread wake-ups; busy-poll threads come on top).
+    /// [default: 1 for `serve` (the responder, unless it receives with
+    /// --receive adaptive, and the daemon) and for `run` with targets and
+    /// `sweep` (adaptive receive, the default, or --pacing spin, --pacing
+    /// hybrid or --busy-poll), else 0]
+    #[arg(long, value_name = "N", value_parser = threads, global = true, help_heading = "Tuning")]
+    pub(crate) threads: Option<usize>,
+
+    /// Hold a PM QoS CPU latency request (/dev/cpu_dma_latency) while
+    /// prober runs, as cyclictest does: idle CPUs stay out of sleep states
+    /// slower to leave than this, and 0us keeps them polling. At long
+    /// intervals round trips then stop paying for a sleeping CPU's wake-up
+    /// (BENCHMARKS.md has how much); the CPUs' idle power pays instead.
+    /// Recorded in the settings. Needs root.
+    #[arg(long, value_name = "DURATION", value_parser = duration, global = true, help_heading = "Tuning")]
+    pub(crate) cpu_latency: Option<Duration>,
+
     #[command(subcommand)]
     pub(crate) command: Command,
 }
@@ -358,9 +376,6 @@ fn percent(s: &str) -> Result<f64, String> {
 
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
-    #[command(flatten)]
-    pub(crate) tuning: TuningArgs,
-
     /// Targets to probe at the same time (see below). None: self-test on loopback.
     #[arg(value_name = "TARGET")]
     pub(crate) targets: Vec<String>,
@@ -595,29 +610,6 @@ pub(crate) struct ProtocolArgs {
     pub(crate) dns: prober_dns::DnsSpec,
 }
 
-/// How the process runs: runtime threads and a CPU latency request, for
-/// the commands that probe or answer (not `report`).
-#[derive(Debug, Clone, Default, Args)]
-pub(crate) struct TuningArgs {
-    /// Runtime worker threads: 0 = one per CPU, 1 = a single-threaded
-    /// runtime (no cross-thread wake-ups; busy-poll threads come on top).
-    /// [default: 1 for `serve` (the responder, unless it receives with
-    /// --receive adaptive, and the daemon) and for `run` with targets and
-    /// `sweep` (adaptive receive, the default, or --pacing spin, --pacing
-    /// hybrid or --busy-poll), else 0]
-    #[arg(long, value_name = "N", value_parser = threads, help_heading = "Tuning")]
-    pub(crate) threads: Option<usize>,
-
-    /// Hold a PM QoS CPU latency request (/dev/cpu_dma_latency) while
-    /// prober runs, as cyclictest does: idle CPUs stay out of sleep states
-    /// slower to leave than this, and 0us keeps them polling. At long
-    /// intervals round trips then stop paying for a sleeping CPU's wake-up
-    /// (BENCHMARKS.md has how much); the CPUs' idle power pays instead.
-    /// Recorded in the settings. Needs root.
-    #[arg(long, value_name = "DURATION", value_parser = duration, help_heading = "Tuning")]
-    pub(crate) cpu_latency: Option<Duration>,
-}
-
 /// Output of `prober report`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum ReportFormat {
@@ -685,9 +677,6 @@ pub(crate) struct ReportArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct SweepArgs {
-    #[command(flatten)]
-    pub(crate) tuning: TuningArgs,
-
     /// Targets, as for `prober run`; each runs alone at each interval.
     #[arg(value_name = "TARGET", required = true)]
     pub(crate) targets: Vec<String>,
@@ -780,9 +769,6 @@ pub(crate) struct SweepArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
-    #[command(flatten)]
-    pub(crate) tuning: TuningArgs,
-
     /// Also run the probe jobs of this TOML file (daemon mode; see
     /// docs/config.md). SIGHUP reloads it, SIGTERM drains and exits.
     #[arg(long, value_name = "FILE")]

@@ -71,14 +71,14 @@ fn one_line(rendered: &str) -> String {
 }
 
 fn main() -> ExitCode {
-    let matches = Cli::command()
+    let command = Cli::command()
         .mut_subcommand("run", |c| {
             c.after_help(cli::run_help(&protocols::PROTOCOLS))
         })
         .mut_subcommand("serve", |c| {
             cli::with_responder_flags(c, &protocols::PROTOCOLS)
-        })
-        .try_get_matches();
+        });
+    let matches = command.try_get_matches();
     let matches = match matches {
         Ok(m) => m,
         Err(e) => return usage_error(&e),
@@ -148,13 +148,7 @@ fn main() -> ExitCode {
         Command::Sweep(args) => spins(args.busy_poll, &args.receive, args.pacing),
         Command::Report(_) => true,
     };
-    let tuning = match &cli.command {
-        Command::Run(a) => a.tuning.clone(),
-        Command::Sweep(a) => a.tuning.clone(),
-        Command::Serve(a) => a.tuning.clone(),
-        Command::Report(_) => cli::TuningArgs::default(),
-    };
-    let threads = tuning.threads.unwrap_or_else(|| usize::from(single));
+    let threads = cli.threads.unwrap_or_else(|| usize::from(single));
     let mut builder = match threads {
         1 => tokio::runtime::Builder::new_current_thread(),
         _ => tokio::runtime::Builder::new_multi_thread(),
@@ -170,7 +164,10 @@ fn main() -> ExitCode {
         }
     };
     // Held until the results are out; dropping it withdraws the request.
-    let cpu_latency = match tuning.cpu_latency {
+    // Every command takes both, report too (its runtime is sized by
+    // --threads; the request is held while it draws, which does no harm),
+    // so no command's help lists an option it then refuses.
+    let cpu_latency = match cli.cpu_latency {
         None => None,
         Some(d) => match prober_sys::pm_qos::CpuLatency::request(d) {
             Ok(held) => Some(held),

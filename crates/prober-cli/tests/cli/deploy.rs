@@ -158,7 +158,7 @@ fn systemd_unit_runs_the_daemon() {
         "ProtectSystem=strict",
         "CapabilityBoundingSet=CAP_NET_RAW\n",
         "SystemCallFilter=@system-service",
-        "RestrictAddressFamilies=AF_INET AF_INET6 AF_NETLINK AF_UNIX",
+        "RestrictAddressFamilies=AF_INET AF_INET6 AF_NETLINK AF_UNIX AF_PACKET",
     ] {
         assert!(text.contains(needed), "{needed}");
     }
@@ -262,4 +262,52 @@ fn prometheus_alert_rules_pass_promtool_and_their_unit_tests() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+/// deploy/README.md says what alerts.yml has: every alert in its table,
+/// and an inhibit rule whose `equal` labels the two alerts it pairs both
+/// keep (the daemon's job is the `probe` label, not Prometheus's `job`).
+#[test]
+fn the_deploy_readme_matches_the_alert_rules() {
+    let readme = std::fs::read_to_string(repo().join("deploy/README.md")).unwrap();
+    let rules = std::fs::read_to_string(repo().join("deploy/prometheus/alerts.yml")).unwrap();
+    let alerts: Vec<&str> = rules
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- alert: "))
+        .collect();
+    assert!(alerts.len() >= 5, "{alerts:?}");
+    for a in &alerts {
+        assert!(
+            readme.contains(&format!("| `{a}` |")),
+            "deploy/README.md's table lacks {a}"
+        );
+    }
+    // The label sets the loss and down alerts keep.
+    let by = |alert: &str| -> Vec<String> {
+        let at = rules.find(&format!("- alert: {alert}")).unwrap();
+        let expr = &rules[at..];
+        let open = expr.find("by (").unwrap() + 4;
+        let close = open + expr[open..].find(')').unwrap();
+        expr[open..close]
+            .split(',')
+            .map(|l| l.trim().to_owned())
+            .collect()
+    };
+    let equal = readme
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("equal: ["))
+        .expect("an inhibit rule in deploy/README.md");
+    for label in equal.trim_end_matches(']').split(',').map(str::trim) {
+        for alert in ["ProberTargetDown", "ProberProbeLoss"] {
+            assert!(
+                by(alert).iter().any(|l| l == label),
+                "the inhibit rule's {label:?} is not a label of {alert}: {:?}",
+                by(alert)
+            );
+        }
+    }
+    assert!(
+        readme.contains("sum by (le, probe, target, instance)"),
+        "the Grafana paragraph names the dashboard's labels"
+    );
 }

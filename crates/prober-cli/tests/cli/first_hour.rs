@@ -623,11 +623,6 @@ fn help_is_wrapped_grouped_and_honest() {
         run_h.contains("dns://") && run_h.contains("stamp://"),
         "{run_h}"
     );
-    let report = help(&["report", "--help"]);
-    assert!(
-        !report.contains("--threads") && !report.contains("--cpu-latency"),
-        "report lists options it does not take: {report}"
-    );
     let top = help(&["--help"]);
     for protocol in ["HTTP", "DNS", "STAMP"] {
         assert!(top.contains(protocol), "{top}");
