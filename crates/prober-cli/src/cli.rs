@@ -550,6 +550,16 @@ impl MarkArgs {
     }
 }
 
+/// `--ca-roots`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub(crate) enum CaRoots {
+    /// The operating system's trust store.
+    #[default]
+    System,
+    /// The Mozilla roots built into prober (webpki-roots).
+    Mozilla,
+}
+
 /// The TLS flags of grpcs:// and https:// targets, shared by `run` and
 /// `sweep`.
 #[derive(Debug, Clone, Default, Args)]
@@ -558,6 +568,13 @@ pub(crate) struct TlsArgs {
     /// CA certificate (PEM) that grpcs:// and https:// servers must chain to.
     #[arg(long, value_name = "FILE")]
     pub(crate) ca: Option<PathBuf>,
+
+    /// Roots a server certificate must chain to without --ca: the system's
+    /// trust store (a private CA installed there counts; the Mozilla roots
+    /// built into prober where the store is empty), or those built-in
+    /// Mozilla roots alone.
+    #[arg(long, value_enum, value_name = "ROOTS", default_value_t = CaRoots::System)]
+    pub(crate) ca_roots: CaRoots,
 
     /// Client certificate (PEM) for mTLS; needs --key.
     #[arg(long, value_name = "FILE", requires = "key")]
@@ -581,13 +598,21 @@ pub(crate) struct TlsArgs {
 impl TlsArgs {
     /// Whether any was given.
     pub(crate) fn given(&self) -> bool {
-        self.ca.is_some() || self.cert.is_some() || self.tls_server_name.is_some() || self.insecure
+        self.ca.is_some()
+            || self.ca_roots != CaRoots::System
+            || self.cert.is_some()
+            || self.tls_server_name.is_some()
+            || self.insecure
     }
 
     /// The files and settings, as probes take them.
     pub(crate) fn files(&self) -> prober_core::protocol::TlsFiles {
         prober_core::protocol::TlsFiles {
             ca: self.ca.clone(),
+            roots: match self.ca_roots {
+                CaRoots::System => prober_core::protocol::Roots::System,
+                CaRoots::Mozilla => prober_core::protocol::Roots::Mozilla,
+            },
             cert: self.cert.clone(),
             key: self.key.clone(),
             server_name: self.tls_server_name.clone(),

@@ -118,11 +118,25 @@ impl Marks {
     }
 }
 
+/// Which roots a server certificate must chain to when no `--ca` is given.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Roots {
+    /// The operating system's trust store (a private CA installed there
+    /// counts); the Mozilla roots built into prober where the store is
+    /// empty or unreadable.
+    #[default]
+    System,
+    /// The Mozilla roots built into prober (webpki-roots) only.
+    Mozilla,
+}
+
 /// TLS settings for schemes over TLS, as file names; the protocol reads them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TlsFiles {
-    /// CA certificate (PEM) the server must chain to; system roots if none.
+    /// CA certificate (PEM) the server must chain to; `roots` if none.
     pub ca: Option<PathBuf>,
+    /// The roots used without `ca`.
+    pub roots: Roots,
     /// Client certificate (PEM) for mutual TLS.
     pub cert: Option<PathBuf>,
     /// Client key (PEM) for mutual TLS.
@@ -137,6 +151,7 @@ impl TlsFiles {
     /// True when any TLS option was given.
     pub fn any(&self) -> bool {
         self.ca.is_some()
+            || self.roots != Roots::System
             || self.cert.is_some()
             || self.key.is_some()
             || self.server_name.is_some()

@@ -520,6 +520,8 @@ impl ReceiveSection {
 #[serde(deny_unknown_fields)]
 struct TlsSection {
     ca: Option<PathBuf>,
+    /// `"system"` (the default) or `"mozilla"`: the roots without `ca`.
+    roots: Option<String>,
     cert: Option<PathBuf>,
     key: Option<PathBuf>,
     server_name: Option<String>,
@@ -1073,8 +1075,21 @@ async fn job(
         .tls
         .clone()
         .or_else(|| defaults.tls.clone())
-        .map(|t| prober_core::protocol::TlsFiles {
+        .map(|t| {
+            let roots = match t.roots.as_deref() {
+                None | Some("system") => Ok(prober_core::protocol::Roots::System),
+                Some("mozilla") => Ok(prober_core::protocol::Roots::Mozilla),
+                Some(other) => Err(DaemonError::Config(format!(
+                    "{key}.tls.roots: {:?} is not \"system\" or \"mozilla\"",
+                    prober_core::quote::short(other)
+                ))),
+            };
+            roots.map(|roots| (t, roots))
+        })
+        .transpose()?
+        .map(|(t, roots)| prober_core::protocol::TlsFiles {
             ca: t.ca.map(|p| base.join(p)),
+            roots,
             cert: t.cert.map(|p| base.join(p)),
             key: t.key.map(|p| base.join(p)),
             server_name: t.server_name,

@@ -25,7 +25,7 @@ fn config(spec: &ProbeSpec<'_>, env: &BuildEnv) -> Result<ClientConfig, BuildErr
                 t.server_name.clone(),
                 t.insecure,
             )
-            .map(Arc::new)
+            .map(|c| Arc::new(c.with_roots(t.roots)))
         })?;
         Some(ClientTls::clone(&tls))
     } else {

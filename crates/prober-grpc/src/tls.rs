@@ -104,6 +104,7 @@ impl ServerTls {
 #[derive(Debug, Clone, Default)]
 pub struct ClientTls {
     ca: Option<Vec<u8>>,
+    roots: prober_core::protocol::Roots,
     identity: Option<(Vec<u8>, Vec<u8>)>,
     server_name: Option<String>,
     insecure: bool,
@@ -132,10 +133,18 @@ impl ClientTls {
         let ca = ca.map(|p| read_pem("--ca", p, "CERTIFICATE")).transpose()?;
         Ok(Self {
             ca,
+            roots: prober_core::protocol::Roots::default(),
             identity,
             server_name,
             insecure,
         })
+    }
+
+    /// The roots used without a CA file (`--ca-roots`).
+    #[must_use]
+    pub fn with_roots(mut self, roots: prober_core::protocol::Roots) -> Self {
+        self.roots = roots;
+        self
     }
 
     /// From PEM bytes already in memory.
@@ -146,6 +155,7 @@ impl ClientTls {
     ) -> Self {
         Self {
             ca,
+            roots: prober_core::protocol::Roots::default(),
             identity,
             server_name,
             insecure: false,
@@ -182,6 +192,7 @@ impl ClientTls {
         // whole check (and does not give the peer's certificate back).
         let verifier = prober_net::tls::ExpiryRecorder::for_roots(
             self.ca.as_deref(),
+            self.roots,
             self.insecure,
             not_after,
         )?;

@@ -73,7 +73,8 @@ pub fn server_config(cert: &Path, key_file: &Path) -> Result<rustls::ServerConfi
     Ok(cfg)
 }
 
-/// The client side: roots from `--ca` (else the Mozilla roots), a client
+/// The client side: roots from `--ca` (else the system's, or the Mozilla
+/// roots with `--ca-roots mozilla`), a client
 /// certificate for mutual TLS, `--insecure`, and ALPN for `version`.
 pub(crate) fn client_config(
     files: &TlsFiles,
@@ -93,7 +94,9 @@ pub(crate) fn client_config(
                     roots.add(c)?;
                 }
             }
-            None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+            None => {
+                roots = rustls::RootCertStore::clone(&prober_net::tls::default_roots(files.roots))
+            }
         }
         builder.with_root_certificates(roots)
     };

@@ -92,13 +92,14 @@ impl ExpiryRecorder {
         Self { inner, not_after }
     }
 
-    /// A verifier for roots from `ca_pem` (else the Mozilla roots), or
+    /// A verifier for roots from `ca_pem` (else [`default_roots`]), or
     /// none at all when `insecure`, wrapped.
     ///
     /// # Errors
     /// A CA file that holds no usable certificate.
     pub fn for_roots(
         ca_pem: Option<&[u8]>,
+        which: prober_core::protocol::Roots,
         insecure: bool,
         not_after: Arc<AtomicI64>,
     ) -> Result<Self, rustls::Error> {
@@ -114,7 +115,7 @@ impl ExpiryRecorder {
                         roots.add(c)?;
                     }
                 }
-                None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+                None => roots = rustls::RootCertStore::clone(&default_roots(which)),
             }
             rustls::client::WebPkiServerVerifier::builder_with_provider(
                 Arc::new(roots),
@@ -163,5 +164,38 @@ impl ServerCertVerifier for ExpiryRecorder {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.inner.supported_verify_schemes()
+    }
+}
+
+/// The roots a server certificate must chain to without `--ca`: the
+/// system's trust store (read once; a private CA installed there counts),
+/// or the Mozilla roots built into prober when asked for, or when the
+/// store yields no certificate (said once in the log).
+pub fn default_roots(which: prober_core::protocol::Roots) -> Arc<rustls::RootCertStore> {
+    use prober_core::protocol::Roots;
+    static SYSTEM: std::sync::OnceLock<Arc<rustls::RootCertStore>> = std::sync::OnceLock::new();
+    static MOZILLA: std::sync::OnceLock<Arc<rustls::RootCertStore>> = std::sync::OnceLock::new();
+    let mozilla = || {
+        Arc::clone(MOZILLA.get_or_init(|| {
+            let mut roots = rustls::RootCertStore::empty();
+            roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+            Arc::new(roots)
+        }))
+    };
+    match which {
+        Roots::Mozilla => mozilla(),
+        Roots::System => Arc::clone(SYSTEM.get_or_init(|| {
+            let found = rustls_native_certs::load_native_certs();
+            let mut roots = rustls::RootCertStore::empty();
+            let (added, _) = roots.add_parsable_certificates(found.certs);
+            if added == 0 {
+                tracing::warn!(
+                    errors = found.errors.len(),
+                    "the system's trust store has no usable certificate: using the Mozilla roots built into prober"
+                );
+                return mozilla();
+            }
+            Arc::new(roots)
+        })),
     }
 }

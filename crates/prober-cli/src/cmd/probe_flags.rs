@@ -10,7 +10,7 @@ use prober_icmp::{IcmpSpec, SocketKind};
 use crate::cli::{MarkArgs, ProtocolArgs, TlsArgs};
 
 /// The options of TLS targets, as messages name them.
-const TLS_OPTIONS: &str = "--ca, --cert, --tls-server-name and --insecure";
+const TLS_OPTIONS: &str = "--ca, --ca-roots, --cert, --tls-server-name and --insecure";
 
 /// The flags that say how probes are built, borrowed from `run`'s or
 /// `sweep`'s arguments.

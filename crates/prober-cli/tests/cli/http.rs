@@ -777,3 +777,34 @@ fn sweep_takes_runs_tls_and_http_options() {
         "{err}"
     );
 }
+
+/// Without --ca the server certificate is checked against the system's
+/// trust store, so a private CA installed there counts (here through
+/// SSL_CERT_FILE, which the store reader honours as OpenSSL does); with
+/// --ca-roots mozilla only the roots built into prober do, and the private
+/// CA does not.
+#[test]
+fn without_ca_the_system_trust_store_is_used() {
+    let f = Files::new("http-roots");
+    let srv = serve_with_tls(&f);
+    let https_port = srv.addr("https").rsplit(':').next().unwrap().to_owned();
+    let target = format!("https://localhost:{https_port}/echo");
+    let probe = |extra: &[&str]| {
+        let mut args = vec!["run", "-c", "2", "-i", "10ms", "-o", "json"];
+        args.extend_from_slice(extra);
+        args.push(&target);
+        let out = crate::support::prober()
+            .args(&args)
+            .env("SSL_CERT_FILE", f.path("ca.pem"))
+            .env_remove("SSL_CERT_DIR")
+            .output()
+            .unwrap();
+        let lines = crate::support::json_lines(&out);
+        of_type(&lines, "summary")[0].clone()
+    };
+    let s = probe(&[]);
+    assert_eq!(s["ok"].as_u64(), Some(2), "{s}");
+    let s = probe(&["--ca-roots", "mozilla"]);
+    assert_eq!(s["ok"].as_u64(), Some(0), "{s}");
+    assert_eq!(s["errors"]["tls"].as_u64(), Some(2), "{s}");
+}

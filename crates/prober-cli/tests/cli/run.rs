@@ -712,7 +712,10 @@ fn cpu_latency_is_held_while_the_run_lasts_and_recorded() {
     // here is the missing file, not the flag.
     let out = run(&["report", "--cpu-latency", "0us", "/nonexistent"]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("/nonexistent") && !err.contains("cpu-latency"), "{err}");
+    assert!(
+        err.contains("/nonexistent") && !err.contains("cpu-latency"),
+        "{err}"
+    );
     // Someone without the right to the device gets a clear refusal, before
     // any probe. A copy of the binary that anyone may run: the build's
     // directory may be closed to others.
