@@ -100,8 +100,28 @@ impl HumanSink {
         if s.parts.is_empty() {
             return Ok(());
         }
+        // Shares are of the parts' means, which add up (medians of parts
+        // do not: a block of medians showed 56.8 % + 11.4 % + 59.5 %); the
+        // time shown is each part's median.
+        let turnaround = s.parts.get(prober_core::Parts::TURNAROUND);
+        let shown: Vec<&prober_core::DistSummary> = prober_core::Parts::NAMES
+            .iter()
+            .filter_map(|name| match (s.parts.get(*name), turnaround) {
+                (Some(d), _) => Some(d),
+                (None, Some(t)) if *name == "responder_wake" => Some(t),
+                _ => None,
+            })
+            .collect();
+        let total: f64 = shown.iter().map(|d| d.mean).sum();
+        let share = |d: &prober_core::DistSummary| {
+            if total > 0.0 {
+                d.mean * 100.0 / total
+            } else {
+                0.0
+            }
+        };
         let mut head = format!(
-            "where the time goes (medians; share of the median rtt {}",
+            "where the time goes (each part's median, and its share of the parts' means, which add up; median rtt {}",
             format_ns(rtt.p50 as f64)
         );
         if let Some(k) = &s.kernel_rtt {
@@ -112,7 +132,6 @@ impl HumanSink {
             );
         }
         writeln!(self.out, "{head}):")?;
-        let turnaround = s.parts.get(prober_core::Parts::TURNAROUND);
         for name in prober_core::Parts::NAMES {
             let label = name.replace('_', " ");
             if let Some(d) = turnaround
@@ -135,7 +154,7 @@ impl HumanSink {
                         "  {:<16} {:>10}  {:>5.1}%  ({how})",
                         "responder",
                         format_ns(d.p50 as f64),
-                        d.p50 as f64 * 100.0 / rtt.p50.max(1) as f64
+                        share(d)
                     )?;
                 }
                 continue;
@@ -145,7 +164,7 @@ impl HumanSink {
                     self.out,
                     "  {label:<16} {:>10}  {:>5.1}%",
                     format_ns(d.p50 as f64),
-                    d.p50 as f64 * 100.0 / rtt.p50.max(1) as f64
+                    share(d)
                 )?,
                 None if split.kernel_peer && name.starts_with("responder") => {}
                 None => writeln!(self.out, "  {label:<16} {:>10}", "unknown")?,

@@ -633,3 +633,27 @@ fn help_is_wrapped_grouped_and_honest() {
         "{serve}"
     );
 }
+
+/// The shares in "where the time goes" add up to 100 %: they are of the
+/// parts' means (medians of parts do not add up).
+#[test]
+fn the_split_shares_add_up() {
+    let srv = Server::start(&[]);
+    let out = run(&["run", "-q", "-c", "50", "-i", "5ms", &format!("udp://{}", srv.udp)]);
+    let text = stdout(&out);
+    let block: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("where the time goes"))
+        .take_while(|l| !l.trim_start().starts_with("split:"))
+        .collect();
+    assert!(block[0].contains("share of the parts' means"), "{text}");
+    let shares: Vec<f64> = block
+        .iter()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().find(|w| w.ends_with('%')))
+        .map(|w| w.trim_end_matches('%').parse().unwrap())
+        .collect();
+    assert!(shares.len() >= 4, "{block:?}");
+    let sum: f64 = shares.iter().sum();
+    assert!((sum - 100.0).abs() < 0.5, "shares add up to {sum}: {block:?}");
+}
