@@ -86,7 +86,7 @@ impl LastReload {
 /// An inline SVG of the last probes: RTT on a log scale from the lowest
 /// to the highest, a red tick for each lost probe.
 fn sparkline(rtts: &[Option<f32>]) -> String {
-    const W: f64 = 120.0;
+    const W: f64 = 80.0;
     const H: f64 = 22.0;
     let ok: Vec<f64> = rtts
         .iter()
@@ -131,12 +131,16 @@ fn window_cells(w: &WindowStats) -> String {
         return r#"<td class="n">-</td><td class="n">-</td>"#.to_owned();
     }
     let q = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), human_us);
+    let (p50, p99) = (q(w.p50_us), q(w.p99_us));
+    // The unit once where both share it: "189.0 / 224.8 µs".
+    let p50 = match (p50.rsplit_once(' '), p99.rsplit_once(' ')) {
+        (Some((n, u)), Some((_, u2))) if u == u2 => n.to_owned(),
+        _ => p50,
+    };
     format!(
-        r#"<td class="n">{:.1}% of {}</td><td class="n">{} / {}</td>"#,
+        r#"<td class="n">{:.1}% of {}</td><td class="n">{p50} / {p99}</td>"#,
         100.0 * w.lost as f64 / w.probes as f64,
         w.probes,
-        q(w.p50_us),
-        q(w.p99_us)
     )
 }
 
@@ -215,21 +219,25 @@ impl StatusPage {
 body {{ font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }}
 h1 {{ font-size: 1.3em; margin: 0 0 .2em; }}
 p.summary {{ margin: 0 0 1em; color: #555; }}
-table {{ border-collapse: collapse; }}
-th, td {{ padding: .25em .7em; border-bottom: 1px solid #ddd; text-align: left; }}
+div.scroll {{ overflow-x: auto; }}
+table {{ border-collapse: collapse; width: 100%; }}
+th, td {{ padding: .25em .5em; border-bottom: 1px solid #ddd; text-align: left; }}
 th {{ background: #f3f3f3; position: sticky; top: 0; }}
 td.n {{ text-align: right; font-variant-numeric: tabular-nums; }}
-th, td.n, td.l {{ white-space: nowrap; }}
+td.n, td.l {{ white-space: nowrap; }}
 tr.down td {{ background: #fbd5d5; }}
 tr.loss td {{ background: #fdf0c8; }}
 span.badge {{ font-weight: 600; }}
 tr.down span.badge {{ color: #a00; }}
 tr.loss span.badge {{ color: #8a6100; }}
 tr.ok span.badge {{ color: #167a2e; }}
-td.err {{ color: #a00; max-width: 32em; overflow-wrap: anywhere; }}
+td.err {{ color: #a00; min-width: 12em; max-width: 26em; }}
+td.t {{ min-width: 13em; max-width: 26em; }}
+td.t code {{ overflow-wrap: anywhere; }}
+div.clip {{ display: -webkit-box; -webkit-line-clamp: 2; -webkit-box-orient: vertical; overflow: hidden; overflow-wrap: anywhere; }}
 code {{ font-size: .95em; }}
 svg.spark {{ vertical-align: middle; }}
-td.parts {{ font-size: .85em; color: #444; }}
+td.parts {{ font-size: .85em; color: #444; min-width: 10em; max-width: 18em; }}
 th.group {{ text-align: center; }}
 ul.state {{ margin: 0 0 1em; padding-left: 1.2em; }}
 li.bad {{ color: #a00; }}
@@ -247,9 +255,19 @@ li.bad {{ color: #a00; }}
         );
         self.daemon_state(&mut h);
         self.pager(&mut h, view, (page, pages, shown));
+        // A labels column only where some row on the page has labels of
+        // its own: on 1280 px every column counts.
+        let own = |k: &str| !matches!(k, "probe" | "target" | "protocol");
+        let with_labels = rows.iter().any(|r| r.labels.iter().any(|(k, _)| own(k)));
+        h.push_str(if with_labels {
+            r#"<div class="scroll"><table>
+<thead><tr><th rowspan="2">state</th><th rowspan="2">probe</th><th rowspan="2">target</th><th rowspan="2">labels</th><th rowspan="2">sent</th>"#
+        } else {
+            r#"<div class="scroll"><table>
+<thead><tr><th rowspan="2">state</th><th rowspan="2">probe</th><th rowspan="2">target</th><th rowspan="2">sent</th>"#
+        });
         h.push_str(
-            r#"<table>
-<thead><tr><th rowspan="2">state</th><th rowspan="2">probe</th><th rowspan="2">target</th><th rowspan="2">labels</th><th rowspan="2">sent</th><th rowspan="2">last probes</th><th colspan="2" class="group">last minute</th><th colspan="2" class="group">last hour</th><th rowspan="2">last round trip, by part</th><th rowspan="2">last error</th></tr>
+            r#"<th rowspan="2">last probes</th><th rowspan="2">latest</th><th colspan="2" class="group">last minute</th><th colspan="2" class="group">last hour</th><th rowspan="2">the latest round trip, by part, or the last error</th></tr>
 <tr><th>lost</th><th>RTT p50 / p99</th><th>lost</th><th>RTT p50 / p99</th></tr></thead>
 <tbody>
 "#,
@@ -282,19 +300,31 @@ li.bad {{ color: #a00; }}
                 .collect();
             let _ = writeln!(
                 h,
-                r#"<tr class="{st}"><td><span class="badge">{st}</span></td><td>{probe}</td><td><code>{target}</code></td><td class="l">{extra}</td><td class="n">{sent}</td><td class="l">{spark} {last}</td>{minute}{hour}<td class="parts">{parts}</td><td class="err">{err}</td></tr>"#,
+                r#"<tr class="{st}"><td><span class="badge">{st}</span></td><td>{probe}</td><td class="t"><code>{target}</code></td>{extra}<td class="n">{sent}</td><td class="l">{spark}</td><td class="n">{last}</td>{minute}{hour}{detail}</tr>"#,
                 probe = esc(label("probe")),
                 target = esc(label("target")),
-                extra = extra.join(" "),
+                extra = if with_labels {
+                    format!(r#"<td class="l">{}</td>"#, extra.join(" "))
+                } else {
+                    String::new()
+                },
                 sent = r.tally.sent,
                 spark = sparkline(&r.recent_rtts),
                 minute = window_cells(&r.minute),
                 hour = window_cells(&r.hour),
-                parts = parts.join(" · "),
-                err = r.last_error.as_deref().map(esc).unwrap_or_default(),
+                // One column for both: a lost latest probe shows why (its
+                // error, two lines at most, all of it on hover), an answered
+                // one its parts, so the page fits 1280 px without scrolling.
+                detail = match (r.recent_rtts.last(), r.last_error.as_deref()) {
+                    (Some(None), Some(err)) => format!(
+                        r#"<td class="err"><div class="clip" title="{e}">{e}</div></td>"#,
+                        e = esc(err)
+                    ),
+                    _ => format!(r#"<td class="parts">{}</td>"#, parts.join(" · ")),
+                },
             );
         }
-        h.push_str("</tbody></table>\n");
+        h.push_str("</tbody></table></div>\n");
         if pages > 1 {
             self.pager(&mut h, view, (page, pages, shown));
         }
