@@ -57,8 +57,9 @@ pub(crate) struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
-    /// Probe targets and print statistics. With no target, start a responder
-    /// on loopback and measure every protocol against it.
+    /// Probe targets and print statistics. With no target, start the
+    /// responders on loopback and measure each protocol that has one
+    /// (all but dns:// and stamp://), one target at a time.
     Run(RunArgs),
     /// Run the responders (TCP, UDP, gRPC, HTTP, STAMP, sockperf's); with
     /// --config, the probing

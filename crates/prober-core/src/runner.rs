@@ -70,6 +70,11 @@ pub struct Launch {
     pub events: mpsc::Sender<Event>,
     /// Stops the target.
     pub stop: CancellationToken,
+    /// Targets that share one turnstile run one at a time, in the order
+    /// they were launched: each waits for the one before it to finish (the
+    /// self-test, so each protocol's figures are its own and not the
+    /// others' contention for the CPUs). `None`: runs at once.
+    pub turnstile: Option<Arc<tokio::sync::Mutex<()>>>,
     /// Stops waiting for the replies of probes in flight: each ends at once
     /// as a timeout (a second Ctrl-C). A token never cancelled waits for
     /// them, each up to its timeout.
@@ -126,6 +131,7 @@ pub async fn run_target<P: Probe>(
         phase,
         events,
         stop,
+        turnstile: None,
         abandon: CancellationToken::new(),
         timer: None,
     };
@@ -140,9 +146,20 @@ async fn run_launched<P: Probe>(probe: Arc<P>, launch: Launch) {
         phase,
         events,
         stop,
+        turnstile,
         abandon,
         timer,
     } = launch;
+    // Its turn, held until the target is done; a stop while waiting for it
+    // ends the target with nothing sent.
+    let _turn = match turnstile {
+        None => None,
+        Some(t) => tokio::select! {
+            biased;
+            () = stop.cancelled() => None,
+            turn = t.lock_owned() => Some(turn),
+        },
+    };
     tokio::select! {
         biased;
         () = stop.cancelled() => {}

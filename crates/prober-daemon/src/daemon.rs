@@ -379,6 +379,7 @@ impl Daemon {
             stop: stop.clone(),
             // A target stopped by a reload or SIGTERM waits out its probes
             // in flight (each up to its timeout): their results are kept.
+            turnstile: None,
             abandon: CancellationToken::new(),
             timer: self.timer.clone(),
         };

@@ -445,9 +445,10 @@ pub(crate) async fn run(
     meta.size = args.size;
     receive_name(busy_poll, &receive).clone_into(&mut meta.receive);
     let mut sinks = vec![sink];
-    // A progress line for a person waiting on a quiet run; indicatif draws
-    // nothing when stderr is not a terminal.
-    if args.quiet && !self_test && std::io::stderr().is_terminal() {
+    // A progress line for a person waiting on a quiet run (the self-test is
+    // quiet too, and takes seconds); indicatif draws nothing when stderr is
+    // not a terminal.
+    if (args.quiet || self_test) && std::io::stderr().is_terminal() {
         let total = cfg.count.map(|c| c * built.len() as u64);
         sinks.push(Box::new(ProgressSink::new(total)));
     }
@@ -456,32 +457,27 @@ pub(crate) async fn run(
     let interim = interim_on_sigquit();
     let (events, rx) = mpsc::channel(EVENT_CHANNEL);
     let n = built.len() as u64;
-    // The self-test measures one target at a time, so that each rung of the
-    // ladder is its protocol's cost and not the others' contention for the
-    // CPUs (12 targets and their responders on 2 vCPUs moved medians by
-    // more than the layers differ); other runs spread their targets'
-    // first slots across one interval.
-    let turn = cfg
-        .duration
-        .or_else(|| {
-            cfg.count.map(|c| {
-                cfg.interval
-                    .saturating_mul(u32::try_from(c).unwrap_or(u32::MAX))
-            })
-        })
-        .filter(|span| self_test && !span.is_zero())
-        .map(|span| span + SELF_TEST_GAP);
+    // The self-test measures one target at a time, whatever -i and -c say,
+    // so that each rung of the ladder is its protocol's cost and not the
+    // others' contention for the CPUs (12 targets and their responders on
+    // 2 vCPUs moved medians by more than the layers differ): its targets
+    // share a turnstile, and each starts SELF_TEST_GAP after the one before
+    // it ends. Other runs spread their targets' first slots across one
+    // interval.
+    let turnstile = self_test.then(|| std::sync::Arc::new(tokio::sync::Mutex::new(())));
     let mut runs = JoinSet::new();
     for (id, (t, addr, size, probe)) in built.into_iter().enumerate() {
         let launch = Launch {
             id,
             cfg: cfg.clone(),
-            phase: match turn {
-                Some(turn) => turn.saturating_mul(u32::try_from(id).unwrap_or(u32::MAX)),
-                None => phase(id as u64, n, cfg.interval),
+            phase: if self_test {
+                SELF_TEST_GAP
+            } else {
+                phase(id as u64, n, cfg.interval)
             },
             events: events.clone(),
             stop: stop.clone(),
+            turnstile: turnstile.clone(),
             abandon: abandon.clone(),
             timer: None,
         };

@@ -294,6 +294,7 @@ pub(crate) async fn sweep(
             phase: Duration::ZERO,
             events,
             stop: stop.clone(),
+            turnstile: None,
             abandon: CancellationToken::new(),
             timer: None,
         };

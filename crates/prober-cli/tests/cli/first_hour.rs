@@ -639,7 +639,15 @@ fn help_is_wrapped_grouped_and_honest() {
 #[test]
 fn the_split_shares_add_up() {
     let srv = Server::start(&[]);
-    let out = run(&["run", "-q", "-c", "50", "-i", "5ms", &format!("udp://{}", srv.udp)]);
+    let out = run(&[
+        "run",
+        "-q",
+        "-c",
+        "50",
+        "-i",
+        "5ms",
+        &format!("udp://{}", srv.udp),
+    ]);
     let text = stdout(&out);
     let block: Vec<&str> = text
         .lines()
@@ -655,5 +663,8 @@ fn the_split_shares_add_up() {
         .collect();
     assert!(shares.len() >= 4, "{block:?}");
     let sum: f64 = shares.iter().sum();
-    assert!((sum - 100.0).abs() < 0.5, "shares add up to {sum}: {block:?}");
+    assert!(
+        (sum - 100.0).abs() < 0.5,
+        "shares add up to {sum}: {block:?}"
+    );
 }

@@ -741,3 +741,27 @@ fn cpu_latency_is_held_while_the_run_lasts_and_recorded() {
     );
     assert!(out.stdout.is_empty());
 }
+
+/// The self-test runs its targets one at a time whatever -i and -c say,
+/// back to back included: no target's probes overlap another's.
+#[test]
+fn the_self_test_runs_one_target_at_a_time() {
+    let out = run(&["run", "-i", "0", "-c", "100", "-o", "json"]);
+    let lines = ok_json(&out);
+    let mut spans: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+    for p in of_type(&lines, "probe") {
+        let sent = p["sent_unix_ns"].as_u64().unwrap();
+        let end = sent + p["rtt_ns"].as_u64().unwrap_or(0);
+        let span = spans
+            .entry(p["target"].as_str().unwrap().to_owned())
+            .or_insert((sent, end));
+        *span = (span.0.min(sent), span.1.max(end));
+    }
+    assert!(spans.len() >= 10, "{spans:?}");
+    let mut by_start: Vec<_> = spans.into_iter().collect();
+    by_start.sort_by_key(|(_, (start, _))| *start);
+    for pair in by_start.windows(2) {
+        let ((a, (_, a_end)), (b, (b_start, _))) = (&pair[0], &pair[1]);
+        assert!(a_end <= b_start, "{a} and {b} overlap");
+    }
+}
