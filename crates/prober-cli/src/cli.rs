@@ -439,6 +439,13 @@ pub(crate) struct RunArgs {
     #[arg(short = 'W', long, default_value = "1s", value_parser = ping_duration, allow_hyphen_values = true, value_name = "DURATION", help_heading = "Schedule")]
     pub(crate) timeout: Duration,
 
+    /// Probe the targets one after another, each to its end (-c or -d),
+    /// instead of side by side: a back-to-back comparison (`-i 0
+    /// tcp://... udp://...`) then measures each protocol alone, not their
+    /// contention for the CPUs.
+    #[arg(long, help_heading = "Schedule")]
+    pub(crate) one_at_a_time: bool,
+
     /// Probes per target sent before measuring, not recorded.
     #[arg(long, default_value_t = 0, value_parser = warmup, value_name = "N", help_heading = "Schedule")]
     pub(crate) warmup: u64,

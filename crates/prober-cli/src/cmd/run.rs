@@ -209,6 +209,11 @@ fn probe_flags(args: &RunArgs) -> ProbeFlags<'_> {
 /// and output options that do not fit the output.
 fn check_options(args: &RunArgs, targets: &[Target]) -> anyhow::Result<()> {
     probe_flags(args).check(targets)?;
+    if args.one_at_a_time && args.count.is_none() && args.duration.is_none() {
+        bail!(
+            "--one-at-a-time runs each target to its end before the next: give -c COUNT or -d DURATION"
+        );
+    }
     if args.fields.is_some() && args.output == Output::Json {
         bail!(
             "--fields chooses the columns of -o human and -o csv; -o json always has every field"
@@ -464,7 +469,8 @@ pub(crate) async fn run(
     // share a turnstile, and each starts SELF_TEST_GAP after the one before
     // it ends. Other runs spread their targets' first slots across one
     // interval.
-    let turnstile = self_test.then(|| std::sync::Arc::new(tokio::sync::Mutex::new(())));
+    let turnstile =
+        (self_test || args.one_at_a_time).then(|| std::sync::Arc::new(tokio::sync::Mutex::new(())));
     let mut runs = JoinSet::new();
     for (id, (t, addr, size, probe)) in built.into_iter().enumerate() {
         let launch = Launch {
@@ -472,6 +478,8 @@ pub(crate) async fn run(
             cfg: cfg.clone(),
             phase: if self_test {
                 SELF_TEST_GAP
+            } else if args.one_at_a_time {
+                Duration::ZERO
             } else {
                 phase(id as u64, n, cfg.interval)
             },
