@@ -640,7 +640,10 @@ fn reply(sh: &Shared, sent: Instant, t1: u64, t1k: Option<u64>, got: &Got, bytes
     Reply {
         sent,
         received: got.received,
-        server_dwell: turnaround.map(Duration::from_nanos),
+        // Not "dwell": that is a handler's own time (tcp://, udp://,
+        // grpc://); T3 − T2 is the reflector's whole turnaround, reported as
+        // `responder_turnaround_ns` and the split's responder part.
+        server_dwell: None,
         rx_wake: rx::wake_ns(got.t4k, got.t4).map(Duration::from_nanos),
         bytes,
         ttl: Some(r.sender_ttl),

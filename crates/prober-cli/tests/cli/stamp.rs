@@ -73,7 +73,8 @@ fn stamp_run_shows_the_rtt_the_split_and_loss_by_direction() {
         assert_eq!(p["outcome"], "ok");
         assert_eq!(p["ttl"], 255, "the reflector saw our TTL of 255");
         let turnaround = p["responder_turnaround_ns"].as_u64().expect("T3 − T2");
-        assert_eq!(p["server_dwell_ns"].as_u64(), Some(turnaround));
+        // T3 − T2 is a turnaround, not a handler's dwell: one name each.
+        assert!(p["server_dwell_ns"].is_null(), "{p}");
         let parts = &p["parts"];
         if let (Some(a), Some(b), Some(c)) = (
             parts["client_send_ns"].as_u64(),
