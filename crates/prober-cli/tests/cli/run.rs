@@ -772,7 +772,18 @@ fn the_self_test_runs_one_target_at_a_time() {
 fn one_at_a_time_runs_targets_in_turn() {
     let srv = Server::start(&[]);
     let (t, u) = (format!("tcp://{}", srv.tcp), format!("udp://{}", srv.udp));
-    let out = run(&["run", "--one-at-a-time", "-i", "0", "-c", "200", "-o", "json", &t, &u]);
+    let out = run(&[
+        "run",
+        "--one-at-a-time",
+        "-i",
+        "0",
+        "-c",
+        "200",
+        "-o",
+        "json",
+        &t,
+        &u,
+    ]);
     let lines = ok_json(&out);
     let span = |target: &str| {
         let sent: Vec<u64> = of_type(&lines, "probe")
@@ -784,5 +795,8 @@ fn one_at_a_time_runs_targets_in_turn() {
     };
     let (a, b) = (span(&t), span(&u));
     assert!(a.1 < b.0 || b.1 < a.0, "{a:?} and {b:?} overlap");
-    crate::support::fails(&["run", "--one-at-a-time", &t, &u], "give -c COUNT or -d DURATION");
+    crate::support::fails(
+        &["run", "--one-at-a-time", &t, &u],
+        "give -c COUNT or -d DURATION",
+    );
 }
