@@ -20,8 +20,9 @@ pub struct TargetInfo {
     /// protocol since schema 2) or `kernel` (to the kernel's receive stamp:
     /// ICMP in schema 1 files).
     pub timestamps: String,
-    /// The daemon job the target belongs to.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The daemon job the target belongs to, written `probe` in results as
+    /// in the metrics' label (Prometheus keeps `job` for its scrape job).
+    #[serde(rename = "probe", skip_serializing_if = "Option::is_none")]
     pub job: Option<String>,
     /// Extra labels of its job (Prometheus series carry them).
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]

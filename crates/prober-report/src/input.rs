@@ -308,7 +308,8 @@ struct SweepTag {
 struct ProbeLine<'a> {
     #[serde(borrow)]
     target: Option<Cow<'a, str>>,
-    #[serde(borrow)]
+    /// `probe` since schema 3, `job` before.
+    #[serde(borrow, rename = "probe", alias = "job")]
     job: Option<Cow<'a, str>>,
     #[serde(borrow)]
     outcome: Option<Cow<'a, str>>,
@@ -323,6 +324,7 @@ struct ProbeLine<'a> {
 struct Keys {
     target: memmem::Finder<'static>,
     job: memmem::Finder<'static>,
+    old_job: memmem::Finder<'static>,
     interval: memmem::Finder<'static>,
     outcome: memmem::Finder<'static>,
     sent: memmem::Finder<'static>,
@@ -337,7 +339,8 @@ impl Keys {
         let f = |k: &'static [u8]| memmem::Finder::new(k);
         Self {
             target: f(br#""target":""#),
-            job: f(br#""job":""#),
+            job: f(br#""probe":""#),
+            old_job: f(br#""job":""#),
             interval: f(br#""interval_ns":"#),
             outcome: f(br#""outcome":""#),
             sent: f(br#""sent_unix_ns":"#),
@@ -406,9 +409,12 @@ fn scan_probe_line<'a>(raw: &'a [u8], k: &Keys) -> Option<ProbeLine<'a>> {
     };
     let t = after(&k.target, 0)?;
     let head = &raw[..t];
-    let job = match k.job.find(head) {
-        Some(i) => Some(string(i + 7)?),
-        None => None,
+    // The job's key is `probe` since schema 3, `job` before.
+    let job = match (k.job.find(head), k.old_job.find(head)) {
+        (Some(i), None) => Some(string(i + k.job.needle().len())?),
+        (None, Some(i)) => Some(string(i + k.old_job.needle().len())?),
+        (None, None) => None,
+        (Some(_), Some(_)) => return None,
     };
     let sweep = match k.interval.find(head) {
         Some(i) => Some(SweepTag {
@@ -427,6 +433,7 @@ fn scan_probe_line<'a>(raw: &'a [u8], k: &Keys) -> Option<ProbeLine<'a>> {
     // elsewhere (another writer's field order) sends the line to serde
     // rather than reading as absent.
     if k.job.find(&raw[t..]).is_some()
+        || k.old_job.find(&raw[t..]).is_some()
         || k.interval.find(&raw[t..]).is_some()
         || k.parts.find(&raw[..r]).is_some()
     {

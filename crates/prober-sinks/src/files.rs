@@ -231,7 +231,7 @@ impl RotatingFile {
 }
 
 /// Every probe as a JSON line (`prober run -o json`'s probe lines, with
-/// `"job"`), appended to a file.
+/// the job as `"probe"`), appended to a file.
 #[derive(Debug)]
 pub struct JsonLinesFile {
     file: RotatingFile,

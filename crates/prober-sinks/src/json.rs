@@ -13,7 +13,9 @@ use crate::output::Output;
 /// Version of the JSON lines and CSV probe-line layout, in every meta line
 /// (`"schema"`) so readers can detect a change. 2: statistics of a target
 /// without samples are `null`, sizes may be `null`, errors carry a kind.
-pub const SCHEMA_VERSION: u32 = 2;
+/// 3: a daemon job is `"probe"` (the CSV column too), as the metrics'
+/// label is, where 2 wrote `"job"`.
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// Writes one JSON object per line; field names are listed in the README.
 pub struct JsonSink {
@@ -98,7 +100,9 @@ struct MetaLine<'a> {
 pub struct ProbeLine<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The daemon job, under the name the metrics' label has (`probe`:
+    /// Prometheus keeps `job` for its scrape job).
+    #[serde(rename = "probe", skip_serializing_if = "Option::is_none")]
     job: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     sweep: Option<SweepTag>,
@@ -322,7 +326,8 @@ fn csv_line(header: bool, row: &CsvRow<'_>) -> io::Result<Vec<u8>> {
 /// the row, so they stay in step. A missing value is an empty cell.
 #[derive(Serialize, Default)]
 struct CsvRow<'a> {
-    job: &'a str,
+    /// The daemon job, named as the metrics' label is.
+    probe: &'a str,
     target: &'a str,
     protocol: &'a str,
     addr: &'a str,
@@ -360,7 +365,7 @@ impl<'a> From<&'a ProbeLine<'a>> for CsvRow<'a> {
             part_client_wake_ns,
         ] = l.parts.1;
         Self {
-            job: l.job.unwrap_or(""),
+            probe: l.job.unwrap_or(""),
             target: l.target,
             protocol: l.protocol,
             addr: l.addr,
@@ -438,7 +443,7 @@ mod tests {
     fn the_csv_header_keeps_its_columns() {
         assert_eq!(
             std::str::from_utf8(ProbeLine::csv_header()).unwrap(),
-            "job,target,protocol,addr,seq,outcome,scheduled_unix_ns,sent_unix_ns,send_lag_ns,rtt_ns,latency_ns,server_dwell_ns,bytes,error,error_kind,rx_wake_ns,ttl,kernel_rtt_ns,ping_rtt_ns,part_client_send_ns,part_network_ns,part_responder_wake_ns,part_responder_dwell_ns,part_responder_send_ns,part_client_wake_ns\n"
+            "probe,target,protocol,addr,seq,outcome,scheduled_unix_ns,sent_unix_ns,send_lag_ns,rtt_ns,latency_ns,server_dwell_ns,bytes,error,error_kind,rx_wake_ns,ttl,kernel_rtt_ns,ping_rtt_ns,part_client_send_ns,part_network_ns,part_responder_wake_ns,part_responder_dwell_ns,part_responder_send_ns,part_client_wake_ns\n"
         );
     }
 
@@ -475,7 +480,7 @@ mod tests {
             let i = header.iter().position(|h| h == name).unwrap();
             row[i].to_owned()
         };
-        assert_eq!(cell(&rows[0], "job"), "web \"x\"");
+        assert_eq!(cell(&rows[0], "probe"), "web \"x\"");
         assert_eq!(cell(&rows[0], "target"), "http://h:1/a,b");
         assert_eq!(cell(&rows[0], "seq"), "3");
         assert_eq!(cell(&rows[0], "rtt_ns"), "40000");

@@ -273,13 +273,13 @@ fn sigterm_or_sigint_at_random_moments_loses_no_probe_in_any_sink() {
         assert!(
             lines
                 .iter()
-                .all(|l| l["job"] == "loop" && l["outcome"] == "ok"),
+                .all(|l| l["probe"] == "loop" && l["outcome"] == "ok"),
             "all answered"
         );
         // The CSV has the same probes, once each, after one header.
         let csv = std::fs::read_to_string(dir.join("loop.csv")).unwrap();
         let mut rows = csv.lines();
-        assert!(rows.next().unwrap().starts_with("job,target,protocol"));
+        assert!(rows.next().unwrap().starts_with("probe,target,protocol"));
         let mut csv_seqs: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
         for r in rows {
             let f: Vec<&str> = r.split(',').collect();
@@ -343,7 +343,7 @@ fn sighup_reopens_sink_files_moved_away() {
     }
     // The new CSV starts with its header; both interval logs parse.
     let csv = std::fs::read_to_string(dir.join("loop.csv")).unwrap();
-    assert!(csv.starts_with("job,target,protocol"), "{csv:.80}");
+    assert!(csv.starts_with("probe,target,protocol"), "{csv:.80}");
     assert_eq!(hlog_tags(&dir.join("loop.hlog.1")).len(), 3);
     assert_eq!(hlog_tags(&dir.join("loop.hlog")).len(), 3);
     let _ = std::fs::remove_dir_all(&dir);

@@ -132,7 +132,7 @@ fn a_dead_target_has_no_statistics_not_zeros() {
     );
     let lines = json_lines(&out);
     let meta = of_type(&lines, "meta")[0];
-    assert_eq!(meta["schema"], 2);
+    assert_eq!(meta["schema"], 3);
     let s = of_type(&lines, "summary")[0];
     assert!(s["rtt"].is_null() && s["latency"].is_null(), "{s}");
     assert_eq!(s["loss_pct"], 100.0);
