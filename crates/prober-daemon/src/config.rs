@@ -1183,10 +1183,10 @@ pub async fn load(
     let cfg = parse_with(&text, path, registry, Resolution::System(discovery))
         .await
         .ctx(|| format!("config {}", path.display()))?;
-    for job in &cfg.jobs {
+    for (i, job) in cfg.jobs.iter().enumerate() {
         for file in job.sinks.paths() {
             prober_sinks::files::check_writable(file)
-                .ctx(|| format!("config {}: job {:?}.sinks", path.display(), job.name))?;
+                .ctx(|| format!("config {}: job[{i}] ({:?}).sinks", path.display(), job.name))?;
         }
     }
     Ok(cfg)
@@ -1302,12 +1302,14 @@ pub async fn parse_with(
     }
     // Two writers on one file would interleave rows and rotate each
     // other's files away.
-    let mut paths: std::collections::HashMap<&Path, &str> = std::collections::HashMap::new();
-    for job in &jobs {
+    let mut paths: std::collections::HashMap<&Path, (usize, &str)> =
+        std::collections::HashMap::new();
+    for (i, job) in jobs.iter().enumerate() {
         for path in job.sinks.paths() {
-            if let Some(other) = paths.insert(path, &job.name) {
+            if let Some((o, other)) = paths.insert(path, (i, &job.name)) {
+                // Keys as every other message writes them: job[0] ("a").
                 bail!(
-                    "job {:?}.sinks: {} is also a sink of job {other:?} (set sinks per job, not in [defaults], when several jobs write files)",
+                    "job[{i}] ({:?}).sinks: {} is also a sink of job[{o}] ({other:?}) (set sinks per job, not in [defaults], when several jobs write files)",
                     job.name,
                     path.display()
                 );
@@ -1889,7 +1891,7 @@ mod tests {
             ),
             (
                 "[defaults]\nsinks = { csv = { path = \"x.csv\" } }\n[[job]]\nname = \"a\"\ntargets = [\"udp://127.0.0.1:1\"]\n[[job]]\nname = \"b\"\ntargets = [\"udp://127.0.0.1:2\"]",
-                "is also a sink of job",
+                "job[1] (\"b\").sinks: /etc/prober/x.csv is also a sink of job[0] (\"a\")",
             ),
             ("[serve\n", "line 1, column 7: unclosed table"),
             (
