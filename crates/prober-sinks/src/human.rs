@@ -103,7 +103,14 @@ impl HumanSink {
         // Shares are of the parts' means, which add up (medians of parts
         // do not: a block of medians showed 56.8 % + 11.4 % + 59.5 %); the
         // time shown is each part's median.
-        let turnaround = s.parts.get(prober_core::Parts::TURNAROUND);
+        // The responder's whole turnaround stands in for its three parts
+        // only where none of them is known: beside a known one (HTTP with
+        // --new-connection knows its dwell) it would overlap it.
+        let turnaround = s.parts.get(prober_core::Parts::TURNAROUND).filter(|_| {
+            !prober_core::Parts::NAMES
+                .iter()
+                .any(|n| n.starts_with("responder") && s.parts.contains_key(*n))
+        });
         let shown: Vec<&prober_core::DistSummary> = prober_core::Parts::NAMES
             .iter()
             .filter_map(|name| match (s.parts.get(*name), turnaround) {
@@ -760,5 +767,54 @@ mod tests {
         // gRPC runs on HTTP/2 without TLS: compared with h2c, not HTTPS.
         assert_eq!(row("gRPC")[2..], ["HTTP/2 (h2c)", "-51.0", "-"]);
         assert!(rows.iter().all(|r| r[0] != "gRPC over TLS"));
+    }
+
+    /// A writer the test reads back.
+    #[derive(Clone, Default)]
+    struct Buf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl crate::Destination for Buf {}
+
+    /// A responder that reports its dwell and also its whole turnaround
+    /// (HTTP with --new-connection): the turnaround does not stand in for
+    /// the parts beside the known one, which would count the dwell twice.
+    #[test]
+    fn a_known_responder_part_is_not_overlapped_by_the_turnaround() {
+        let buf = Buf::default();
+        let mut sink = HumanSink::new(Box::new(buf.clone()), true, Vec::new());
+        let mut s = summary(
+            "http",
+            300,
+            &[
+                ("client_send", 20),
+                ("network", 10),
+                ("responder_dwell", 5),
+                ("client_wake", 30),
+                ("turnaround", 240),
+            ],
+        );
+        s.split = Some(prober_core::stats::SplitCounts::default());
+        sink.write_split(&s).unwrap();
+        sink.out.flush().unwrap();
+        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        assert!(text.contains("responder dwell"), "{text}");
+        assert!(
+            !text.lines().any(|l| l.trim_start().starts_with("responder ") && l.contains("as it reports it")),
+            "the turnaround overlaps the dwell: {text}"
+        );
+        assert!(
+            text.contains("responder wake") && text.contains("unknown"),
+            "{text}"
+        );
     }
 }
