@@ -608,6 +608,7 @@ fn sweep_section(
             esc(st.version.as_deref().unwrap_or("?")),
         );
     }
+    h.push_str("<p>The table's quantiles are HdrHistogram's, over every round, as the sweep's own table and JSON compute them; the chart's are exact (interpolated).</p>");
     h.push_str("<div class=\"scroll\"><table id=\"sweep-table\"><tr><th>target</th><th>interval</th><th>count</th><th>loss</th><th>p25</th><th>p50</th><th>p75</th><th>p99</th><th>mean</th></tr>");
     let mut curves = Vec::new();
     for (index, name) in order.iter().enumerate() {
@@ -634,11 +635,14 @@ fn sweep_section(
                 d.ok,
                 d.loss_pct
                     .map_or_else(|| "?".to_owned(), |l| format!("{l:.2} %")),
-                cell(q[0]),
-                cell(q[1]),
-                cell(q[2]),
-                cell(q[3]),
-                cell(v.mean().unwrap_or(f64::NAN)),
+                // The table's numbers are the sweep's own (its table and
+                // JSON): HdrHistogram quantiles over the same probes, as
+                // the statistics table above; the curve keeps the exact ones.
+                cell(d.rtt.map_or(f64::NAN, |r| r.p25 as f64)),
+                cell(d.rtt.map_or(f64::NAN, |r| r.p50 as f64)),
+                cell(d.rtt.map_or(f64::NAN, |r| r.p75 as f64)),
+                cell(d.rtt.map_or(f64::NAN, |r| r.p99 as f64)),
+                cell(d.rtt.map_or(f64::NAN, |r| r.mean)),
             );
             if q[1].is_finite() {
                 curve.push((iv.max(1.0), q[0], q[1], q[2]));

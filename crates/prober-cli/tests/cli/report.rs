@@ -543,6 +543,37 @@ fn sweep_runs_every_point_per_round_and_report_draws_the_curve() {
     assert!(html.contains("data-chart=\"sweep\""));
     let table = html.split("sweep-table").nth(1).unwrap();
     assert_eq!(table.matches("<tr><td class=\"name\">").count(), 4);
+    // Each point's p50 in the report is the sweep's own: the same
+    // HdrHistogram over the same probes (every round, in file order).
+    let table = table.split("</table>").next().unwrap();
+    for row in table.split("<tr><td class=\"name\">").skip(1) {
+        let ns: Vec<f64> = row
+            .split("data-ns=\"")
+            .skip(1)
+            .map(|c| c.split('"').next().unwrap().parse().unwrap())
+            .collect();
+        let (interval, p50) = (ns[0] as u64, ns[2]);
+        let target = [&target, &format!("udp://{}", server.udp)]
+            .into_iter()
+            .find(|t| row.contains(t.as_str()))
+            .unwrap()
+            .clone();
+        let mut d = prober_core::stats::Dist::default();
+        for l in &lines[1..] {
+            if l["type"] == "probe"
+                && l["target"] == target.as_str()
+                && l["sweep"]["interval_ns"] == interval
+                && l["outcome"] == "ok"
+            {
+                d.record_ns(l["rtt_ns"].as_u64().unwrap());
+            }
+        }
+        assert_eq!(
+            p50,
+            d.summary().unwrap().p50 as f64,
+            "{target} at {interval} ns: {row}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
