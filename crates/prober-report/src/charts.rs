@@ -81,6 +81,9 @@ fn short(name: &str) -> String {
 pub struct BoxRow {
     /// Series name.
     pub label: String,
+    /// Its colour's index: the series' own, or its target's where several
+    /// rows are one target (a sweep's points).
+    pub colour: usize,
     /// p5, p25, p50, p75, p95 in ns of the trimmed values; `None` without
     /// ok probes.
     pub stats: Option<[f64; 5]>,
@@ -175,7 +178,7 @@ pub fn box_plot(rows: &[BoxRow]) -> ChartResult {
         rows_mesh(&mut chart, format!("RTT ({})", unit.name))?;
         for (i, r) in rows.iter().enumerate() {
             let y = row_y(i, rows.len());
-            let c = colour(i);
+            let c = colour(r.colour);
             let Some(s) = r.stats else {
                 no_data(&root, &chart, lo, y)?;
                 continue;
@@ -816,10 +819,12 @@ mod tests {
         let rows = vec![
             BoxRow {
                 label: "tcp://127.0.0.1:1".into(),
+                colour: 0,
                 stats: Some([10e3, 20e3, 25e3, 30e3, 50e3]),
             },
             BoxRow {
                 label: "dead".into(),
+                colour: 1,
                 stats: None,
             },
         ];
@@ -832,6 +837,7 @@ mod tests {
         assert!(
             box_plot(&[BoxRow {
                 label: "x".into(),
+                colour: 0,
                 stats: None
             }])
             .unwrap()

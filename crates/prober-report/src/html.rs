@@ -367,6 +367,7 @@ fn charts_for(
         .zip(&trimmed)
         .map(|(r, (kept, _))| BoxRow {
             label: r.label.clone(),
+            colour: r.index,
             stats: (!kept.is_empty()).then(|| {
                 let q = kept.quantiles(&[0.05, 0.25, 0.5, 0.75, 0.95]);
                 [q[0], q[1], q[2], q[3], q[4]]
@@ -655,6 +656,34 @@ fn sweep_section(
         });
     }
     h.push_str("</table></div>");
+    // Each point's distribution, not only its median and quartiles: a box
+    // per target and interval, in the curve's order.
+    let mut boxes = Vec::new();
+    for (index, name) in order.iter().enumerate() {
+        let mut pts = by[name].clone();
+        pts.sort_by_key(|s| s.sweep_interval_ns);
+        for s in pts {
+            let (kept, _) = Values::rtt(s).trim_z();
+            boxes.push(BoxRow {
+                colour: index,
+                label: format!(
+                    "{name} @ {}",
+                    format_ns(s.sweep_interval_ns.unwrap_or(0) as f64)
+                ),
+                stats: (!kept.is_empty()).then(|| {
+                    let q = kept.quantiles(&[0.05, 0.25, 0.5, 0.75, 0.95]);
+                    [q[0], q[1], q[2], q[3], q[4]]
+                }),
+            });
+        }
+    }
+    figure(
+        h,
+        out,
+        "points",
+        charts::box_plot(&boxes)?,
+        "Each point's distribution (every round), coloured by target: the box spans the 25th to 75th percentile with a line at the median, whiskers at the 5th and 95th percentiles, after a two-pass z-score cut (values with |z| &gt; 3 dropped, then again on the rest).",
+    );
     figure(
         h,
         out,

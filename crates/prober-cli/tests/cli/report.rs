@@ -541,6 +541,17 @@ fn sweep_runs_every_point_per_round_and_report_draws_the_curve() {
     assert!(r.status.success(), "{}", stderr(&r));
     let html = std::fs::read_to_string(&page).unwrap();
     assert!(html.contains("data-chart=\"sweep\""));
+    // Each point's distribution too, not only the curve: a box per target
+    // and interval.
+    let points = html
+        .split("data-chart=\"points\"")
+        .nth(1)
+        .expect("a box per sweep point")
+        .split("</figure>")
+        .next()
+        .unwrap();
+    assert_eq!(points.matches(" @ 1.00 ms").count(), 2, "{points:.300}");
+    assert_eq!(points.matches(" @ 5.00 ms").count(), 2, "{points:.300}");
     let table = html.split("sweep-table").nth(1).unwrap();
     assert_eq!(table.matches("<tr><td class=\"name\">").count(), 4);
     // Each point's p50 in the report is the sweep's own: the same
