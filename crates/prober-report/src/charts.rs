@@ -460,20 +460,32 @@ pub fn time_series(label: &str, index: usize, buckets: &[Bucket]) -> ChartResult
             .map(|b| b.end_s)
             .fold(0.0, f64::max)
             .max(1e-3);
+        // A log axis: a p99 spike sets the top, and on a linear axis it
+        // flattened p50 along the bottom; on a log one both stay readable.
+        let min = buckets
+            .iter()
+            .filter_map(|b| b.p50_p99)
+            .map(|p| p.0)
+            .fold(f64::INFINITY, f64::min);
         let top = (max * 1.1 / unit.ns).max(1e-9);
+        let bottom = if min.is_finite() {
+            (min * 0.8 / unit.ns).clamp(1e-9, top / 2.0)
+        } else {
+            top / 10.0
+        };
         let mut chart = ChartBuilder::on(&root)
             .caption(short(label), font(14))
             .margin(10)
             .x_label_area_size(40)
             .y_label_area_size(70)
-            .build_cartesian_2d(0.0..end, 0.0..top)?;
+            .build_cartesian_2d(0.0..end, (bottom..top).log_scale())?;
         chart
             .configure_mesh()
             .max_light_lines(1)
             .light_line_style(RGBColor(238, 238, 238))
             .bold_line_style(RGBColor(205, 205, 205))
             .x_desc("time since the first probe (s)")
-            .y_desc(format!("RTT ({})", unit.name))
+            .y_desc(format!("RTT ({}, log scale)", unit.name))
             .label_style(font(12))
             .axis_desc_style(font(13))
             .x_label_formatter(&|v| axis_number(*v))
@@ -487,9 +499,9 @@ pub fn time_series(label: &str, index: usize, buckets: &[Bucket]) -> ChartResult
         if !outage.is_empty() {
             chart
                 .draw_series(
-                    outage
-                        .iter()
-                        .map(|b| Rectangle::new([(b.start_s, 0.0), (b.end_s, top)], grey.filled())),
+                    outage.iter().map(|b| {
+                        Rectangle::new([(b.start_s, bottom), (b.end_s, top)], grey.filled())
+                    }),
                 )?
                 .label("outage (no reply)")
                 .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], grey.filled()));
@@ -535,7 +547,7 @@ pub fn time_series(label: &str, index: usize, buckets: &[Bucket]) -> ChartResult
                     buckets
                         .iter()
                         .filter(|b| b.lost > 0)
-                        .map(|b| TriangleMarker::new((mid(b), top * 0.02), 5, red.filled())),
+                        .map(|b| TriangleMarker::new((mid(b), bottom * 1.05), 5, red.filled())),
                 )?
                 .label("loss (timeouts, errors)")
                 .legend(move |(x, y)| TriangleMarker::new((x + 7, y), 5, red.filled()));

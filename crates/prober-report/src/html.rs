@@ -473,7 +473,7 @@ fn charts_for(
             &format!("timeseries-{}", r.index),
             charts::time_series(&r.label, r.index, &buckets)?,
             &format!(
-                "{}: p50 and p99 of the ok RTTs per time bucket ({}); red triangles mark buckets with timeouts or errors, grey bands buckets in which no probe got a reply.",
+                "{}: p50 and p99 of the ok RTTs per time bucket ({}), on a log axis so that a p99 spike does not flatten p50; red triangles mark buckets with timeouts or errors, grey bands buckets in which no probe got a reply.",
                 esc(&r.label),
                 if r.series.histogram_only() {
                     "one per logged interval".to_owned()
