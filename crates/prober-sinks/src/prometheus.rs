@@ -10,16 +10,13 @@
 //! daemon's own few through prometheus/client_rust's registry
 //! ([`scrape`] puts them together).
 //!
-//! History of the cost, at 10,000 ICMP targets:
-//! - prometheus-client against the first hand-written exposition (classic
-//!   buckets only, 25 MB per scrape): 0.13-0.19 s per OpenMetrics scrape
-//!   against 0.09-0.15 s, so the maintained crate replaced it;
-//! - with the fleet features (native and per-part histograms, 7 histograms
-//!   a target), a protobuf scrape through prometheus-client took 0.4-0.8 s
-//!   of CPU (benches/scale), over the 200 ms the scale goal asks for. Two
-//!   thirds of it was prometheus-client building its message tree, mostly
-//!   copies of label strings. Hence [`crate::exposition`] for the targets'
-//!   families: 0.15-0.17 s for the same scrape.
+//! Why the targets' families are written by [`crate::exposition`] and not
+//! by prometheus-client: at 10,000 targets with native and per-part
+//! histograms, most of a protobuf scrape's CPU went to prometheus-client
+//! building its message tree (copies of label strings), over the scale
+//! goal; BENCHMARKS.md ("A fleet citizen" and the sections before it) has
+//! the figures of both. prometheus-client still serves the daemon's own
+//! families.
 //!
 //! A scrape runs on the blocking pool, with the series lock released, so
 //! probing does not wait for it.
@@ -443,8 +440,8 @@ impl PrometheusSink {
     /// target, ...).
     pub fn status(&self) -> Vec<StatusRow> {
         // A few hundred targets per hold of the lock: the windows' quantiles
-        // take about 15 µs a target, and the probing thread records through
-        // the same lock (10,000 targets in one hold stalled it for 0.15 s).
+        // cost some µs a target, and the probing thread records through the
+        // same lock (10,000 targets in one hold stalled it; BENCHMARKS.md).
         const CHUNK: usize = 256;
         let mut rows: Vec<StatusRow> = Vec::new();
         // In the map's order: the rows are sorted by labels at the end.
