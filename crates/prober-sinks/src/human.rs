@@ -438,6 +438,15 @@ impl HumanSink {
             rows.push(row);
         }
         self.write_table(&rows)?;
+        // ping's own number differs from the table's RTT: say so once, under
+        // the table, where a ping user compares them.
+        if let Some(p) = summaries.iter().find_map(|s| s.ping_rtt.as_ref()) {
+            writeln!(
+                self.out,
+                "ICMP rtt runs to the user receive, as every protocol's; ping prints less, to the kernel's receive stamp: p50 {} here (ping rtt above, or --fields ping.p50)",
+                format_ns(p.p50 as f64)
+            )?;
+        }
         self.out.flush()
     }
 }

@@ -74,6 +74,26 @@ fn raw_socket_on_loopback_v4_and_v6() {
         let (ping, rtt) = (s["ping_rtt"]["p50"].as_u64(), s["rtt"]["p50"].as_u64());
         assert!(ping.is_some() && ping <= rtt, "{s}");
     }
+    // The human table says, under it, what ping would print.
+    let out = crate::support::run(&[
+        "run",
+        "-c",
+        "5",
+        "-i",
+        "10ms",
+        "--icmp-socket",
+        "raw",
+        "127.0.0.1",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let table = text
+        .rsplit("(rtt: user send to user receive")
+        .next()
+        .unwrap();
+    assert!(
+        table.contains("ping prints less, to the kernel's receive stamp: p50 "),
+        "{text}"
+    );
     let mut seqs: Vec<u64> = of_type(&lines, "probe")
         .iter()
         .filter(|p| p["target"] == "icmp://127.0.0.1")
