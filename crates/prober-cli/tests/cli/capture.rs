@@ -88,10 +88,10 @@ fn icmp_split_agrees_with_a_packet_capture() {
     // load both cores, so they hold the machine to themselves.
     let mut quiet = Some(crate::support::times_things());
     let mut _loading = None;
-    if !crate::support::installed("tcpdump") {
-        prober_core::testutil::skip(
-            "capture check: tcpdump is not installed (.ci/run installs it)",
-        );
+    if !crate::support::require_tools(
+        &["tcpdump"],
+        "capture check: tcpdump is not installed (.ci/run installs it)",
+    ) {
         return;
     }
     let Some(ns) = Netns::new("capture") else {
@@ -350,10 +350,10 @@ fn tcp_split_agrees_with_a_packet_capture() {
 
 fn frames_split_agrees_with_a_packet_capture(proto: &str) {
     let _machine = crate::support::times_things();
-    if !crate::support::installed("tcpdump") {
-        prober_core::testutil::skip(format_args!(
-            "{proto} capture check: tcpdump is not installed (.ci/run installs it)"
-        ));
+    if !crate::support::require_tools(
+        &["tcpdump"],
+        &format!("{proto} capture check (.ci/run installs tcpdump)"),
+    ) {
         return;
     }
     let Some(ns) = Netns::new(&format!("capture-{proto}")) else {
@@ -521,10 +521,10 @@ fn read_handshakes(bytes: &[u8], server_port: u16) -> Vec<(u64, u64)> {
 #[test]
 fn handshake_split_agrees_with_a_packet_capture() {
     let _machine = crate::support::times_things();
-    if !crate::support::installed("tcpdump") {
-        prober_core::testutil::skip(
-            "handshake capture check: tcpdump is not installed (.ci/run installs it)",
-        );
+    if !crate::support::require_tools(
+        &["tcpdump"],
+        "handshake capture check: tcpdump is not installed (.ci/run installs it)",
+    ) {
         return;
     }
     let Some(ns) = Netns::new("capture-syn") else {
@@ -666,10 +666,10 @@ fn http_split_agrees_with_a_packet_capture() {
 /// SERVE 127.0.0.1:8708` in a namespace, checked against tcpdump there.
 fn http_stack_split_agrees_with_a_packet_capture(name: &str, serve: &str, target: &str) {
     let _machine = crate::support::times_things();
-    if !crate::support::installed("tcpdump") {
-        prober_core::testutil::skip(format_args!(
-            "{name} capture check: tcpdump is not installed (.ci/run installs it)"
-        ));
+    if !crate::support::require_tools(
+        &["tcpdump"],
+        &format!("{name} capture check (.ci/run installs tcpdump)"),
+    ) {
         return;
     }
     let Some(ns) = Netns::new(&format!("capture-{name}")) else {

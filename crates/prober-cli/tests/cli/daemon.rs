@@ -643,10 +643,10 @@ fn prom_query(port: u16, query: &str, time: Option<f64>) -> Option<Vec<Value>> {
 /// and p99 of the same probes in the JSON lines, within one native bucket.
 #[test]
 fn real_prometheus_scrapes_what_the_files_say() {
-    if !crate::support::installed("prometheus") {
-        prober_core::testutil::skip(
-            "prometheus is not installed (.ci/run installs Debian's prometheus)",
-        );
+    if !crate::support::require_tools(
+        &["prometheus"],
+        "prometheus is not installed (.ci/run installs Debian's prometheus)",
+    ) {
         return;
     }
     let d = Daemon::start("prom", JOBS);

@@ -256,8 +256,10 @@ fn ctrl_c_while_a_name_resolves_ends_the_run_at_once() {
         prober_core::testutil::skip("names resolve through nscd or systemd-resolved here");
         return;
     }
-    if !crate::support::installed("python3") {
-        prober_core::testutil::skip("no python3 for the silent DNS server (.ci/run has it)");
+    if !crate::support::require_tools(
+        &["python3"],
+        "no python3 for the silent DNS server (.ci/run has it)",
+    ) {
         return;
     }
     let Some(ns) = crate::support::Netns::new("resolve") else {

@@ -508,8 +508,10 @@ fn reserved_label_names_are_refused() {
 
 #[test]
 fn a_quiet_run_shows_progress_on_a_terminal_only() {
-    if !crate::support::installed("script") {
-        prober_core::testutil::skip("progress check: script(1) is not installed (util-linux)");
+    if !crate::support::require_tools(
+        &["script"],
+        "progress check: script(1) is not installed (util-linux)",
+    ) {
         return;
     }
     let srv = Server::start(&[]);

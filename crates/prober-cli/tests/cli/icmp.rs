@@ -1,7 +1,7 @@
 //! ICMP: both socket kinds, permissions, exact loss and ICMP errors, inside
 //! network namespaces the tests create.
 
-use crate::support::{Netns, is_root, json_lines, of_type, ok_json, run, run_json_ok};
+use crate::support::{Netns, json_lines, of_type, ok_json, run, run_json_ok};
 
 /// True if `nft` can run here; otherwise the test says it is skipped.
 fn have_nft(test: &str) -> bool {
@@ -38,8 +38,7 @@ fn summary(out: &std::process::Output) -> serde_json::Value {
 
 #[test]
 fn raw_socket_on_loopback_v4_and_v6() {
-    if !is_root() {
-        prober_core::testutil::skip("raw ICMP sockets need root or CAP_NET_RAW");
+    if !crate::support::require_root("raw ICMP sockets need root or CAP_NET_RAW") {
         return;
     }
     let mut args = vec![
@@ -393,8 +392,10 @@ fn a_deterministic_loss_pattern_gives_exactly_its_bursts() {
 /// firewall mark on each); the options are refused where they cannot apply.
 #[test]
 fn dscp_and_source_hold_for_every_request_on_the_wire() {
-    if !crate::support::installed("tcpdump") {
-        prober_core::testutil::skip("tcpdump is not installed (.ci/run installs it)");
+    if !crate::support::require_tools(
+        &["tcpdump"],
+        "tcpdump is not installed (.ci/run installs it)",
+    ) {
         return;
     }
     let Some(ns) = Netns::new("dscp") else {

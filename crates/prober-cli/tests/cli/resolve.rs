@@ -160,8 +160,7 @@ fn a_reload_that_finds_no_jobs_is_refused_unless_allowed() {
 /// writes (root; in CI this must run, not be skipped).
 #[test]
 fn a_name_that_resolves_later_starts_probing() {
-    if !is_root() {
-        prober_core::testutil::skip("a private /etc/hosts needs root");
+    if !crate::support::require_root("a private /etc/hosts needs root") {
         return;
     }
     let dir = std::env::temp_dir().join(format!("prober-late-name-{}", std::process::id()));

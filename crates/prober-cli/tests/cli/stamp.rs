@@ -164,10 +164,10 @@ fn wireshark_time(s: &str) -> i64 {
 
 #[test]
 fn wireshark_decodes_what_prober_sends_and_reflects() {
-    if !crate::support::installed("tshark") || !crate::support::installed("tcpdump") {
-        prober_core::testutil::skip(
-            "tshark check: tshark or tcpdump is not installed (.ci/run installs them)",
-        );
+    if !crate::support::require_tools(
+        &["tshark", "tcpdump"],
+        "tshark check: tshark or tcpdump is not installed (.ci/run installs them)",
+    ) {
         return;
     }
     let Some(ns) = Netns::new("stamp-tshark") else {
@@ -281,8 +281,7 @@ fn wireshark_decodes_what_prober_sends_and_reflects() {
 
 #[test]
 fn a_stamp_peer_written_from_the_rfc_interoperates() {
-    if !crate::support::installed("python3") {
-        prober_core::testutil::skip("python3 is not installed");
+    if !crate::support::require_tools(&["python3"], "python3 is not installed") {
         return;
     }
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cli/stamp_peer.py");
@@ -357,8 +356,8 @@ fn a_stamp_peer_written_from_the_rfc_interoperates() {
 /// and checks the sender puts the loss on that side, within 4σ.
 #[test]
 fn loss_in_one_direction_is_attributed_to_it() {
-    if !crate::support::installed("nft") {
-        prober_core::testutil::skip("nft is not installed (.ci/run installs nftables)");
+    if !crate::support::require_tools(&["nft"], "nft is not installed (.ci/run installs nftables)")
+    {
         return;
     }
     let n: u64 = 2000;

@@ -370,11 +370,11 @@ pub(crate) struct Netns {
 }
 
 impl Netns {
-    /// Creates a namespace with loopback up, or `None` (with a visible
-    /// SKIPPED line) when this host cannot: not root, or no `ip` tool.
+    /// Creates a namespace with loopback up, or `None` when this host
+    /// cannot (not root, or `ip netns add` fails): a failure under
+    /// `CI=true`, a skip elsewhere (`testutil::skip`).
     pub(crate) fn new(tag: &str) -> Option<Self> {
-        if !is_root() {
-            prober_core::testutil::skip(format_args!("{tag} needs root for network namespaces"));
+        if !require_root(&format!("{tag} needs root for network namespaces")) {
             return None;
         }
         let name = format!("prober-{tag}-{}", std::process::id());
@@ -479,8 +479,7 @@ pub(crate) struct TinyDisk(pub(crate) std::path::PathBuf);
 
 impl TinyDisk {
     pub(crate) fn mount(tag: &str, kib: u32) -> Option<Self> {
-        if !crate::support::is_root() {
-            prober_core::testutil::skip(format_args!("{tag} needs root to mount a tmpfs"));
+        if !require_root(&format!("{tag} needs root to mount a tmpfs")) {
             return None;
         }
         let dir = std::env::temp_dir().join(format!("prober-{tag}-{}", std::process::id()));
@@ -522,20 +521,39 @@ pub(crate) fn times_things() -> std::sync::RwLockReadGuard<'static, ()> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Whether `tool` runs here (`tool --version` starts): a test that needs
-/// it is skipped without it.
+/// Whether `tool` runs here (`tool --version` starts).
 pub(crate) fn installed(tool: &str) -> bool {
     Command::new(tool).arg("--version").output().is_ok()
+}
+
+/// Whether the tools a test needs are installed. Without one the test
+/// cannot run: under `CI=true` that fails it (`.ci/run` installs them all),
+/// elsewhere it is skipped with a line saying why (`testutil::skip`).
+pub(crate) fn require_tools(tools: &[&str], why: &str) -> bool {
+    match tools.iter().find(|t| !installed(t)) {
+        None => true,
+        Some(missing) => {
+            prober_core::testutil::skip(format_args!("{why}: {missing} is not installed"));
+            false
+        }
+    }
+}
+
+/// Whether this test runs as root. Without root it cannot run: under
+/// `CI=true` (which runs as root) that fails it, elsewhere it is skipped
+/// with a line saying why (`testutil::skip`).
+pub(crate) fn require_root(why: &str) -> bool {
+    if is_root() {
+        return true;
+    }
+    prober_core::testutil::skip(why);
+    false
 }
 
 /// Whether dnsmasq is installed; without it a DNS test is skipped, except
 /// in CI, whose `.ci/run` installs it.
 pub(crate) fn have_dnsmasq() -> bool {
-    if installed("dnsmasq") {
-        return true;
-    }
-    prober_core::testutil::skip("dnsmasq is missing (.ci/run installs dnsmasq-base)");
-    false
+    require_tools(&["dnsmasq"], "DNS test (.ci/run installs dnsmasq-base)")
 }
 
 /// A loopback port with no UDP socket on it, for a DNS server.
