@@ -76,9 +76,10 @@ pub struct Launch {
     /// others' contention for the CPUs). `None`: runs at once.
     pub turnstile: Option<Arc<tokio::sync::Mutex<()>>>,
     /// Stops waiting for the replies of probes in flight: each ends at once
-    /// as a timeout (a second Ctrl-C). A token never cancelled waits for
-    /// them, each up to its timeout.
-    pub abandon: CancellationToken,
+    /// as a timeout (a second Ctrl-C). `None` (the daemon, sweep) waits for
+    /// them, each up to its timeout, and adds nothing to a probe's path: a
+    /// token, even one never cancelled, is a lock taken on every probe.
+    pub abandon: Option<CancellationToken>,
     /// Where waits end when the target has no timerfd of its own
     /// ([`RunConfig::precise_timer`] off): the daemon's one high-resolution
     /// timer; `None`: the tokio timer (millisecond ticks).
@@ -132,7 +133,7 @@ pub async fn run_target<P: Probe>(
         events,
         stop,
         turnstile: None,
-        abandon: CancellationToken::new(),
+        abandon: None,
         timer: None,
     };
     run_launched(probe, launch).await;
@@ -178,7 +179,7 @@ async fn run_launched<P: Probe>(probe: Arc<P>, launch: Launch) {
         let _ = tokio::time::timeout(cfg.timeout, probe.probe(WARMUP_SEQ_BASE + i)).await;
     }
     let missed = if cfg.closed_loop() {
-        closed_loop(&probe, target, &cfg, &events, &stop, &abandon).await;
+        closed_loop(&probe, target, &cfg, &events, &stop, abandon.as_ref()).await;
         0
     } else {
         open_loop(
@@ -188,7 +189,7 @@ async fn run_launched<P: Probe>(probe: Arc<P>, launch: Launch) {
             phase,
             timer,
             &events,
-            (&stop, &abandon),
+            (&stop, abandon.as_ref()),
         )
         .await
     };
@@ -207,7 +208,7 @@ async fn open_loop<P: Probe>(
     phase: Duration,
     timer: Option<SharedTimer>,
     events: &mpsc::Sender<Event>,
-    (stop, abandon): (&CancellationToken, &CancellationToken),
+    (stop, abandon): (&CancellationToken, Option<&CancellationToken>),
 ) -> u64 {
     let mut sleeper = Sleeper::new(cfg.pacing, cfg.precise_timer, cfg.interval).with_shared(timer);
     // Probes in flight are polled by this task, not spawned: the request
@@ -324,14 +325,14 @@ async fn closed_loop<P: Probe>(
     cfg: &RunConfig,
     events: &mpsc::Sender<Event>,
     stop: &CancellationToken,
-    abandon: &CancellationToken,
+    abandon: Option<&CancellationToken>,
 ) {
     let next_seq = Arc::new(AtomicU64::new(0));
     let end = cfg.duration.map(|d| Instant::now() + d);
     let mut lanes = JoinSet::new();
     for _ in 0..cfg.burst {
         let (probe, events, stop) = (Arc::clone(probe), events.clone(), stop.clone());
-        let abandon = abandon.clone();
+        let abandon = abandon.cloned();
         let (next_seq, count, timeout) = (Arc::clone(&next_seq), cfg.count, cfg.timeout);
         lanes.spawn(async move {
             // Replies whose split comes later (`Probe::settle`) wait here
@@ -356,7 +357,7 @@ async fn closed_loop<P: Probe>(
                     Instant::now(),
                     Gate::open(),
                     timeout,
-                    &abandon,
+                    abandon.as_ref(),
                 );
                 tokio::pin!(probing);
                 let sample = loop {
@@ -439,16 +440,20 @@ async fn one_probe<P: Probe>(
     scheduled: Instant,
     gate: Gate,
     timeout: Duration,
-    abandon: &CancellationToken,
+    abandon: Option<&CancellationToken>,
 ) -> Sample {
     // A probe started ahead of its deadline (behind a gate) is timed out
     // from the deadline, like the others.
     let started = Instant::now().max(scheduled);
     let probing = probe.probe_at(seq, gate);
-    let waited = tokio::select! {
-        r = tokio::time::timeout_at(started + timeout, probing) => r,
-        // Abandoned: unanswered so far, so counted as a timeout.
-        () = abandon.cancelled() => Ok(Err(crate::ProbeError::timeout("abandoned: stopped while in flight"))),
+    let waiting = tokio::time::timeout_at(started + timeout, probing);
+    let waited = match abandon {
+        None => waiting.await,
+        Some(abandon) => tokio::select! {
+            r = waiting => r,
+            // Abandoned: unanswered so far, so counted as a timeout.
+            () = abandon.cancelled() => Ok(Err(crate::ProbeError::timeout("abandoned: stopped while in flight"))),
+        },
     };
     let (sent, outcome, bytes) = match waited {
         Ok(Ok(reply)) => (reply.sent, Outcome::Ok(reply), reply.bytes),

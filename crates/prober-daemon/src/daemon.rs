@@ -380,7 +380,7 @@ impl Daemon {
             // A target stopped by a reload or SIGTERM waits out its probes
             // in flight (each up to its timeout): their results are kept.
             turnstile: None,
-            abandon: CancellationToken::new(),
+            abandon: None,
             timer: self.timer.clone(),
         };
         let reader = probe.launch(&mut self.tasks, launch);

@@ -486,7 +486,7 @@ pub(crate) async fn run(
             events: events.clone(),
             stop: stop.clone(),
             turnstile: turnstile.clone(),
-            abandon: abandon.clone(),
+            abandon: Some(abandon.clone()),
             timer: None,
         };
         let reader = probe.launch(&mut runs, launch);

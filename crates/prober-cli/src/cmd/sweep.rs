@@ -295,7 +295,7 @@ pub(crate) async fn sweep(
             events,
             stop: stop.clone(),
             turnstile: None,
-            abandon: CancellationToken::new(),
+            abandon: None,
             timer: None,
         };
         let reader = probe.launch(&mut runs, launch);
