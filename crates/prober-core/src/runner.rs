@@ -161,10 +161,14 @@ async fn run_launched<P: Probe>(probe: Arc<P>, launch: Launch) {
             turn = t.lock_owned() => Some(turn),
         },
     };
+    // The set-up, the warm-up and the closed loop are boxed: a task is as
+    // large as the largest future it awaits inline, for its whole life,
+    // and the steady state is the open loop (BENCHMARKS.md, "Memory at
+    // 10,000 targets").
     tokio::select! {
         biased;
         () = stop.cancelled() => {}
-        res = tokio::time::timeout(cfg.timeout, probe.prepare()) => match res {
+        res = tokio::time::timeout(cfg.timeout, Box::pin(probe.prepare())) => match res {
             Ok(Ok(())) => {}
             // Each probe reports the same failure as its outcome, so it is
             // said once there, with the target's URL, not here as well.
@@ -176,10 +180,18 @@ async fn run_launched<P: Probe>(probe: Arc<P>, launch: Launch) {
         if stop.is_cancelled() {
             break;
         }
-        let _ = tokio::time::timeout(cfg.timeout, probe.probe(WARMUP_SEQ_BASE + i)).await;
+        let _ = tokio::time::timeout(cfg.timeout, Box::pin(probe.probe(WARMUP_SEQ_BASE + i))).await;
     }
     let missed = if cfg.closed_loop() {
-        closed_loop(&probe, target, &cfg, &events, &stop, abandon.as_ref()).await;
+        Box::pin(closed_loop(
+            &probe,
+            target,
+            &cfg,
+            &events,
+            &stop,
+            abandon.as_ref(),
+        ))
+        .await;
         0
     } else {
         open_loop(
@@ -198,7 +210,7 @@ async fn run_launched<P: Probe>(probe: Arc<P>, launch: Launch) {
         anomalies: probe.anomalies(),
         missed,
     };
-    let _ = events.send(done).await;
+    let _ = Box::pin(events.send(done)).await;
 }
 
 async fn open_loop<P: Probe>(
@@ -219,7 +231,9 @@ async fn open_loop<P: Probe>(
     // `in_flight`, so that they do not count against `max_in_flight` (the
     // next probe may be what brings their stamp).
     let mut settling = FuturesUnordered::new();
-    let mut finished = std::collections::VecDeque::new();
+    // Room for the one sample that usually waits here: an empty deque's
+    // first push reserves four (1.7 kB a target at 10,000 targets).
+    let mut finished = std::collections::VecDeque::with_capacity(1);
     let start = Instant::now() + phase;
     let end = cfg.duration.map(|d| start + d);
     let mut pacer = Pacer::new(start, cfg.interval);
@@ -251,7 +265,7 @@ async fn open_loop<P: Probe>(
                 () = &mut cancelled => break 'schedule,
                 Some(sample) = in_flight.next(), if !in_flight.is_empty() => {
                     if unsettled(&sample) {
-                        settling.push(settled(&**probe, sample));
+                        settling.push(Box::pin(settled(&**probe, sample)));
                     } else {
                         finished.push_back(sample);
                     }
@@ -286,7 +300,11 @@ async fn open_loop<P: Probe>(
                 missed += 1;
                 continue;
             }
-            in_flight.push(one_probe(
+            // Boxed: a `FuturesUnordered` keeps a stub task the size of its
+            // future for as long as it lives, a kilobyte or more a target
+            // (BENCHMARKS.md, "Memory at 10,000 targets"); boxed, the stub
+            // is a pointer, for one more allocation a probe.
+            in_flight.push(Box::pin(one_probe(
                 &**probe,
                 target,
                 seq,
@@ -294,7 +312,7 @@ async fn open_loop<P: Probe>(
                 gate,
                 cfg.timeout,
                 abandon,
-            ));
+            )));
             seq += 1;
         }
         if cfg.count.is_some_and(|c| slots_used >= c) {
@@ -302,20 +320,24 @@ async fn open_loop<P: Probe>(
         }
     }
     // Probes in flight first (the last ones may not even be sent yet), then
-    // hand everything over.
-    while let Some(sample) = in_flight.next().await {
-        if unsettled(&sample) {
-            settling.push(settled(&**probe, sample));
-        } else {
+    // hand everything over. Boxed, as the set-up is (see `run_launched`):
+    // the sends hold a sample each.
+    Box::pin(async move {
+        while let Some(sample) = in_flight.next().await {
+            if unsettled(&sample) {
+                settling.push(Box::pin(settled(&**probe, sample)));
+            } else {
+                finished.push_back(sample);
+            }
+        }
+        while let Some(sample) = settling.next().await {
             finished.push_back(sample);
         }
-    }
-    while let Some(sample) = settling.next().await {
-        finished.push_back(sample);
-    }
-    for sample in finished {
-        let _ = events.send(Event::Sample(sample)).await;
-    }
+        for sample in finished {
+            let _ = events.send(Event::Sample(sample)).await;
+        }
+    })
+    .await;
     missed
 }
 

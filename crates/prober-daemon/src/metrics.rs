@@ -132,6 +132,48 @@ async fn render_bounded<T: Send + 'static>(
     )
 }
 
+/// A scrape's pieces as they are encoded: what the daemon holds for a
+/// scrape is a few pieces, not the whole exposition.
+const SCRAPE_CHUNK: usize = 256 * 1024;
+
+/// `/metrics`' body, encoded on the blocking pool under a permit of
+/// `renders` (`None` when none is free) and streamed as it is written. The
+/// status goes out before the end is encoded, so an encoding that fails
+/// (only a registry's collector can) cuts the body short with an error,
+/// which a scraper records as a failed scrape.
+fn scrape_streamed(
+    renders: &Arc<tokio::sync::Semaphore>,
+    scrape: Arc<Scrape>,
+    format: prober_sinks::prometheus::Format,
+) -> Option<axum::body::Body> {
+    let permit = Arc::clone(renders).try_acquire_owned().ok()?;
+    // Two pieces queued at most: a slow reader holds the encoder back
+    // rather than the daemon buffering the scrape for it.
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Vec<u8>>>(2);
+    tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        let pieces = tx.clone();
+        let spill = Box::new(move |piece: Vec<u8>| {
+            // A scraper gone: the rest is encoded and dropped (the
+            // snapshot is taken; stopping early would save little).
+            let _ = pieces.blocking_send(Ok(piece));
+        });
+        let last = prober_sinks::prometheus::scrape_streaming(
+            format,
+            &scrape.sink,
+            &scrape.registry,
+            SCRAPE_CHUNK,
+            spill,
+        )
+        .map_err(|_| std::io::Error::other("encoding the metrics failed"));
+        let _ = tx.blocking_send(last);
+    });
+    let pieces = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|piece| (piece, rx))
+    });
+    Some(axum::body::Body::from_stream(pieces))
+}
+
 /// Runs [`serve_metrics`] on a thread and runtime of its own, so that
 /// accepting, parsing and answering requests (and a scrape storm) never
 /// take the runtime thread that sends and receives the probes; renders run
@@ -231,26 +273,15 @@ pub(crate) async fn serve_metrics(
                 let scrape = Arc::clone(&scrape);
                 let (busy, renders) = (busy.clone(), Arc::clone(&renders));
                 async move {
-                    let Some(res) = render_bounded(&renders, move || {
-                        prober_sinks::prometheus::scrape(format, &scrape.sink, &scrape.registry)
-                    })
-                    .await
-                    else {
+                    let Some(body) = scrape_streamed(&renders, scrape, format) else {
                         return busy();
                     };
-                    match res {
-                        Ok(Ok(body)) => (
-                            StatusCode::OK,
-                            [(CONTENT_TYPE, format.content_type())],
-                            body,
-                        ),
-                        Ok(Err(_)) | Err(_) => (
-                            StatusCode::INTERNAL_SERVER_ERROR,
-                            [(CONTENT_TYPE, "text/plain; charset=utf-8")],
-                            b"encoding the metrics failed\n".to_vec(),
-                        ),
-                    }
-                    .into_response()
+                    (
+                        StatusCode::OK,
+                        [(CONTENT_TYPE, format.content_type())],
+                        body,
+                    )
+                        .into_response()
                 }
             }),
         )

@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 
 use std::sync::Arc;
 
-use prober_sinks::prometheus::{PrometheusSink, RECENT, StatusRow};
+use prober_sinks::prometheus::{PrometheusSink, RECENT, StatusKey, StatusRow};
 use prober_sinks::window::WindowStats;
 
 /// Rows on one page: at 10,000 targets the whole table was 9 MB, which a
@@ -170,10 +170,10 @@ fn human_us(us: f64) -> String {
     }
 }
 
-/// A row's state: `down` (every recent probe lost), `loss` (some), `ok`.
-fn state(r: &StatusRow) -> &'static str {
-    let lost = r.recent_rtts.iter().filter(|v| v.is_none()).count();
-    if !r.recent_rtts.is_empty() && lost == r.recent_rtts.len() {
+/// A target's state from its last probes: `down` (every one lost), `loss`
+/// (some), `ok`.
+fn state_of(recent: usize, lost: usize) -> &'static str {
+    if recent > 0 && lost == recent {
         "down"
     } else if lost > 0 {
         "loss"
@@ -182,33 +182,45 @@ fn state(r: &StatusRow) -> &'static str {
     }
 }
 
+/// A row's state (see [`state_of`]).
+fn state(r: &StatusRow) -> &'static str {
+    let lost = r.recent_rtts.iter().filter(|v| v.is_none()).count();
+    state_of(r.recent_rtts.len(), lost)
+}
+
 impl StatusPage {
     pub(crate) fn render(&self, view: &View) -> String {
         // The worst first: down, then losing, then fine; by labels within.
-        let mut rows = self.sink.status();
-        rows.sort_by_key(|r| match state(r) {
+        // Sorted, counted and filtered on the index; rows only for the page.
+        let mut keys = self.sink.status_index();
+        let key_state = |k: &StatusKey| state_of(k.recent, k.lost);
+        keys.sort_by_key(|k| match key_state(k) {
             "down" => 0,
             "loss" => 1,
             _ => 2,
         });
-        let count = |s: &str| rows.iter().filter(|r| state(r) == s).count();
+        let count = |s: &str| keys.iter().filter(|k| key_state(k) == s).count();
         let (down, loss) = (count("down"), count("loss"));
-        let total = rows.len();
+        let total = keys.len();
         if let Some(t) = &view.target {
-            rows.retain(|r| {
-                r.labels
+            keys.retain(|k| {
+                k.labels
+                    .pairs
                     .iter()
                     .any(|(k, v)| k == "target" && v.contains(t.as_str()))
             });
         }
-        let pages = rows.len().div_ceil(PAGE_ROWS).max(1);
+        let pages = keys.len().div_ceil(PAGE_ROWS).max(1);
         let page = view.page.min(pages - 1);
-        let shown = rows.len();
-        let rows: Vec<StatusRow> = rows
-            .into_iter()
+        let shown = keys.len();
+        let ids: Vec<usize> = keys
+            .iter()
             .skip(page * PAGE_ROWS)
             .take(PAGE_ROWS)
+            .map(|k| k.id)
             .collect();
+        drop(keys);
+        let rows: Vec<StatusRow> = self.sink.status_rows(&ids);
         let mut h = String::with_capacity(4096 + rows.len() * 1500);
         let _ = write!(
             h,

@@ -58,9 +58,11 @@ pub struct Histogram {
     sum: f64,
     count: u64,
     /// The classic buckets' own counts, not cumulative, +Inf's last; then,
-    /// with native buckets, the positive ones as (index, count) pairs by
-    /// rising index.
+    /// with native buckets, the positive ones' counts from bucket
+    /// `native_lo` up, one a bucket.
     buf: Vec<u64>,
+    /// The index of the first positive native bucket in `buf`.
+    native_lo: i32,
     /// Native buckets: their schema (`None`: classic buckets only).
     schema: Option<i8>,
     /// The native zero bucket, zero-wide: exact zeros only.
@@ -95,6 +97,7 @@ impl Histogram {
         };
         Self {
             buf: vec![0; bounds.len() + 1],
+            native_lo: 0,
             bounds,
             sum: 0.0,
             count: 0,
@@ -128,28 +131,42 @@ impl Histogram {
                     Err(at) => self.negative.insert(at, (index, 1)),
                 }
             } else {
-                let start = self.bounds.len() + 1;
-                let pairs = &mut self.buf[start..];
-                let (mut lo, mut hi) = (0, pairs.len() / 2);
-                while lo < hi {
-                    let mid = (lo + hi) / 2;
-                    match unpack(pairs[2 * mid]).cmp(&index) {
-                        std::cmp::Ordering::Less => lo = mid + 1,
-                        std::cmp::Ordering::Greater => hi = mid,
-                        std::cmp::Ordering::Equal => {
-                            pairs[2 * mid + 1] += 1;
-                            return;
-                        }
-                    }
-                }
-                let at = start + 2 * lo;
-                // Room for a few more at a time, not double: there are
-                // 70,000 of these at 10,000 targets.
-                if self.buf.capacity() - self.buf.len() < 2 {
-                    self.buf.reserve_exact(8);
-                }
-                self.buf.splice(at..at, [pack(index), 1]);
+                self.count_positive(index);
             }
+        }
+    }
+
+    /// Counts one value in positive native bucket `index`. They are kept
+    /// dense, from the lowest bucket seen to the highest (8 bytes a
+    /// bucket; durations fill the buckets between theirs), where (index,
+    /// count) pairs were 16: what a target's histograms cost grows with the
+    /// spread of its values (BENCHMARKS.md, "Memory at 10,000 targets").
+    fn count_positive(&mut self, index: i32) {
+        let start = self.bounds.len() + 1;
+        let len = self.buf.len() - start;
+        if len == 0 {
+            self.native_lo = index;
+            self.buf.reserve_exact(1);
+            self.buf.push(1);
+            return;
+        }
+        let lo = self.native_lo;
+        let offset = i64::from(index) - i64::from(lo);
+        // Room grows by what is needed, not double: there are 30,000 of
+        // these at 10,000 targets.
+        if offset < 0 {
+            let more = usize::try_from(-offset).unwrap_or(usize::MAX);
+            self.buf.reserve_exact(more);
+            self.buf.splice(start..start, std::iter::repeat_n(0, more));
+            self.native_lo = index;
+            self.buf[start] = 1;
+        } else {
+            let at = usize::try_from(offset).unwrap_or(usize::MAX);
+            if at >= len {
+                self.buf.reserve_exact(at + 1 - len);
+                self.buf.resize(start + at + 1, 0);
+            }
+            self.buf[start + at] += 1;
         }
     }
 
@@ -163,25 +180,20 @@ impl Histogram {
         &self.buf[..=self.bounds.len()]
     }
 
-    /// The positive native buckets: (index, count), by rising index.
+    /// The positive native buckets that hold anything: (index, count), by
+    /// rising index.
     fn positive(&self) -> impl Iterator<Item = (i32, u64)> + '_ {
+        let lo = self.native_lo;
         self.buf[self.bounds.len() + 1..]
-            .chunks_exact(2)
-            .map(|p| (unpack(p[0]), p[1]))
+            .iter()
+            .zip(lo..)
+            .filter(|(n, _)| **n > 0)
+            .map(|(n, i)| (i, *n))
     }
 
     fn has_positive(&self) -> bool {
         self.buf.len() > self.bounds.len() + 1
     }
-}
-
-/// A native bucket index as kept among the counts.
-fn pack(index: i32) -> u64 {
-    u64::from(index as u32)
-}
-
-fn unpack(v: u64) -> i32 {
-    v as u32 as i32
 }
 
 /// The native bucket of `v` (positive) at `schema`: bucket i holds
@@ -438,12 +450,21 @@ pub(crate) struct Writer {
     name: &'static str,
     kind: Kind,
     open: bool,
+    /// Where whole pieces of output go once `out` holds `chunk` bytes, for
+    /// an exposition streamed as it is written: a text scrape of 10,000
+    /// targets built whole was the daemon's largest allocation (BENCHMARKS.md,
+    /// "Memory at 10,000 targets").
+    spill: Option<(usize, Spill<'static>)>,
 }
+
+/// Takes a piece of an exposition as it is written.
+pub type Spill<'a> = Box<dyn FnMut(Vec<u8>) + Send + 'a>;
 
 impl Writer {
     /// A writer whose output starts with room for `capacity` bytes.
     pub(crate) fn new(format: Format, capacity: usize) -> Self {
         Self {
+            spill: None,
             format,
             out: Vec::with_capacity(capacity),
             family: Vec::new(),
@@ -454,6 +475,26 @@ impl Writer {
             name: "",
             kind: Kind::Gauge,
             open: false,
+        }
+    }
+
+    /// A writer that hands its output to `spill` in pieces of about
+    /// `chunk` bytes, each ending at a whole sample (text) or family
+    /// (protobuf); [`Writer::finish`] returns the rest.
+    pub(crate) fn streaming(format: Format, chunk: usize, spill: Spill<'static>) -> Self {
+        let mut w = Self::new(format, chunk + chunk / 4);
+        w.spill = Some((chunk, spill));
+        w
+    }
+
+    /// Hands `out` over once it is full: called only between samples and
+    /// families, so every piece ends at a line (text) or a message.
+    fn spill_if_full(&mut self) {
+        if let Some((chunk, spill)) = &mut self.spill
+            && self.out.len() >= *chunk
+        {
+            let full = std::mem::replace(&mut self.out, Vec::with_capacity(*chunk + *chunk / 4));
+            spill(full);
         }
     }
 
@@ -504,6 +545,7 @@ impl Writer {
             self.out.extend_from_slice(&self.family);
         }
         self.open = false;
+        self.spill_if_full();
     }
 
     /// The exposition.
@@ -569,6 +611,7 @@ impl Writer {
 
     /// A counter's or a gauge's sample, as the family is.
     pub(crate) fn value(&mut self, labels: &SeriesLabels, extra: Option<(&str, &str)>, v: Value) {
+        self.spill_if_full();
         match self.format {
             Format::Protobuf => {
                 self.body.clear();
@@ -606,6 +649,7 @@ impl Writer {
         extra: Option<(&str, &str)>,
         h: &Histogram,
     ) {
+        self.spill_if_full();
         let d = h;
         match self.format {
             Format::Protobuf => {
@@ -659,6 +703,7 @@ impl Writer {
         (sum, count): (f64, u64),
         buckets: &[(f64, u64)],
     ) {
+        self.spill_if_full();
         match self.format {
             Format::Protobuf => {
                 self.body.clear();

@@ -255,11 +255,12 @@ struct Hists {
     rtt: Option<Histogram>,
     /// One histogram per part ([`prober_core::Parts::ALL_NAMES`]: the six
     /// and the responder's turnaround), made when the part is first known
-    /// (only when [`Families::parts`] is on).
-    parts: [Option<Histogram>; 7],
+    /// (only when [`Families::parts`] is on). Empty until then: thirteen
+    /// empty slots inline were 1.4 kB a target.
+    parts: Vec<Option<Histogram>>,
     /// One histogram per phase of an application request (HTTP), made
-    /// when the phase is first known.
-    phases: [Option<Histogram>; 6],
+    /// when the phase is first known; empty until then.
+    phases: Vec<Option<Histogram>>,
     /// |IPDV| between consecutive answered probes.
     ipdv: Option<Histogram>,
     /// Reply minus scheduled send (the coordinated-omission view).
@@ -271,9 +272,10 @@ struct Hists {
 struct Series {
     /// What `/metrics` reads.
     m: Exported,
-    /// The last [`RECENT`] probes' RTTs in µs (`None`: lost), for the
+    /// The last [`RECENT`] probes' RTTs in µs (NaN: lost; half the bytes
+    /// of an `Option<f32>`), for the
     /// status page.
-    recent: std::collections::VecDeque<Option<f32>>,
+    recent: std::collections::VecDeque<f32>,
     /// The last error, and how many probes ago.
     last_error: Option<String>,
     /// The last minute (6 slots of 10 s) and hour (12 of 5 min), for the
@@ -382,6 +384,27 @@ impl PrometheusSink {
     /// Every target's families in `format`, without OpenMetrics' closing
     /// `# EOF` ([`scrape`] adds the daemon's own families and ends it).
     pub fn encode(&self, format: Format) -> Vec<u8> {
+        let series = self.snapshot();
+        let mut w = Writer::new(format, self.last_size.load(Ordering::Relaxed) * 9 / 8);
+        encode_targets(&mut w, &series);
+        let out = w.finish();
+        self.last_size.store(out.len(), Ordering::Relaxed);
+        out
+    }
+
+    /// As [`PrometheusSink::encode`], handing the exposition to `spill` in
+    /// pieces of about `chunk` bytes as it is written (each ends at a whole
+    /// sample or family), and returning the rest: what a scrape holds at
+    /// once is a piece, not the whole (tens of MB at 10,000 targets).
+    pub fn encode_streaming(&self, format: Format, chunk: usize, spill: Spill<'static>) -> Vec<u8> {
+        let series = self.snapshot();
+        let mut w = Writer::streaming(format, chunk, spill);
+        encode_targets(&mut w, &series);
+        w.finish()
+    }
+
+    /// Every target's exported state, in the order of their ids.
+    fn snapshot(&self) -> Vec<Exported> {
         // Copied under the lock (shared handles, about a millisecond at
         // 10,000 targets), encoded without it: the sink records on the
         // probing thread and must not wait for a scrape.
@@ -391,12 +414,7 @@ impl PrometheusSink {
             .map(|(id, s)| (*id, s.m.clone()))
             .collect();
         series.sort_unstable_by_key(|(id, _)| *id);
-        let series: Vec<Exported> = series.into_iter().map(|(_, m)| m).collect();
-        let mut w = Writer::new(format, self.last_size.load(Ordering::Relaxed) * 9 / 8);
-        encode_targets(&mut w, &series);
-        let out = w.finish();
-        self.last_size.store(out.len(), Ordering::Relaxed);
-        out
+        series.into_iter().map(|(_, m)| m).collect()
     }
 
     /// Removes a target's series now (a reload restarts it under a new id),
@@ -419,8 +437,8 @@ impl PrometheusSink {
                 jitter: None,
                 hists: Arc::new(Mutex::new(Hists {
                     rtt: self.buckets.histogram(f.rtt),
-                    parts: Default::default(),
-                    phases: Default::default(),
+                    parts: Vec::new(),
+                    phases: Vec::new(),
                     ipdv: self.buckets.histogram(f.ipdv),
                     latency: self.buckets.histogram(f.latency),
                     send_lag: self.buckets.histogram(f.send_lag),
@@ -436,27 +454,48 @@ impl PrometheusSink {
         state.series.insert(info.id, Box::new(series));
     }
 
-    /// Every target's status line, in the order of their labels (probe,
-    /// target, ...).
-    pub fn status(&self) -> Vec<StatusRow> {
-        // A few hundred targets per hold of the lock: the windows' quantiles
-        // cost some µs a target, and the probing thread records through the
-        // same lock (10,000 targets in one hold stalled it; BENCHMARKS.md).
-        const CHUNK: usize = 256;
-        let mut rows: Vec<StatusRow> = Vec::new();
-        // In the map's order: the rows are sorted by labels at the end.
+    /// Every target's place on the status page, in the order of their
+    /// labels (probe, target, ...): enough to sort, count and filter them
+    /// all. The page's own rows come from [`PrometheusSink::status_rows`]:
+    /// a full row of every target was 12 MB at 10,000 targets, for a page
+    /// that shows 200 (BENCHMARKS.md, "Memory at 10,000 targets").
+    pub fn status_index(&self) -> Vec<StatusKey> {
+        let mut keys: Vec<StatusKey> = Vec::new();
         let ids: Vec<usize> = lock(&self.state).series.keys().copied().collect();
-        for chunk in ids.chunks(CHUNK) {
+        for chunk in ids.chunks(STATUS_CHUNK) {
+            let state = lock(&self.state);
+            keys.extend(chunk.iter().filter_map(|id| {
+                let s = state.series.get(id)?;
+                Some(StatusKey {
+                    id: *id,
+                    labels: Arc::clone(&s.m.labels),
+                    recent: s.recent.len(),
+                    lost: s.recent.iter().filter(|us| us.is_nan()).count(),
+                })
+            }));
+        }
+        keys.sort_by(|a, b| a.labels.pairs.cmp(&b.labels.pairs));
+        keys
+    }
+
+    /// The status lines of the targets `ids`, in that order; a target
+    /// removed since is left out.
+    pub fn status_rows(&self, ids: &[usize]) -> Vec<StatusRow> {
+        let mut rows: Vec<StatusRow> = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(STATUS_CHUNK) {
             let state = lock(&self.state);
             let now = std::time::Instant::now();
-            // A target removed since the ids were taken is left out.
             let live = chunk.iter().filter_map(|id| state.series.get(id));
             rows.extend(live.map(|s| {
                 StatusRow {
                     labels: s.m.labels.pairs.clone(),
                     tally: s.m.tally,
                     last_error: s.last_error.clone(),
-                    recent_rtts: s.recent.iter().copied().collect(),
+                    recent_rtts: s
+                        .recent
+                        .iter()
+                        .map(|us| (!us.is_nan()).then_some(*us))
+                        .collect(),
                     minute: s.minute.stats(now),
                     hour: s.hour.stats(now),
                     last_parts: prober_core::Parts::ALL_NAMES
@@ -467,9 +506,32 @@ impl PrometheusSink {
                 }
             }));
         }
-        rows.sort_by(|a, b| a.labels.cmp(&b.labels));
         rows
     }
+
+    /// Every target's status line, in the order of their labels.
+    pub fn status(&self) -> Vec<StatusRow> {
+        let ids: Vec<usize> = self.status_index().iter().map(|k| k.id).collect();
+        self.status_rows(&ids)
+    }
+}
+
+/// A few hundred targets per hold of the lock: the windows' quantiles cost
+/// some µs a target, and the probing thread records through the same lock
+/// (10,000 targets in one hold stalled it; BENCHMARKS.md).
+const STATUS_CHUNK: usize = 256;
+
+/// A target on the status page, before its row is made.
+#[derive(Debug, Clone)]
+pub struct StatusKey {
+    /// The target's id (for [`PrometheusSink::status_rows`]).
+    pub id: usize,
+    /// Its labels, shared with its series.
+    pub labels: Arc<SeriesLabels>,
+    /// Of its last [`RECENT`] probes, how many there were...
+    pub recent: usize,
+    /// ...and how many of them were lost.
+    pub lost: usize,
 }
 
 impl Sink for PrometheusSink {
@@ -523,7 +585,9 @@ impl Sink for PrometheusSink {
                 }
                 _ => None,
             };
-            series.recent.push_back(rtt_us.map(|us| us as f32));
+            series
+                .recent
+                .push_back(rtt_us.map_or(f32::NAN, |us| us as f32));
             let ended = s.sent.into_std() + s.rtt().unwrap_or_default();
             series.minute.push(ended, rtt_us);
             series.hour.push(ended, rtt_us);
@@ -556,7 +620,7 @@ pub fn encode_openmetrics(
     Ok(out)
 }
 
-pub use crate::exposition::Format;
+pub use crate::exposition::{Format, Spill};
 
 /// Encoding prometheus-client's registries (the daemon's own families).
 impl Format {
@@ -588,6 +652,24 @@ pub fn scrape(
 ) -> Result<Vec<u8>, std::fmt::Error> {
     let mut out = sink.encode(format);
     // The registry's ends with OpenMetrics' `# EOF`.
+    out.extend_from_slice(&format.encode(registry)?);
+    Ok(out)
+}
+
+/// As [`scrape`], streamed: the targets' families go to `spill` in pieces
+/// of about `chunk` bytes as they are written; the rest, with the
+/// registry's families, is returned.
+///
+/// # Errors
+/// A metric of the registry that fails to encode.
+pub fn scrape_streaming(
+    format: Format,
+    sink: &PrometheusSink,
+    registry: &prometheus_client::registry::Registry,
+    chunk: usize,
+    spill: Spill<'static>,
+) -> Result<Vec<u8>, std::fmt::Error> {
+    let mut out = sink.encode_streaming(format, chunk, spill);
     out.extend_from_slice(&format.encode(registry)?);
     Ok(out)
 }
@@ -988,14 +1070,18 @@ fn lock_hists(s: &Exported) -> std::sync::MutexGuard<'_, Hists> {
 }
 
 /// Observes each known value (ns) in its histogram, made on first use.
-fn observe_each(
+fn observe_each<const N: usize>(
     buckets: &Buckets,
     mode: HistMode,
-    slots: &mut [Option<Histogram>],
-    values: impl IntoIterator<Item = Option<u64>>,
+    slots: &mut Vec<Option<Histogram>>,
+    values: [Option<u64>; N],
 ) {
-    if !mode.on() {
+    if !mode.on() || (slots.is_empty() && values.iter().all(Option::is_none)) {
         return;
+    }
+    // Made with the first value any of them has.
+    if slots.is_empty() {
+        slots.resize_with(N, || None);
     }
     for (slot, v) in slots.iter_mut().zip(values) {
         let Some(ns) = v else { continue };
@@ -1258,6 +1344,55 @@ mod tests {
         Buckets {
             families: Families::everything(),
             ..Buckets::default()
+        }
+    }
+
+    #[test]
+    fn a_streamed_scrape_is_the_whole_scrape_in_pieces_that_end_whole() {
+        let all = Buckets {
+            families: Families::everything(),
+            ..Buckets::default()
+        };
+        let sink = PrometheusSink::new().with_buckets(all);
+        let (mut c, reader) = collecting(
+            sink,
+            TargetInfo::new(7, "udp://h:1", "udp", "h:1", Some(64)),
+        );
+        for id in 8..40 {
+            let url = format!("udp://h{id}:1");
+            c.add_target(
+                TargetInfo::new(id, &url, "udp", &url[6..], Some(64)),
+                Arc::new(Anomalies::default),
+            )
+            .unwrap();
+        }
+        let now = Instant::now();
+        for target in 7..40 {
+            for us in [30, 300, 3000, 40] {
+                let mut s = sample(Outcome::Ok(reply(now, us, Default::default())));
+                s.target = target;
+                c.event(Event::Sample(s)).unwrap();
+            }
+        }
+        for format in [Format::Text, Format::OpenMetrics, Format::Protobuf] {
+            let whole = reader.encode(format);
+            let pieces = Arc::new(Mutex::new(Vec::<Vec<u8>>::new()));
+            let into = Arc::clone(&pieces);
+            let rest = reader.encode_streaming(
+                format,
+                512,
+                Box::new(move |p| into.lock().unwrap().push(p)),
+            );
+            let pieces = std::mem::take(&mut *pieces.lock().unwrap());
+            assert!(pieces.len() > 3, "{format:?}: {} pieces", pieces.len());
+            for p in &pieces {
+                assert!(p.len() >= 512, "{format:?}: a piece of {} bytes", p.len());
+                if format != Format::Protobuf {
+                    assert_eq!(p.last(), Some(&b'\n'), "{format:?}: a piece ends mid-line");
+                }
+            }
+            let joined: Vec<u8> = pieces.into_iter().flatten().chain(rest).collect();
+            assert_eq!(joined, whole, "{format:?}");
         }
     }
 

@@ -19,8 +19,49 @@ struct Slot {
     /// Which slot of time this is (time since the window's origin / slot).
     number: u64,
     lost: u32,
-    /// (bucket index, count), sorted by index.
+    /// (bucket index, count), sorted by index, while the slot is open (and
+    /// after, where that is the smaller form).
     rtts: Vec<(i16, u32)>,
+    /// A closed slot's counts from bucket `.0` up, one a bucket, where that
+    /// is smaller than the pairs: an hour's slots at 1 Hz hold up to 300
+    /// RTTs each, which fill the buckets between theirs (BENCHMARKS.md,
+    /// "Memory at 10,000 targets").
+    dense: Option<(i16, Box<[u32]>)>,
+}
+
+impl Slot {
+    /// Keeps the slot's counts in the smaller of the two forms, with no
+    /// spare room: it takes no more probes.
+    fn close(&mut self) {
+        let (Some(first), Some(last)) = (self.rtts.first(), self.rtts.last()) else {
+            self.rtts.shrink_to_fit();
+            return;
+        };
+        let span = usize::try_from(i32::from(last.0) - i32::from(first.0) + 1).unwrap_or(0);
+        if span * size_of::<u32>() < self.rtts.len() * size_of::<(i16, u32)>() {
+            let lo = first.0;
+            let mut dense = vec![0u32; span].into_boxed_slice();
+            for &(b, c) in &self.rtts {
+                dense[usize::try_from(i32::from(b) - i32::from(lo)).unwrap_or(0)] = c;
+            }
+            self.dense = Some((lo, dense));
+            self.rtts = Vec::new();
+        } else {
+            self.rtts.shrink_to_fit();
+        }
+    }
+
+    /// (bucket index, count) of every bucket with RTTs, by rising index.
+    fn counts(&self) -> impl Iterator<Item = (i16, u32)> + '_ {
+        let dense = self.dense.iter().flat_map(|(lo, counts)| {
+            counts
+                .iter()
+                .zip(*lo..)
+                .filter(|(c, _)| **c > 0)
+                .map(|(c, b)| (b, *c))
+        });
+        self.rtts.iter().copied().chain(dense)
+    }
 }
 
 /// Probes in a sliding window of whole slots.
@@ -102,12 +143,21 @@ impl Window {
         // per target.
         let spare = self.expire(n);
         if self.ring.back().is_none_or(|s| s.number < n) {
+            if let Some(done) = self.ring.back_mut() {
+                done.close();
+            }
+            // Grown a slot at a time up to the slots it keeps: by
+            // doubling, an hour's twelve took room for sixteen.
+            if self.ring.len() == self.ring.capacity() {
+                self.ring.reserve_exact(1);
+            }
             let mut rtts = spare.unwrap_or_default();
             rtts.clear();
             self.ring.push_back(Slot {
                 number: n,
                 lost: 0,
                 rtts,
+                dense: None,
             });
         }
         let slot = self.ring.back_mut().expect("pushed above");
@@ -117,7 +167,12 @@ impl Window {
                 let b = bucket(us);
                 match slot.rtts.binary_search_by_key(&b, |(i, _)| *i) {
                     Ok(i) => slot.rtts[i].1 += 1,
-                    Err(i) => slot.rtts.insert(i, (b, 1)),
+                    Err(i) => {
+                        if slot.rtts.len() == slot.rtts.capacity() {
+                            slot.rtts.reserve_exact(8);
+                        }
+                        slot.rtts.insert(i, (b, 1));
+                    }
                 }
             }
         }
@@ -134,7 +189,7 @@ impl Window {
         let mut lost = 0u64;
         for s in live {
             lost += u64::from(s.lost);
-            for &(b, c) in &s.rtts {
+            for (b, c) in s.counts() {
                 match merged.binary_search_by_key(&b, |(i, _)| *i) {
                     Ok(i) => merged[i].1 += u64::from(c),
                     Err(i) => merged.insert(i, (b, u64::from(c))),
@@ -192,6 +247,32 @@ mod tests {
         assert_eq!((s.probes, s.lost), (1, 0));
         assert!((s.p50_us.unwrap() / 7.0 - 1.0).abs() < 0.045);
         assert_eq!(w.ring.len(), 1);
+    }
+
+    #[test]
+    fn a_closed_slot_keeps_its_counts_in_the_smaller_form() {
+        let t0 = Instant::now();
+        let mut w = Window::new(t0, Duration::from_secs(10), 6);
+        // 300 RTTs from 10 to 1,000 µs in the first slot: they fill the
+        // buckets between them, so the closed slot is kept dense.
+        for i in 0..300u32 {
+            let us = 10.0 * 100f64.powf(f64::from(i) / 299.0);
+            w.push(t0 + Duration::from_millis(u64::from(i) * 30), Some(us));
+        }
+        let open = w.stats(t0 + Duration::from_secs(9));
+        assert_eq!(open.probes, 300);
+        w.push(t0 + Duration::from_secs(10), None);
+        assert!(w.ring[0].dense.is_some() && w.ring[0].rtts.is_empty());
+        let closed = w.stats(t0 + Duration::from_secs(10));
+        assert_eq!((closed.probes, closed.lost), (301, 1));
+        assert_eq!((closed.p50_us, closed.p99_us), (open.p50_us, open.p99_us));
+        // Three RTTs far apart stay pairs.
+        for (k, us) in [1.0, 1e3, 1e6].into_iter().enumerate() {
+            w.push(t0 + Duration::from_secs(20 + k as u64), Some(us));
+        }
+        w.push(t0 + Duration::from_secs(30), None);
+        assert!(w.ring[2].dense.is_none() && w.ring[2].rtts.len() == 3);
+        assert_eq!(w.stats(t0 + Duration::from_secs(30)).probes, 305);
     }
 
     #[test]
