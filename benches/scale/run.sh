@@ -75,6 +75,7 @@ ${HISTOGRAMS:+histograms = $HISTOGRAMS}
 name = "scale"
 interval = "${INTERVAL:-1s}"
 timeout = "1s"
+max_targets = $N
 file_sd = ["fleet.json"]
 TOML
   accept='application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited'
@@ -88,6 +89,7 @@ ${HISTOGRAMS:+histograms = $HISTOGRAMS}
 name = "scale"
 interval = "${INTERVAL:-1s}"
 timeout = "1s"
+max_targets = $N
 targets_file = "targets.txt"
 TOML
   accept='text/plain'
