@@ -152,8 +152,42 @@ fn ping_duration(s: &str) -> Result<Duration, String> {
     }
 }
 
-/// A listening address, with a hint for what people write instead: an
-/// IPv6 address without brackets, no port, a host name.
+/// Each protocol's own flags (`--method`, `--expect-rcode`, ...), as its
+/// crate defines them, added to `prober run` or `prober sweep` once per
+/// options type the protocol list names.
+pub(crate) fn with_protocol_flags(
+    mut command: clap::Command,
+    registry: &prober_core::Registry,
+) -> clap::Command {
+    // An options type's doc comment would become the command's about.
+    let (about, long_about) = (
+        command.get_about().cloned(),
+        command.get_long_about().cloned(),
+    );
+    for own in prober_net::options::ProtocolOptions::all(registry) {
+        command = (own.args)(command);
+    }
+    command = match about {
+        Some(a) => command.about(a),
+        None => command.about(None::<&str>),
+    };
+    match long_about {
+        Some(a) => command.long_about(a),
+        None => command.long_about(None::<&str>),
+    }
+}
+
+/// Reads back the protocols' own options [`with_protocol_flags`] added.
+///
+/// # Errors
+/// A flag clap could not read into its protocol's type.
+pub(crate) fn given_protocol_options(
+    matches: &clap::ArgMatches,
+    registry: &prober_core::Registry,
+) -> Result<std::sync::Arc<prober_net::options::OptionSet>, clap::Error> {
+    prober_net::options::OptionSet::from_matches(registry, matches).map(std::sync::Arc::new)
+}
+
 /// `prober serve`'s listener flags, one per responder `registry` lists
 /// (`--tcp ADDR`), shown after `--metrics` in the registry's order.
 pub(crate) fn with_responder_flags(
@@ -228,6 +262,8 @@ pub(crate) fn given_listeners(
         .collect()
 }
 
+/// A listening address, with a hint for what people write instead: an
+/// IPv6 address without brackets, no port, a host name.
 pub(crate) fn listen_addr(s: &str) -> Result<SocketAddr, String> {
     use std::net::{IpAddr, Ipv6Addr};
     if let Ok(a) = s.parse::<SocketAddr>() {
@@ -431,9 +467,6 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = 1, help_heading = "Requests")]
     pub(crate) flows: u16,
 
-    #[command(flatten)]
-    pub(crate) icmp: prober_icmp::IcmpSpec,
-
     /// A probe with no reply after this long is a timeout (a bare number
     /// is seconds, as ping's -W).
     #[arg(short = 'W', long, default_value = "1s", value_parser = ping_duration, allow_hyphen_values = true, value_name = "DURATION", help_heading = "Schedule")]
@@ -475,8 +508,11 @@ pub(crate) struct RunArgs {
     #[arg(long, help_heading = "Receive")]
     pub(crate) no_tx_stamps: bool,
 
-    #[command(flatten)]
-    pub(crate) protocol: ProtocolArgs,
+    /// Each protocol's own options (`--method`, `--expect-rcode`, ...):
+    /// their flags are added from the protocol list, each protocol's from
+    /// its own crate ([`with_protocol_flags`]), and read back in `main`.
+    #[arg(skip)]
+    pub(crate) own: std::sync::Arc<prober_net::options::OptionSet>,
 
     /// Start each probe line with the Unix time of the reply, as ping -D.
     #[arg(short = 'D', help_heading = "Output")]
@@ -629,20 +665,6 @@ impl TlsArgs {
     }
 }
 
-/// Each protocol's own flags, defined in its crate (clap and serde from one
-/// type), shared by `run` and `sweep`.
-#[derive(Debug, Clone, Default, Args)]
-pub(crate) struct ProtocolArgs {
-    #[command(flatten)]
-    pub(crate) stamp: prober_stamp::StampSpec,
-
-    #[command(flatten)]
-    pub(crate) http: prober_http::HttpSpec,
-
-    #[command(flatten)]
-    pub(crate) dns: prober_dns::DnsSpec,
-}
-
 /// Output of `prober report`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum ReportFormat {
@@ -757,9 +779,6 @@ pub(crate) struct SweepArgs {
     #[arg(long, default_value_t = 10)]
     pub(crate) warmup: u64,
 
-    #[command(flatten)]
-    pub(crate) icmp: prober_icmp::IcmpSpec,
-
     /// Read replies on spinning threads, as for `prober run`.
     #[arg(long)]
     pub(crate) busy_poll: bool,
@@ -780,8 +799,11 @@ pub(crate) struct SweepArgs {
     #[command(flatten)]
     pub(crate) marks: MarkArgs,
 
-    #[command(flatten)]
-    pub(crate) protocol: ProtocolArgs,
+    /// Each protocol's own options (`--method`, `--expect-rcode`, ...):
+    /// their flags are added from the protocol list, each protocol's from
+    /// its own crate ([`with_protocol_flags`]), and read back in `main`.
+    #[arg(skip)]
+    pub(crate) own: std::sync::Arc<prober_net::options::OptionSet>,
 
     #[command(flatten)]
     pub(crate) tls: TlsArgs,

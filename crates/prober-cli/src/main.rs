@@ -73,7 +73,11 @@ fn one_line(rendered: &str) -> String {
 fn main() -> ExitCode {
     let command = Cli::command()
         .mut_subcommand("run", |c| {
-            c.after_help(cli::run_help(&protocols::PROTOCOLS))
+            cli::with_protocol_flags(c, &protocols::PROTOCOLS)
+                .after_help(cli::run_help(&protocols::PROTOCOLS))
+        })
+        .mut_subcommand("sweep", |c| {
+            cli::with_protocol_flags(c, &protocols::PROTOCOLS)
         })
         .mut_subcommand("serve", |c| {
             cli::with_responder_flags(c, &protocols::PROTOCOLS)
@@ -91,6 +95,19 @@ fn main() -> ExitCode {
         && let Some(serve) = matches.subcommand_matches("serve")
     {
         args.listen = cli::given_listeners(serve, &protocols::PROTOCOLS);
+    }
+    let own = match &cli.command {
+        Command::Run(_) => matches.subcommand_matches("run"),
+        Command::Sweep(_) => matches.subcommand_matches("sweep"),
+        _ => None,
+    }
+    .map(|m| cli::given_protocol_options(m, &protocols::PROTOCOLS))
+    .transpose();
+    match (own, &mut cli.command) {
+        (Err(e), _) => return usage_error(&e),
+        (Ok(Some(own)), Command::Run(args)) => args.own = own,
+        (Ok(Some(own)), Command::Sweep(args)) => args.own = own,
+        _ => {}
     }
     let default_level = match &cli.command {
         // Lifecycle messages (started, config reloaded, stopping) stay with

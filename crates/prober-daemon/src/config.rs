@@ -680,11 +680,15 @@ pub struct JobOptions {
 impl JobOptions {
     fn new(http: prober_http::HttpSpec, dns: prober_dns::DnsSpec, key: &str) -> Result<Self> {
         let store = prober_core::protocol::Shared::default();
-        store.put(http.build().ctx(|| format!("{key}.http"))?);
-        store.put(
-            dns.build()
-                .map_err(|e| DaemonError::Config(format!("{key}.dns.{e}")))?,
-        );
+        // Checked and put as each protocol's crate does it (the same as for
+        // `prober run`'s flags), named by their keys here.
+        for (own, table) in [
+            (&http as &dyn prober_net::options::OwnOptions, "http"),
+            (&dns, "dns"),
+        ] {
+            own.put(&store, None, Some(&format!("{key}.{table}")))
+                .map_err(DaemonError::Config)?;
+        }
         Ok(Self {
             http,
             dns,

@@ -105,7 +105,37 @@ pub struct DnsSpec {
 /// The DNS flags, as messages name them.
 pub const DNS_FLAGS: &str = "--expect-rcode, --expect-answer and --dns-tcp-fallback";
 
+prober_net::own_options!(DnsSpec);
+
+/// DNS's own options: `--expect-rcode`, ... and a job's `[job.dns]`.
+pub(crate) static DNS_OPTIONS: prober_net::options::ProtocolOptions =
+    prober_net::options::ProtocolOptions::of::<DnsSpec>(
+        "dns",
+        DNS_FLAGS,
+        "dns:// and dns+tcp:// targets",
+        &["dns"],
+    );
+
 impl DnsSpec {
+    /// Checks them and puts the [`DnsOptions`] where the builder finds
+    /// them (see [`prober_net::options::OwnOptions::put`]).
+    ///
+    /// # Errors
+    /// The first option that cannot be used, by its flag or its key.
+    pub fn put_into(
+        &self,
+        store: &prober_core::shared::Shared,
+        _size: Option<usize>,
+        table: Option<&str>,
+    ) -> Result<(), String> {
+        let options = self.build().map_err(|e| match table {
+            Some(t) => format!("{t}.{e}"),
+            None => format!("--{}", e.replacen('_', "-", 1)),
+        })?;
+        store.put(options);
+        Ok(())
+    }
+
     /// True when nothing differs from the defaults.
     pub fn is_default(&self) -> bool {
         *self == Self::default()

@@ -95,6 +95,7 @@ pub const GRPC: Protocol = Protocol {
         },
     ],
     turnaround: Some("its kernel receive stamp to its handler's return, as it reports it"),
+    own: None,
     build: build_unary,
 };
 

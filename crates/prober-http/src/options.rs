@@ -308,7 +308,37 @@ pub struct HttpSpec {
 /// The HTTP flags, as messages name them.
 pub const HTTP_FLAGS: &str = "An HTTP option (--method, --header, --expect-status, ...)";
 
+prober_net::own_options!(HttpSpec);
+
+/// HTTP's own options: `--method`, `--header`, ... and a job's `[job.http]`.
+pub(crate) static HTTP_OPTIONS: prober_net::options::ProtocolOptions =
+    prober_net::options::ProtocolOptions::of::<HttpSpec>(
+        "http",
+        HTTP_FLAGS,
+        "http://, h2c:// and https:// targets",
+        &["http", "https"],
+    );
+
 impl HttpSpec {
+    /// Checks them and puts the [`HttpOptions`] where the builder finds
+    /// them (see [`prober_net::options::OwnOptions::put`]).
+    ///
+    /// # Errors
+    /// The first option that cannot be used.
+    pub fn put_into(
+        &self,
+        store: &prober_core::shared::Shared,
+        _size: Option<usize>,
+        table: Option<&str>,
+    ) -> Result<(), String> {
+        let options = self.build().map_err(|e| match table {
+            Some(t) => format!("{t}: {e}"),
+            None => e.to_string(),
+        })?;
+        store.put(options);
+        Ok(())
+    }
+
     /// True when nothing differs from the defaults.
     pub fn is_default(&self) -> bool {
         *self == Self::default()

@@ -76,6 +76,7 @@ pub const HTTP: Protocol = Protocol {
         },
     ],
     turnaround: None,
+    own: Some(&crate::options::HTTP_OPTIONS),
     build,
 };
 
@@ -96,5 +97,6 @@ pub const HTTPS: Protocol = Protocol {
         rank: 5,
     }],
     turnaround: None,
+    own: Some(&crate::options::HTTP_OPTIONS),
     build,
 };

@@ -16,8 +16,43 @@ use crate::{IcmpClient, IcmpProbe, SocketKind};
 pub struct IcmpSpec {
     /// ICMP socket: the unprivileged datagram socket, a raw socket, or the
     /// first of those that opens.
-    #[arg(long = "icmp-socket", value_name = "ICMP_SOCKET", value_enum, default_value_t = SocketKind::Auto)]
+    #[arg(long = "icmp-socket", value_name = "ICMP_SOCKET", value_enum, default_value_t = SocketKind::Auto, help_heading = "Requests")]
     pub socket: SocketKind,
+}
+
+prober_net::own_options!(IcmpSpec);
+
+/// ICMP's own options: `--icmp-socket` and a job's `[job.icmp]`; the
+/// self-test honours them.
+pub(crate) static ICMP_OPTIONS: prober_net::options::ProtocolOptions =
+    prober_net::options::ProtocolOptions::of::<IcmpSpec>(
+        "icmp",
+        "--icmp-socket",
+        "icmp targets",
+        &["icmp"],
+    )
+    .in_self_test();
+
+impl IcmpSpec {
+    /// True when nothing differs from the defaults.
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Puts itself where the builder finds it (see
+    /// [`prober_net::options::OwnOptions::put`]); it has nothing to check.
+    ///
+    /// # Errors
+    /// None.
+    pub fn put_into(
+        &self,
+        store: &prober_core::shared::Shared,
+        _size: Option<usize>,
+        _table: Option<&str>,
+    ) -> Result<(), String> {
+        store.put(*self);
+        Ok(())
+    }
 }
 
 fn build<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
@@ -65,5 +100,6 @@ pub const ICMP: Protocol = Protocol {
         rank: 0,
     }],
     turnaround: None,
+    own: Some(&ICMP_OPTIONS),
     build,
 };

@@ -9,6 +9,8 @@
 //! - [`guard`]: a responder's limits on a public address (per-source
 //!   rate, connection caps, buffer budget, log lines a flood cannot
 //!   multiply).
+//! - [`options`]: a protocol's own options, flags and job table from one
+//!   type, described once for the binary and the daemon to loop over.
 //! - [`responder`]: what every responder is started with ([`responder::Common`]).
 //! - [`tls`]: rustls configurations for clients and responders, and
 //!   certificate expiry.
@@ -21,6 +23,7 @@
 
 pub mod follow;
 pub mod guard;
+pub mod options;
 pub mod resolve;
 pub mod responder;
 pub mod stream;

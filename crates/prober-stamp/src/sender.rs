@@ -142,7 +142,42 @@ pub struct StampSpec {
 /// The STAMP flags, as messages name them.
 pub const STAMP_FLAGS: &str = "--stamp-key, --stamp-ptp, --clock-synced and --stamp-tlv";
 
+prober_net::own_options!(StampSpec);
+
+/// STAMP's own options: `--stamp-key`, ... and a job's `[job.stamp]`.
+pub(crate) static STAMP_OPTIONS: prober_net::options::ProtocolOptions =
+    prober_net::options::ProtocolOptions::of::<StampSpec>(
+        "stamp",
+        STAMP_FLAGS,
+        "stamp targets",
+        &["stamp"],
+    );
+
 impl StampSpec {
+    /// Reads the key and the TLVs, checks a request size given for STAMP
+    /// targets against them, and puts the [`SenderOptions`] where the
+    /// builder finds them (see [`prober_net::options::OwnOptions::put`]).
+    ///
+    /// # Errors
+    /// A key file that cannot be read, an unknown TLV, a size too small.
+    pub fn put_into(
+        &self,
+        store: &prober_core::shared::Shared,
+        size: Option<usize>,
+        table: Option<&str>,
+    ) -> Result<(), String> {
+        let within = |e: String| match table {
+            Some(t) => format!("{t}: {e}"),
+            None => e,
+        };
+        let options = self.build().map_err(within)?;
+        if let Some(size) = size {
+            options.check_size(size)?;
+        }
+        store.put(options);
+        Ok(())
+    }
+
     /// True when nothing differs from the defaults.
     pub fn is_default(&self) -> bool {
         *self == Self::default()

@@ -84,6 +84,7 @@ pub const TCP: Protocol = Protocol {
         rank: 2,
     }],
     turnaround: None,
+    own: None,
     build: build_tcp,
 };
 

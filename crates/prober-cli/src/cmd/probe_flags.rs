@@ -5,9 +5,9 @@
 use anyhow::{anyhow, bail};
 use prober_core::Target;
 use prober_core::protocol::BuildEnv;
-use prober_icmp::{IcmpSpec, SocketKind};
+use prober_net::options::OptionSet;
 
-use crate::cli::{MarkArgs, ProtocolArgs, TlsArgs};
+use crate::cli::{MarkArgs, TlsArgs};
 
 /// The options of TLS targets, as messages name them.
 const TLS_OPTIONS: &str = "--ca, --ca-roots, --cert, --tls-server-name and --insecure";
@@ -17,9 +17,9 @@ const TLS_OPTIONS: &str = "--ca, --ca-roots, --cert, --tls-server-name and --ins
 pub(crate) struct ProbeFlags<'a> {
     pub(crate) ttl: Option<u32>,
     pub(crate) marks: &'a MarkArgs,
-    pub(crate) icmp: &'a IcmpSpec,
     pub(crate) tls: &'a TlsArgs,
-    pub(crate) protocol: &'a ProtocolArgs,
+    /// Each protocol's own options.
+    pub(crate) own: &'a OptionSet,
     pub(crate) size: Option<usize>,
     pub(crate) no_tx_stamps: bool,
 }
@@ -32,8 +32,8 @@ pub(crate) fn is(t: &Target, protocol: &prober_core::Protocol) -> bool {
 }
 
 impl ProbeFlags<'_> {
-    /// The environment probes are built in, with ICMP's socket choice (the
-    /// self-test honours it too).
+    /// The environment probes are built in, with the protocol options the
+    /// self-test honours too (ICMP's socket choice).
     pub(crate) fn env(&self, busy_poll: bool, receive: prober_core::spin::Receive) -> BuildEnv {
         let env = BuildEnv {
             busy_poll,
@@ -44,42 +44,37 @@ impl ProbeFlags<'_> {
             tx_stamps: !self.no_tx_stamps,
             ..BuildEnv::default()
         };
-        env.options.put(*self.icmp);
+        for (own, given) in &self.own.0 {
+            if own.self_test {
+                // Nothing of these can be refused (see `ProtocolOptions::in_self_test`).
+                let _ = given.put(&env.options, None, None);
+            }
+        }
         env
     }
 
     /// Each protocol's own options, read and checked, put where its
-    /// builder finds them; a `--size` below what STAMP's need is refused
-    /// here, before any socket opens.
+    /// builder finds them; a `--size` a protocol cannot use (below what
+    /// STAMP's options need) is refused here, before any socket opens.
     pub(crate) fn seed(&self, targets: &[Target], env: &BuildEnv) -> anyhow::Result<()> {
-        let stamp = self.protocol.stamp.build().map_err(|e| anyhow!(e))?;
-        if let Some(size) = self.size
-            && targets.iter().any(|t| is(t, &prober_stamp::STAMP))
-        {
-            stamp.check_size(size).map_err(|e| anyhow!(e))?;
-        }
-        env.options.put(stamp);
-        env.options.put(self.protocol.http.build()?);
-        env.options.put(
-            self.protocol
-                .dns
-                .build()
-                .map_err(|e| anyhow!("--{}", e.replacen('_', "-", 1)))?,
-        );
-        Ok(())
+        self.own
+            .put(&env.options, targets, self.size, None)
+            .map_err(|e| anyhow!(e))
     }
 
     /// The first of the flags that name a target's certificates, requests
     /// or flows, if one was given: the self-test makes its own.
     pub(crate) fn for_targets_only(&self) -> Option<&'static str> {
-        [
-            (self.tls.given(), TLS_OPTIONS),
-            (!self.protocol.stamp.is_default(), prober_stamp::STAMP_FLAGS),
-            (!self.protocol.http.is_default(), prober_http::HTTP_FLAGS),
-            (!self.protocol.dns.is_default(), prober_dns::DNS_FLAGS),
-        ]
-        .into_iter()
-        .find_map(|(on, flag)| on.then_some(flag))
+        let own = self
+            .own
+            .0
+            .iter()
+            .filter(|(o, _)| !o.self_test)
+            .map(|(o, given)| (!given.is_default(), o.flags));
+        [(self.tls.given(), TLS_OPTIONS)]
+            .into_iter()
+            .chain(own)
+            .find_map(|(on, flag)| on.then_some(flag))
     }
 
     /// Refuses options that no target can honour, and warns about targets
@@ -151,29 +146,14 @@ impl ProbeFlags<'_> {
             &|t| t.scheme.tls,
             "TLS targets (https://, grpcs://, grpcs+stream://, grpcs-health://)",
         )?;
-        check(
-            self.icmp.socket != SocketKind::Auto,
-            "--icmp-socket",
-            &|t| is(t, &prober_icmp::ICMP),
-            "icmp targets",
-        )?;
-        check(
-            !self.protocol.stamp.is_default(),
-            prober_stamp::STAMP_FLAGS,
-            &|t| is(t, &prober_stamp::STAMP),
-            "stamp targets",
-        )?;
-        check(
-            !self.protocol.http.is_default(),
-            prober_http::HTTP_FLAGS,
-            &|t| is(t, &prober_http::HTTP) || is(t, &prober_http::HTTPS),
-            "http://, h2c:// and https:// targets",
-        )?;
-        check(
-            !self.protocol.dns.is_default(),
-            prober_dns::DNS_FLAGS,
-            &|t| is(t, &prober_dns::DNS),
-            "dns:// and dns+tcp:// targets",
-        )
+        for (own, given) in &self.own.0 {
+            check(
+                !given.is_default(),
+                own.flags,
+                &|t| own.applies(t),
+                own.targets,
+            )?;
+        }
+        Ok(())
     }
 }

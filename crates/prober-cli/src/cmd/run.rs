@@ -197,9 +197,8 @@ fn probe_flags(args: &RunArgs) -> ProbeFlags<'_> {
     ProbeFlags {
         ttl: args.ttl,
         marks: &args.marks,
-        icmp: &args.icmp,
         tls: &args.tls,
-        protocol: &args.protocol,
+        own: &args.own,
         size: args.size,
         no_tx_stamps: args.no_tx_stamps,
     }

@@ -117,9 +117,8 @@ pub(crate) async fn sweep(
     let flags = ProbeFlags {
         ttl: args.ttl,
         marks: &args.marks,
-        icmp: &args.icmp,
         tls: &args.tls,
-        protocol: &args.protocol,
+        own: &args.own,
         size: args.size,
         no_tx_stamps: args.no_tx_stamps,
     };

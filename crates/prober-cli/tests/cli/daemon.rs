@@ -1407,7 +1407,7 @@ fn keep_alive_get(c: &mut std::io::BufReader<std::net::TcpStream>, path: &str) -
     let mut line = String::new();
     c.read_line(&mut line).ok()?;
     let code = line.split_whitespace().nth(1)?.parse().ok()?;
-    let mut length = 0usize;
+    let (mut length, mut chunked) = (0usize, false);
     loop {
         line.clear();
         if c.read_line(&mut line).ok()? == 0 {
@@ -1417,13 +1417,31 @@ fn keep_alive_get(c: &mut std::io::BufReader<std::net::TcpStream>, path: &str) -
         if l.is_empty() {
             break;
         }
-        if let Some((k, v)) = l.split_once(':')
-            && k.eq_ignore_ascii_case("content-length")
-        {
-            length = v.trim().parse().ok()?;
+        if let Some((k, v)) = l.split_once(':') {
+            if k.eq_ignore_ascii_case("content-length") {
+                length = v.trim().parse().ok()?;
+            } else if k.eq_ignore_ascii_case("transfer-encoding") {
+                chunked = v.trim().eq_ignore_ascii_case("chunked");
+            }
         }
     }
-    let mut body = vec![0; length];
-    c.read_exact(&mut body).ok()?;
-    Some(code)
+    if !chunked {
+        let mut body = vec![0; length];
+        c.read_exact(&mut body).ok()?;
+        return Some(code);
+    }
+    // `/metrics` streams its body: chunks, each its size in hex, a
+    // zero-sized one last.
+    loop {
+        line.clear();
+        c.read_line(&mut line).ok()?;
+        let size = usize::from_str_radix(line.trim_end(), 16).ok()?;
+        let mut chunk = vec![0; size + 2];
+        if size == 0 {
+            line.clear();
+            c.read_line(&mut line).ok()?;
+            return Some(code);
+        }
+        c.read_exact(&mut chunk).ok()?;
+    }
 }

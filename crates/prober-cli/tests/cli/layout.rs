@@ -178,6 +178,36 @@ fn unsafe_and_raw_syscalls_live_only_in_prober_sys() {
     }
 }
 
+/// A protocol's own options are named only by its crate: the binary adds,
+/// reads, checks and puts them by looping over the protocol list
+/// (`prober_net::options::ProtocolOptions`), so a new protocol's options
+/// cost no line in it.
+#[test]
+fn the_binary_names_no_protocol_options_type() {
+    let src = workspace().join("crates/prober-cli/src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        for name in [
+            "HttpSpec",
+            "DnsSpec",
+            "StampSpec",
+            "IcmpSpec",
+            "HTTP_FLAGS",
+            "DNS_FLAGS",
+            "STAMP_FLAGS",
+            "SocketKind",
+        ] {
+            assert!(
+                !text.contains(name),
+                "{} names {name}: a protocol's options belong to its crate and its ProtocolOptions",
+                f.display()
+            );
+        }
+    }
+}
+
 /// The top-level module a source file belongs to (`runner/tests.rs` is
 /// part of `runner`); `None` for the crate root.
 fn module_of(src: &Path, file: &Path) -> Option<String> {

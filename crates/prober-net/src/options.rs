@@ -1,0 +1,228 @@
+//! A protocol's own options, owned by its crate: one type that is both the
+//! flags of `prober run` and `prober sweep` (clap) and a daemon job's
+//! `[job.KEY]` table (serde), described once by a [`ProtocolOptions`] that
+//! the protocol's descriptor points at ([`prober_core::Protocol::own`]).
+//! The binary adds the flags, the daemon reads the tables, and both check
+//! and hand them to the builders by looping over the registry: a new
+//! protocol with options touches neither (ripgrep's one definition per
+//! flag, vector's component that owns its config).
+
+use std::any::Any;
+use std::fmt;
+
+use prober_core::shared::Shared;
+use prober_core::{Registry, Target};
+
+/// What a protocol's options do once read.
+pub trait OwnOptions: Any + Send + Sync + fmt::Debug {
+    /// Nothing was given: every field keeps its default.
+    fn is_default(&self) -> bool;
+
+    /// Checks them and puts what the protocol's builder reads into `store`
+    /// ([`prober_core::protocol::BuildEnv::options`]); `size` is the
+    /// request size given for the protocol's targets, where one was.
+    ///
+    /// # Errors
+    /// A value the protocol cannot use, as one line that names it as the
+    /// user wrote it: a flag (`--expect-rcode`) when `table` is `None`,
+    /// else a key of `table` (`job.web.dns.expect_rcode`).
+    fn put(&self, store: &Shared, size: Option<usize>, table: Option<&str>) -> Result<(), String>;
+
+    /// Whether `other` is the same options (a reload keeps the schedules of
+    /// a job whose options did not change).
+    fn same(&self, other: &dyn OwnOptions) -> bool;
+
+    /// Itself, to compare with another of its type.
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// Reads a protocol's options from parsed flags.
+pub type FromMatches = fn(&clap::ArgMatches) -> Result<Box<dyn OwnOptions>, clap::Error>;
+
+/// Reads a protocol's options from a job's table.
+pub type FromToml = fn(toml::Value) -> Result<Box<dyn OwnOptions>, String>;
+
+/// The description of one protocol's options.
+pub struct ProtocolOptions {
+    /// Its table in a daemon job (`[job.http]`).
+    pub key: &'static str,
+    /// Its flags, as messages name them.
+    pub flags: &'static str,
+    /// The targets that take them, as messages name them.
+    pub targets: &'static str,
+    /// The protocols (by name) whose targets take them.
+    pub protocols: &'static [&'static str],
+    /// The self-test honours them (ICMP's socket choice); otherwise the
+    /// self-test makes its own targets and refuses them.
+    pub self_test: bool,
+    /// Adds the flags to a command.
+    pub args: fn(clap::Command) -> clap::Command,
+    /// Reads the flags back.
+    pub from_matches: FromMatches,
+    /// Reads a job's table.
+    pub from_toml: FromToml,
+    /// The options when nothing is given.
+    pub default: fn() -> Box<dyn OwnOptions>,
+}
+
+impl fmt::Debug for ProtocolOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProtocolOptions")
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+fn from_matches<T>(m: &clap::ArgMatches) -> Result<Box<dyn OwnOptions>, clap::Error>
+where
+    T: clap::FromArgMatches + OwnOptions,
+{
+    Ok(Box::new(T::from_arg_matches(m)?))
+}
+
+fn from_toml<T>(v: toml::Value) -> Result<Box<dyn OwnOptions>, String>
+where
+    T: serde::de::DeserializeOwned + OwnOptions,
+{
+    T::deserialize(v)
+        .map(|t| Box::new(t) as Box<dyn OwnOptions>)
+        .map_err(|e| e.message().to_owned())
+}
+
+fn default<T: Default + OwnOptions>() -> Box<dyn OwnOptions> {
+    Box::new(T::default())
+}
+
+impl ProtocolOptions {
+    /// The description of options type `T`, taken by the targets of
+    /// `protocols` and kept in `[job.KEY]`.
+    pub const fn of<T>(
+        key: &'static str,
+        flags: &'static str,
+        targets: &'static str,
+        protocols: &'static [&'static str],
+    ) -> Self
+    where
+        T: clap::Args + clap::FromArgMatches + serde::de::DeserializeOwned + Default + OwnOptions,
+    {
+        Self {
+            key,
+            flags,
+            targets,
+            protocols,
+            self_test: false,
+            args: T::augment_args,
+            from_matches: from_matches::<T>,
+            from_toml: from_toml::<T>,
+            default: default::<T>,
+        }
+    }
+
+    /// The same, honoured by the self-test.
+    #[must_use]
+    pub const fn in_self_test(mut self) -> Self {
+        self.self_test = true;
+        self
+    }
+
+    /// Whether target `t` takes these options.
+    pub fn applies(&self, t: &Target) -> bool {
+        self.protocols.contains(&t.protocol.name())
+    }
+
+    /// The options of the registry's protocols, each once, in the
+    /// registry's order.
+    pub fn all(registry: &Registry) -> Vec<&'static Self> {
+        let mut all: Vec<&'static Self> = Vec::new();
+        for p in registry.protocols() {
+            let Some(own) = p
+                .own
+                .and_then(|o| (o as &'static dyn Any).downcast_ref::<Self>())
+            else {
+                continue;
+            };
+            if !all.iter().any(|o| std::ptr::eq(*o, own)) {
+                all.push(own);
+            }
+        }
+        all
+    }
+}
+
+/// Every protocol's options, as given (or their defaults).
+#[derive(Debug, Default)]
+pub struct OptionSet(pub Vec<(&'static ProtocolOptions, Box<dyn OwnOptions>)>);
+
+impl OptionSet {
+    /// The registry's options read from parsed flags.
+    ///
+    /// # Errors
+    /// A flag clap could not read into its type.
+    pub fn from_matches(registry: &Registry, m: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        ProtocolOptions::all(registry)
+            .into_iter()
+            .map(|o| Ok((o, (o.from_matches)(m)?)))
+            .collect::<Result<_, _>>()
+            .map(Self)
+    }
+
+    /// Checks each and puts it in `store`; `size` applies to the protocols
+    /// any of `targets` is of.
+    ///
+    /// # Errors
+    /// The first one a protocol refuses.
+    pub fn put(
+        &self,
+        store: &Shared,
+        targets: &[Target],
+        size: Option<usize>,
+        job: Option<&str>,
+    ) -> Result<(), String> {
+        for (o, v) in &self.0 {
+            let size = size.filter(|_| targets.iter().any(|t| o.applies(t)));
+            let table = job.map(|j| format!("{j}.{}", o.key));
+            v.put(store, size, table.as_deref())?;
+        }
+        Ok(())
+    }
+
+    /// Whether every protocol's options are the same as in `other`.
+    pub fn same(&self, other: &Self) -> bool {
+        self.0.len() == other.0.len()
+            && self
+                .0
+                .iter()
+                .zip(&other.0)
+                .all(|((a, x), (b, y))| std::ptr::eq(*a, *b) && x.same(&**y))
+    }
+}
+
+/// Implements [`OwnOptions`] for a spec type with `is_default()`, `PartialEq`
+/// and a `put_into(&self, &Shared, Option<usize>, Option<&str>) -> Result<(), String>`.
+#[macro_export]
+macro_rules! own_options {
+    ($t:ty) => {
+        impl $crate::options::OwnOptions for $t {
+            fn is_default(&self) -> bool {
+                <$t>::is_default(self)
+            }
+
+            fn put(
+                &self,
+                store: &prober_core::shared::Shared,
+                size: Option<usize>,
+                table: Option<&str>,
+            ) -> Result<(), String> {
+                self.put_into(store, size, table)
+            }
+
+            fn same(&self, other: &dyn $crate::options::OwnOptions) -> bool {
+                other.as_any().downcast_ref::<$t>() == Some(self)
+            }
+
+            fn as_any(&self) -> &dyn std::any::Any {
+                self
+            }
+        }
+    };
+}
