@@ -37,8 +37,9 @@ struct FileConfig {
     /// config tool that truncated the file mid-write) is refused.
     #[serde(default)]
     allow_empty: bool,
+    /// With the protocols' tables (`[defaults.http]`) set aside.
     #[serde(default)]
-    defaults: JobSettings,
+    defaults: crate::own_tables::WithOwn<JobSettings>,
     #[serde(default)]
     serve: ServeSection,
     metrics: Option<MetricsSection>,
@@ -49,8 +50,9 @@ struct FileConfig {
     #[serde(default)]
     discovery: DiscoverySection,
     otlp: Option<OtlpSection>,
+    /// With the protocols' tables (`[job.http]`) set aside.
     #[serde(default, rename = "job")]
-    jobs: Vec<JobSection>,
+    jobs: Vec<crate::own_tables::WithOwn<JobSection>>,
 }
 
 /// `[otlp]`: push metrics to an OpenTelemetry collector.
@@ -599,10 +601,6 @@ job_settings! {
     #[serde(default)]
     labels: BTreeMap<String, String>,
     sinks: Option<prober_sinks::file_config::SinksConfig>,
-    /// `[job.http]`: what HTTP targets send and accept.
-    http: Option<prober_http::HttpSpec>,
-    /// `[job.dns]`: what DNS replies are valid.
-    dns: Option<prober_dns::DnsSpec>,
     /// `[job.tls]`: how `https://` and `grpcs://` targets check servers.
     tls: Option<TlsSection>,
 }
@@ -666,40 +664,65 @@ impl Job {
     }
 }
 
-/// A job's protocol options (`[job.http]`, `[job.dns]`): as written, to
-/// tell a reload that changed them, and made into the options the probes
-/// are built with.
-#[derive(Clone)]
+/// A job's protocol options (`[job.http]`, `[job.dns]`, each protocol's
+/// table): as written, to tell a reload that changed them, and made into
+/// the options the probes are built with.
 pub struct JobOptions {
-    http: prober_http::HttpSpec,
-    dns: prober_dns::DnsSpec,
+    given: prober_net::options::OptionSet,
     /// The options made from them (see [`prober_core::protocol::BuildEnv::options`]).
     pub store: std::sync::Arc<prober_core::protocol::Shared>,
 }
 
 impl JobOptions {
-    fn new(http: prober_http::HttpSpec, dns: prober_dns::DnsSpec, key: &str) -> Result<Self> {
+    /// Reads each protocol's table of job `i` (or of `[defaults]`), or
+    /// takes its defaults, and checks and puts it as its crate does.
+    fn new(
+        registry: &Registry,
+        (tables, defaults): (&crate::own_tables::Tables, &crate::own_tables::Tables),
+        base: &Path,
+        text: &str,
+        i: usize,
+        name: &str,
+    ) -> Result<Self> {
+        let key = format!("job[{i}] ({name:?})");
         let store = prober_core::protocol::Shared::default();
-        // Checked and put as each protocol's crate does it (the same as for
-        // `prober run`'s flags), named by their keys here.
-        for (own, table) in [
-            (&http as &dyn prober_net::options::OwnOptions, "http"),
-            (&dns, "dns"),
-        ] {
-            own.put(&store, None, Some(&format!("{key}.{table}")))
+        let mut given = Vec::new();
+        for own in prober_net::options::ProtocolOptions::all(registry) {
+            let mut options = match tables.get(own.key).or_else(|| defaults.get(own.key)) {
+                None => (own.default)(),
+                Some(table) => (own.from_toml)(table.get_ref().clone()).map_err(|e| {
+                    let line = text[..table.span().start.min(text.len())]
+                        .matches('\n')
+                        .count()
+                        + 1;
+                    DaemonError::Config(format!("line {line}: {key}.{}: {e}", own.key))
+                })?,
+            };
+            options.rebase(base);
+            options
+                .put(&store, None, Some(&format!("{key}.{}", own.key)))
                 .map_err(DaemonError::Config)?;
+            given.push((own, options));
         }
         Ok(Self {
-            http,
-            dns,
+            given: prober_net::options::OptionSet(given),
             store: std::sync::Arc::new(store),
         })
     }
 }
 
+impl Clone for JobOptions {
+    fn clone(&self) -> Self {
+        Self {
+            given: self.given.clone(),
+            store: std::sync::Arc::clone(&self.store),
+        }
+    }
+}
+
 impl PartialEq for JobOptions {
     fn eq(&self, other: &Self) -> bool {
-        self.http == other.http && self.dns == other.dns
+        self.given.same(&other.given)
     }
 }
 
@@ -708,8 +731,7 @@ impl Eq for JobOptions {}
 impl std::fmt::Debug for JobOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("JobOptions")
-            .field("http", &self.http)
-            .field("dns", &self.dns)
+            .field("given", &self.given)
             .finish_non_exhaustive()
     }
 }
@@ -796,10 +818,12 @@ fn valid_label_name(name: &str) -> bool {
         && !name.starts_with("__")
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn job(
     j: &JobSection,
     i: usize,
     defaults: &JobSettings,
+    options: JobOptions,
     base: &Path,
     registry: &Registry,
     resolution: Resolution<'_>,
@@ -1058,22 +1082,6 @@ async fn job(
             s.truncations += u64::from(over > 0);
         });
     }
-    let mut http = j
-        .settings
-        .http
-        .clone()
-        .or_else(|| defaults.http.clone())
-        .unwrap_or_default();
-    if let Some(file) = &mut http.body_file {
-        *file = base.join(&*file); // an absolute path stays as it is
-    }
-    let dns = j
-        .settings
-        .dns
-        .clone()
-        .or_else(|| defaults.dns.clone())
-        .unwrap_or_default();
-    let options = JobOptions::new(http, dns, &key)?;
     let tls = j
         .settings
         .tls
@@ -1288,9 +1296,14 @@ pub async fn parse_with(
     registry: &Registry,
     resolution: Resolution<'_>,
 ) -> Result<Config> {
-    let mut raw: FileConfig = toml::from_str(text).map_err(|e| toml_error(&e, text))?;
+    let keys = prober_net::options::ProtocolOptions::all(registry)
+        .iter()
+        .map(|o| o.key)
+        .collect();
+    let mut raw: FileConfig = crate::own_tables::with_keys(keys, || toml::from_str(text))
+        .map_err(|e| toml_error(&e, text))?;
     for j in &mut raw.jobs {
-        j.gather();
+        j.inner.gather();
     }
     let base = path
         .parent()
@@ -1299,10 +1312,30 @@ pub async fn parse_with(
     let mut jobs = Vec::with_capacity(raw.jobs.len());
     let mut names = std::collections::HashSet::new();
     for (i, j) in raw.jobs.iter().enumerate() {
-        if !names.insert(j.name.clone()) {
-            bail!("job[{i}].name: job {:?} is defined twice", j.name);
+        if !names.insert(j.inner.name.clone()) {
+            bail!("job[{i}].name: job {:?} is defined twice", j.inner.name);
         }
-        jobs.push(job(j, i, &raw.defaults, &base, registry, resolution, &discovery).await?);
+        let options = JobOptions::new(
+            registry,
+            (&j.own, &raw.defaults.own),
+            &base,
+            text,
+            i,
+            &j.inner.name,
+        )?;
+        jobs.push(
+            job(
+                &j.inner,
+                i,
+                &raw.defaults.inner,
+                options,
+                &base,
+                registry,
+                resolution,
+                &discovery,
+            )
+            .await?,
+        );
     }
     // Two writers on one file would interleave rows and rotate each
     // other's files away.
@@ -1389,6 +1422,42 @@ mod tests {
             Resolution::LiteralsOnly,
         )
         .await
+    }
+
+    /// A protocol's table is read by its crate's type, found by the key its
+    /// descriptor gives (ICMP's `[job.icmp]` here, which nothing in this
+    /// crate names): a job's table, else `[defaults]`', else the defaults;
+    /// the job's keys keep their positions in errors, the table's errors
+    /// name its line.
+    #[tokio::test]
+    async fn a_protocols_table_is_read_by_its_own_type() {
+        let socket = |c: &Config, j: usize| {
+            c.jobs[j]
+                .options
+                .store
+                .get_or_try_init(|| Err::<std::sync::Arc<prober_icmp::IcmpSpec>, ()>(()))
+                .map(|s| s.socket)
+                .ok()
+        };
+        let c = p("[defaults.icmp]\nsocket = \"raw\"\n\n[[job]]\nname = \"a\"\ntargets = [\"127.0.0.1\"]\n\n[[job]]\nname = \"b\"\ntargets = [\"127.0.0.1\"]\n[job.icmp]\nsocket = \"dgram\"\n")
+            .await
+            .unwrap();
+        assert_eq!(socket(&c, 0), Some(prober_icmp::SocketKind::Raw));
+        assert_eq!(socket(&c, 1), Some(prober_icmp::SocketKind::Dgram));
+        assert!(!c.jobs[0].same_settings(&c.jobs[1]));
+        let e = err(
+            "[[job]]\nname = \"a\"\ntargets = [\"127.0.0.1\"]\n\n[job.icmp]\nsocket = \"pipe\"\n",
+        )
+        .await;
+        assert!(
+            e.starts_with("line 5: job[0] (\"a\").icmp: unknown variant `pipe`"),
+            "{e}"
+        );
+        let e = err("[[job]]\nname = \"a\"\ntargets = [\"127.0.0.1\"]\ncolour = 1\n").await;
+        assert!(
+            e.starts_with("line 4, column 1: unknown field `colour`"),
+            "{e}"
+        );
     }
 
     #[tokio::test]

@@ -27,6 +27,7 @@ pub mod dns_sd;
 mod error;
 pub mod file_sd;
 mod metrics;
+mod own_tables;
 mod reload;
 pub mod responder;
 mod stamp_metrics;

@@ -308,7 +308,14 @@ pub struct HttpSpec {
 /// The HTTP flags, as messages name them.
 pub const HTTP_FLAGS: &str = "An HTTP option (--method, --header, --expect-status, ...)";
 
-prober_net::own_options!(HttpSpec);
+prober_net::own_options!(
+    HttpSpec,
+    rebase = |s: &mut HttpSpec, base: &std::path::Path| {
+        if let Some(file) = &mut s.body_file {
+            *file = base.join(&*file); // an absolute path stays as it is
+        }
+    }
+);
 
 /// HTTP's own options: `--method`, `--header`, ... and a job's `[job.http]`.
 pub(crate) static HTTP_OPTIONS: prober_net::options::ProtocolOptions =

@@ -34,6 +34,13 @@ pub trait OwnOptions: Any + Send + Sync + fmt::Debug {
 
     /// Itself, to compare with another of its type.
     fn as_any(&self) -> &dyn Any;
+
+    /// A copy.
+    fn clone_box(&self) -> Box<dyn OwnOptions>;
+
+    /// Makes the relative paths it names relative to `base` (a config
+    /// file's directory), as every path of a config file is.
+    fn rebase(&mut self, base: &std::path::Path);
 }
 
 /// Reads a protocol's options from parsed flags.
@@ -153,6 +160,12 @@ impl ProtocolOptions {
 #[derive(Debug, Default)]
 pub struct OptionSet(pub Vec<(&'static ProtocolOptions, Box<dyn OwnOptions>)>);
 
+impl Clone for OptionSet {
+    fn clone(&self) -> Self {
+        Self(self.0.iter().map(|(o, v)| (*o, v.clone_box())).collect())
+    }
+}
+
 impl OptionSet {
     /// The registry's options read from parsed flags.
     ///
@@ -197,11 +210,16 @@ impl OptionSet {
     }
 }
 
-/// Implements [`OwnOptions`] for a spec type with `is_default()`, `PartialEq`
-/// and a `put_into(&self, &Shared, Option<usize>, Option<&str>) -> Result<(), String>`.
+/// Implements [`OwnOptions`] for a `Clone + PartialEq` spec type with
+/// `is_default()` and `put_into(&self, &Shared, Option<usize>,
+/// Option<&str>) -> Result<(), String>`; with `rebase = f`, its
+/// `f(&mut self, &Path)` makes its paths relative to a config's directory.
 #[macro_export]
 macro_rules! own_options {
     ($t:ty) => {
+        $crate::own_options!($t, rebase = |_: &mut $t, _: &std::path::Path| {});
+    };
+    ($t:ty, rebase = $rebase:expr) => {
         impl $crate::options::OwnOptions for $t {
             fn is_default(&self) -> bool {
                 <$t>::is_default(self)
@@ -222,6 +240,14 @@ macro_rules! own_options {
 
             fn as_any(&self) -> &dyn std::any::Any {
                 self
+            }
+
+            fn clone_box(&self) -> Box<dyn $crate::options::OwnOptions> {
+                Box::new(self.clone())
+            }
+
+            fn rebase(&mut self, base: &std::path::Path) {
+                ($rebase)(self, base);
             }
         }
     };

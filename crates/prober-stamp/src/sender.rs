@@ -142,7 +142,14 @@ pub struct StampSpec {
 /// The STAMP flags, as messages name them.
 pub const STAMP_FLAGS: &str = "--stamp-key, --stamp-ptp, --clock-synced and --stamp-tlv";
 
-prober_net::own_options!(StampSpec);
+prober_net::own_options!(
+    StampSpec,
+    rebase = |s: &mut StampSpec, base: &std::path::Path| {
+        if let Some(file) = &mut s.key_file {
+            *file = base.join(&*file); // an absolute path stays as it is
+        }
+    }
+);
 
 /// STAMP's own options: `--stamp-key`, ... and a job's `[job.stamp]`.
 pub(crate) static STAMP_OPTIONS: prober_net::options::ProtocolOptions =
