@@ -688,17 +688,10 @@ impl JobOptions {
         let store = prober_core::protocol::Shared::default();
         let mut given = Vec::new();
         for own in prober_net::options::ProtocolOptions::all(registry) {
-            let mut options = match tables.get(own.key).or_else(|| defaults.get(own.key)) {
+            let options = match tables.get(own.key).or_else(|| defaults.get(own.key)) {
                 None => (own.default)(),
-                Some(table) => (own.from_toml)(table.get_ref().clone()).map_err(|e| {
-                    let line = text[..table.span().start.min(text.len())]
-                        .matches('\n')
-                        .count()
-                        + 1;
-                    DaemonError::Config(format!("line {line}: {key}.{}: {e}", own.key))
-                })?,
+                Some(table) => Self::read(own, table, base, text, &key)?,
             };
-            options.rebase(base);
             options
                 .put(&store, None, Some(&format!("{key}.{}", own.key)))
                 .map_err(DaemonError::Config)?;
@@ -708,6 +701,66 @@ impl JobOptions {
             given: prober_net::options::OptionSet(given),
             store: std::sync::Arc::new(store),
         })
+    }
+
+    /// One protocol's table of `key` (`job[0] ("a")`, `defaults`), read
+    /// and with its paths placed relative to `base`; its errors name the
+    /// line the table starts on.
+    fn read(
+        own: &prober_net::options::ProtocolOptions,
+        table: &toml::Spanned<toml::Value>,
+        base: &Path,
+        text: &str,
+        key: &str,
+    ) -> Result<Box<dyn prober_net::options::OwnOptions>> {
+        let mut options = (own.from_toml)(table.get_ref().clone()).map_err(|e| {
+            let line = text[..table.span().start.min(text.len())]
+                .matches('\n')
+                .count()
+                + 1;
+            DaemonError::Config(format!("line {line}: {key}.{}: {e}", own.key))
+        })?;
+        options.rebase(base);
+        Ok(options)
+    }
+
+    /// `[defaults]`' protocol tables, checked whether or not a job uses
+    /// them, as every other key of `[defaults]` is.
+    fn check_defaults(
+        registry: &Registry,
+        defaults: &crate::own_tables::Tables,
+        base: &Path,
+        text: &str,
+    ) -> Result<()> {
+        for own in prober_net::options::ProtocolOptions::all(registry) {
+            if let Some(table) = defaults.get(own.key) {
+                let key = format!("defaults.{}", own.key);
+                Self::read(own, table, base, text, "defaults")?
+                    .put(&prober_core::protocol::Shared::default(), None, Some(&key))
+                    .map_err(DaemonError::Config)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the job's request size against the options of each protocol
+    /// some of its targets are of (STAMP's TLVs and mode need room), as
+    /// `prober run` checks `--size`, before any probe is built.
+    fn check_size(&self, targets: &[JobTarget], size: Option<usize>, key: &str) -> Result<()> {
+        let Some(size) = size else { return Ok(()) };
+        for (own, given) in &self.given.0 {
+            if targets.iter().any(|t| own.applies(&t.target)) {
+                let table = format!("{key}.{}", own.key);
+                given
+                    .put(
+                        &prober_core::protocol::Shared::default(),
+                        Some(size),
+                        Some(&table),
+                    )
+                    .map_err(DaemonError::Config)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -1309,6 +1362,7 @@ pub async fn parse_with(
         .parent()
         .map_or_else(|| PathBuf::from("."), Path::to_owned);
     let discovery = raw.discovery.settings()?;
+    JobOptions::check_defaults(registry, &raw.defaults.own, &base, text)?;
     let mut jobs = Vec::with_capacity(raw.jobs.len());
     let mut names = std::collections::HashSet::new();
     for (i, j) in raw.jobs.iter().enumerate() {
@@ -1323,19 +1377,23 @@ pub async fn parse_with(
             i,
             &j.inner.name,
         )?;
-        jobs.push(
-            job(
-                &j.inner,
-                i,
-                &raw.defaults.inner,
-                options,
-                &base,
-                registry,
-                resolution,
-                &discovery,
-            )
-            .await?,
-        );
+        let job = job(
+            &j.inner,
+            i,
+            &raw.defaults.inner,
+            options,
+            &base,
+            registry,
+            resolution,
+            &discovery,
+        )
+        .await?;
+        job.options.check_size(
+            &job.targets,
+            job.size,
+            &format!("job[{i}] ({:?})", job.name),
+        )?;
+        jobs.push(job);
     }
     // Two writers on one file would interleave rows and rotate each
     // other's files away.
@@ -1456,6 +1514,12 @@ mod tests {
         let e = err("[[job]]\nname = \"a\"\ntargets = [\"127.0.0.1\"]\ncolour = 1\n").await;
         assert!(
             e.starts_with("line 4, column 1: unknown field `colour`"),
+            "{e}"
+        );
+        // `[defaults]`' tables are checked when no job uses them too.
+        let e = err("allow_empty = true\n\n[defaults.icmp]\nsockt = \"raw\"\n").await;
+        assert!(
+            e.starts_with("line 3: defaults.icmp: unknown field `sockt`"),
             "{e}"
         );
     }

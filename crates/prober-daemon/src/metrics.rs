@@ -136,40 +136,91 @@ async fn render_bounded<T: Send + 'static>(
 /// scrape is a few pieces, not the whole exposition.
 const SCRAPE_CHUNK: usize = 256 * 1024;
 
+/// How long a scrape's reader has to take its pieces: a reader that has
+/// not (stalled, or on a very slow link) is cut off, and the render's
+/// permit goes back. Prometheus gives up on a scrape after its
+/// `scrape_timeout` (10 s by default) anyway.
+const SCRAPE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// What the encoder hands the response.
+enum Piece {
+    Data(Vec<u8>),
+    /// The exposition is whole: without this, the body ends in an error.
+    End,
+}
+
 /// `/metrics`' body, encoded on the blocking pool under a permit of
 /// `renders` (`None` when none is free) and streamed as it is written. The
 /// status goes out before the end is encoded, so an encoding that fails
-/// (only a registry's collector can) cuts the body short with an error,
-/// which a scraper records as a failed scrape.
+/// or stops (only a registry's collector can fail; a panic stops it) cuts
+/// the body short with an error, which a scraper records as a failed
+/// scrape, never as a whole one; so does a reader too slow for
+/// [`SCRAPE_DEADLINE`], so that two stalled readers cannot hold both
+/// permits.
 fn scrape_streamed(
     renders: &Arc<tokio::sync::Semaphore>,
     scrape: Arc<Scrape>,
     format: prober_sinks::prometheus::Format,
 ) -> Option<axum::body::Body> {
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
     let permit = Arc::clone(renders).try_acquire_owned().ok()?;
     // Two pieces queued at most: a slow reader holds the encoder back
     // rather than the daemon buffering the scrape for it.
-    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Vec<u8>>>(2);
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Piece>>(2);
+    let handle = tokio::runtime::Handle::current();
     tokio::task::spawn_blocking(move || {
         let _permit = permit;
-        let pieces = tx.clone();
-        let spill = Box::new(move |piece: Vec<u8>| {
-            // A scraper gone: the rest is encoded and dropped (the
-            // snapshot is taken; stopping early would save little).
-            let _ = pieces.blocking_send(Ok(piece));
-        });
-        let last = prober_sinks::prometheus::scrape_streaming(
+        let deadline = tokio::time::Instant::now() + SCRAPE_DEADLINE;
+        let cut = Arc::new(AtomicBool::new(false));
+        let send = {
+            let cut = Arc::clone(&cut);
+            move |piece: std::io::Result<Piece>| {
+                if cut.load(Relaxed) {
+                    return;
+                }
+                let sent = handle.block_on(tokio::time::timeout_at(deadline, tx.send(piece)));
+                if !matches!(sent, Ok(Ok(()))) {
+                    // Too slow, or gone: the rest is encoded and dropped
+                    // (the snapshot is taken; stopping early would save
+                    // little), and the body ends without its end.
+                    cut.store(true, Relaxed);
+                }
+            }
+        };
+        let send = Arc::new(send);
+        let spill = {
+            let send = Arc::clone(&send);
+            Box::new(move |piece: Vec<u8>| send(Ok(Piece::Data(piece))))
+        };
+        match prober_sinks::prometheus::scrape_streaming(
             format,
             &scrape.sink,
             &scrape.registry,
             SCRAPE_CHUNK,
             spill,
-        )
-        .map_err(|_| std::io::Error::other("encoding the metrics failed"));
-        let _ = tx.blocking_send(last);
+        ) {
+            Ok(rest) => {
+                send(Ok(Piece::Data(rest)));
+                send(Ok(Piece::End));
+            }
+            Err(_) => send(Err(std::io::Error::other("encoding the metrics failed"))),
+        }
     });
-    let pieces = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|piece| (piece, rx))
+    let pieces = futures_util::stream::unfold((rx, false), |(mut rx, ended)| async move {
+        if ended {
+            return None;
+        }
+        match rx.recv().await {
+            Some(Ok(Piece::Data(d))) => Some((Ok(d), (rx, false))),
+            Some(Ok(Piece::End)) => None,
+            Some(Err(e)) => Some((Err(e), (rx, true))),
+            None => Some((
+                Err(std::io::Error::other(
+                    "the scrape stopped before its end (its encoding panicked or its reader was too slow)",
+                )),
+                (rx, true),
+            )),
+        }
     });
     Some(axum::body::Body::from_stream(pieces))
 }

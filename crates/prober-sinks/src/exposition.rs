@@ -183,12 +183,15 @@ impl Histogram {
     /// The positive native buckets that hold anything: (index, count), by
     /// rising index.
     fn positive(&self) -> impl Iterator<Item = (i32, u64)> + '_ {
-        let lo = self.native_lo;
+        let lo = i64::from(self.native_lo);
         self.buf[self.bounds.len() + 1..]
             .iter()
-            .zip(lo..)
-            .filter(|(n, _)| **n > 0)
-            .map(|(n, i)| (i, *n))
+            .enumerate()
+            .filter(|(_, n)| **n > 0)
+            .map(move |(i, n)| {
+                let index = lo + i64::try_from(i).unwrap_or(i64::MAX);
+                (i32::try_from(index).unwrap_or(i32::MAX), *n)
+            })
     }
 
     fn has_positive(&self) -> bool {

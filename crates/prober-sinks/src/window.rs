@@ -53,12 +53,17 @@ impl Slot {
 
     /// (bucket index, count) of every bucket with RTTs, by rising index.
     fn counts(&self) -> impl Iterator<Item = (i16, u32)> + '_ {
+        // Indexed by position, not by a range from `lo`: a range that
+        // ends at i16::MAX would step past it.
         let dense = self.dense.iter().flat_map(|(lo, counts)| {
             counts
                 .iter()
-                .zip(*lo..)
-                .filter(|(c, _)| **c > 0)
-                .map(|(c, b)| (b, *c))
+                .enumerate()
+                .filter(|(_, c)| **c > 0)
+                .map(|(i, c)| {
+                    let b = i64::from(*lo) + i64::try_from(i).unwrap_or(i64::MAX);
+                    (i16::try_from(b).unwrap_or(i16::MAX), *c)
+                })
         });
         self.rtts.iter().copied().chain(dense)
     }
@@ -283,5 +288,13 @@ mod tests {
             w.push(t0, Some(us));
         }
         assert_eq!(w.stats(t0).probes, 4);
+        // Closed, the slot keeps them in the smaller form; the top bucket
+        // (i16::MAX) is read back without stepping past it.
+        let mut w = Window::new(t0, Duration::from_secs(1), 2);
+        w.push(t0, Some(f64::INFINITY));
+        w.push(t0 + Duration::from_secs(1), None);
+        let s = w.stats(t0 + Duration::from_secs(1));
+        assert_eq!((s.probes, s.lost), (2, 1));
+        assert!(s.p50_us.is_some());
     }
 }

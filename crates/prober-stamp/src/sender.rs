@@ -179,7 +179,11 @@ impl StampSpec {
         };
         let options = self.build().map_err(within)?;
         if let Some(size) = size {
-            options.check_size(size)?;
+            // A job's `size` key where the table is a config's.
+            options.check_size(size).map_err(|e| match table {
+                Some(t) => format!("{t}: {}", e.replacen("--size", "size", 1)),
+                None => e,
+            })?;
         }
         store.put(options);
         Ok(())

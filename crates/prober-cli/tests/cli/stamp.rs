@@ -474,3 +474,28 @@ fn the_daemon_reflects_and_probes_stamp() {
         "{metrics}"
     );
 }
+
+/// A daemon job's `[job.stamp]` table is STAMP's own options type, and its
+/// `size` is checked against them before anything is probed, as `prober
+/// run --size` is; a bad table names its line.
+#[test]
+fn a_job_stamp_table_is_checked_with_the_jobs_size() {
+    let f = crate::support::Files::new("stamp-job-table");
+    for (extra, want) in [
+        (
+            "size = 50\n[job.stamp]\ntlvs = \"all\"\n",
+            "job[0] (\"a\").stamp: size 50: a STAMP request",
+        ),
+        ("[job.stamp]\ntlvs = \"nope\"\n", "job[0] (\"a\").stamp:"),
+        (
+            "[job.stamp]\nkey = \"k\"\n",
+            "line 4: job[0] (\"a\").stamp: unknown field `key`",
+        ),
+    ] {
+        let path = f.write(
+            "prober.toml",
+            &format!("[[job]]\nname = \"a\"\ntargets = [\"stamp://127.0.0.1:862\"]\n{extra}"),
+        );
+        fails(&["serve", "--config", &path, "--check-config"], want);
+    }
+}
