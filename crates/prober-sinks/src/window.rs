@@ -26,46 +26,81 @@ struct Slot {
     /// is smaller than the pairs: an hour's slots at 1 Hz hold up to 300
     /// RTTs each, which fill the buckets between theirs (BENCHMARKS.md,
     /// "Memory at 10,000 targets").
-    dense: Option<(i16, Box<[u32]>)>,
+    dense: Option<(i16, Dense)>,
+}
+
+/// Dense counts, in 16 bits where every one fits (a 5-minute slot below
+/// 218 probes a second to one bucket), else 32.
+#[derive(Debug, Clone)]
+enum Dense {
+    Narrow(Box<[u16]>),
+    Wide(Box<[u32]>),
 }
 
 impl Slot {
-    /// Keeps the slot's counts in the smaller of the two forms, with no
-    /// spare room: it takes no more probes.
+    /// Keeps the slot's counts in the smallest of the forms, with no spare
+    /// room: it takes no more probes.
     fn close(&mut self) {
         let (Some(first), Some(last)) = (self.rtts.first(), self.rtts.last()) else {
             self.rtts.shrink_to_fit();
             return;
         };
         let span = usize::try_from(i32::from(last.0) - i32::from(first.0) + 1).unwrap_or(0);
-        if span * size_of::<u32>() < self.rtts.len() * size_of::<(i16, u32)>() {
-            let lo = first.0;
-            let mut dense = vec![0u32; span].into_boxed_slice();
-            for &(b, c) in &self.rtts {
-                dense[usize::try_from(i32::from(b) - i32::from(lo)).unwrap_or(0)] = c;
-            }
-            self.dense = Some((lo, dense));
-            self.rtts = Vec::new();
+        let narrow = self.rtts.iter().all(|(_, c)| u16::try_from(*c).is_ok());
+        let width = if narrow {
+            size_of::<u16>()
         } else {
+            size_of::<u32>()
+        };
+        if span * width >= self.rtts.len() * size_of::<(i16, u32)>() {
             self.rtts.shrink_to_fit();
+            return;
         }
+        let lo = first.0;
+        let at = |b: i16| usize::try_from(i32::from(b) - i32::from(lo)).unwrap_or(0);
+        let dense = if narrow {
+            let mut d = vec![0u16; span].into_boxed_slice();
+            for &(b, c) in &self.rtts {
+                d[at(b)] = u16::try_from(c).unwrap_or(u16::MAX);
+            }
+            Dense::Narrow(d)
+        } else {
+            let mut d = vec![0u32; span].into_boxed_slice();
+            for &(b, c) in &self.rtts {
+                d[at(b)] = c;
+            }
+            Dense::Wide(d)
+        };
+        self.dense = Some((lo, dense));
+        self.rtts = Vec::new();
     }
 
     /// (bucket index, count) of every bucket with RTTs, by rising index.
     fn counts(&self) -> impl Iterator<Item = (i16, u32)> + '_ {
         // Indexed by position, not by a range from `lo`: a range that
         // ends at i16::MAX would step past it.
-        let dense = self.dense.iter().flat_map(|(lo, counts)| {
-            counts
-                .iter()
+        let index = |lo: i16, i: usize| {
+            let b = i64::from(lo) + i64::try_from(i).unwrap_or(i64::MAX);
+            i16::try_from(b).unwrap_or(i16::MAX)
+        };
+        let (narrow, wide) = match &self.dense {
+            Some((lo, Dense::Narrow(d))) => (Some((*lo, d)), None),
+            Some((lo, Dense::Wide(d))) => (None, Some((*lo, d))),
+            None => (None, None),
+        };
+        let narrow = narrow.into_iter().flat_map(move |(lo, d)| {
+            d.iter()
                 .enumerate()
                 .filter(|(_, c)| **c > 0)
-                .map(|(i, c)| {
-                    let b = i64::from(*lo) + i64::try_from(i).unwrap_or(i64::MAX);
-                    (i16::try_from(b).unwrap_or(i16::MAX), *c)
-                })
+                .map(move |(i, c)| (index(lo, i), u32::from(*c)))
         });
-        self.rtts.iter().copied().chain(dense)
+        let wide = wide.into_iter().flat_map(move |(lo, d)| {
+            d.iter()
+                .enumerate()
+                .filter(|(_, c)| **c > 0)
+                .map(move |(i, c)| (index(lo, i), *c))
+        });
+        self.rtts.iter().copied().chain(narrow).chain(wide)
     }
 }
 
@@ -278,6 +313,21 @@ mod tests {
         w.push(t0 + Duration::from_secs(30), None);
         assert!(w.ring[2].dense.is_none() && w.ring[2].rtts.len() == 3);
         assert_eq!(w.stats(t0 + Duration::from_secs(30)).probes, 305);
+        assert!(matches!(w.ring[0].dense, Some((_, Dense::Narrow(_)))));
+        // A count past 16 bits keeps 32.
+        let mut w = Window::new(t0, Duration::from_secs(10), 6);
+        for _ in 0..70_000 {
+            w.push(t0, Some(10.0));
+        }
+        for us in [11.0, 12.0, 13.0] {
+            w.push(t0, Some(us));
+        }
+        let open = w.stats(t0);
+        w.push(t0 + Duration::from_secs(10), None);
+        assert!(matches!(w.ring[0].dense, Some((_, Dense::Wide(_)))));
+        let closed = w.stats(t0 + Duration::from_secs(10));
+        assert_eq!(closed.probes, 70_004);
+        assert_eq!((closed.p50_us, closed.p99_us), (open.p50_us, open.p99_us));
     }
 
     #[test]
