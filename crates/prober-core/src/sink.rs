@@ -28,7 +28,7 @@ pub struct Context<'a> {
     /// Maps the run's instants to wall-clock time.
     pub clock: Clock,
     /// Every current target by id, with its statistics so far.
-    pub targets: &'a BTreeMap<usize, TargetEntry>,
+    pub targets: &'a BTreeMap<usize, Box<TargetEntry>>,
 }
 
 /// Receives results. Errors are I/O errors of the sink's own output. Only
