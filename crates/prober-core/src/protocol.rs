@@ -79,6 +79,37 @@ pub struct Rung {
     pub rank: u8,
 }
 
+/// A target of the self-test: `SCHEME://127.0.0.1:PORT/PATH`, the port
+/// the named responder bound on loopback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SelfTest {
+    /// The target's scheme.
+    pub scheme: &'static str,
+    /// The responder that answers it (its `prober serve` name); `None`:
+    /// the kernel does (ICMP), and `::1` is probed too where IPv6 works.
+    pub responder: Option<&'static str>,
+    /// The target's path (`echo`: the HTTP responder's echo).
+    pub path: &'static str,
+}
+
+impl SelfTest {
+    /// A target of `scheme` answered by responder `responder`.
+    pub const fn on(scheme: &'static str, responder: &'static str) -> Self {
+        Self {
+            scheme,
+            responder: Some(responder),
+            path: "",
+        }
+    }
+
+    /// The same with this path.
+    #[must_use]
+    pub const fn path(mut self, path: &'static str) -> Self {
+        self.path = path;
+        self
+    }
+}
+
 /// Where and how a probe's requests leave: the TOS byte (IPv6 traffic
 /// class), the local address, the interface, and the firewall mark.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -262,6 +293,9 @@ pub struct Protocol {
     pub help: &'static str,
     /// Its rows on the protocol ladder; none: not on it.
     pub ladder: &'static [Rung],
+    /// The targets the self-test (`prober run` with no target) probes with
+    /// it, against prober's own responders on loopback.
+    pub self_test: &'static [SelfTest],
     /// How its responder reports its turnaround when it reports only the
     /// whole of it (no wake, dwell and send parts), as the summary says it.
     pub turnaround: Option<&'static str>,

@@ -103,6 +103,7 @@ const FAKE: Protocol = Protocol {
     help: "fake",
     ladder: &[],
     turnaround: None,
+    self_test: &[],
     own: None,
     build: no_build,
 };

@@ -35,5 +35,6 @@ pub const DNS: Protocol = Protocol {
     ladder: &[],
     turnaround: None,
     own: Some(&crate::options::DNS_OPTIONS),
+    self_test: &[],
     build,
 };

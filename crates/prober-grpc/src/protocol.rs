@@ -96,6 +96,10 @@ pub const GRPC: Protocol = Protocol {
     ],
     turnaround: Some("its kernel receive stamp to its handler's return, as it reports it"),
     own: None,
+    self_test: &[
+        prober_core::protocol::SelfTest::on("grpc", "grpc"),
+        prober_core::protocol::SelfTest::on("grpcs", "grpcs"),
+    ],
     build: build_unary,
 };
 
@@ -104,6 +108,7 @@ pub const GRPC_STREAM: Protocol = Protocol {
     schemes: &[Scheme::plain("grpc+stream"), Scheme::tls("grpcs+stream")],
     help: "ping-pong on one bidirectional stream",
     ladder: &[],
+    self_test: &[prober_core::protocol::SelfTest::on("grpc+stream", "grpc")],
     build: build_stream,
     ..GRPC
 };
@@ -117,6 +122,7 @@ pub const GRPC_HEALTH: Protocol = Protocol {
     size: None,
     help: "grpc.health.v1 Check on any gRPC server",
     ladder: &[],
+    self_test: &[],
     build: build_health,
     ..GRPC
 };

@@ -77,6 +77,10 @@ pub const HTTP: Protocol = Protocol {
     ],
     turnaround: None,
     own: Some(&crate::options::HTTP_OPTIONS),
+    self_test: &[
+        prober_core::protocol::SelfTest::on("http", "http").path("echo"),
+        prober_core::protocol::SelfTest::on("h2c", "http").path("echo"),
+    ],
     build,
 };
 
@@ -98,5 +102,6 @@ pub const HTTPS: Protocol = Protocol {
     }],
     turnaround: None,
     own: Some(&crate::options::HTTP_OPTIONS),
+    self_test: &[prober_core::protocol::SelfTest::on("https", "https").path("echo")],
     build,
 };

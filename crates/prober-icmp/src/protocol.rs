@@ -101,5 +101,10 @@ pub const ICMP: Protocol = Protocol {
     }],
     turnaround: None,
     own: Some(&ICMP_OPTIONS),
+    self_test: &[prober_core::protocol::SelfTest {
+        scheme: "icmp",
+        responder: None,
+        path: "",
+    }],
     build,
 };

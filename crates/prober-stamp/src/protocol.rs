@@ -44,5 +44,6 @@ pub const STAMP: Protocol = Protocol {
     ladder: &[],
     turnaround: Some("its receive stamp to its send, as it reports it: STAMP's T3 − T2"),
     own: Some(&crate::sender::STAMP_OPTIONS),
+    self_test: &[],
     build,
 };

@@ -85,6 +85,7 @@ pub const TCP: Protocol = Protocol {
     }],
     turnaround: None,
     own: None,
+    self_test: &[prober_core::protocol::SelfTest::on("tcp", "tcp")],
     build: build_tcp,
 };
 
@@ -101,6 +102,7 @@ pub const TCP_CONNECT: Protocol = Protocol {
     },
     help: "TCP handshake time, against any TCP server",
     ladder: &[],
+    self_test: &[prober_core::protocol::SelfTest::on("tcp-connect", "tcp")],
     build: build_connect,
     ..TCP
 };
@@ -116,6 +118,7 @@ pub const TCP_CRR: Protocol = Protocol {
     },
     help: "connect, request, response, close (netperf TCP_CRR)",
     ladder: &[],
+    self_test: &[prober_core::protocol::SelfTest::on("tcp-crr", "tcp")],
     build: build_crr,
     ..TCP
 };
@@ -134,6 +137,7 @@ pub const UDP: Protocol = Protocol {
         over: Some("icmp"),
         rank: 1,
     }],
+    self_test: &[prober_core::protocol::SelfTest::on("udp", "udp")],
     build: build_udp,
     ..TCP
 };

@@ -24,13 +24,6 @@ pub(crate) struct ProbeFlags<'a> {
     pub(crate) no_tx_stamps: bool,
 }
 
-/// Whether `t` is a target of `protocol` (by any of its schemes): options
-/// follow the protocol, not a scheme's spelling. Compared by the protocol's
-/// name, as a `const` has no one address.
-pub(crate) fn is(t: &Target, protocol: &prober_core::Protocol) -> bool {
-    t.protocol.name() == protocol.name()
-}
-
 impl ProbeFlags<'_> {
     /// The environment probes are built in, with the protocol options the
     /// self-test honours too (ICMP's socket choice).

@@ -22,7 +22,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{Output, RunArgs};
-use crate::cmd::probe_flags::{ProbeFlags, is};
+use crate::cmd::probe_flags::ProbeFlags;
 use crate::protocols::PROTOCOLS;
 use crate::signal::{cancel_on_signals, interim_on_sigquit};
 
@@ -136,14 +136,22 @@ async fn start_self_test(
     stop: &CancellationToken,
     pki: &SelfTestPki,
 ) -> anyhow::Result<(prober_daemon::Responders, Vec<Target>)> {
-    let lo = |port| Some((Ipv4Addr::LOCALHOST, port).into());
-    // Every responder the self-test's targets need (not sockperf's, nor
-    // the STAMP reflector, whose targets are not on the ladder), on loopback.
+    // Every responder the self-test's targets need (each protocol says
+    // which: not sockperf's, nor the STAMP reflector, whose targets are
+    // not in it), on loopback ephemeral ports.
+    let tests: Vec<&prober_core::protocol::SelfTest> = PROTOCOLS
+        .protocols()
+        .iter()
+        .flat_map(|p| p.self_test)
+        .collect();
+    let mut listen: Vec<(&'static str, std::net::SocketAddr)> = Vec::new();
+    for name in tests.iter().filter_map(|t| t.responder) {
+        if !listen.iter().any(|(n, _)| *n == name) {
+            listen.push((name, (Ipv4Addr::LOCALHOST, 0).into()));
+        }
+    }
     let opts = ResponderOptions {
-        listen: ["tcp", "udp", "grpc", "grpcs", "http", "https"]
-            .into_iter()
-            .filter_map(|name| Some((name, lo(0)?)))
-            .collect(),
+        listen,
         tls_cert: Some(pki.path("cert.pem")),
         tls_key: Some(pki.path("key.pem")),
         ..ResponderOptions::default()
@@ -158,36 +166,18 @@ async fn start_self_test(
             .find(|(w, _)| *w == what)
             .map_or(0, |(_, a)| a.port())
     };
-    let (tcp, udp, grpc) = (port("tcp"), port("udp"), port("grpc"));
-    let (grpcs, http, https) = (port("grpcs"), port("http"), port("https"));
-    let host = Ipv4Addr::LOCALHOST.to_string();
-    let target = |scheme, port| {
-        let mut t = Target::new(&PROTOCOLS, scheme, &host, port);
-        if is(&t, &prober_http::HTTP) || is(&t, &prober_http::HTTPS) {
-            "echo".clone_into(&mut t.path);
+    let mut targets = Vec::new();
+    for t in tests {
+        let mut hosts = vec![Ipv4Addr::LOCALHOST.to_string()];
+        // Answered by the kernel: over IPv6 too, where it works.
+        if t.responder.is_none() && std::net::UdpSocket::bind((Ipv6Addr::LOCALHOST, 0)).is_ok() {
+            hosts.push(Ipv6Addr::LOCALHOST.to_string());
         }
-        t
-    };
-    let mut targets = vec![
-        target("tcp", tcp),
-        target("udp", udp),
-        target("tcp-connect", tcp),
-        target("tcp-crr", tcp),
-        target("grpc", grpc),
-        target("grpc+stream", grpc),
-        target("grpcs", grpcs),
-        target("http", http),
-        target("h2c", http),
-        target("https", https),
-        target("icmp", 0),
-    ];
-    if std::net::UdpSocket::bind((Ipv6Addr::LOCALHOST, 0)).is_ok() {
-        targets.push(Target::new(
-            &PROTOCOLS,
-            "icmp",
-            &Ipv6Addr::LOCALHOST.to_string(),
-            0,
-        ));
+        for host in hosts {
+            let mut target = Target::new(&PROTOCOLS, t.scheme, &host, t.responder.map_or(0, port));
+            t.path.clone_into(&mut target.path);
+            targets.push(target);
+        }
     }
     Ok((responders, targets))
 }
