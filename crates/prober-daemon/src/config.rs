@@ -674,33 +674,72 @@ pub struct JobOptions {
 }
 
 impl JobOptions {
-    /// Reads each protocol's table of job `i` (or of `[defaults]`), or
-    /// takes its defaults, and checks and puts it as its crate does.
+    /// Checks `given` and puts it as each protocol's crate does, with the
+    /// job's request size for the protocols `targets` are of (STAMP's TLVs
+    /// and mode need room): what `prober run` does with its flags.
     fn new(
-        registry: &Registry,
-        (tables, defaults): (&crate::own_tables::Tables, &crate::own_tables::Tables),
-        base: &Path,
-        text: &str,
-        i: usize,
-        name: &str,
+        given: prober_net::options::OptionSet,
+        targets: &[JobTarget],
+        size: Option<usize>,
+        key: &str,
     ) -> Result<Self> {
-        let key = format!("job[{i}] ({name:?})");
         let store = prober_core::protocol::Shared::default();
-        let mut given = Vec::new();
-        for own in prober_net::options::ProtocolOptions::all(registry) {
-            let options = match tables.get(own.key).or_else(|| defaults.get(own.key)) {
-                None => (own.default)(),
-                Some(table) => Self::read(own, table, base, text, &key)?,
-            };
-            options
-                .put(&store, None, Some(&format!("{key}.{}", own.key)))
-                .map_err(DaemonError::Config)?;
-            given.push((own, options));
-        }
+        given
+            .put(&store, targets.iter().map(|t| &t.target), size, Some(key))
+            .map_err(DaemonError::Config)?;
         Ok(Self {
-            given: prober_net::options::OptionSet(given),
+            given,
             store: std::sync::Arc::new(store),
         })
+    }
+
+    /// Each protocol's options for a job with these `tables`: its own
+    /// table, else `[defaults]`' (read once, by [`JobOptions::defaults`]),
+    /// else the protocol's defaults.
+    fn given(
+        registry: &Registry,
+        tables: &crate::own_tables::Tables,
+        defaults: &prober_net::options::OptionSet,
+        (base, text, key): (&Path, &str, &str),
+    ) -> Result<prober_net::options::OptionSet> {
+        let mut given = Vec::new();
+        for own in prober_net::options::ProtocolOptions::all(registry) {
+            let options = match tables.get(own.key) {
+                Some(table) => Self::read(own, table, base, text, key)?,
+                None => defaults
+                    .0
+                    .iter()
+                    .find(|(o, _)| std::ptr::eq(*o, own))
+                    .map_or_else(|| (own.default)(), |(_, d)| d.clone_box()),
+            };
+            given.push((own, options));
+        }
+        Ok(prober_net::options::OptionSet(given))
+    }
+
+    /// `[defaults]`' protocol tables, read and checked once, whether or not
+    /// a job uses them, as every other key of `[defaults]` is.
+    fn defaults(
+        registry: &Registry,
+        tables: &crate::own_tables::Tables,
+        base: &Path,
+        text: &str,
+    ) -> Result<prober_net::options::OptionSet> {
+        let mut given = Vec::new();
+        for own in prober_net::options::ProtocolOptions::all(registry) {
+            if let Some(table) = tables.get(own.key) {
+                let options = Self::read(own, table, base, text, "defaults")?;
+                options
+                    .put(
+                        &prober_core::protocol::Shared::default(),
+                        None,
+                        Some(&format!("defaults.{}", own.key)),
+                    )
+                    .map_err(DaemonError::Config)?;
+                given.push((own, options));
+            }
+        }
+        Ok(prober_net::options::OptionSet(given))
     }
 
     /// One protocol's table of `key` (`job[0] ("a")`, `defaults`), read
@@ -722,45 +761,6 @@ impl JobOptions {
         })?;
         options.rebase(base);
         Ok(options)
-    }
-
-    /// `[defaults]`' protocol tables, checked whether or not a job uses
-    /// them, as every other key of `[defaults]` is.
-    fn check_defaults(
-        registry: &Registry,
-        defaults: &crate::own_tables::Tables,
-        base: &Path,
-        text: &str,
-    ) -> Result<()> {
-        for own in prober_net::options::ProtocolOptions::all(registry) {
-            if let Some(table) = defaults.get(own.key) {
-                let key = format!("defaults.{}", own.key);
-                Self::read(own, table, base, text, "defaults")?
-                    .put(&prober_core::protocol::Shared::default(), None, Some(&key))
-                    .map_err(DaemonError::Config)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Checks the job's request size against the options of each protocol
-    /// some of its targets are of (STAMP's TLVs and mode need room), as
-    /// `prober run` checks `--size`, before any probe is built.
-    fn check_size(&self, targets: &[JobTarget], size: Option<usize>, key: &str) -> Result<()> {
-        let Some(size) = size else { return Ok(()) };
-        for (own, given) in &self.given.0 {
-            if targets.iter().any(|t| own.applies(&t.target)) {
-                let table = format!("{key}.{}", own.key);
-                given
-                    .put(
-                        &prober_core::protocol::Shared::default(),
-                        Some(size),
-                        Some(&table),
-                    )
-                    .map_err(DaemonError::Config)?;
-            }
-        }
-        Ok(())
     }
 }
 
@@ -876,7 +876,7 @@ async fn job(
     j: &JobSection,
     i: usize,
     defaults: &JobSettings,
-    options: JobOptions,
+    given: prober_net::options::OptionSet,
     base: &Path,
     registry: &Registry,
     resolution: Resolution<'_>,
@@ -1135,6 +1135,7 @@ async fn job(
             s.truncations += u64::from(over > 0);
         });
     }
+    let options = JobOptions::new(given, &targets, size, &key)?;
     let tls = j
         .settings
         .tls
@@ -1362,38 +1363,28 @@ pub async fn parse_with(
         .parent()
         .map_or_else(|| PathBuf::from("."), Path::to_owned);
     let discovery = raw.discovery.settings()?;
-    JobOptions::check_defaults(registry, &raw.defaults.own, &base, text)?;
+    let defaults = JobOptions::defaults(registry, &raw.defaults.own, &base, text)?;
     let mut jobs = Vec::with_capacity(raw.jobs.len());
     let mut names = std::collections::HashSet::new();
     for (i, j) in raw.jobs.iter().enumerate() {
         if !names.insert(j.inner.name.clone()) {
             bail!("job[{i}].name: job {:?} is defined twice", j.inner.name);
         }
-        let options = JobOptions::new(
-            registry,
-            (&j.own, &raw.defaults.own),
-            &base,
-            text,
-            i,
-            &j.inner.name,
-        )?;
-        let job = job(
-            &j.inner,
-            i,
-            &raw.defaults.inner,
-            options,
-            &base,
-            registry,
-            resolution,
-            &discovery,
-        )
-        .await?;
-        job.options.check_size(
-            &job.targets,
-            job.size,
-            &format!("job[{i}] ({:?})", job.name),
-        )?;
-        jobs.push(job);
+        let key = format!("job[{i}] ({:?})", j.inner.name);
+        let given = JobOptions::given(registry, &j.own, &defaults, (&base, text, &key))?;
+        jobs.push(
+            job(
+                &j.inner,
+                i,
+                &raw.defaults.inner,
+                given,
+                &base,
+                registry,
+                resolution,
+                &discovery,
+            )
+            .await?,
+        );
     }
     // Two writers on one file would interleave rows and rotate each
     // other's files away.

@@ -180,19 +180,20 @@ impl OptionSet {
     }
 
     /// Checks each and puts it in `store`; `size` applies to the protocols
-    /// any of `targets` is of.
+    /// any of `targets` is of; `job` names a config's job (its tables are
+    /// `JOB.KEY`), `None` the flags.
     ///
     /// # Errors
     /// The first one a protocol refuses.
-    pub fn put(
+    pub fn put<'t>(
         &self,
         store: &Shared,
-        targets: &[Target],
+        targets: impl Iterator<Item = &'t Target> + Clone,
         size: Option<usize>,
         job: Option<&str>,
     ) -> Result<(), String> {
         for (o, v) in &self.0 {
-            let size = size.filter(|_| targets.iter().any(|t| o.applies(t)));
+            let size = size.filter(|_| targets.clone().any(|t| o.applies(t)));
             let table = job.map(|j| format!("{j}.{}", o.key));
             v.put(store, size, table.as_deref())?;
         }

@@ -51,7 +51,7 @@ impl ProbeFlags<'_> {
     /// STAMP's options need) is refused here, before any socket opens.
     pub(crate) fn seed(&self, targets: &[Target], env: &BuildEnv) -> anyhow::Result<()> {
         self.own
-            .put(&env.options, targets, self.size, None)
+            .put(&env.options, targets.iter(), self.size, None)
             .map_err(|e| anyhow!(e))
     }
 
