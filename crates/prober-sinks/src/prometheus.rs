@@ -508,12 +508,6 @@ impl PrometheusSink {
         }
         rows
     }
-
-    /// Every target's status line, in the order of their labels.
-    pub fn status(&self) -> Vec<StatusRow> {
-        let ids: Vec<usize> = self.status_index().iter().map(|k| k.id).collect();
-        self.status_rows(&ids)
-    }
 }
 
 /// A few hundred targets per hold of the lock: the windows' quantiles cost
