@@ -57,19 +57,12 @@ impl Slot {
             return;
         }
         let lo = first.0;
-        let at = |b: i16| usize::try_from(i32::from(b) - i32::from(lo)).unwrap_or(0);
         let dense = if narrow {
-            let mut d = vec![0u16; span].into_boxed_slice();
-            for &(b, c) in &self.rtts {
-                d[at(b)] = u16::try_from(c).unwrap_or(u16::MAX);
-            }
-            Dense::Narrow(d)
+            Dense::Narrow(spread(lo, span, &self.rtts, |c| {
+                u16::try_from(c).unwrap_or(u16::MAX)
+            }))
         } else {
-            let mut d = vec![0u32; span].into_boxed_slice();
-            for &(b, c) in &self.rtts {
-                d[at(b)] = c;
-            }
-            Dense::Wide(d)
+            Dense::Wide(spread(lo, span, &self.rtts, |c| c))
         };
         self.dense = Some((lo, dense));
         self.rtts = Vec::new();
@@ -77,31 +70,43 @@ impl Slot {
 
     /// (bucket index, count) of every bucket with RTTs, by rising index.
     fn counts(&self) -> impl Iterator<Item = (i16, u32)> + '_ {
-        // Indexed by position, not by a range from `lo`: a range that
-        // ends at i16::MAX would step past it.
-        let index = |lo: i16, i: usize| {
-            let b = i64::from(lo) + i64::try_from(i).unwrap_or(i64::MAX);
-            i16::try_from(b).unwrap_or(i16::MAX)
-        };
         let (narrow, wide) = match &self.dense {
-            Some((lo, Dense::Narrow(d))) => (Some((*lo, d)), None),
-            Some((lo, Dense::Wide(d))) => (None, Some((*lo, d))),
+            Some((lo, Dense::Narrow(d))) => (Some(gather(*lo, d)), None),
+            Some((lo, Dense::Wide(d))) => (None, Some(gather(*lo, d))),
             None => (None, None),
         };
-        let narrow = narrow.into_iter().flat_map(move |(lo, d)| {
-            d.iter()
-                .enumerate()
-                .filter(|(_, c)| **c > 0)
-                .map(move |(i, c)| (index(lo, i), u32::from(*c)))
-        });
-        let wide = wide.into_iter().flat_map(move |(lo, d)| {
-            d.iter()
-                .enumerate()
-                .filter(|(_, c)| **c > 0)
-                .map(move |(i, c)| (index(lo, i), *c))
-        });
-        self.rtts.iter().copied().chain(narrow).chain(wide)
+        let dense = narrow
+            .into_iter()
+            .flatten()
+            .chain(wide.into_iter().flatten());
+        self.rtts.iter().copied().chain(dense)
     }
+}
+
+/// `pairs` (by rising index, from `lo`) as `span` dense counts, each
+/// count made a `T` by `count`.
+fn spread<T: Default + Copy>(
+    lo: i16,
+    span: usize,
+    pairs: &[(i16, u32)],
+    count: impl Fn(u32) -> T,
+) -> Box<[T]> {
+    let mut d = vec![T::default(); span].into_boxed_slice();
+    for &(b, c) in pairs {
+        d[usize::try_from(i32::from(b) - i32::from(lo)).unwrap_or(0)] = count(c);
+    }
+    d
+}
+
+/// The (bucket index, count) pairs of dense counts from bucket `lo` up,
+/// the empty ones left out. Indexed by position, not by a range from `lo`:
+/// a range that ends at i16::MAX would step past it.
+fn gather<T: Copy + Into<u32>>(lo: i16, d: &[T]) -> impl Iterator<Item = (i16, u32)> + '_ {
+    d.iter().enumerate().filter_map(move |(i, c)| {
+        let c: u32 = (*c).into();
+        let b = i64::from(lo) + i64::try_from(i).unwrap_or(i64::MAX);
+        (c > 0).then(|| (i16::try_from(b).unwrap_or(i16::MAX), c))
+    })
 }
 
 /// Probes in a sliding window of whole slots.
