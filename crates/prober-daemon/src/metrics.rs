@@ -116,20 +116,18 @@ pub(crate) struct Scrape {
 /// usually come in HA pairs).
 pub(crate) const RENDERS: usize = 2;
 
-/// Runs `render` on the blocking pool if fewer than [`RENDERS`] are under
-/// way; `None` when they all are (the caller answers 503).
-async fn render_bounded<T: Send + 'static>(
+/// Starts `render` on the blocking pool if fewer than [`RENDERS`] are
+/// under way, holding a permit until it returns; `None` when they all are
+/// (the caller answers 503).
+fn spawn_render<T: Send + 'static>(
     renders: &Arc<tokio::sync::Semaphore>,
     render: impl FnOnce() -> T + Send + 'static,
-) -> Option<Result<T, tokio::task::JoinError>> {
+) -> Option<tokio::task::JoinHandle<T>> {
     let permit = Arc::clone(renders).try_acquire_owned().ok()?;
-    Some(
-        tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            render()
-        })
-        .await,
-    )
+    Some(tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        render()
+    }))
 }
 
 /// A scrape's pieces as they are encoded: what the daemon holds for a
@@ -163,13 +161,11 @@ fn scrape_streamed(
     format: prober_sinks::prometheus::Format,
 ) -> Option<axum::body::Body> {
     use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-    let permit = Arc::clone(renders).try_acquire_owned().ok()?;
     // Two pieces queued at most: a slow reader holds the encoder back
     // rather than the daemon buffering the scrape for it.
     let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Piece>>(2);
     let handle = tokio::runtime::Handle::current();
-    tokio::task::spawn_blocking(move || {
-        let _permit = permit;
+    spawn_render(renders, move || {
         let deadline = tokio::time::Instant::now() + SCRAPE_DEADLINE;
         let cut = Arc::new(AtomicBool::new(false));
         let send = {
@@ -205,7 +201,7 @@ fn scrape_streamed(
             }
             Err(_) => send(Err(std::io::Error::other("encoding the metrics failed"))),
         }
-    });
+    })?;
     let pieces = futures_util::stream::unfold((rx, false), |(mut rx, ended)| async move {
         if ended {
             return None;
@@ -292,10 +288,10 @@ pub(crate) async fn serve_metrics(
         let (busy, renders) = (busy_page.clone(), Arc::clone(&page_renders));
         async move {
             let view = crate::status::View::from_query(uri.query());
-            let Some(rendered) = render_bounded(&renders, move || status.render(&view)).await
-            else {
+            let Some(render) = spawn_render(&renders, move || status.render(&view)) else {
                 return busy();
             };
+            let rendered = render.await;
             match rendered {
                 Ok(page) => (
                     StatusCode::OK,
