@@ -87,18 +87,8 @@ pub(crate) fn client_config(
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(prober_net::tls::NoVerification::new()))
     } else {
-        let mut roots = rustls::RootCertStore::empty();
-        match &files.ca {
-            Some(ca) => {
-                for c in certs("--ca", ca)? {
-                    roots.add(c)?;
-                }
-            }
-            None => {
-                roots = rustls::RootCertStore::clone(&prober_net::tls::default_roots(files.roots))
-            }
-        }
-        builder.with_root_certificates(roots)
+        let ca = files.ca.as_ref().map(|ca| certs("--ca", ca)).transpose()?;
+        builder.with_root_certificates(prober_net::tls::root_store(ca, files.roots)?)
     };
     let mut cfg = match (&files.cert, &files.key) {
         (Some(c), Some(k)) => {

@@ -106,17 +106,15 @@ impl ExpiryRecorder {
         let inner: Arc<dyn ServerCertVerifier> = if insecure {
             Arc::new(NoVerification::new())
         } else {
-            let mut roots = rustls::RootCertStore::empty();
-            match ca_pem {
-                Some(pem) => {
-                    use rustls::pki_types::pem::PemObject as _;
-                    for c in CertificateDer::pem_slice_iter(pem) {
-                        let c = c.map_err(|e| rustls::Error::General(e.to_string()))?;
-                        roots.add(c)?;
-                    }
-                }
-                None => roots = rustls::RootCertStore::clone(&default_roots(which)),
-            }
+            use rustls::pki_types::pem::PemObject as _;
+            let ca = ca_pem
+                .map(|pem| {
+                    CertificateDer::pem_slice_iter(pem)
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(|e| rustls::Error::General(e.to_string()))
+                })
+                .transpose()?;
+            let roots = root_store(ca, which)?;
             rustls::client::WebPkiServerVerifier::builder_with_provider(
                 Arc::new(roots),
                 Arc::new(rustls::crypto::ring::default_provider()),
@@ -165,6 +163,25 @@ impl ServerCertVerifier for ExpiryRecorder {
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.inner.supported_verify_schemes()
     }
+}
+
+/// The roots a server must chain to: `ca`'s certificates (`--ca`) where
+/// given, else [`default_roots`] as `which` says (`--ca-roots`).
+///
+/// # Errors
+/// A certificate rustls cannot use as a root.
+pub fn root_store(
+    ca: Option<Vec<CertificateDer<'static>>>,
+    which: prober_core::protocol::Roots,
+) -> Result<rustls::RootCertStore, rustls::Error> {
+    let Some(ca) = ca else {
+        return Ok(rustls::RootCertStore::clone(&default_roots(which)));
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for c in ca {
+        roots.add(c)?;
+    }
+    Ok(roots)
 }
 
 /// The roots a server certificate must chain to without `--ca`: the
