@@ -829,9 +829,10 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "FILE")]
     pub(crate) config: Option<PathBuf>,
 
-    /// Only check the --config file (parse, validate, resolve targets), print
-    /// a one-line verdict and exit: 0 if valid, 2 if not.
-    #[arg(long, requires = "config")]
+    /// Only check the --config file (parse, validate, resolve targets) and
+    /// the --blackbox-config file, print a one-line verdict and exit: 0 if
+    /// valid, 2 if not.
+    #[arg(long)]
     pub(crate) check_config: bool,
 
     /// With --check-config: a target whose name does not resolve makes the
@@ -840,9 +841,16 @@ pub(crate) struct ServeArgs {
     pub(crate) strict: bool,
 
     /// Serve Prometheus metrics of the jobs on http://ADDR/metrics
-    /// (overrides `[metrics] listen` in the config).
-    #[arg(long, value_name = "ADDR", value_parser = listen_addr, requires = "config")]
+    /// (overrides `[metrics] listen` in the config), and /probe with
+    /// --blackbox-config.
+    #[arg(long, value_name = "ADDR", value_parser = listen_addr)]
     pub(crate) metrics: Option<SocketAddr>,
+
+    /// Serve blackbox_exporter's /probe on the --metrics listener, with the
+    /// modules of this blackbox.yml (overrides `[blackbox] config`;
+    /// docs/blackbox.md). SIGHUP reloads it.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) blackbox_config: Option<PathBuf>,
 
     /// Where each responder listens (`--tcp ADDR`, ...): one flag per
     /// responder the registry lists, added by [`with_responder_flags`].

@@ -118,6 +118,10 @@ impl fmt::Display for ErrorKind {
 pub struct ProbeError {
     kind: ErrorKind,
     message: String,
+    /// The reply's status where one came and failed a check (an HTTP 404,
+    /// a DNS SERVFAIL, a gRPC NOT_SERVING): what a scrape-time probe
+    /// reports beside its failure, as blackbox_exporter does.
+    detail: Option<crate::sample::Detail>,
 }
 
 impl ProbeError {
@@ -126,7 +130,20 @@ impl ProbeError {
         Self {
             kind,
             message: msg.into(),
+            detail: None,
         }
+    }
+
+    /// The same error, with the status of the reply that failed a check.
+    #[must_use]
+    pub fn with_detail(mut self, detail: crate::sample::Detail) -> Self {
+        self.detail = Some(detail);
+        self
+    }
+
+    /// The status of the reply that failed a check, where one came.
+    pub fn detail(&self) -> Option<crate::sample::Detail> {
+        self.detail
     }
 
     /// A reply that is not valid for the protocol.

@@ -87,7 +87,7 @@ pub use meta::RunMeta;
 pub use pacer::Pacer;
 pub use probe::{Probe, Unresolved};
 pub use protocol::{Protocol, Registry};
-pub use runner::{Event, Launch, Runnable, run_target, runnable};
+pub use runner::{Event, Launch, Runnable, once, run_target, runnable};
 pub use sample::{AppReply, Detail, Outcome, Parts, Phases, Reply, ResponderTimes, Sample, Stamps};
 pub use sink::{Context, Fanout, Sink};
 pub use stats::{DistSummary, Summary};

@@ -45,6 +45,45 @@ pub enum Event {
     },
 }
 
+/// Runs one probe of `probe` at once, with nothing before it (no warm-up,
+/// no schedule) and `timeout` for its reply: what a scrape-time probe
+/// (`/probe`, as blackbox_exporter has it) needs. Returns its sample and
+/// the probe's counters after it (a TLS peer's certificate expiry); `None`
+/// if the probe ended without one (it panicked).
+pub async fn once(probe: Box<dyn Runnable>, timeout: Duration) -> Option<(Sample, Anomalies)> {
+    let (events, mut rx) = mpsc::channel(4);
+    let mut set = JoinSet::new();
+    let launch = Launch {
+        id: 0,
+        cfg: RunConfig {
+            interval: timeout.max(Duration::from_millis(1)),
+            count: Some(1),
+            timeout,
+            // One wait: the runtime's timer is fine, and the scrape-time
+            // probe's runtime has no timer fd to spare.
+            precise_timer: false,
+            ..RunConfig::default()
+        },
+        phase: Duration::ZERO,
+        events,
+        stop: CancellationToken::new(),
+        turnstile: None,
+        abandon: None,
+        timer: None,
+    };
+    let reader = probe.launch(&mut set, launch);
+    let mut sample = None;
+    while let Some(event) = rx.recv().await {
+        match event {
+            Event::Sample(s) => sample = Some(s),
+            Event::Done { .. } => break,
+        }
+    }
+    while set.join_next().await.is_some() {}
+    let anomalies = reader();
+    sample.map(|s| (s, anomalies))
+}
+
 /// Offset of a target's first slot within one interval: `index` of `of`
 /// equal parts, so that targets sharing a schedule do not all fire in the
 /// same instant. `prober run` passes the target's index among its targets;

@@ -74,6 +74,8 @@ pub enum Detail {
         version: u8,
         /// Redirects followed to get it.
         redirects: u8,
+        /// The last hop was over TLS.
+        tls: bool,
     },
     /// A DNS response.
     Dns {
@@ -81,6 +83,10 @@ pub enum Detail {
         rcode: u16,
         /// Records in the answer section.
         answers: u16,
+        /// Records in the authority section.
+        authority: u16,
+        /// Records in the additional section.
+        additional: u16,
         /// Authoritative Answer.
         aa: bool,
         /// TrunCation (the reply that was measured; a retry over TCP
@@ -88,6 +94,15 @@ pub enum Detail {
         tc: bool,
         /// Answered over TCP (asked for, or a retry after TC=1).
         tcp: bool,
+    },
+    /// A gRPC health check's answer.
+    Grpc {
+        /// The call's status code (0 OK, 14 UNAVAILABLE, ...).
+        code: u8,
+        /// The health check's serving status (`grpc.health.v1`: 0
+        /// UNKNOWN, 1 SERVING, 2 NOT_SERVING, 3 SERVICE_UNKNOWN), where
+        /// the call answered.
+        serving: Option<u8>,
     },
 }
 

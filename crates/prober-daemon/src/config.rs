@@ -50,6 +50,7 @@ struct FileConfig {
     #[serde(default)]
     discovery: DiscoverySection,
     otlp: Option<OtlpSection>,
+    blackbox: Option<BlackboxSection>,
     /// With the protocols' tables (`[job.http]`) set aside.
     #[serde(default, rename = "job")]
     jobs: Vec<crate::own_tables::WithOwn<JobSection>>,
@@ -214,6 +215,27 @@ impl ServeSection {
             udp_follow_ups: self.udp_follow_ups,
         })
     }
+}
+
+/// `[blackbox]`: `/probe` as blackbox_exporter serves it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BlackboxSection {
+    /// blackbox_exporter's `blackbox.yml`, whose modules `/probe` serves.
+    config: Option<PathBuf>,
+    /// Host name globs and address ranges `/probe` may probe (`["*"]`:
+    /// anything).
+    allowed_targets: Option<Vec<String>>,
+}
+
+/// `[blackbox]`, checked; read at start only (SIGHUP reloads the modules
+/// file itself).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct BlackboxSettings {
+    /// The modules file, relative to the config's directory.
+    pub config: Option<PathBuf>,
+    /// `allowed_targets` as written (checked).
+    pub allowed_targets: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -805,6 +827,8 @@ pub struct Config {
     pub metrics_auth: Option<MetricsAuth>,
     /// `allow_empty = true`: no jobs is what the file means.
     pub allow_empty: bool,
+    /// `[blackbox]`.
+    pub blackbox: BlackboxSettings,
     /// Ask for kernel transmit stamps (`[stamps] transmit = true`).
     pub tx_stamps: bool,
     /// `[receive]`, read at start only.
@@ -1415,6 +1439,19 @@ pub async fn parse_with(
             None => Default::default(),
         },
         allow_empty: raw.allow_empty,
+        blackbox: match &raw.blackbox {
+            None => BlackboxSettings::default(),
+            Some(b) => {
+                if let Some(list) = &b.allowed_targets {
+                    crate::blackbox::Allowed::parse(list)
+                        .map_err(|e| DaemonError::Config(format!("blackbox.{e}")))?;
+                }
+                BlackboxSettings {
+                    config: b.config.as_ref().map(|p| base.join(p)),
+                    allowed_targets: b.allowed_targets.clone(),
+                }
+            }
+        },
         tx_stamps: raw.stamps.transmit,
         receive: raw.receive.receive()?,
         receive_chosen: raw.receive.mode.is_some()

@@ -45,8 +45,11 @@ pub enum Control {
 /// How to run the daemon.
 #[derive(Debug, Clone)]
 pub struct DaemonOptions {
-    /// The config file.
-    pub config: PathBuf,
+    /// The config file; `None`: no jobs (a `/probe` server, responders).
+    pub config: Option<PathBuf>,
+    /// blackbox_exporter's modules for `/probe` (`--blackbox-config`),
+    /// overriding `[blackbox] config`.
+    pub blackbox: Option<PathBuf>,
     /// `/metrics` address, overriding the config's.
     pub metrics: Option<SocketAddr>,
     /// Responders given on the command line; the config's `[serve]` fills in
@@ -71,35 +74,60 @@ pub struct DaemonOptions {
 /// daemon would (a listener there counts as work, and what starting them
 /// would refuse is refused here).
 pub async fn check(
-    path: &std::path::Path,
+    path: Option<&std::path::Path>,
     registry: &Registry,
     cli: &ResponderOptions,
+    blackbox: Option<&std::path::Path>,
 ) -> Result<Checked, DaemonError> {
     let discovery = crate::dns_sd::Discovery::default();
-    let cfg = config::load(path, registry, &discovery).await?;
-    responders_for(cli, &cfg, registry, path)?;
+    let cfg = load(path, registry, &discovery).await?;
+    let blackbox = blackbox
+        .map(std::path::Path::to_owned)
+        .or_else(|| cfg.blackbox.config.clone());
+    responders_for(cli, &cfg, registry, path, blackbox.is_some())?;
     let targets: usize = cfg.jobs.iter().map(|j| j.targets.len()).sum();
-    let warnings = cfg
+    let mut warnings: Vec<String> = cfg
         .jobs
         .iter()
         .flat_map(|j| {
             j.targets.iter().filter_map(|t| {
-                t.addr
-                    .as_ref()
-                    .err()
-                    .map(|e| format!("job {:?}: {}: {e}", j.name, t.target))
+                t.addr.as_ref().err().map(|e| {
+                    format!(
+                        "job {:?}: {}: {e} (probed as down until it resolves)",
+                        j.name, t.target
+                    )
+                })
             })
         })
         .collect();
-    Ok(Checked {
-        verdict: format!(
+    let mut verdict = match path {
+        Some(path) => format!(
             "config {} is valid: {}, {}",
             path.display(),
             prober_core::quote::count(cfg.jobs.len() as u64, "job"),
             prober_core::quote::count(targets as u64, "target"),
         ),
-        warnings,
-    })
+        None => String::new(),
+    };
+    if let Some(b) = &blackbox {
+        let modules = crate::blackbox::config::load(b, registry).map_err(DaemonError::Config)?;
+        if !verdict.is_empty() {
+            verdict.push_str("; ");
+        }
+        verdict.push_str(&format!(
+            "blackbox config {} is valid: {} loaded, {} not",
+            b.display(),
+            prober_core::quote::count(modules.loaded.len() as u64, "module"),
+            modules.refused.len()
+        ));
+        warnings.extend(
+            modules
+                .refused
+                .iter()
+                .map(|(name, why)| format!("blackbox module {name} is not loaded: {why}")),
+        );
+    }
+    Ok(Checked { verdict, warnings })
 }
 
 /// What [`check`] found in a valid config.
@@ -120,8 +148,10 @@ fn responders_for(
     cli: &ResponderOptions,
     cfg: &Config,
     registry: &Registry,
-    path: &std::path::Path,
+    path: Option<&std::path::Path>,
+    probes_on_demand: bool,
 ) -> Result<ResponderOptions, DaemonError> {
+    let path = path.unwrap_or_else(|| std::path::Path::new("(no --config)"));
     let serve = &cfg.serve;
     let mut r = cli.clone();
     for &(name, addr) in &serve.listen {
@@ -154,7 +184,7 @@ fn responders_for(
     }
     let from_file = serve.limit_settings().map_err(DaemonError::Config)?;
     r.limits = r.limits.or(&from_file);
-    if cfg.jobs.is_empty() && !r.any() {
+    if cfg.jobs.is_empty() && !r.any() && !probes_on_demand {
         return Err(nothing_to_do(path));
     }
     responder::validate(&r, registry)?;
@@ -177,13 +207,52 @@ fn refuse_emptied(old: &Config, new: Config) -> Result<Config, DaemonError> {
 /// Reads and resolves the config at `path` in a task of its own, so that
 /// events keep flowing (and schedules keep running) while it loads.
 fn load_in_background(
-    path: &std::path::Path,
+    path: Option<&std::path::Path>,
     registry: &'static Registry,
     discovery: &Arc<crate::dns_sd::Discovery>,
 ) -> tokio::task::JoinHandle<Result<Config, DaemonError>> {
-    let path = path.to_owned();
+    let path = path.map(std::path::Path::to_owned);
     let discovery = Arc::clone(discovery);
-    tokio::spawn(async move { config::load(&path, registry, &discovery).await })
+    tokio::spawn(async move { load(path.as_deref(), registry, &discovery).await })
+}
+
+/// The config at `path`; without one, the config of no jobs (a daemon
+/// that serves `/probe` or responders only).
+async fn load(
+    path: Option<&std::path::Path>,
+    registry: &Registry,
+    discovery: &crate::dns_sd::Discovery,
+) -> Result<Config, DaemonError> {
+    match path {
+        Some(p) => config::load(p, registry, discovery).await,
+        None => {
+            config::parse_with(
+                "allow_empty = true\n",
+                std::path::Path::new("."),
+                registry,
+                config::Resolution::LiteralsOnly,
+            )
+            .await
+        }
+    }
+}
+
+/// Who may use `/probe` on a listener at `addr`: `[blackbox]
+/// allowed_targets`; without it, anything on a loopback listener, and
+/// nothing elsewhere (start-up refuses: a `/probe` anyone on the network
+/// can reach would probe anything from inside it).
+fn blackbox_access(
+    settings: &config::BlackboxSettings,
+    addr: SocketAddr,
+) -> Result<crate::blackbox::Allowed, DaemonError> {
+    match &settings.allowed_targets {
+        Some(list) => crate::blackbox::Allowed::parse(list)
+            .map_err(|e| DaemonError::Config(format!("blackbox.{e}"))),
+        None if addr.ip().is_loopback() => Ok(crate::blackbox::Allowed::everything()),
+        None => Err(DaemonError::Config(format!(
+            "/probe on {addr} would probe any target for anyone who reaches it: set [blackbox] allowed_targets (host name globs and CIDRs; [\"*\"] for anything)"
+        ))),
+    }
 }
 
 fn nothing_to_do(path: &std::path::Path) -> DaemonError {
@@ -500,9 +569,36 @@ pub async fn run(
 ) -> Result<(), DaemonError> {
     let path = opts.config.clone();
     let discovery = Arc::new(crate::dns_sd::Discovery::default());
-    let cfg = config::load(&path, registry, &discovery).await?;
+    let cfg = load(path.as_deref(), registry, &discovery).await?;
+    let blackbox_path = opts
+        .blackbox
+        .clone()
+        .or_else(|| cfg.blackbox.config.clone());
     let listeners_stop = CancellationToken::new();
-    let responders = responders_for(&opts.responders, &cfg, registry, &path)?;
+    let responders = responders_for(
+        &opts.responders,
+        &cfg,
+        registry,
+        path.as_deref(),
+        blackbox_path.is_some(),
+    )?;
+    let metrics_addr = opts.metrics.or(cfg.metrics);
+    let blackbox = match &blackbox_path {
+        None => None,
+        Some(p) => {
+            let Some(addr) = metrics_addr else {
+                return Err(DaemonError::Config(format!(
+                    "blackbox config {}: /probe is served on the metrics listener: give --metrics ADDR or [metrics] listen",
+                    p.display()
+                )));
+            };
+            let allowed = blackbox_access(&cfg.blackbox, addr)?;
+            let modules = crate::blackbox::load(p, registry).map_err(DaemonError::Config)?;
+            Some(Arc::new(crate::blackbox::Blackbox::new(
+                modules, registry, allowed,
+            )))
+        }
+    };
     let receive = cfg.receive_for(responders.any());
     let mut listeners = responder::start(&responders, registry, &listeners_stop).await?;
     for (what, addr) in &listeners.bound {
@@ -560,7 +656,7 @@ pub async fn run(
         registry: prom,
         refused,
     });
-    if let Some(addr) = opts.metrics.or(cfg.metrics) {
+    if let Some(addr) = metrics_addr {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| DaemonError::io(format!("binding metrics {addr}"), e))?;
@@ -575,6 +671,7 @@ pub async fn run(
             listener,
             scrape,
             status,
+            blackbox.clone(),
             cfg.metrics_auth.clone(),
             listeners_stop.clone(),
         ));
@@ -597,6 +694,7 @@ pub async fn run(
             otlp: cfg.otlp.clone(),
             metrics_auth: cfg.metrics_auth.clone(),
             allow_empty: cfg.allow_empty,
+            blackbox: cfg.blackbox.clone(),
             tx_stamps: cfg.tx_stamps,
             receive: receive.clone(),
             receive_chosen: cfg.receive_chosen,
@@ -655,8 +753,14 @@ pub async fn run(
                     // As logrotate expects: files moved away are reopened at
                     // once, whether or not the new config turns out valid.
                     let _ = d.collector.reopen();
+                    if let Some(b) = &blackbox {
+                        match b.reload() {
+                            Ok(()) => tracing::info!("blackbox modules reloaded from {}", b.path().display()),
+                            Err(error) => tracing::error!("blackbox config rejected, keeping the old modules: {error}"),
+                        }
+                    }
                     if loading.is_none() {
-                        loading = Some(load_in_background(&path, d.registry, &d.discovery));
+                        loading = Some(load_in_background(path.as_deref(), d.registry, &d.discovery));
                     }
                 }
                 Some(Control::Stop) | None => break,
@@ -702,7 +806,7 @@ pub async fn run(
                 if now_seen != seen && loading.is_none() {
                     seen = now_seen;
                     tracing::info!("a target file changed: reloading the config");
-                    loading = Some(load_in_background(&path, d.registry, &d.discovery));
+                    loading = Some(load_in_background(path.as_deref(), d.registry, &d.discovery));
                 }
             }
             () = rediscover(due), if loading.is_none() => {
@@ -710,7 +814,7 @@ pub async fn run(
                 tracing::debug!("dns_sd names are due: looking them up again");
                 // Only the names are due, but one load does it all: what
                 // did not change keeps running untouched.
-                loading = Some(load_in_background(&path, d.registry, &d.discovery));
+                loading = Some(load_in_background(path.as_deref(), d.registry, &d.discovery));
                 rediscovering = true;
             }
             now = tick.tick() => {

@@ -9,6 +9,8 @@
 //! - [`run`] and [`Control`]: the daemon loop; the binary maps signals to
 //!   [`Control`] (only the binary installs signal handlers).
 //! - [`responder`]: binding and starting the TCP, UDP and gRPC responders.
+//! - `blackbox`: `/probe` with blackbox_exporter's modules and metric names
+//!   (docs/blackbox.md).
 //!
 //! The protocols come from the caller's [`prober_core::Registry`], so this
 //! crate knows no protocol but the responders it starts.
@@ -21,6 +23,7 @@
 
 #![forbid(unsafe_code)]
 
+mod blackbox;
 pub mod config;
 mod daemon;
 pub mod dns_sd;

@@ -229,6 +229,7 @@ pub(crate) async fn serve_metrics_apart(
     listener: std::net::TcpListener,
     scrape: Arc<Scrape>,
     status: crate::status::StatusPage,
+    blackbox: Option<Arc<crate::blackbox::Blackbox>>,
     auth: Option<crate::config::MetricsAuth>,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
@@ -242,7 +243,7 @@ pub(crate) async fn serve_metrics_apart(
                 .and_then(|rt| {
                     rt.block_on(async move {
                         let listener = TcpListener::from_std(listener)?;
-                        serve_metrics(listener, scrape, status, auth, stop).await
+                        serve_metrics(listener, scrape, status, blackbox, auth, stop).await
                     })
                 });
             let _ = done.send(res);
@@ -252,13 +253,15 @@ pub(crate) async fn serve_metrics_apart(
         .unwrap_or_else(|_| Err(std::io::Error::other("the metrics thread ended")))
 }
 
-/// Serves `/metrics`, the status page and the health checks on `listener`
-/// until `stop` is cancelled; with `auth`, everything but `/healthz` and
-/// `/readyz` (Kubernetes' probes) asks for it.
+/// Serves `/metrics`, the status page, `/probe` (with `blackbox`) and the
+/// health checks on `listener` until `stop` is cancelled; with `auth`,
+/// everything but `/healthz` and `/readyz` (Kubernetes' probes) asks for
+/// it.
 pub(crate) async fn serve_metrics(
     listener: TcpListener,
     scrape: Arc<Scrape>,
     status: crate::status::StatusPage,
+    blackbox: Option<Arc<crate::blackbox::Blackbox>>,
     auth: Option<crate::config::MetricsAuth>,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
@@ -333,7 +336,30 @@ pub(crate) async fn serve_metrics(
             }),
         )
         .route("/", status_page.clone())
-        .route("/status", status_page);
+        .route("/status", status_page)
+        .route(
+            "/probe",
+            axum::routing::get(
+                move |uri: axum::http::Uri, headers: axum::http::HeaderMap| {
+                    let blackbox = blackbox.clone();
+                    async move {
+                        let Some(b) = blackbox else {
+                            return (
+                                StatusCode::NOT_FOUND,
+                                [(CONTENT_TYPE, "text/plain; charset=utf-8")],
+                                "no blackbox modules: start with --blackbox-config FILE or [blackbox] config\n".to_owned(),
+                            )
+                                .into_response();
+                        };
+                        let scrape_timeout = headers
+                            .get("x-prometheus-scrape-timeout-seconds")
+                            .and_then(|v| v.to_str().ok());
+                        let (status, kind, body) = b.answer(uri.query(), scrape_timeout).await;
+                        (status, [(CONTENT_TYPE, kind)], body).into_response()
+                    }
+                },
+            ),
+        );
     let app = match auth {
         None => app,
         Some(auth) => {

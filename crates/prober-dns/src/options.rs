@@ -100,10 +100,16 @@ pub struct DnsSpec {
     /// truncated reply is an error of kind truncated.
     #[arg(long = "dns-tcp-fallback", help_heading = "DNS")]
     pub tcp_fallback: bool,
+
+    /// Ask without recursion (RD=0), as dig +norecurse: a question for the
+    /// server's own data.
+    #[arg(long, help_heading = "DNS")]
+    pub no_recursion: bool,
 }
 
 /// The DNS flags, as messages name them.
-pub const DNS_FLAGS: &str = "--expect-rcode, --expect-answer and --dns-tcp-fallback";
+pub const DNS_FLAGS: &str =
+    "--expect-rcode, --expect-answer, --dns-tcp-fallback and --no-recursion";
 
 prober_net::own_options!(DnsSpec);
 
@@ -157,7 +163,7 @@ impl DnsSpec {
                 None => None,
             },
             tcp_fallback: self.tcp_fallback,
-            recursion: d.recursion,
+            recursion: d.recursion && !self.no_recursion,
         })
     }
 }

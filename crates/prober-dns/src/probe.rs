@@ -276,7 +276,14 @@ impl DnsProbe {
         Ok((sent, got, w.t1k, t1))
     }
 
-    fn check(&self, msg: &Message) -> Result<(), ProbeError> {
+    /// Checks the reply's rcode and answers; a failed check carries the
+    /// reply's [`Detail`] (`over_tcp`: how it came).
+    fn check(&self, msg: &Message, over_tcp: bool) -> Result<(), ProbeError> {
+        self.validate(msg)
+            .map_err(|e| e.with_detail(detail(msg, over_tcp)))
+    }
+
+    fn validate(&self, msg: &Message) -> Result<(), ProbeError> {
         let rcode = u16::from(msg.metadata.response_code);
         if !self.opts.rcodes.contains(&rcode) {
             let want: Vec<String> = self.opts.rcodes.iter().map(|c| rcode_name(*c)).collect();
@@ -302,6 +309,22 @@ impl DnsProbe {
             ));
         }
         Ok(())
+    }
+}
+
+/// What a reply says beside its records: its rcode, flags and section
+/// sizes.
+fn detail(msg: &Message, over_tcp: bool) -> Detail {
+    let count = |n: usize| u16::try_from(n).unwrap_or(u16::MAX);
+    let m = &msg.metadata;
+    Detail::Dns {
+        rcode: u16::from(m.response_code),
+        answers: count(msg.answers.len()),
+        authority: count(msg.authorities.len()),
+        additional: count(msg.additionals.len()),
+        aa: m.authoritative,
+        tc: m.truncation,
+        tcp: over_tcp,
     }
 }
 
@@ -412,8 +435,7 @@ impl Probe for DnsProbe {
             // Two queries: the kernel stamps of one do not split both.
             (t1k, got.t4k) = (None, None);
         }
-        self.check(&got.msg)?;
-        let m = &got.msg.metadata;
+        self.check(&got.msg, over_tcp)?;
         let stamps = Stamps {
             t1: Some(t1),
             t1k,
@@ -433,13 +455,7 @@ impl Probe for DnsProbe {
             stamps,
             app: AppReply {
                 phases: prober_core::Phases::default(),
-                detail: Some(Detail::Dns {
-                    rcode: u16::from(m.response_code),
-                    answers: u16::try_from(got.msg.answers.len()).unwrap_or(u16::MAX),
-                    aa: m.authoritative,
-                    tc: m.truncation,
-                    tcp: over_tcp,
-                }),
+                detail: Some(detail(&got.msg, over_tcp)),
             },
         })
     }

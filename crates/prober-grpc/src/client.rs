@@ -764,19 +764,36 @@ impl Probe for GrpcHealthProbe {
                 let window = window.end();
                 self.conn.stamps.record_rtt(received - sent);
                 let status = resp.into_inner().status();
+                let detail = prober_core::Detail::Grpc {
+                    code: 0,
+                    serving: u8::try_from(status as i32).ok(),
+                };
                 if status == ServingStatus::Serving {
                     // Any server's health service: no responder stamps, so
                     // the network part (which would include the server) is
                     // unknown; the client's send and wake-up parts are not.
-                    Ok(stamped_reply((sent, t1), (received, t4), window, None, 0))
+                    let mut reply = stamped_reply((sent, t1), (received, t4), window, None, 0);
+                    reply.app.detail = Some(detail);
+                    Ok(reply)
                 } else {
-                    Err(ProbeError::protocol(format!(
-                        "health status {}",
-                        status.as_str_name()
-                    )))
+                    Err(ProbeError::new(
+                        ErrorKind::Status,
+                        format!("health status {}", status.as_str_name()),
+                    )
+                    .with_detail(detail))
                 }
             }
-            Err(status) => Err(self.conn.status_error(&status).await),
+            Err(status) => {
+                let code = u8::try_from(status.code() as i32).unwrap_or(u8::MAX);
+                Err(self
+                    .conn
+                    .status_error(&status)
+                    .await
+                    .with_detail(prober_core::Detail::Grpc {
+                        code,
+                        serving: None,
+                    }))
+            }
         }
     }
 

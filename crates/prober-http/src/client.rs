@@ -842,7 +842,14 @@ impl Probe for HttpProbe {
                 }
                 continue;
             }
-            self.validate(&parts, &body)?;
+            let detail = Detail::Http {
+                status: parts.status.as_u16(),
+                version,
+                redirects: hops,
+                tls: origin.tls,
+            };
+            self.validate(&parts, &body)
+                .map_err(|e| e.with_detail(detail))?;
             // Time between phases (building the request, following a
             // redirect) goes to `write`, so that the phases add up to the
             // probe's time exactly.
@@ -894,11 +901,7 @@ impl Probe for HttpProbe {
                 stamps,
                 app: AppReply {
                     phases,
-                    detail: Some(Detail::Http {
-                        status: parts.status.as_u16(),
-                        version,
-                        redirects: hops,
-                    }),
+                    detail: Some(detail),
                 },
             });
         }

@@ -35,4 +35,4 @@ pub use options::{
 pub use protocol::{HTTP, HTTPS};
 pub use serve::{HTTP_RESPONDER, HTTPS_RESPONDER};
 pub use server::{HttpServerConfig, SERVER_TIMING, serve_http};
-pub use tls::{ServerTlsError, server_config};
+pub use tls::{ServerTlsError, server_config, stream_client_config};

@@ -25,6 +25,9 @@ pub enum OptionsError {
         /// Why.
         source: std::io::Error,
     },
+    /// A body given both as text and as a file.
+    #[error("the body is given twice: give body (--data) or body_file (--data-file)")]
+    Bodies,
     /// `http2` and `http1_1` together.
     #[error("HTTP/2 only and HTTP/1.1 only exclude each other")]
     Versions,
@@ -254,6 +257,15 @@ pub struct HttpSpec {
     #[arg(long = "data-file", value_name = "FILE", help_heading = "HTTP")]
     pub body_file: Option<std::path::PathBuf>,
 
+    /// Send this text as the HTTP request body (as curl's --data).
+    #[arg(
+        long = "data",
+        value_name = "TEXT",
+        conflicts_with = "body_file",
+        help_heading = "HTTP"
+    )]
+    pub body: Option<String>,
+
     /// An extra HTTP request header, 'Name: value' (repeatable).
     #[arg(
         short = 'H',
@@ -362,14 +374,16 @@ impl HttpSpec {
                 Some(m) => HttpOptions::parse_method(m)?,
                 None => d.method,
             },
-            body: match &self.body_file {
-                Some(path) => std::fs::read(path)
+            body: match (&self.body, &self.body_file) {
+                (Some(_), Some(_)) => return Err(OptionsError::Bodies),
+                (Some(text), None) => Bytes::from(text.clone().into_bytes()),
+                (None, Some(path)) => std::fs::read(path)
                     .map_err(|source| OptionsError::BodyFile {
                         path: path.display().to_string(),
                         source,
                     })?
                     .into(),
-                None => d.body,
+                (None, None) => d.body,
             },
             headers: self
                 .headers

@@ -110,3 +110,14 @@ pub(crate) fn client_config(
     };
     Ok(cfg)
 }
+
+/// The client side for a TLS connection that carries no HTTP (blackbox's
+/// `tcp` prober with `tls`): as [`client_config`], without ALPN.
+///
+/// # Errors
+/// [`ServerTlsError`].
+pub fn stream_client_config(files: &TlsFiles) -> Result<rustls::ClientConfig, ServerTlsError> {
+    let mut cfg = client_config(files, HttpVersion::Auto)?;
+    cfg.alpn_protocols.clear();
+    Ok(cfg)
+}

@@ -241,6 +241,7 @@ impl<'a> ProbeLine<'a> {
                 status,
                 version,
                 redirects,
+                ..
             }) => (Some((status, version, redirects)), None),
             Some(Detail::Dns {
                 rcode,
@@ -248,6 +249,7 @@ impl<'a> ProbeLine<'a> {
                 aa,
                 tc,
                 tcp,
+                ..
             }) => (None, Some((rcode, answers, aa, tc, tcp))),
             _ => (None, None),
         };

@@ -118,6 +118,29 @@ fn log_stamp_stats(stats: &prober_stamp::ReflectorStats) {
     );
 }
 
+/// Runs the daemon: the jobs of `config` (none without it), `/probe` with
+/// `--blackbox-config`, and the responders asked for.
+async fn run_daemon(
+    config: Option<std::path::PathBuf>,
+    args: ServeArgs,
+    opts: ResponderOptions,
+    cpu_latency: Option<Duration>,
+) -> anyhow::Result<ExitCode> {
+    let control = daemon_signals()?;
+    let daemon = DaemonOptions {
+        config,
+        blackbox: args.blackbox_config.clone(),
+        metrics: args.metrics,
+        responders: opts,
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        host: prober_sys::host(),
+        cpu_latency,
+    };
+    let mut listening = print_listening;
+    prober_daemon::run(daemon, &PROTOCOLS, control, &mut listening).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Runs `prober serve` until SIGINT or SIGTERM.
 pub(crate) async fn serve(
     args: ServeArgs,
@@ -128,41 +151,44 @@ pub(crate) async fn serve(
         opts.stamp_config.key =
             Some(prober_stamp::Key::from_file(path).map_err(anyhow::Error::msg)?);
     }
-    if let Some(path) = args.config.clone() {
-        if args.check_config {
-            let checked = prober_daemon::check(&path, &PROTOCOLS, &opts).await?;
-            if args.strict
-                && let Some(first) = checked.warnings.first()
-            {
-                let more = checked.warnings.len() - 1;
-                let more = if more > 0 {
-                    format!(" (and {more} more)")
-                } else {
-                    String::new()
-                };
-                anyhow::bail!(
-                    "config {} is invalid with --strict: {first}{more}",
-                    path.display()
-                );
-            }
-            for w in &checked.warnings {
-                eprintln!("prober: warning: {w} (probed as down until it resolves)");
-            }
-            println!("{}", checked.verdict);
-            return Ok(ExitCode::SUCCESS);
-        }
-        let control = daemon_signals()?;
-        let daemon = DaemonOptions {
-            config: path,
-            metrics: args.metrics,
-            responders: opts,
-            version: env!("CARGO_PKG_VERSION").to_owned(),
-            host: prober_sys::host(),
-            cpu_latency,
+    if args.check_config {
+        let (config, blackbox) = (args.config.as_deref(), args.blackbox_config.as_deref());
+        let Some(what) = config.or(blackbox) else {
+            anyhow::bail!(
+                "--check-config checks --config FILE or --blackbox-config FILE: give one"
+            );
         };
-        let mut listening = print_listening;
-        prober_daemon::run(daemon, &PROTOCOLS, control, &mut listening).await?;
+        let checked = prober_daemon::check(config, &PROTOCOLS, &opts, blackbox).await?;
+        if args.strict
+            && let Some(first) = checked.warnings.first()
+        {
+            let more = checked.warnings.len() - 1;
+            let more = if more > 0 {
+                format!(" (and {more} more)")
+            } else {
+                String::new()
+            };
+            anyhow::bail!(
+                "config {} is invalid with --strict: {first}{more}",
+                what.display()
+            );
+        }
+        for w in &checked.warnings {
+            eprintln!("prober: warning: {w}");
+        }
+        println!("{}", checked.verdict);
         return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(path) = args.config.clone() {
+        return run_daemon(Some(path), args, opts, cpu_latency).await;
+    }
+    if args.blackbox_config.is_some() {
+        return run_daemon(None, args, opts, cpu_latency).await;
+    }
+    if args.metrics.is_some() {
+        anyhow::bail!(
+            "--metrics serves the jobs of --config FILE, or /probe with --blackbox-config FILE: give one"
+        );
     }
     if !opts.any() {
         // No listener asked for: those with a default port, on every
