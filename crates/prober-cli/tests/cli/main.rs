@@ -1,5 +1,6 @@
 //! End-to-end tests of the built `prober` binary on loopback.
 
+mod blackbox;
 mod capture;
 mod daemon;
 mod deploy;

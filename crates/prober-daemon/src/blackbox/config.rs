@@ -73,6 +73,9 @@ fn parse_duration(text: &str) -> Option<Duration> {
     if text == "0" {
         return Some(Duration::ZERO);
     }
+    if text.is_empty() {
+        return None;
+    }
     let mut rest = text;
     let mut total: u64 = 0;
     let mut last = u64::MAX;
@@ -327,6 +330,9 @@ pub(crate) struct Module {
     pub(crate) http_versions: Vec<String>,
     pub(crate) fail_if_ssl: bool,
     pub(crate) fail_if_not_ssl: bool,
+    /// HTTP: redirects are followed (blackbox counts a 3xx it does not
+    /// follow as one redirect).
+    pub(crate) follow_redirects: bool,
     /// TCP: the connection starts with TLS.
     pub(crate) tls_first: bool,
     /// TCP: the dialogue.
@@ -393,8 +399,17 @@ pub(crate) fn parse(text: &str, base: &Path, registry: &Registry) -> Result<Modu
     Ok(out)
 }
 
+/// A YAML error on one line, without serde's list of every key the
+/// section could have had (its place in the file stays).
 fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match text.split_once(", expected one of ") {
+        Some((head, rest)) => match rest.rsplit_once(" at line ") {
+            Some((_, at)) => format!("{head} at line {at}"),
+            None => head.to_owned(),
+        },
+        None => text,
+    }
 }
 
 /// What blackbox_exporter 0.23 refuses at load, beyond the schema.
@@ -660,6 +675,7 @@ fn empty(kind: Kind, timeout: Duration, ip: IpPreference) -> Module {
         http_versions: Vec::new(),
         fail_if_ssl: false,
         fail_if_not_ssl: false,
+        follow_redirects: false,
         tls_first: false,
         steps: Vec::new(),
         question: String::new(),
@@ -854,6 +870,7 @@ fn http(
     module.http_versions.clone_from(&h.valid_http_versions);
     module.fail_if_ssl = h.fail_if_ssl;
     module.fail_if_not_ssl = h.fail_if_not_ssl;
+    module.follow_redirects = follow;
     Ok(module)
 }
 

@@ -36,12 +36,6 @@ impl Gauges {
         entry.1.push((labels, value));
     }
 
-    /// Whether a family of this name is set.
-    #[cfg(test)]
-    pub(crate) fn has(&self, name: &str) -> bool {
-        self.0.contains_key(name)
-    }
-
     /// The text exposition (OpenMetrics), as prometheus-client writes it.
     pub(crate) fn encode(&self) -> String {
         use prometheus_client::metrics::family::Family;
@@ -273,10 +267,16 @@ pub(crate) async fn probe(
             return;
         }
         let t0 = Instant::now();
-        let ip = match resolve(&parsed.host, module, &mut p.log).await {
-            Ok(ip) => ip,
-            Err(e) => {
+        let ip = match tokio::time::timeout_at(deadline, resolve(&parsed.host, module, &mut p.log))
+            .await
+        {
+            Ok(Ok(ip)) => ip,
+            Ok(Err(e)) => {
                 p.log.push(e);
+                return;
+            }
+            Err(_) => {
+                p.log.push("Timeout reached while resolving".to_owned());
                 return;
             }
         };
@@ -309,12 +309,10 @@ pub(crate) async fn probe(
             )
             .await;
         }
-    };
-    if tokio::time::timeout_at(deadline, body).await.is_err() {
-        p.success = false;
-        p.log
-            .push(format!("Timeout reached: {:.3}s", timeout.as_secs_f64()));
-    }
+    }; // Each step ends by the deadline on its own (the probe's own timeout
+    // is what is left of it), so that a timeout still answers with every
+    // family of the module.
+    body.await;
     p.gauges.set(
         "probe_duration_seconds",
         "Returns how long the probe took to complete in seconds",
@@ -426,22 +424,34 @@ async fn run(
         timeout: remaining,
     };
     let t_setup = Instant::now();
-    let built = (protocol.build)(spec, &env).await;
+    let built = tokio::time::timeout_at(deadline, (protocol.build)(spec, &env)).await;
     let setup = t_setup.elapsed();
     let runnable = match built {
-        Ok(r) => r,
-        Err(e) => {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => {
             p.log.push(format!("Error setting up the probe: {e}"));
+            return;
+        }
+        Err(_) => {
+            p.log
+                .push("Timeout reached while setting up the probe".to_owned());
             return;
         }
     };
     let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
     p.log.push(format!("Probing {}://{addr}", scheme.name));
-    let Some((sample, anomalies)) = prober_core::once(runnable, remaining).await else {
-        p.log.push("The probe ended without a result".to_owned());
-        return;
-    };
-    let (reply, error) = match &sample.outcome {
+    // The runner times the reply out by `remaining`; its set-up (a gRPC
+    // channel's connect) has as long again, so the deadline holds it too.
+    let (outcome, anomalies) =
+        match tokio::time::timeout_at(deadline, prober_core::once(runnable, remaining)).await {
+            Ok(Some((sample, anomalies))) => (sample.outcome, anomalies),
+            Ok(None) => {
+                p.log.push("The probe ended without a result".to_owned());
+                return;
+            }
+            Err(_) => (Outcome::Timeout, prober_core::Anomalies::default()),
+        };
+    let (reply, error) = match &outcome {
         Outcome::Ok(r) => (Some(r), None),
         Outcome::Timeout => {
             p.log.push("No reply before the timeout".to_owned());
@@ -453,8 +463,7 @@ async fn run(
             (None, Some(e))
         }
         _ => {
-            p.log
-                .push(format!("Probe outcome {}", sample.outcome.name()));
+            p.log.push(format!("Probe outcome {}", outcome.name()));
             (None, None)
         }
     };
@@ -523,6 +532,9 @@ fn http(
         }) => (status, version, redirects, tls),
         _ => (0, 0, 0, scheme_tls),
     };
+    // A 3xx not followed counts as one, as blackbox's redirect hook counts
+    // it before declining to follow.
+    let redirects = redirects + u8::from(!module.follow_redirects && (300..400).contains(&status));
     let version_text = match version {
         10 => "HTTP/1.0",
         11 => "HTTP/1.1",
