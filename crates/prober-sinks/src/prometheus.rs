@@ -243,6 +243,8 @@ struct Exported {
     bursts: LossBursts,
     /// RFC 3550 jitter, ns; `None` before two consecutive answers.
     jitter: Option<f64>,
+    /// Whether the last probe was answered; `None` before the first.
+    up: Option<bool>,
     /// One lock for all of a target's histograms: a sample observes in
     /// up to ten of them.
     hists: Arc<Mutex<Hists>>,
@@ -435,6 +437,7 @@ impl PrometheusSink {
                 anomalies: t.anomaly_reader(),
                 bursts: t.stats.seq.bursts,
                 jitter: None,
+                up: None,
                 hists: Arc::new(Mutex::new(Hists {
                     rtt: self.buckets.histogram(f.rtt),
                     parts: Vec::new(),
@@ -551,6 +554,7 @@ impl Sink for PrometheusSink {
         if let Some(series) = state.series.get_mut(&t.info.id) {
             let m = &mut series.m;
             m.tally = t.stats.tally;
+            m.up = Some(matches!(s.outcome, Outcome::Ok(_)));
             let seq = &t.stats.seq;
             m.bursts = seq.bursts;
             if seq.ipdv.count > 0 {
@@ -1045,6 +1049,18 @@ fn encode_outage_and_jitter(w: &mut Writer, series: &[Exported]) {
     for s in series {
         w.value(&s.labels, None, Value::F64(s.bursts.outage_s));
     }
+    // What blackbox users alert on (`probe_success == 0`): a gauge, where
+    // the counters need a rate over a window.
+    w.family(
+        "prober_target_up",
+        "Whether the target's last probe was answered (1) or not (0): timed out, failed, or its name does not resolve",
+        Kind::Gauge,
+    );
+    for s in series {
+        if let Some(up) = s.up {
+            w.value(&s.labels, None, Value::I64(i64::from(up)));
+        }
+    }
     if series.iter().any(|s| s.jitter.is_some()) {
         w.family(
             "prober_jitter_seconds",
@@ -1410,23 +1426,24 @@ mod tests {
         let (text, proto) = run(Buckets::default());
         assert!(text <= 40, "text: {text} series");
         assert!(proto <= 12, "protobuf: {proto} series");
-        // RTT's classic histogram (20 bounds, +Inf, _sum, _count) and the
-        // five counters (the jitter gauge comes with consecutive answers,
-        // which these samples are not); latency and send lag are native.
-        assert_eq!((text, proto), (28, 8));
+        // RTT's classic histogram (20 bounds, +Inf, _sum, _count), the
+        // five counters and prober_target_up (the jitter gauge comes with
+        // consecutive answers, which these samples are not); latency and
+        // send lag are native.
+        assert_eq!((text, proto), (29, 9));
         let all = Buckets {
             families: Families::everything(),
             ..Buckets::default()
         };
         let (text, proto) = run(all);
-        assert_eq!((text, proto), (115, 27), "every family on");
+        assert_eq!((text, proto), (116, 28), "every family on");
         // Without native buckets every family that is on is classic.
         let classic = Buckets {
             native_factor: None,
             families: Families::default().without_native(),
             ..Buckets::default()
         };
-        assert_eq!(run(classic), (74, 74), "native_histograms = false");
+        assert_eq!(run(classic), (75, 75), "native_histograms = false");
     }
 
     #[test]
