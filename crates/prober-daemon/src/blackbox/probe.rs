@@ -15,9 +15,12 @@ use prober_core::{Detail, ErrorKind, Outcome, Registry};
 use super::access::Allowed;
 use super::config::{Kind, Module};
 
-/// Gauges by name: help, then (labels, value) rows.
+/// One series of a family: its labels and value.
+type Row = (Vec<(String, String)>, f64);
+
+/// Gauges by name: help, then their rows.
 #[derive(Debug, Default)]
-pub(crate) struct Gauges(BTreeMap<String, (&'static str, Vec<(Vec<(String, String)>, f64)>)>);
+pub(crate) struct Gauges(BTreeMap<String, (&'static str, Vec<Row>)>);
 
 impl Gauges {
     fn set(&mut self, name: &str, help: &'static str, value: f64) {
@@ -338,10 +341,9 @@ async fn dialogue(
     addr: SocketAddr,
     deadline: tokio::time::Instant,
 ) {
-    let d = match tokio::time::timeout_at(deadline, super::tcp::dialogue(module, host, addr)).await
-    {
-        Ok(d) => d,
-        Err(_) => {
+    let Ok(d) = tokio::time::timeout_at(deadline, super::tcp::dialogue(module, host, addr)).await
+    else {
+        {
             p.gauges.set(
                 "probe_failed_due_to_regex",
                 "Indicates if probe failed due to regex",
