@@ -112,7 +112,7 @@ pub(crate) fn client_config(
 }
 
 /// The client side for a TLS connection that carries no HTTP (blackbox's
-/// `tcp` prober with `tls`): as [`client_config`], without ALPN.
+/// `tcp` prober with `tls`): as `https://` targets have it, without ALPN.
 ///
 /// # Errors
 /// [`ServerTlsError`].
