@@ -835,8 +835,9 @@ pub(crate) struct ServeArgs {
     #[arg(long)]
     pub(crate) check_config: bool,
 
-    /// With --check-config: a target whose name does not resolve makes the
-    /// config invalid (exit 2), for CI pipelines; without it, a warning.
+    /// With --check-config: a target whose name does not resolve, or a
+    /// blackbox module prober does not load, makes the config invalid
+    /// (exit 2), for CI pipelines; without it, a warning.
     #[arg(long, requires = "check_config")]
     pub(crate) strict: bool,
 
@@ -851,6 +852,12 @@ pub(crate) struct ServeArgs {
     /// docs/blackbox.md). SIGHUP reloads it.
     #[arg(long, value_name = "FILE")]
     pub(crate) blackbox_config: Option<PathBuf>,
+
+    /// Serve the --metrics listener over TLS (or mutual TLS) as this web
+    /// config file says, in the format Prometheus exporters share
+    /// (tls_server_config; overrides `[metrics] web_config`).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) web_config: Option<PathBuf>,
 
     /// Where each responder listens (`--tcp ADDR`, ...): one flag per
     /// responder the registry lists, added by [`with_responder_flags`].

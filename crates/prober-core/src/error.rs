@@ -121,7 +121,7 @@ pub struct ProbeError {
     /// The reply's status where one came and failed a check (an HTTP 404,
     /// a DNS SERVFAIL, a gRPC NOT_SERVING): what a scrape-time probe
     /// reports beside its failure, as blackbox_exporter does.
-    detail: Option<crate::sample::Detail>,
+    detail: Option<crate::detail::Detail>,
 }
 
 impl ProbeError {
@@ -136,13 +136,13 @@ impl ProbeError {
 
     /// The same error, with the status of the reply that failed a check.
     #[must_use]
-    pub fn with_detail(mut self, detail: crate::sample::Detail) -> Self {
+    pub fn with_detail(mut self, detail: crate::detail::Detail) -> Self {
         self.detail = Some(detail);
         self
     }
 
     /// The status of the reply that failed a check, where one came.
-    pub fn detail(&self) -> Option<crate::sample::Detail> {
+    pub fn detail(&self) -> Option<crate::detail::Detail> {
         self.detail
     }
 

@@ -49,6 +49,7 @@
 pub mod clock;
 pub mod collect;
 pub mod config;
+pub mod detail;
 pub mod duration;
 pub mod entry;
 pub mod error;

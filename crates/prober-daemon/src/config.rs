@@ -262,6 +262,8 @@ struct MetricsSection {
     basic_auth: Option<BasicAuthSection>,
     /// A bearer token (in a file) instead.
     bearer_token_file: Option<PathBuf>,
+    /// TLS, in the exporter-toolkit web config format (docs/config.md).
+    web_config: Option<PathBuf>,
 }
 
 fn default_metrics_listen() -> SocketAddr {
@@ -825,6 +827,9 @@ pub struct Config {
     pub otlp: Option<OtlpConfig>,
     /// `[metrics] basic_auth` or `bearer_token_file`, read at start only.
     pub metrics_auth: Option<MetricsAuth>,
+    /// `[metrics] web_config`: TLS on the metrics listener, read at start
+    /// only.
+    pub metrics_web_config: Option<PathBuf>,
     /// `allow_empty = true`: no jobs is what the file means.
     pub allow_empty: bool,
     /// `[blackbox]`.
@@ -1462,6 +1467,11 @@ pub async fn parse_with(
             Some(m) => m.auth(&base)?,
             None => None,
         },
+        metrics_web_config: raw
+            .metrics
+            .as_ref()
+            .and_then(|m| m.web_config.as_ref())
+            .map(|p| base.join(p)),
         refresh_at: {
             // Targets given by name are resolved again every resolve_every
             // (the system resolver gives no TTL), by the same reload.

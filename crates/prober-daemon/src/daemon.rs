@@ -50,6 +50,9 @@ pub struct DaemonOptions {
     /// blackbox_exporter's modules for `/probe` (`--blackbox-config`),
     /// overriding `[blackbox] config`.
     pub blackbox: Option<PathBuf>,
+    /// TLS on the metrics listener (`--web-config`), overriding `[metrics]
+    /// web_config`.
+    pub web_config: Option<PathBuf>,
     /// `/metrics` address, overriding the config's.
     pub metrics: Option<SocketAddr>,
     /// Responders given on the command line; the config's `[serve]` fills in
@@ -100,6 +103,9 @@ pub async fn check(
             })
         })
         .collect();
+    if let Some(web) = &cfg.metrics_web_config {
+        crate::webconfig::load(web).map_err(DaemonError::Config)?;
+    }
     let mut verdict = match path {
         Some(path) => format!(
             "config {} is valid: {}, {}",
@@ -656,6 +662,18 @@ pub async fn run(
         registry: prom,
         refused,
     });
+    let web_tls = match opts.web_config.as_ref().or(cfg.metrics_web_config.as_ref()) {
+        None => None,
+        Some(p) => {
+            if metrics_addr.is_none() {
+                return Err(DaemonError::Config(format!(
+                    "web config {}: it is the metrics listener's TLS: give --metrics ADDR or [metrics] listen",
+                    p.display()
+                )));
+            }
+            crate::webconfig::load(p).map_err(DaemonError::Config)?
+        }
+    };
     if let Some(addr) = metrics_addr {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
@@ -672,6 +690,7 @@ pub async fn run(
             scrape,
             status,
             blackbox.clone(),
+            web_tls,
             cfg.metrics_auth.clone(),
             listeners_stop.clone(),
         ));
@@ -693,6 +712,7 @@ pub async fn run(
             metric_buckets: cfg.metric_buckets.clone(),
             otlp: cfg.otlp.clone(),
             metrics_auth: cfg.metrics_auth.clone(),
+            metrics_web_config: cfg.metrics_web_config.clone(),
             allow_empty: cfg.allow_empty,
             blackbox: cfg.blackbox.clone(),
             tx_stamps: cfg.tx_stamps,

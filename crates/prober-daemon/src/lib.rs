@@ -35,6 +35,7 @@ mod reload;
 pub mod responder;
 mod stamp_metrics;
 mod status;
+mod webconfig;
 
 pub use daemon::{Checked, Control, DaemonOptions, check, run};
 pub use error::DaemonError;

@@ -230,6 +230,7 @@ pub(crate) async fn serve_metrics_apart(
     scrape: Arc<Scrape>,
     status: crate::status::StatusPage,
     blackbox: Option<Arc<crate::blackbox::Blackbox>>,
+    tls: Option<crate::webconfig::WebTls>,
     auth: Option<crate::config::MetricsAuth>,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
@@ -243,7 +244,20 @@ pub(crate) async fn serve_metrics_apart(
                 .and_then(|rt| {
                     rt.block_on(async move {
                         let listener = TcpListener::from_std(listener)?;
-                        serve_metrics(listener, scrape, status, blackbox, auth, stop).await
+                        let app = metrics_app(scrape, status, blackbox, auth);
+                        match tls {
+                            None => {
+                                axum::serve(listener, app)
+                                    .with_graceful_shutdown(stop.cancelled_owned())
+                                    .await
+                            }
+                            Some(tls) => {
+                                let listener = crate::webconfig::TlsListener::new(listener, &tls)?;
+                                axum::serve(listener, app)
+                                    .with_graceful_shutdown(stop.cancelled_owned())
+                                    .await
+                            }
+                        }
                     })
                 });
             let _ = done.send(res);
@@ -253,18 +267,16 @@ pub(crate) async fn serve_metrics_apart(
         .unwrap_or_else(|_| Err(std::io::Error::other("the metrics thread ended")))
 }
 
-/// Serves `/metrics`, the status page, `/probe` (with `blackbox`) and the
-/// health checks on `listener` until `stop` is cancelled; with `auth`,
+/// The routes of the metrics listener: `/metrics`, the status page,
+/// `/probe` (with `blackbox`) and the health checks; with `auth`,
 /// everything but `/healthz` and `/readyz` (Kubernetes' probes) asks for
 /// it.
-pub(crate) async fn serve_metrics(
-    listener: TcpListener,
+fn metrics_app(
     scrape: Arc<Scrape>,
     status: crate::status::StatusPage,
     blackbox: Option<Arc<crate::blackbox::Blackbox>>,
     auth: Option<crate::config::MetricsAuth>,
-    stop: CancellationToken,
-) -> std::io::Result<()> {
+) -> axum::Router {
     use axum::http::StatusCode;
     use axum::http::header::{CONTENT_TYPE, RETRY_AFTER};
     use axum::response::IntoResponse as _;
@@ -387,12 +399,8 @@ pub(crate) async fn serve_metrics(
     // For Kubernetes: alive while this answers; ready once serving, which
     // happens only after the config loaded and the jobs started. Outside
     // the authentication, as kubelet's probes send none.
-    let app = app
-        .route("/healthz", axum::routing::get(|| async { "ok\n" }))
-        .route("/readyz", axum::routing::get(|| async { "ready\n" }));
-    axum::serve(listener, app)
-        .with_graceful_shutdown(stop.cancelled_owned())
-        .await
+    app.route("/healthz", axum::routing::get(|| async { "ok\n" }))
+        .route("/readyz", axum::routing::get(|| async { "ready\n" }))
 }
 
 /// Reads the failures of the jobs' sink files at scrape time.

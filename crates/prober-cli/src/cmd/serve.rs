@@ -130,6 +130,7 @@ async fn run_daemon(
     let daemon = DaemonOptions {
         config,
         blackbox: args.blackbox_config.clone(),
+        web_config: args.web_config.clone(),
         metrics: args.metrics,
         responders: opts,
         version: env!("CARGO_PKG_VERSION").to_owned(),

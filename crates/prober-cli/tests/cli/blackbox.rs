@@ -682,3 +682,131 @@ fn probe_refuses_what_it_should() {
         "{err}"
     );
 }
+
+/// The metrics listener over mutual TLS, as the exporter-toolkit web
+/// config sets it: a client without a certificate, or speaking plain
+/// HTTP, gets nothing; one with a certificate the CA signed gets
+/// `/metrics` and `/probe`; a real Prometheus scrapes `/probe` over mTLS.
+#[test]
+fn the_metrics_listener_speaks_mutual_tls_to_a_real_prometheus() {
+    if !require_tools(
+        &["curl", "prometheus"],
+        "mTLS scrape test (.ci/run installs curl and prometheus)",
+    ) {
+        return;
+    }
+    let files = Files::new("blackbox-mtls");
+    crate::support::make_pki(
+        &files,
+        &[
+            ("server", crate::support::Leaf::Server),
+            ("client", crate::support::Leaf::Client),
+        ],
+    );
+    let bb = files.write(
+        "blackbox.yml",
+        "modules:\n  tcp_connect:\n    prober: tcp\n    timeout: 2s\n",
+    );
+    let web = files.write(
+        "web.yml",
+        &format!(
+            "tls_server_config:\n  cert_file: {}\n  key_file: {}\n  client_ca_file: {}\n  client_auth_type: RequireAndVerifyClientCert\n  min_version: TLS12\n",
+            files.path("server.pem"),
+            files.path("server.key"),
+            files.path("ca.pem"),
+        ),
+    );
+    let open = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let open_at = open.local_addr().unwrap().to_string();
+    let d = Serve::start(
+        &[
+            "--metrics",
+            "127.0.0.1:0",
+            "--blackbox-config",
+            &bb,
+            "--web-config",
+            &web,
+        ],
+        1,
+    );
+    let at = d.addr("metrics").to_owned();
+    let port = at.rsplit_once(':').unwrap().1.to_owned();
+    let curl = |extra: &[&str], url: &str| -> (bool, String) {
+        let out = Command::new("curl")
+            .args(["-sS", "--max-time", "5", "--cacert", &files.path("ca.pem")])
+            .args(extra)
+            .arg(url)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    let https = format!("https://localhost:{port}");
+    let resolve = format!("localhost:{port}:127.0.0.1");
+    let with_cert = [
+        "--resolve",
+        &resolve,
+        "--cert",
+        &files.path("client.pem"),
+        "--key",
+        &files.path("client.key"),
+    ];
+    let (ok, body) = curl(&with_cert, &format!("{https}/metrics"));
+    assert!(ok && body.contains("prober_build_info"), "{body}");
+    let (ok, body) = curl(
+        &with_cert,
+        &format!("{https}/probe?module=tcp_connect&target={open_at}"),
+    );
+    assert!(ok && body.contains("probe_success 1"), "{body}");
+    let (ok, _) = curl(&["--resolve", &resolve], &format!("{https}/metrics"));
+    assert!(!ok, "a client without a certificate was served");
+    let (ok, _) = curl(&[], &format!("http://{at}/metrics"));
+    assert!(!ok, "plain HTTP was served");
+    // A real Prometheus, over mTLS, through blackbox's relabelling.
+    let prom_port = free_port();
+    std::fs::write(
+        files.path("prometheus.yml"),
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: mtls\n    scheme: https\n    metrics_path: /probe\n    params:\n      module: [tcp_connect]\n    tls_config:\n      ca_file: {ca}\n      cert_file: {cert}\n      key_file: {key}\n      server_name: localhost\n    static_configs:\n      - targets: [\"{open_at}\"]\n    relabel_configs:\n      - source_labels: [__address__]\n        target_label: __param_target\n      - source_labels: [__param_target]\n        target_label: instance\n      - target_label: __address__\n        replacement: {at}\n",
+            ca = files.path("ca.pem"),
+            cert = files.path("client.pem"),
+            key = files.path("client.key"),
+        ),
+    )
+    .unwrap();
+    let mut prom = Command::new("prometheus")
+        .arg(format!("--config.file={}", files.path("prometheus.yml")))
+        .arg(format!("--storage.tsdb.path={}", files.path("data")))
+        .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("prometheus starts");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let up = loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let r = get(&format!(
+            "http://127.0.0.1:{prom_port}/api/v1/query?query=probe_success%7Bjob%3D%22mtls%22%7D"
+        ))
+        .and_then(|b| serde_json::from_str::<Value>(&b).ok())
+        .and_then(|v| v["data"]["result"].as_array().cloned())
+        .unwrap_or_default();
+        if let Some(s) = r.first() {
+            break s["value"][1].as_str().unwrap_or("").to_owned();
+        }
+        if Instant::now() > deadline {
+            let _ = prom.kill();
+            panic!("prometheus never scraped /probe over mTLS");
+        }
+    };
+    let _ = prom.kill();
+    let _ = prom.wait();
+    assert_eq!(up, "1");
+    drop(open);
+}

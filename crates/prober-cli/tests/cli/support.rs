@@ -219,6 +219,11 @@ pub(crate) fn make_pki(f: &Files, leaves: &[(&str, Leaf)]) {
     use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    // Names of their own: with rcgen's one default name for both, OpenSSL
+    // (curl) and Go (Prometheus) take a leaf for self-signed.
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "prober test CA");
     let ca_key = KeyPair::generate().unwrap();
     f.write("ca.pem", &ca_params.self_signed(&ca_key).unwrap().pem());
     let issuer = Issuer::new(ca_params, ca_key);
@@ -228,7 +233,10 @@ pub(crate) fn make_pki(f: &Files, leaves: &[(&str, Leaf)]) {
             _ => vec!["localhost".to_owned(), "127.0.0.1".to_owned()],
         };
         let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(sans).unwrap();
+        let mut params = CertificateParams::new(sans.clone()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, sans[0].as_str());
         if let Leaf::Expired = leaf {
             params.not_before = rcgen::date_time_ymd(2020, 1, 1);
             params.not_after = rcgen::date_time_ymd(2021, 1, 1);
