@@ -32,6 +32,13 @@
 # Both scrape /metrics and fetch the status page every 5 s (as Prometheus
 # and a person at a browser would) and report the slowest answers;
 # SCRAPE=0 does neither, to compare the send lag without them.
+#
+#   PROBE_LOAD=20 bash benches/scale/run.sh   # and blackbox's /probe asked
+#                                         # 20 times a second (ICMP to other
+#                                         # loopback addresses, one client on
+#                                         # a kept connection), to see whether
+#                                         # scrape-time probes disturb the
+#                                         # scheduled ones (docs/blackbox.md)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 N=${N:-10000}
@@ -97,6 +104,11 @@ fi
 if [ "${SINK:-jsonl}" = jsonl ]; then
   echo 'sinks = { jsonl = { path = "scale.jsonl" } }' >> "$work/prober.toml"
 fi
+if [ -n "${PROBE_LOAD:-}" ]; then
+  printf 'modules:\n  icmp:\n    prober: icmp\n    timeout: 1s\n    icmp:\n      preferred_ip_protocol: ip4\n' > "$work/blackbox.yml"
+  { printf '[blackbox]\nconfig = "blackbox.yml"\n\n'; cat "$work/prober.toml"; } > "$work/p2" &&
+    mv "$work/p2" "$work/prober.toml"
+fi
 if [ -n "${RECEIVE:-}" ]; then
   # A top-level table, so before the others.
   { printf '[receive]\nmode = "%s"\n\n' "$RECEIVE"; cat "$work/prober.toml"; } > "$work/p2" &&
@@ -126,6 +138,33 @@ done
 usage() { if [ -n "$cg" ]; then awk '/^usage_usec/ {print $2}' "$cg/cpu.stat"; else echo 0; fi; }
 sleep 2   # start-up: config, sockets, first slots
 t0=$(ticks); s0=$(date +%s.%N); split0=$(split); u0=$(usage)
+if [ -n "${PROBE_LOAD:-}" ]; then
+  # One client, one kept connection, PROBE_LOAD requests a second for D
+  # seconds (bounded), each an ICMP probe of 127.2.x.y.
+  python3 - "$mport" "$PROBE_LOAD" "$D" > "$work/probe_load" <<'PY' &
+import http.client, sys, time
+port, rate, d = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+end, gap, i, ok, bad, slow = time.time() + d, 1 / rate, 0, 0, 0, 0.0
+nxt = time.time()
+while time.time() < end:
+    t = time.time()
+    try:
+        c.request("GET", f"/probe?module=icmp&target=127.2.{i // 250 % 250}.{i % 250 + 1}")
+        body = c.getresponse().read()
+        ok += b"probe_success 1" in body
+        bad += b"probe_success 1" not in body
+    except Exception:
+        bad += 1
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    slow = max(slow, time.time() - t)
+    i += 1
+    nxt += gap
+    time.sleep(max(0, nxt - time.time()))
+print(f"/probe load        {i} requests ({rate:g}/s): {ok} succeeded, {bad} not; slowest {slow * 1e3:.1f} ms")
+PY
+  load_pid=$!
+fi
 # Scrapes every 5 s; the slowest and the size of the last.
 end=$(( $(date +%s) + D ))
 : > "$work/scrapes"
@@ -139,6 +178,7 @@ while [ "$(date +%s)" -lt "$end" ]; do
     "http://127.0.0.1:$mport/" >> "$work/pages" || echo fail >> "$work/pages"
   sleep 5
 done
+if [ -n "${PROBE_LOAD:-}" ]; then wait "$load_pid" || true; cat "$work/probe_load"; fi
 status_s=$(curl -s -o "$work/status.html" -w '%{time_total}' "http://127.0.0.1:$mport/")
 # Series per target as a text scrape has them (every line a series); the
 # protobuf count, where a native histogram is one series, is the unit test
