@@ -19,6 +19,10 @@ use crate::support::{Dnsmasq, Files, Serve, closed_port, free_udp_port, require_
 
 const BLACKBOX: &str = "prometheus-blackbox-exporter";
 
+fn port_of(addr: &str) -> &str {
+    addr.rsplit_once(':').map_or(addr, |(_, p)| p)
+}
+
 /// The real exporter with `config` on a free loopback port; killed on drop.
 struct Exporter {
     child: Child,
@@ -116,6 +120,14 @@ const MODULES: &str = r#"modules:
     timeout: 3s
     http:
       preferred_ip_protocol: ip4
+  http_tls:
+    prober: http
+    timeout: 3s
+    http:
+      preferred_ip_protocol: ip4
+      fail_if_not_ssl: true
+      tls_config:
+        ca_file: ca.pem
   http_404:
     prober: http
     timeout: 3s
@@ -195,9 +207,18 @@ const MODULES: &str = r#"modules:
       preferred_ip_protocol: ip4
 "#;
 
-/// Names blackbox emits for a module that prober does not, with why.
-/// Empty: every name blackbox emits for these modules, prober emits.
-const NOT_EMITTED: &[(&str, &str)] = &[];
+/// Names blackbox emits for a module that prober does not, with why
+/// (docs/blackbox.md, "What differs").
+const NOT_EMITTED: &[(&str, &str)] = &[
+    (
+        "probe_ssl_last_chain_info",
+        "prober's HTTP probe keeps the leaf's expiry, not the chain's fingerprint and names",
+    ),
+    (
+        "probe_tls_version_info",
+        "prober's HTTP probe does not report the TLS version it settled",
+    ),
+];
 
 /// How far apart the two `probe_duration_seconds` may be. Both are a
 /// loopback exchange and its set-up (a few ms at most), or a timeout both
@@ -220,8 +241,11 @@ fn probe_answers_as_blackbox_exporter_does_side_by_side() {
         prober_core::testutil::skip("the icmp module (blackbox's ICMP needs a raw socket: root)");
     }
     let files = Files::new("blackbox-side");
+    crate::support::make_pki(&files, &[("server", crate::support::Leaf::Server)]);
     let config = files.path("blackbox.yml");
-    std::fs::write(&config, MODULES).unwrap();
+    // An absolute CA path: blackbox_exporter reads relative ones from its
+    // working directory, prober from the file's.
+    std::fs::write(&config, MODULES.replace("ca.pem", &files.path("ca.pem"))).unwrap();
     let dns_port = free_udp_port();
     let _dns = Dnsmasq::start(
         dns_port,
@@ -243,8 +267,22 @@ fn probe_answers_as_blackbox_exporter_does_side_by_side() {
         ],
         3,
     );
-    let (http, tcp, grpc) = (
+    let (cert, key) = (files.path("server.pem"), files.path("server.key"));
+    let tls_responder = Serve::start(
+        &[
+            "--quiet",
+            "--https",
+            "127.0.0.1:0",
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+        ],
+        1,
+    );
+    let (http, https, tcp, grpc) = (
         responders.addr("http").to_owned(),
+        tls_responder.addr("https").to_owned(),
         responders.addr("tcp").to_owned(),
         responders.addr("grpc").to_owned(),
     );
@@ -264,6 +302,12 @@ fn probe_answers_as_blackbox_exporter_does_side_by_side() {
         ("http_2xx", format!("{http}/echo"), true),
         ("http_2xx", format!("http://{closed}/"), false),
         ("http_404", format!("http://{http}/status/404"), true),
+        (
+            "http_tls",
+            format!("https://localhost:{}/echo", port_of(&https)),
+            true,
+        ),
+        ("http_tls", format!("http://{http}/echo"), false),
         ("http_post", format!("http://{http}/echo"), true),
         ("http_body", format!("http://{http}/echo"), true),
         ("http_body", format!("http://{http}/status/200"), false),

@@ -360,20 +360,7 @@ async fn dialogue(
         "Indicates if probe failed due to regex",
         f64::from(u8::from(d.regex_failed)),
     );
-    if let Some(t) = d.cert_not_after {
-        #[allow(clippy::cast_precision_loss)] // Unix seconds fit 53 bits
-        let t = t as f64;
-        p.gauges.set(
-            "probe_ssl_earliest_cert_expiry",
-            "Returns last SSL chain expiry in unixtime",
-            t,
-        );
-        p.gauges.set(
-            "probe_ssl_last_chain_expiry_timestamp_seconds",
-            "Returns last SSL chain expiry in timestamp",
-            t,
-        );
-    }
+    cert_expiry(p, d.cert_not_after);
     if let Some(v) = d.tls_version {
         p.gauges.with(
             "probe_tls_version_info",
@@ -474,7 +461,12 @@ async fn run(
         .or_else(|| error.and_then(prober_core::ProbeError::detail));
     let mut ok = reply.is_some();
     match module.kind {
-        Kind::Http => ok &= http(p, module, reply, error, detail, lookup, scheme.tls),
+        Kind::Http => {
+            ok &= http(p, module, reply, error, detail, lookup, scheme.tls);
+            if scheme.tls {
+                cert_expiry(p, anomalies.cert_not_after);
+            }
+        }
         Kind::Tcp => p.gauges.set(
             "probe_failed_due_to_regex",
             "Indicates if probe failed due to regex",
@@ -719,6 +711,24 @@ fn grpc(
         "probe_ssl_earliest_cert_expiry",
         "Returns last SSL chain expiry in unixtime",
         expiry,
+    );
+}
+
+/// The server certificate's expiry, where TLS showed one: prober keeps the
+/// leaf's, which is the chain's earliest in all but odd chains.
+fn cert_expiry(p: &mut Probed, not_after: Option<i64>) {
+    let Some(t) = not_after else { return };
+    #[allow(clippy::cast_precision_loss)] // Unix seconds fit 53 bits
+    let t = t as f64;
+    p.gauges.set(
+        "probe_ssl_earliest_cert_expiry",
+        "Returns last SSL chain expiry in unixtime",
+        t,
+    );
+    p.gauges.set(
+        "probe_ssl_last_chain_expiry_timestamp_seconds",
+        "Returns last SSL chain expiry in timestamp",
+        t,
     );
 }
 
