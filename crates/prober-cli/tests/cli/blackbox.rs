@@ -854,3 +854,55 @@ fn the_metrics_listener_speaks_mutual_tls_to_a_real_prometheus() {
     assert_eq!(up, "1");
     drop(open);
 }
+
+/// SIGHUP reloads the modules; a file that does not load leaves the old
+/// ones serving. `&debug=true` answers with the probe's log and metrics.
+#[test]
+fn sighup_reloads_the_modules_and_debug_shows_the_log() {
+    let files = Files::new("blackbox-reload");
+    let bb = files.write(
+        "blackbox.yml",
+        "modules:\n  a:\n    prober: tcp\n    timeout: 2s\n",
+    );
+    let open = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let target = open.local_addr().unwrap().to_string();
+    let d = Serve::start(&["--metrics", "127.0.0.1:0", "--blackbox-config", &bb], 1);
+    let at = d.addr("metrics").to_owned();
+    let url = |m: &str| format!("http://{at}/probe?module={m}&target={target}");
+    assert_eq!(status(&url("a")), 200);
+    assert_eq!(status(&url("b")), 400);
+    let debug = get(&format!("{}&debug=true", url("a"))).unwrap();
+    assert!(
+        debug.starts_with("Logs for the probe:")
+            && debug.contains("Metrics that would have been returned:")
+            && debug.contains("probe_success 1"),
+        "{debug}"
+    );
+    let reload_until = |want: u16| {
+        crate::support::signal(d.child.id(), "HUP");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while status(&url("b")) != want {
+            assert!(Instant::now() < deadline, "module b never answered {want}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    files.write(
+        "blackbox.yml",
+        "modules:\n  a:\n    prober: tcp\n  b:\n    prober: tcp\n",
+    );
+    reload_until(200);
+    // A file blackbox would refuse: the old modules stay.
+    files.write(
+        "blackbox.yml",
+        "modules:\n  b:\n    prober: icmp\n    icmp:\n      ttl: -1\n",
+    );
+    crate::support::signal(d.child.id(), "HUP");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(status(&url("a")), 200);
+    assert_eq!(status(&url("b")), 200);
+    let err = d.stop();
+    assert!(
+        err.contains("blackbox config rejected") && err.contains("cannot be negative"),
+        "{err}"
+    );
+}
