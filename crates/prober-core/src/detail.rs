@@ -15,6 +15,10 @@ pub enum Detail {
         redirects: u8,
         /// The last hop was over TLS.
         tls: bool,
+        /// Bytes of its body read.
+        body: u32,
+        /// The response's `Last-Modified`, Unix seconds.
+        last_modified: Option<i64>,
     },
     /// A DNS response.
     Dns {

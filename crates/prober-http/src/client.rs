@@ -847,6 +847,14 @@ impl Probe for HttpProbe {
                 version,
                 redirects: hops,
                 tls: origin.tls,
+                body: u32::try_from(body.len()).unwrap_or(u32::MAX),
+                last_modified: parts
+                    .headers
+                    .get(header::LAST_MODIFIED)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| httpdate::parse_http_date(v).ok())
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .and_then(|d| i64::try_from(d.as_secs()).ok()),
             };
             self.validate(&parts, &body)
                 .map_err(|e| e.with_detail(detail))?;

@@ -56,6 +56,51 @@ impl Drop for Exporter {
     }
 }
 
+/// nginx in the foreground on a free loopback port, serving `index.html`
+/// and a redirect to it, its files and logs in `files`; killed on drop.
+struct Nginx {
+    child: Child,
+    addr: String,
+}
+
+impl Nginx {
+    fn start(files: &Files) -> Self {
+        let port = free_port();
+        let dir = files.path("nginx");
+        std::fs::create_dir_all(format!("{dir}/www")).unwrap();
+        std::fs::write(format!("{dir}/www/index.html"), "hello from nginx\n").unwrap();
+        let conf = files.write(
+            "nginx.conf",
+            &format!(
+                "worker_processes 1;\nerror_log {dir}/error.log;\npid {dir}/nginx.pid;\nevents {{}}\nhttp {{\n  access_log off;\n  client_body_temp_path {dir}/body;\n  proxy_temp_path {dir}/proxy;\n  fastcgi_temp_path {dir}/fastcgi;\n  uwsgi_temp_path {dir}/uwsgi;\n  scgi_temp_path {dir}/scgi;\n  server {{\n    listen 127.0.0.1:{port};\n    root {dir}/www;\n    location = /moved {{ return 302 /index.html; }}\n  }}\n}}\n"
+            ),
+        );
+        let child = Command::new("nginx")
+            .args(["-p", &dir, "-c", &conf, "-g", "daemon off;"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nginx starts");
+        let n = Self {
+            child,
+            addr: format!("127.0.0.1:{port}"),
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while get(&format!("http://{}/index.html", n.addr)).is_none() {
+            assert!(Instant::now() < deadline, "nginx did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        n
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A body by GET, whatever the status (`None`: no answer).
 fn get(url: &str) -> Option<String> {
     let out = Command::new("curl")
@@ -231,8 +276,8 @@ const DURATION_GAP: f64 = 0.25;
 #[test]
 fn probe_answers_as_blackbox_exporter_does_side_by_side() {
     if !require_tools(
-        &[BLACKBOX, "dnsmasq", "curl", "prometheus"],
-        "side-by-side test (.ci/run installs prometheus-blackbox-exporter, dnsmasq-base, curl, prometheus)",
+        &[BLACKBOX, "dnsmasq", "curl", "prometheus", "nginx"],
+        "side-by-side test (.ci/run installs prometheus-blackbox-exporter, dnsmasq-base, curl, prometheus, nginx)",
     ) {
         return;
     }
@@ -286,6 +331,8 @@ fn probe_answers_as_blackbox_exporter_does_side_by_side() {
         responders.addr("tcp").to_owned(),
         responders.addr("grpc").to_owned(),
     );
+    let nginx = Nginx::start(&files);
+    let web = nginx.addr.clone();
     let banner = format!("127.0.0.1:{}", banner_server());
     let closed = format!("127.0.0.1:{}", closed_port());
     let dns = format!("127.0.0.1:{dns_port}");
@@ -302,6 +349,12 @@ fn probe_answers_as_blackbox_exporter_does_side_by_side() {
         ("http_2xx", format!("{http}/echo"), true),
         ("http_2xx", format!("http://{closed}/"), false),
         ("http_404", format!("http://{http}/status/404"), true),
+        ("http_2xx", format!("http://{web}/index.html"), true),
+        ("http_2xx", format!("http://{web}/missing"), false),
+        ("http_2xx", format!("http://{web}/moved"), true),
+        ("http_404", format!("http://{web}/missing"), true),
+        ("http_no_redirects", format!("http://{web}/moved"), false),
+        ("tcp_connect", web.clone(), true),
         (
             "http_tls",
             format!("https://localhost:{}/echo", port_of(&https)),
@@ -386,6 +439,13 @@ fn probe_answers_as_blackbox_exporter_does_side_by_side() {
         for same in [
             "probe_http_status_code",
             "probe_http_redirects",
+            "probe_http_last_modified_timestamp_seconds",
+            "probe_http_content_length",
+            "probe_http_version",
+            "probe_http_ssl",
+            "probe_dns_authority_rrs",
+            "probe_dns_additional_rrs",
+            "probe_icmp_reply_hop_limit",
             "probe_dns_answer_rrs",
             "probe_grpc_status_code",
             "probe_ip_protocol",

@@ -517,15 +517,25 @@ fn http(
     scheme_tls: bool,
 ) -> bool {
     let mut ok = true;
-    let (status, version, redirects, tls) = match detail {
+    let (status, version, redirects, tls, body, last_modified) = match detail {
         Some(Detail::Http {
             status,
             version,
             redirects,
             tls,
-        }) => (status, version, redirects, tls),
-        _ => (0, 0, 0, scheme_tls),
+            body,
+            last_modified,
+        }) => (status, version, redirects, tls, body, last_modified),
+        _ => (0, 0, 0, scheme_tls, 0, None),
     };
+    if let Some(t) = last_modified {
+        #[allow(clippy::cast_precision_loss)] // Unix seconds fit 53 bits
+        p.gauges.set(
+            "probe_http_last_modified_timestamp_seconds",
+            "Returns the Last-Modified HTTP response header in unixtime",
+            t as f64,
+        );
+    }
     // A 3xx not followed counts as one, as blackbox's redirect hook counts
     // it before declining to follow.
     let redirects = redirects + u8::from(!module.follow_redirects && (300..400).contains(&status));
@@ -567,8 +577,8 @@ fn http(
         p.gauges
             .with("probe_http_duration_seconds", help, &[("phase", name)], v);
     }
-    #[allow(clippy::cast_precision_loss)] // a body is far below 2^53 bytes
-    let length = reply.map_or(0.0, |r| r.bytes as f64);
+    // The body read, where a response came (a failed check included).
+    let length = f64::from(body);
     p.gauges.set(
         "probe_http_content_length",
         "Length of http content response",
