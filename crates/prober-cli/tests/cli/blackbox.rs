@@ -204,6 +204,14 @@ const MODULES: &str = r#"modules:
   tcp_connect:
     prober: tcp
     timeout: 3s
+  tcp_tls:
+    prober: tcp
+    timeout: 3s
+    tcp:
+      preferred_ip_protocol: ip4
+      tls: true
+      tls_config:
+        ca_file: ca.pem
   ssh_banner:
     prober: tcp
     timeout: 3s
@@ -373,6 +381,8 @@ fn probe_answers_as_blackbox_exporter_does_side_by_side() {
         ("tcp_connect", tcp.clone(), true),
         ("tcp_connect", closed.clone(), false),
         ("ssh_banner", banner.clone(), true),
+        ("tcp_tls", format!("localhost:{}", port_of(&https)), true),
+        ("tcp_tls", tcp.clone(), false),
         ("wrong_banner", banner.clone(), false),
         ("dns_a", dns.clone(), true),
         ("dns_nxdomain", dns.clone(), true),
