@@ -21,6 +21,8 @@ pub(crate) static PROTOCOLS: Registry = Registry::new(&[
     &prober_http::HTTP,
     &prober_http::HTTPS,
     &prober_dns::DNS,
+    &prober_quic::QUIC,
+    &prober_quic::H3,
     &prober_icmp::ICMP,
 ])
 // Every responder, in the order `prober serve --help` lists their flags.
@@ -33,4 +35,6 @@ pub(crate) static PROTOCOLS: Registry = Registry::new(&[
     &prober_http::HTTPS_RESPONDER,
     &prober_stamp::STAMP_RESPONDER,
     &prober_tcp::SOCKPERF_RESPONDER,
+    &prober_quic::H3_RESPONDER,
+    &prober_quic::QUIC_RESPONDER,
 ]);

@@ -1,0 +1,222 @@
+//! The responders: `--h3 ADDR` answers `h3://` (`/echo`, `/status/CODE`)
+//! and `--quic ADDR` echoes every stream of every connection; both over
+//! QUIC with `--tls-cert` and `--tls-key`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use prober_core::responder::{Responder, ServeEnv, ServeError, ServeFuture, Serving, Tls};
+use prober_net::responder::Common;
+use tokio_util::sync::CancellationToken;
+
+/// The echo's body, as the HTTP responder's.
+const ECHO: &[u8] = &[b'x'; 64];
+
+/// The most bytes the echo responder reads from one stream.
+const MAX_ECHO: usize = 64 * 1024;
+
+fn server_config(env: &ServeEnv, alpn: &[&[u8]]) -> Result<quinn::ServerConfig, ServeError> {
+    let c = env.options::<Common>();
+    let Some(files) = &c.tls else {
+        return Err(ServeError::Config(
+            "QUIC needs TLS: give --tls-cert and --tls-key".to_owned(),
+        ));
+    };
+    let mut cfg = crate::tls::server(&files.cert, &files.key, alpn).map_err(ServeError::Config)?;
+    // A responder left where others reach it: bounded streams per
+    // connection, and idle connections closed (quinn's defaults are 100
+    // streams and no idle limit of the server's own).
+    let mut t = quinn::TransportConfig::default();
+    t.max_concurrent_bidi_streams(100u32.into());
+    t.max_idle_timeout(Some(
+        quinn::IdleTimeout::try_from(c.limits.idle_timeout)
+            .unwrap_or_else(|_| quinn::VarInt::from_u32(300_000).into()),
+    ));
+    cfg.transport_config(Arc::new(t));
+    Ok(cfg)
+}
+
+fn check_h3(env: &ServeEnv) -> Result<(), ServeError> {
+    server_config(env, &[crate::protocol::H3_ALPN]).map(drop)
+}
+
+fn check_quic(env: &ServeEnv) -> Result<(), ServeError> {
+    server_config(env, &[ECHO_ALPN]).map(drop)
+}
+
+/// ALPN of the echo responder (and `h3`, so that a `quic://` handshake
+/// with the default ALPN reaches it too).
+const ECHO_ALPN: &[u8] = b"prober-echo";
+
+fn bind(
+    name: &'static str,
+    addr: SocketAddr,
+    cfg: quinn::ServerConfig,
+) -> Result<(quinn::Endpoint, SocketAddr), ServeError> {
+    let endpoint = quinn::Endpoint::server(cfg, addr)
+        .map_err(|e| ServeError::io(format!("binding {name} {addr}"), e))?;
+    let at = endpoint
+        .local_addr()
+        .map_err(|e| ServeError::io(format!("reading the address of {name}"), e))?;
+    Ok((endpoint, at))
+}
+
+/// Accepts connections until `stop`; each handshake and then `handle` run
+/// in a task of their own, so a slow client holds up no other.
+async fn accept<F, Fut>(
+    endpoint: quinn::Endpoint,
+    stop: CancellationToken,
+    handle: F,
+) -> std::io::Result<()>
+where
+    F: Fn(quinn::Connection, CancellationToken) -> Fut + Copy + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    loop {
+        let incoming = tokio::select! {
+            () = stop.cancelled() => break,
+            i = endpoint.accept() => match i {
+                Some(i) => i,
+                None => break,
+            },
+        };
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            match incoming.await {
+                Ok(conn) => handle(conn, stop).await,
+                Err(e) => tracing::debug!("QUIC handshake: {e}"),
+            }
+        });
+    }
+    endpoint.close(0u32.into(), b"stopping");
+    Ok(())
+}
+
+async fn h3_conn(conn: quinn::Connection, stop: CancellationToken) {
+    let mut h3c =
+        match h3::server::Connection::<_, Bytes>::new(h3_quinn::Connection::new(conn)).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::debug!("HTTP/3 connection: {e}");
+                return;
+            }
+        };
+    loop {
+        let resolver = tokio::select! {
+            () = stop.cancelled() => return,
+            r = h3c.accept() => match r {
+                Ok(Some(r)) => r,
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::debug!("HTTP/3 accept: {e}");
+                    return;
+                }
+            },
+        };
+        tokio::spawn(async move {
+            let (req, mut stream) = match resolver.resolve_request().await {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::debug!("HTTP/3 request: {e}");
+                    return;
+                }
+            };
+            let t2 = Instant::now();
+            let path = req.uri().path();
+            let status = if path == "/echo" {
+                200
+            } else {
+                path.strip_prefix("/status/")
+                    .and_then(|c| c.parse::<u16>().ok())
+                    .filter(|c| (200..600).contains(c))
+                    .unwrap_or(404)
+            };
+            let dwell_ms = t2.elapsed().as_secs_f64() * 1e3;
+            let resp = http::Response::builder()
+                .status(status)
+                .header("server-timing", format!("dwell;dur={dwell_ms:.6}"))
+                .body(())
+                .unwrap_or_default();
+            let sent = async {
+                stream.send_response(resp).await?;
+                if status == 200 {
+                    stream.send_data(Bytes::from_static(ECHO)).await?;
+                }
+                stream.finish().await
+            };
+            if let Err(e) = sent.await {
+                tracing::debug!("HTTP/3 response: {e}");
+            }
+        });
+    }
+}
+
+async fn echo_conn(conn: quinn::Connection, stop: CancellationToken) {
+    loop {
+        let (mut send, mut recv) = tokio::select! {
+            () = stop.cancelled() => return,
+            s = conn.accept_bi() => match s {
+                Ok(s) => s,
+                Err(_) => return,
+            },
+        };
+        tokio::spawn(async move {
+            if let Ok(data) = recv.read_to_end(MAX_ECHO).await {
+                let _ = send.write_all(&data).await;
+                let _ = send.finish();
+            }
+        });
+    }
+}
+
+fn h3(addr: SocketAddr, env: &ServeEnv) -> ServeFuture<'_> {
+    Box::pin(async move {
+        let cfg = server_config(env, &[crate::protocol::H3_ALPN])?;
+        let (endpoint, at) = bind("h3", addr, cfg)?;
+        Ok(Serving {
+            bound: vec![("h3", at)],
+            tasks: vec![Box::pin(accept(endpoint, env.stop.clone(), |c, s| {
+                h3_conn(c, s)
+            }))],
+            stats: Vec::new(),
+        })
+    })
+}
+
+fn quic(addr: SocketAddr, env: &ServeEnv) -> ServeFuture<'_> {
+    Box::pin(async move {
+        let cfg = server_config(env, &[ECHO_ALPN, crate::protocol::H3_ALPN])?;
+        let (endpoint, at) = bind("quic", addr, cfg)?;
+        Ok(Serving {
+            bound: vec![("quic", at)],
+            tasks: vec![Box::pin(accept(endpoint, env.stop.clone(), |c, s| {
+                echo_conn(c, s)
+            }))],
+            stats: Vec::new(),
+        })
+    })
+}
+
+/// `--h3 ADDR`: answers `h3://` (and `quic://` handshakes).
+pub const H3_RESPONDER: Responder = Responder {
+    name: "h3",
+    default_port: None,
+    tls: Tls::Required,
+    help: "Serve HTTP/3 over QUIC on this UDP address (GET /echo, /status/CODE), with --tls-cert and --tls-key.",
+    hidden: false,
+    check: check_h3,
+    serve: h3,
+};
+
+/// `--quic ADDR`: accepts QUIC connections and echoes their streams.
+pub const QUIC_RESPONDER: Responder = Responder {
+    name: "quic",
+    default_port: None,
+    tls: Tls::Required,
+    help: "Accept QUIC on this UDP address and echo every stream (ALPN prober-echo or h3), with --tls-cert and --tls-key.",
+    hidden: false,
+    check: check_quic,
+    serve: quic,
+};
