@@ -17,7 +17,7 @@ pub enum Congestion {
     Bbr,
 }
 
-/// The QUIC options as text, checked by [`QuicSpec::build`]. Each flag
+/// The QUIC options as text, checked when they are put. Each flag
 /// has an id of its own: every protocol's flags share `prober run`'s
 /// namespace (HTTP's `new_connection` is another flag).
 #[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args, serde::Deserialize)]
