@@ -4,9 +4,8 @@
 //! `main` only parses arguments, sets up logging and the runtime, dispatches
 //! and maps the outcome to an exit code (see [`cli::RUN_EXIT_CODES`]).
 //!
-//! May use: `prober-core`, `prober-sys`, `prober-net`, `prober-sinks`,
-//!  `prober-tcp`, `prober-icmp`, `prober-grpc`, `prober-stamp`,
-//!  `prober-http`, `prober-dns`, `prober-daemon`, `prober-report`.
+//! May use: every prober crate (it lists the protocols and responders of
+//!  every protocol crate in `protocols.rs`).
 //! May not: hold measurement, protocol or output logic: it parses arguments,
 //!  handles signals and exit codes, and lists the protocols.
 

@@ -16,7 +16,7 @@
 //! `--quic ADDR` accepts QUIC connections and echoes their streams; both
 //! with `--tls-cert` and `--tls-key`.
 //!
-//! May use: `prober-core`, `prober-net`.
+//! May use: `prober-core`, `prober-sys`, `prober-net`.
 //! May not: know another protocol crate, parse a command line, or write
 //!  results.
 
