@@ -195,7 +195,7 @@ pub(crate) fn with_responder_flags(
     registry: &prober_core::Registry,
 ) -> clap::Command {
     use prober_core::responder::Tls;
-    let shown: Vec<_> = registry.responders().iter().filter(|r| !r.hidden).collect();
+    let shown: Vec<_> = registry.responders().filter(|r| !r.hidden).collect();
     let ids: Vec<String> = serve
         .get_arguments()
         .map(|a| a.get_id().to_string())
@@ -250,7 +250,6 @@ pub(crate) fn given_listeners(
 ) -> Vec<(&'static str, SocketAddr)> {
     registry
         .responders()
-        .iter()
         .filter(|r| !r.hidden)
         .filter_map(|r| {
             matches

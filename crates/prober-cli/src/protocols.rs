@@ -3,38 +3,27 @@
 //! self-test and building probes (for `prober run` and the daemon) read the
 //! first; `prober serve`'s flags, the daemon's `[serve]` keys, the
 //! self-test's listeners and starting them read the second. A new protocol
-//! is one line in each; a new scheme for an existing one, one line here.
+//! crate is one line in each (its own `PROTOCOLS` and `RESPONDERS` lists).
 
 use prober_core::Registry;
 
-/// Every protocol, in the order `prober run --help` lists them. A bare host
-/// (no `scheme://`) means the first protocol without ports (ICMP).
-pub(crate) static PROTOCOLS: Registry = Registry::new(&[
-    &prober_tcp::TCP,
-    &prober_tcp::TCP_CONNECT,
-    &prober_tcp::TCP_CRR,
-    &prober_tcp::UDP,
-    &prober_grpc::GRPC,
-    &prober_grpc::GRPC_STREAM,
-    &prober_grpc::GRPC_HEALTH,
-    &prober_stamp::STAMP,
-    &prober_http::HTTP,
-    &prober_http::HTTPS,
-    &prober_dns::DNS,
-    &prober_quic::QUIC,
-    &prober_quic::H3,
-    &prober_icmp::ICMP,
+/// Every protocol crate's protocols, in the order `prober run --help`
+/// lists them, and their responders, in the order `prober serve --help`
+/// lists their flags. A bare host (no `scheme://`) means the first protocol
+/// without ports (ICMP).
+pub(crate) static PROTOCOLS: Registry = Registry::of_lists(&[
+    prober_tcp::PROTOCOLS,
+    prober_grpc::PROTOCOLS,
+    prober_stamp::PROTOCOLS,
+    prober_http::PROTOCOLS,
+    prober_dns::PROTOCOLS,
+    prober_quic::PROTOCOLS,
+    prober_icmp::PROTOCOLS,
 ])
-// Every responder, in the order `prober serve --help` lists their flags.
-.with_responders(&[
-    &prober_tcp::TCP_RESPONDER,
-    &prober_tcp::UDP_RESPONDER,
-    &prober_grpc::GRPC_RESPONDER,
-    &prober_grpc::GRPCS_RESPONDER,
-    &prober_http::HTTP_RESPONDER,
-    &prober_http::HTTPS_RESPONDER,
-    &prober_stamp::STAMP_RESPONDER,
-    &prober_tcp::SOCKPERF_RESPONDER,
-    &prober_quic::H3_RESPONDER,
-    &prober_quic::QUIC_RESPONDER,
+.with_responder_lists(&[
+    prober_tcp::RESPONDERS,
+    prober_grpc::RESPONDERS,
+    prober_http::RESPONDERS,
+    prober_stamp::RESPONDERS,
+    prober_quic::RESPONDERS,
 ]);

@@ -323,11 +323,15 @@ impl Protocol {
     }
 }
 
-/// The protocols a binary knows, in the order `--help` lists them.
+/// The protocols a binary knows, in the order `--help` lists them: a
+/// list, or a list per protocol crate (each crate exports its own, so a
+/// new crate is one line in the binary's list).
 #[derive(Debug, Clone, Copy)]
 pub struct Registry {
     protocols: &'static [&'static Protocol],
+    protocol_lists: &'static [&'static [&'static Protocol]],
     responders: &'static [&'static crate::responder::Responder],
+    responder_lists: &'static [&'static [&'static crate::responder::Responder]],
 }
 
 impl Registry {
@@ -335,61 +339,88 @@ impl Registry {
     pub const fn new(protocols: &'static [&'static Protocol]) -> Self {
         Self {
             protocols,
+            protocol_lists: &[],
             responders: &[],
+            responder_lists: &[],
+        }
+    }
+
+    /// A registry of the protocols of these lists, one a crate, in order.
+    pub const fn of_lists(lists: &'static [&'static [&'static Protocol]]) -> Self {
+        Self {
+            protocols: &[],
+            protocol_lists: lists,
+            responders: &[],
+            responder_lists: &[],
         }
     }
 
     /// The same registry with these responders, in the order `prober serve
     /// --help` lists them.
     pub const fn with_responders(
-        self,
+        mut self,
         responders: &'static [&'static crate::responder::Responder],
     ) -> Self {
-        Self {
-            protocols: self.protocols,
-            responders,
-        }
+        self.responders = responders;
+        self
+    }
+
+    /// The same registry with the responders of these lists, one a crate.
+    pub const fn with_responder_lists(
+        mut self,
+        lists: &'static [&'static [&'static crate::responder::Responder]],
+    ) -> Self {
+        self.responder_lists = lists;
+        self
     }
 
     /// Every responder.
-    pub fn responders(&self) -> &'static [&'static crate::responder::Responder] {
+    pub fn responders(
+        &self,
+    ) -> impl Iterator<Item = &'static crate::responder::Responder> + Clone + 'static {
+        let lists = self.responder_lists;
         self.responders
+            .iter()
+            .copied()
+            .chain(lists.iter().flat_map(|l| l.iter().copied()))
     }
 
     /// The responder of this name.
     pub fn responder(&self, name: &str) -> Option<&'static crate::responder::Responder> {
-        self.responders.iter().copied().find(|r| r.name == name)
+        self.responders().find(|r| r.name == name)
     }
 
     /// Every protocol.
-    pub fn protocols(&self) -> &'static [&'static Protocol] {
+    pub fn protocols(&self) -> impl Iterator<Item = &'static Protocol> + Clone + 'static {
+        let lists = self.protocol_lists;
         self.protocols
+            .iter()
+            .copied()
+            .chain(lists.iter().flat_map(|l| l.iter().copied()))
     }
 
     /// The protocol and scheme of a scheme name (case-insensitive).
     pub fn find(&self, scheme: &str) -> Option<(&'static Protocol, &'static Scheme)> {
-        self.protocols.iter().find_map(|p| {
+        self.protocols().find_map(|p| {
             p.schemes
                 .iter()
                 .find(|s| s.name.eq_ignore_ascii_case(scheme))
-                .map(|s| (*p, s))
+                .map(|s| (p, s))
         })
     }
 
     /// The protocol of bare hosts (no `scheme://`): the first one that
     /// takes no port.
     pub fn bare(&self) -> Option<(&'static Protocol, &'static Scheme)> {
-        self.protocols
-            .iter()
+        self.protocols()
             .find(|p| p.port.is_none())
-            .and_then(|p| p.schemes.first().map(|s| (*p, s)))
+            .and_then(|p| p.schemes.first().map(|s| (p, s)))
     }
 
     /// The protocol ladder's rows, bottom first.
     pub fn ladder(&self) -> Vec<Rung> {
         let mut rungs: Vec<Rung> = self
-            .protocols
-            .iter()
+            .protocols()
             .flat_map(|p| p.ladder.iter().copied())
             .collect();
         rungs.sort_by_key(|r| r.rank);
@@ -398,8 +429,7 @@ impl Registry {
 
     /// Every scheme name, in order.
     pub fn scheme_names(&self) -> Vec<&'static str> {
-        self.protocols
-            .iter()
+        self.protocols()
             .flat_map(|p| p.schemes.iter().map(|s| s.name))
             .collect()
     }
@@ -407,7 +437,7 @@ impl Registry {
     /// The target list of `--help`: one line per protocol.
     pub fn help(&self) -> String {
         let mut rows = Vec::new();
-        for p in self.protocols {
+        for p in self.protocols() {
             let (plain, tls): (Vec<&Scheme>, Vec<&Scheme>) = p.schemes.iter().partition(|s| !s.tls);
             let Some(first) = plain.first().or_else(|| tls.first()) else {
                 continue;

@@ -181,7 +181,6 @@ impl Target {
                 "--flows applies to {} targets, whose probes keep one socket (one source port) for the run; {self} is not one",
                 registry
                     .protocols()
-                    .iter()
                     .filter(|p| p.options.flows)
                     .flat_map(|p| p.schemes.iter().map(|s| format!("{}://", s.name)))
                     .collect::<Vec<_>>()
@@ -270,7 +269,6 @@ pub fn parse_target(registry: &Registry, text: &str) -> Result<Target, TargetErr
     if !path.is_empty() && protocol.path.is_none() {
         let takes: Vec<_> = registry
             .protocols()
-            .iter()
             .filter(|p| p.path.is_some())
             .map(|p| format!("{}:// takes /{}", p.name(), p.path.unwrap_or_default()))
             .collect();
@@ -327,7 +325,6 @@ pub fn parse_target(registry: &Registry, text: &str) -> Result<Target, TargetErr
         (Some(p), None) if bare => {
             let with_port: Vec<_> = registry
                 .protocols()
-                .iter()
                 .filter(|p| p.options.flows)
                 .filter_map(|p| p.schemes.first())
                 .map(|s| format!("{}://{host}:{p}", s.name))

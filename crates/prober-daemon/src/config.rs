@@ -163,7 +163,6 @@ impl ServeSection {
             let Some(r) = registry.responder(key).filter(|r| !r.hidden) else {
                 let listeners: Vec<&str> = registry
                     .responders()
-                    .iter()
                     .filter(|r| !r.hidden)
                     .map(|r| r.name)
                     .collect();

@@ -174,7 +174,7 @@ impl ResponderOptions {
                     tls_given && plain_beside.is_none_or(|b| self.addr(b).is_none())
                 }
             };
-            out.push((*r, addr, tls));
+            out.push((r, addr, tls));
         }
         if tls_given && !out.iter().any(|(_, _, tls)| *tls) {
             let takers = names(registry, |r| r.tls != Tls::No);
@@ -182,7 +182,6 @@ impl ResponderOptions {
                 "--tls-cert applies to {takers}; add {}",
                 registry
                     .responders()
-                    .iter()
                     .filter(|r| r.tls != Tls::No && !r.hidden)
                     .map(|r| format!("--{} ADDR", r.name))
                     .collect::<Vec<_>>()
@@ -197,7 +196,6 @@ impl ResponderOptions {
 fn names(registry: &Registry, which: impl Fn(&Responder) -> bool) -> String {
     let list: Vec<&str> = registry
         .responders()
-        .iter()
         .filter(|r| !r.hidden && which(r))
         .map(|r| r.name)
         .collect();

@@ -22,3 +22,10 @@ pub use options::{DNS_FLAGS, DnsOptions, DnsSpec};
 pub use probe::DnsProbe;
 pub use protocol::DNS;
 pub use query::{Question, QuestionError};
+
+/// This crate's probe types, for the binary's list of protocols (one
+/// line there per crate).
+pub const PROTOCOLS: &[&prober_core::Protocol] = &[&DNS];
+
+/// This crate's responders, for the binary's list of responders.
+pub const RESPONDERS: &[&prober_core::responder::Responder] = &[];

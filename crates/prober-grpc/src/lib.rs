@@ -71,3 +71,10 @@ pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     }
     s
 }
+
+/// This crate's probe types, for the binary's list of protocols (one
+/// line there per crate).
+pub const PROTOCOLS: &[&prober_core::Protocol] = &[&GRPC, &GRPC_STREAM, &GRPC_HEALTH];
+
+/// This crate's responders, for the binary's list of responders.
+pub const RESPONDERS: &[&prober_core::responder::Responder] = &[&GRPC_RESPONDER, &GRPCS_RESPONDER];

@@ -36,3 +36,10 @@ pub use protocol::{HTTP, HTTPS};
 pub use serve::{HTTP_RESPONDER, HTTPS_RESPONDER};
 pub use server::{HttpServerConfig, SERVER_TIMING, serve_http};
 pub use tls::{ServerTlsError, server_config, stream_client_config};
+
+/// This crate's probe types, for the binary's list of protocols (one
+/// line there per crate).
+pub const PROTOCOLS: &[&prober_core::Protocol] = &[&HTTP, &HTTPS];
+
+/// This crate's responders, for the binary's list of responders.
+pub const RESPONDERS: &[&prober_core::responder::Responder] = &[&HTTP_RESPONDER, &HTTPS_RESPONDER];

@@ -75,3 +75,10 @@ fn open_message(v6: bool, dgram: Option<&io::Error>, raw: Option<&io::Error>) ->
         tried.join("; ")
     )
 }
+
+/// This crate's probe types, for the binary's list of protocols (one
+/// line there per crate).
+pub const PROTOCOLS: &[&prober_core::Protocol] = &[&ICMP];
+
+/// This crate's responders, for the binary's list of responders.
+pub const RESPONDERS: &[&prober_core::responder::Responder] = &[];

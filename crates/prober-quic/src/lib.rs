@@ -31,3 +31,10 @@ mod tls;
 pub use options::QuicSpec;
 pub use protocol::{H3, QUIC};
 pub use serve::{H3_RESPONDER, QUIC_RESPONDER};
+
+/// This crate's probe types, for the binary's list of protocols (one
+/// line there per crate).
+pub const PROTOCOLS: &[&prober_core::Protocol] = &[&QUIC, &H3];
+
+/// This crate's responders, for the binary's list of responders.
+pub const RESPONDERS: &[&prober_core::responder::Responder] = &[&H3_RESPONDER, &QUIC_RESPONDER];

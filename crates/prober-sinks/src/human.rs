@@ -63,7 +63,6 @@ impl HumanSink {
     pub fn with_protocols(mut self, registry: &Registry) -> Self {
         self.turnarounds = registry
             .protocols()
-            .iter()
             .filter_map(|p| Some((p.turnaround?, p.schemes)))
             .flat_map(|(note, schemes)| schemes.iter().map(move |s| (s.name, note)))
             .collect();

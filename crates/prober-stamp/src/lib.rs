@@ -31,3 +31,10 @@ pub use time::Format;
 
 /// The STAMP port assigned by IANA (RFC 8762 §4.1).
 pub const DEFAULT_PORT: u16 = 862;
+
+/// This crate's probe types, for the binary's list of protocols (one
+/// line there per crate).
+pub const PROTOCOLS: &[&prober_core::Protocol] = &[&STAMP];
+
+/// This crate's responders, for the binary's list of responders.
+pub const RESPONDERS: &[&prober_core::responder::Responder] = &[&STAMP_RESPONDER];

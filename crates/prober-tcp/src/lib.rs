@@ -39,3 +39,11 @@ pub use udp::UdpProbe;
 
 /// Default port of `prober serve` for TCP and UDP.
 pub const DEFAULT_PORT: u16 = 8707;
+
+/// This crate's probe types, for the binary's list of protocols (one
+/// line there per crate).
+pub const PROTOCOLS: &[&prober_core::Protocol] = &[&TCP, &TCP_CONNECT, &TCP_CRR, &UDP];
+
+/// This crate's responders, for the binary's list of responders.
+pub const RESPONDERS: &[&prober_core::responder::Responder] =
+    &[&TCP_RESPONDER, &UDP_RESPONDER, &SOCKPERF_RESPONDER];

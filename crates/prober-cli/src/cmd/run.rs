@@ -139,11 +139,8 @@ async fn start_self_test(
     // Every responder the self-test's targets need (each protocol says
     // which: not sockperf's, nor the STAMP reflector, whose targets are
     // not in it), on loopback ephemeral ports.
-    let tests: Vec<&prober_core::protocol::SelfTest> = PROTOCOLS
-        .protocols()
-        .iter()
-        .flat_map(|p| p.self_test)
-        .collect();
+    let tests: Vec<&prober_core::protocol::SelfTest> =
+        PROTOCOLS.protocols().flat_map(|p| p.self_test).collect();
     let mut listen: Vec<(&'static str, std::net::SocketAddr)> = Vec::new();
     for name in tests.iter().filter_map(|t| t.responder) {
         if !listen.iter().any(|(n, _)| *n == name) {
