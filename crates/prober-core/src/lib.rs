@@ -82,7 +82,8 @@ pub use entry::{AnomalyReader, TargetEntry};
 pub use error::{ErrorKind, ProbeError};
 pub use info::TargetInfo;
 pub use matcher::{
-    Anomalies, Delivery, DirectionLoss, IdMap, Matcher, MatcherSet, SeqHasher, TcpRtt, Waiter,
+    Anomalies, Delivery, DirectionLoss, IdMap, Matcher, MatcherSet, PathStats, SeqHasher, TcpRtt,
+    Waiter,
 };
 pub use meta::RunMeta;
 pub use pacer::Pacer;

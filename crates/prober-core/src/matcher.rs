@@ -48,6 +48,10 @@ pub struct Anomalies {
     /// (`TCP_INFO`), read with the other counts.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tcp_rtt: Option<TcpRtt>,
+    /// A user-space transport's own view of its path (QUIC's, from its
+    /// stack), read with the other counts: the counterpart of `tcp_rtt`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathStats>,
     /// When the server's TLS certificate (the leaf) expires, Unix
     /// seconds, as last seen (`https://`, `grpcs://`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -68,6 +72,22 @@ pub struct TcpRtt {
     pub rttvar_us: u32,
     /// The lowest RTT seen (`tcpi_min_rtt`), µs.
     pub min_rtt_us: u32,
+}
+
+/// A user-space transport's figures for its connection (QUIC: quinn's
+/// path statistics), as `tcp_info` gives TCP's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct PathStats {
+    /// Smoothed RTT, µs.
+    pub srtt_us: u32,
+    /// Congestion window, bytes.
+    pub cwnd: u64,
+    /// Packets sent on the connection.
+    pub sent_packets: u64,
+    /// Packets it declared lost.
+    pub lost_packets: u64,
+    /// Congestion events (the window was cut).
+    pub congestion_events: u64,
 }
 
 /// Lost probes by direction: requests that never reached the responder,
@@ -100,6 +120,7 @@ impl std::ops::AddAssign for Anomalies {
             (a, b) => a.or(b),
         };
         self.tcp_rtt = o.tcp_rtt.or(self.tcp_rtt);
+        self.path = o.path.or(self.path);
         self.spin = match (self.spin, o.spin) {
             (Some(mut a), Some(b)) => {
                 a += b;

@@ -408,6 +408,7 @@ impl TargetStats {
             backward: dist(|d| &d.backward),
             direction_loss: anomalies.direction,
             tcp_info: anomalies.tcp_rtt,
+            path: anomalies.path,
             cert_not_after: anomalies.cert_not_after,
             spin: anomalies.spin,
             parts: self
@@ -516,6 +517,10 @@ pub struct Summary {
     /// (`tcp://`, `grpc://`, `grpc+stream://`), as last read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tcp_info: Option<crate::TcpRtt>,
+    /// A user-space transport's own figures for its connection (QUIC's
+    /// path statistics), as last read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<crate::PathStats>,
     /// When the server's TLS certificate expires, Unix seconds
     /// (`https://`, `grpcs://`).
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -31,6 +31,8 @@ pub(crate) struct Client {
     opened: AtomicU64,
     /// Resumptions the server took 0-RTT data on.
     pub(crate) zero_rtt: AtomicU64,
+    /// The path statistics of the connection a probe last used.
+    path: std::sync::Mutex<Option<prober_core::PathStats>>,
 }
 
 /// quinn's connection errors, in prober's kinds.
@@ -92,6 +94,7 @@ impl Client {
             reconnects: AtomicU64::new(0),
             opened: AtomicU64::new(0),
             zero_rtt: AtomicU64::new(0),
+            path: std::sync::Mutex::new(None),
         })
     }
 
@@ -124,11 +127,31 @@ impl Client {
         connecting.await.map_err(|e| connection_error(&e))
     }
 
+    /// Keeps `conn`'s path statistics for the summary.
+    pub(crate) fn keep_path(&self, conn: &quinn::Connection) {
+        let p = conn.stats().path;
+        let stats = prober_core::PathStats {
+            srtt_us: u32::try_from(p.rtt.as_micros()).unwrap_or(u32::MAX),
+            cwnd: p.cwnd,
+            sent_packets: p.sent_packets,
+            lost_packets: p.lost_packets,
+            congestion_events: p.congestion_events,
+        };
+        *self
+            .path
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(stats);
+    }
+
     fn anomalies(&self) -> Anomalies {
         let cert = self.not_after.load(Ordering::Relaxed);
         Anomalies {
             reconnects: self.reconnects.load(Ordering::Relaxed),
             cert_not_after: (cert != i64::MIN).then_some(cert),
+            path: *self
+                .path
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
             ..Anomalies::default()
         }
     }
@@ -150,6 +173,7 @@ impl Probe for QuicProbe {
         let conn = self.client.connect(self.resume).await?;
         let received = Instant::now();
         let t4 = unix_now_ns();
+        self.client.keep_path(&conn);
         conn.close(0u32.into(), b"probed");
         Ok(Reply {
             stamps: Stamps {
@@ -287,7 +311,7 @@ impl Probe for H3Probe {
         let t1 = unix_now_ns();
         // A connection of this probe's own (new_connection) lives until
         // its response is read.
-        let (mut send, connect, _own) = self.sender().await?;
+        let (mut send, connect, own) = self.sender().await?;
         let t_req = unix_now_ns();
         let mut stream = send
             .send_request(req)
@@ -306,6 +330,14 @@ impl Probe for H3Probe {
         }
         let received = Instant::now();
         let t4 = unix_now_ns();
+        match &own {
+            Some(c) => self.client.keep_path(&c.quic),
+            None => {
+                if let Some(c) = self.kept.lock().await.as_ref() {
+                    self.client.keep_path(&c.quic);
+                }
+            }
+        }
         let status = resp.status().as_u16();
         let detail = Detail::Http {
             status,

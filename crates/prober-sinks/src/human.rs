@@ -382,6 +382,17 @@ impl HumanSink {
                     format_ns(f64::from(t.min_rtt_us) * 1e3)
                 )?;
             }
+            if let Some(p) = &s.path {
+                writeln!(
+                    self.out,
+                    "path      srtt {}, cwnd {} bytes, {} packets sent, {} lost, {} congestion events: the transport's own figures",
+                    format_ns(f64::from(p.srtt_us) * 1e3),
+                    p.cwnd,
+                    p.sent_packets,
+                    p.lost_packets,
+                    p.congestion_events
+                )?;
+            }
             if !s.phases.is_empty() {
                 // p50 of each phase, in the order of a request.
                 let row: Vec<String> = prober_core::Phases::NAMES
