@@ -58,6 +58,8 @@ impl Drop for Exporter {
 
 /// nginx in the foreground on a free loopback port, serving `index.html`
 /// and a redirect to it, its files and logs in `files`; killed on drop.
+/// One process (`master_process off`): a master killed on drop would
+/// leave its worker behind.
 struct Nginx {
     child: Child,
     addr: String,
@@ -72,7 +74,7 @@ impl Nginx {
         let conf = files.write(
             "nginx.conf",
             &format!(
-                "worker_processes 1;\nerror_log {dir}/error.log;\npid {dir}/nginx.pid;\nevents {{}}\nhttp {{\n  access_log off;\n  client_body_temp_path {dir}/body;\n  proxy_temp_path {dir}/proxy;\n  fastcgi_temp_path {dir}/fastcgi;\n  uwsgi_temp_path {dir}/uwsgi;\n  scgi_temp_path {dir}/scgi;\n  server {{\n    listen 127.0.0.1:{port};\n    root {dir}/www;\n    location = /moved {{ return 302 /index.html; }}\n  }}\n}}\n"
+                "master_process off;\nworker_processes 1;\nerror_log {dir}/error.log;\npid {dir}/nginx.pid;\nevents {{}}\nhttp {{\n  access_log off;\n  client_body_temp_path {dir}/body;\n  proxy_temp_path {dir}/proxy;\n  fastcgi_temp_path {dir}/fastcgi;\n  uwsgi_temp_path {dir}/uwsgi;\n  scgi_temp_path {dir}/scgi;\n  server {{\n    listen 127.0.0.1:{port};\n    root {dir}/www;\n    location = /moved {{ return 302 /index.html; }}\n  }}\n}}\n"
             ),
         );
         let child = Command::new("nginx")
