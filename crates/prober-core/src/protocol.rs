@@ -299,11 +299,12 @@ pub struct Protocol {
     /// How its responder reports its turnaround when it reports only the
     /// whole of it (no wake, dwell and send parts), as the summary says it.
     pub turnaround: Option<&'static str>,
-    /// Its own options (flags and a job table), where it has any: a
+    /// The options (flags and a job table) its targets take: each a
     /// `prober_net::options::ProtocolOptions`, which core cannot name (it
     /// knows no CLI and no config format). Protocols that share options
-    /// point at the same one.
-    pub own: Option<&'static (dyn std::any::Any + Sync)>,
+    /// point at the same one (every HTTP version at HTTP's, `h3://` at
+    /// QUIC's too).
+    pub own: &'static [&'static (dyn std::any::Any + Sync)],
     /// Builds a probe.
     pub build: BuildFn,
 }

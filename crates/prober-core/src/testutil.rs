@@ -104,7 +104,7 @@ const FAKE: Protocol = Protocol {
     ladder: &[],
     turnaround: None,
     self_test: &[],
-    own: None,
+    own: &[],
     build: no_build,
 };
 

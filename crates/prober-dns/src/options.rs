@@ -119,7 +119,6 @@ pub(crate) static DNS_OPTIONS: prober_net::options::ProtocolOptions =
         "dns",
         DNS_FLAGS,
         "dns:// and dns+tcp:// targets",
-        &["dns"],
     );
 
 impl DnsSpec {

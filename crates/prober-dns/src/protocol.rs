@@ -34,7 +34,7 @@ pub const DNS: Protocol = Protocol {
     help: "DNS query to its reply (UDP, or TCP with dns+tcp:// or &tcp), rcode and answers checked",
     ladder: &[],
     turnaround: None,
-    own: Some(&crate::options::DNS_OPTIONS),
+    own: &[&crate::options::DNS_OPTIONS],
     self_test: &[],
     build,
 };

@@ -95,7 +95,7 @@ pub const GRPC: Protocol = Protocol {
         },
     ],
     turnaround: Some("its kernel receive stamp to its handler's return, as it reports it"),
-    own: None,
+    own: &[],
     self_test: &[
         prober_core::protocol::SelfTest::on("grpc", "grpc"),
         prober_core::protocol::SelfTest::on("grpcs", "grpcs"),

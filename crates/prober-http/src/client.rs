@@ -28,7 +28,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
-use crate::options::{HttpOptions, HttpVersion};
+use crate::{HttpOptions, HttpVersion};
 
 /// Connections kept for reuse: more than one only when probes overlap.
 const POOL: usize = 8;
@@ -515,49 +515,6 @@ impl HttpProbe {
         Ok(out.freeze())
     }
 
-    fn validate(&self, resp: &http::response::Parts, body: &[u8]) -> Result<(), ProbeError> {
-        let code = resp.status.as_u16();
-        if !self.opts.status.accepts(code) {
-            return Err(ProbeError::new(
-                ErrorKind::Status,
-                format!("status {code}, expected {}", self.opts.status),
-            ));
-        }
-        for check in &self.opts.require_headers {
-            let Some(v) = resp.headers.get(&check.name) else {
-                return Err(ProbeError::new(
-                    ErrorKind::Content,
-                    format!("no {} header", check.name),
-                ));
-            };
-            if let Some(re) = &check.value
-                && !re.is_match(v.as_bytes())
-            {
-                return Err(ProbeError::new(
-                    ErrorKind::Content,
-                    format!("header {} does not match {}", check.name, re.as_str()),
-                ));
-            }
-        }
-        if let Some(re) = &self.opts.body_match
-            && !re.is_match(body)
-        {
-            return Err(ProbeError::new(
-                ErrorKind::Content,
-                format!("body does not match {}", re.as_str()),
-            ));
-        }
-        if let Some(re) = &self.opts.body_reject
-            && re.is_match(body)
-        {
-            return Err(ProbeError::new(
-                ErrorKind::Content,
-                format!("body matches {}", re.as_str()),
-            ));
-        }
-        Ok(())
-    }
-
     /// Where a redirect points, relative to `origin` and `path`.
     fn redirect(origin: &Origin, location: &str) -> Result<(Origin, String), ProbeError> {
         let bad = || ProbeError::protocol(format!("redirect to {location:?}: not a usable URL"));
@@ -856,7 +813,8 @@ impl Probe for HttpProbe {
                     .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
                     .and_then(|d| i64::try_from(d.as_secs()).ok()),
             };
-            self.validate(&parts, &body)
+            self.opts
+                .check(parts.status.as_u16(), &parts.headers, &body)
                 .map_err(|e| e.with_detail(detail))?;
             // Time between phases (building the request, following a
             // redirect) goes to `write`, so that the phases add up to the

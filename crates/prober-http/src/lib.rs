@@ -21,14 +21,13 @@
 #![forbid(unsafe_code)]
 
 mod client;
-mod options;
 mod protocol;
 mod serve;
 mod server;
 mod tls;
 
 pub use client::HttpProbe;
-pub use options::{
+pub use prober_net::http::{
     DEFAULT_MAX_BODY, HTTP_FLAGS, HeaderCheck, HttpOptions, HttpSpec, HttpVersion, OptionsError,
     StatusSet, body_regex,
 };

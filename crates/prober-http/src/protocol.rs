@@ -76,7 +76,7 @@ pub const HTTP: Protocol = Protocol {
         },
     ],
     turnaround: None,
-    own: Some(&crate::options::HTTP_OPTIONS),
+    own: &[&prober_net::http::HTTP_OPTIONS],
     self_test: &[
         prober_core::protocol::SelfTest::on("http", "http").path("echo"),
         prober_core::protocol::SelfTest::on("h2c", "http").path("echo"),
@@ -101,7 +101,7 @@ pub const HTTPS: Protocol = Protocol {
         rank: 5,
     }],
     turnaround: None,
-    own: Some(&crate::options::HTTP_OPTIONS),
+    own: &[&prober_net::http::HTTP_OPTIONS],
     self_test: &[prober_core::protocol::SelfTest::on("https", "https").path("echo")],
     build,
 };

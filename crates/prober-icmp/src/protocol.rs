@@ -25,13 +25,8 @@ prober_net::own_options!(IcmpSpec);
 /// ICMP's own options: `--icmp-socket` and a job's `[job.icmp]`; the
 /// self-test honours them.
 pub(crate) static ICMP_OPTIONS: prober_net::options::ProtocolOptions =
-    prober_net::options::ProtocolOptions::of::<IcmpSpec>(
-        "icmp",
-        "--icmp-socket",
-        "icmp targets",
-        &["icmp"],
-    )
-    .in_self_test();
+    prober_net::options::ProtocolOptions::of::<IcmpSpec>("icmp", "--icmp-socket", "icmp targets")
+        .in_self_test();
 
 impl IcmpSpec {
     /// True when nothing differs from the defaults.
@@ -100,7 +95,7 @@ pub const ICMP: Protocol = Protocol {
         rank: 0,
     }],
     turnaround: None,
-    own: Some(&ICMP_OPTIONS),
+    own: &[&ICMP_OPTIONS],
     self_test: &[prober_core::protocol::SelfTest {
         scheme: "icmp",
         responder: None,

@@ -23,6 +23,7 @@
 
 pub mod follow;
 pub mod guard;
+pub mod http;
 pub mod options;
 pub mod resolve;
 pub mod responder;

@@ -57,8 +57,6 @@ pub struct ProtocolOptions {
     pub flags: &'static str,
     /// The targets that take them, as messages name them.
     pub targets: &'static str,
-    /// The protocols (by name) whose targets take them.
-    pub protocols: &'static [&'static str],
     /// The self-test honours them (ICMP's socket choice); otherwise the
     /// self-test makes its own targets and refuses them.
     pub self_test: bool,
@@ -101,14 +99,9 @@ fn default<T: Default + OwnOptions>() -> Box<dyn OwnOptions> {
 }
 
 impl ProtocolOptions {
-    /// The description of options type `T`, taken by the targets of
-    /// `protocols` and kept in `[job.KEY]`.
-    pub const fn of<T>(
-        key: &'static str,
-        flags: &'static str,
-        targets: &'static str,
-        protocols: &'static [&'static str],
-    ) -> Self
+    /// The description of options type `T`, kept in `[job.KEY]`, taken by
+    /// the targets of the protocols whose descriptors point at it.
+    pub const fn of<T>(key: &'static str, flags: &'static str, targets: &'static str) -> Self
     where
         T: clap::Args + clap::FromArgMatches + serde::de::DeserializeOwned + Default + OwnOptions,
     {
@@ -116,7 +109,6 @@ impl ProtocolOptions {
             key,
             flags,
             targets,
-            protocols,
             self_test: false,
             args: T::augment_args,
             from_matches: from_matches::<T>,
@@ -134,7 +126,11 @@ impl ProtocolOptions {
 
     /// Whether target `t` takes these options.
     pub fn applies(&self, t: &Target) -> bool {
-        self.protocols.contains(&t.protocol.name())
+        t.protocol
+            .own
+            .iter()
+            .filter_map(|o| (*o as &dyn Any).downcast_ref::<Self>())
+            .any(|o| std::ptr::eq(o, self))
     }
 
     /// The options of the registry's protocols, each once, in the
@@ -142,14 +138,14 @@ impl ProtocolOptions {
     pub fn all(registry: &Registry) -> Vec<&'static Self> {
         let mut all: Vec<&'static Self> = Vec::new();
         for p in registry.protocols() {
-            let Some(own) = p
+            for own in p
                 .own
-                .and_then(|o| (o as &'static dyn Any).downcast_ref::<Self>())
-            else {
-                continue;
-            };
-            if !all.iter().any(|o| std::ptr::eq(*o, own)) {
-                all.push(own);
+                .iter()
+                .filter_map(|o| (*o as &'static dyn Any).downcast_ref::<Self>())
+            {
+                if !all.iter().any(|o| std::ptr::eq(*o, own)) {
+                    all.push(own);
+                }
             }
         }
         all

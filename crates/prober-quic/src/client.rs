@@ -204,6 +204,9 @@ pub(crate) struct H3Probe {
     pub(crate) authority: String,
     pub(crate) path: String,
     pub(crate) new_connection: bool,
+    /// What the request sends and what a valid response is (HTTP's
+    /// options, as every HTTP version's targets take them).
+    http: Arc<prober_net::http::HttpOptions>,
     kept: tokio::sync::Mutex<Option<Conn>>,
 }
 
@@ -242,12 +245,14 @@ impl H3Probe {
         authority: String,
         path: String,
         new_connection: bool,
+        http: Arc<prober_net::http::HttpOptions>,
     ) -> Self {
         Self {
             client,
             authority,
             path,
             new_connection,
+            http,
             kept: tokio::sync::Mutex::new(None),
         }
     }
@@ -302,10 +307,15 @@ impl H3Probe {
 impl Probe for H3Probe {
     async fn probe_at(&self, _seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
         let uri = format!("https://{}/{}", self.authority, self.path);
-        let req = http::Request::get(&uri)
+        let mut req = http::Request::builder()
+            .method(self.http.method.clone())
+            .uri(&uri)
             .header(http::header::USER_AGENT, "prober")
             .body(())
             .map_err(|e| ProbeError::new(ErrorKind::Other, format!("request {uri}: {e}")))?;
+        for (k, v) in &self.http.headers {
+            req.headers_mut().insert(k.clone(), v.clone());
+        }
         gate.pass().await;
         let sent = Instant::now();
         let t1 = unix_now_ns();
@@ -317,6 +327,12 @@ impl Probe for H3Probe {
             .send_request(req)
             .await
             .map_err(|e| h3_error("request", &e))?;
+        if !self.http.body.is_empty() {
+            stream
+                .send_data(self.http.body.clone())
+                .await
+                .map_err(|e| h3_error("request body", &e))?;
+        }
         stream.finish().await.map_err(|e| h3_error("request", &e))?;
         let t_written = unix_now_ns();
         let resp = stream
@@ -324,9 +340,20 @@ impl Probe for H3Probe {
             .await
             .map_err(|e| h3_error("response", &e))?;
         let t_first = unix_now_ns();
-        let mut body = 0usize;
-        while let Some(chunk) = stream.recv_data().await.map_err(|e| h3_error("body", &e))? {
-            body += chunk.remaining();
+        let mut body = bytes::BytesMut::new();
+        while let Some(mut chunk) = stream.recv_data().await.map_err(|e| h3_error("body", &e))? {
+            if body.len() + chunk.remaining() > self.http.max_body {
+                return Err(ProbeError::new(
+                    ErrorKind::TooLarge,
+                    format!("body over --max-body {} bytes", self.http.max_body),
+                ));
+            }
+            while chunk.has_remaining() {
+                let part = chunk.chunk();
+                body.extend_from_slice(part);
+                let n = part.len();
+                chunk.advance(n);
+            }
         }
         let received = Instant::now();
         let t4 = unix_now_ns();
@@ -344,23 +371,19 @@ impl Probe for H3Probe {
             version: 30,
             redirects: 0,
             tls: true,
-            body: u32::try_from(body).unwrap_or(u32::MAX),
+            body: u32::try_from(body.len()).unwrap_or(u32::MAX),
             last_modified: None,
         };
-        if !(200..300).contains(&status) {
-            return Err(ProbeError::new(
-                ErrorKind::Status,
-                format!("status {status}, expected 2xx"),
-            )
-            .with_detail(detail));
-        }
+        self.http
+            .check(status, resp.headers(), &body)
+            .map_err(|e| e.with_detail(detail))?;
         let dwell = dwell(resp.headers().get("server-timing"));
         Ok(Reply {
             sent,
             received,
             server_dwell: dwell.map(Duration::from_nanos),
             rx_wake: None,
-            bytes: body,
+            bytes: body.len(),
             ttl: None,
             stamps: Stamps {
                 t1: Some(t1),

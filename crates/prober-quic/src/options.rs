@@ -73,7 +73,6 @@ pub(crate) static QUIC_OPTIONS: prober_net::options::ProtocolOptions =
         "quic",
         QUIC_FLAGS,
         "quic:// and h3:// targets",
-        &["quic", "h3"],
     );
 
 /// The options, checked.

@@ -6,6 +6,8 @@ use prober_core::protocol::{
 use prober_core::runnable;
 
 use crate::client::{Client, H3Probe, QuicProbe};
+use prober_net::http::{HttpOptions, HttpVersion};
+
 use crate::options::QuicOptions;
 
 /// ALPN of HTTP/3 (RFC 9114), offered unless `--quic-alpn` says otherwise.
@@ -38,12 +40,27 @@ fn build_quic<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
 fn build_h3<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
     Box::pin(async move {
         let opts = env.options::<QuicOptions>();
+        // HTTP's options, which every HTTP version's targets take: those
+        // that choose another version, or redirects, h3:// cannot honour.
+        let http = env.options::<HttpOptions>();
+        if http.version != HttpVersion::Auto {
+            return Err(
+                "h3:// speaks HTTP/3: --http2 and --http1.1 are for http:// and https://".into(),
+            );
+        }
+        if http.follow > 0 {
+            return Err(
+                "h3:// does not follow redirects: --follow is for http:// and https://".into(),
+            );
+        }
         let client = Client::new(spec.addr, spec.host, env, &opts, H3_ALPN)?;
+        let new_connection = opts.new_connection || http.new_connection;
         Ok(runnable(H3Probe::new(
             client,
             authority(&spec),
             spec.path.to_owned(),
-            opts.new_connection,
+            new_connection,
+            http,
         )))
     })
 }
@@ -67,7 +84,7 @@ pub const QUIC: Protocol = Protocol {
     help: "QUIC handshake (TLS 1.3 inside), against any QUIC server (--quic-resume: 0-RTT)",
     ladder: &[],
     turnaround: None,
-    own: Some(&crate::options::QUIC_OPTIONS),
+    own: &[&crate::options::QUIC_OPTIONS],
     self_test: &[SelfTest::on("quic", "h3")],
     build: build_quic,
 };
@@ -89,7 +106,10 @@ pub const H3: Protocol = Protocol {
         rank: 8,
     }],
     turnaround: None,
-    own: Some(&crate::options::QUIC_OPTIONS),
+    own: &[
+        &crate::options::QUIC_OPTIONS,
+        &prober_net::http::HTTP_OPTIONS,
+    ],
     self_test: &[SelfTest::on("h3", "h3").path("echo")],
     build: build_h3,
 };

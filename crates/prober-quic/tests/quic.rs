@@ -85,20 +85,23 @@ async fn serve(responder: &Responder, pki: &Pki, stop: &CancellationToken) -> So
     serving.bound[0].1
 }
 
-/// The protocol's options from a `[job.quic]` table, as the daemon reads
-/// them (the flags give the same type).
+/// The options of a job whose `[job.quic]` and `[job.http]` tables are
+/// `table`'s (`quic.KEY` and `http.KEY`), as the daemon reads them (the
+/// flags give the same types).
 fn options(table: &str) -> Arc<Shared> {
-    let own =
-        prober_net::options::ProtocolOptions::all(&prober_core::Registry::new(&[&prober_quic::H3]))
-            .into_iter()
-            .find(|o| o.key == "quic")
-            .expect("quic options");
-    let value: toml::Value = toml::from_str(table).unwrap();
+    let value: toml::Table = toml::from_str(table).unwrap();
     let store = Arc::new(Shared::default());
-    (own.from_toml)(value)
-        .unwrap()
-        .put(&store, None, Some("job.t.quic"))
-        .unwrap();
+    let registry = prober_core::Registry::new(&[&prober_quic::H3]);
+    for own in prober_net::options::ProtocolOptions::all(&registry) {
+        let t = value
+            .get(own.key)
+            .cloned()
+            .unwrap_or_else(|| toml::Value::Table(toml::Table::new()));
+        (own.from_toml)(t)
+            .unwrap()
+            .put(&store, None, Some(&format!("job.t.{}", own.key)))
+            .unwrap();
+    }
     store
 }
 
@@ -183,7 +186,7 @@ async fn quic_and_h3_probe_this_crate_s_responders() {
         h3,
         "echo",
         Some(&ca),
-        "new_connection = true",
+        "quic.new_connection = true",
         2,
     )
     .await
@@ -197,9 +200,9 @@ async fn quic_and_h3_probe_this_crate_s_responders() {
     for (addr, table) in [
         (echo, ""),
         (h3, ""),
-        (echo, "resume = true"),
-        (h3, "congestion = \"bbr\"\ninitial_rtt = \"50ms\""),
-        (echo, "alpn = [\"prober-echo\"]"),
+        (echo, "quic.resume = true"),
+        (h3, "quic.congestion = \"bbr\"\nquic.initial_rtt = \"50ms\""),
+        (echo, "quic.alpn = [\"prober-echo\"]"),
     ] {
         for s in probe(&prober_quic::QUIC, addr, "", Some(&ca), table, 2).await {
             ok(&s);

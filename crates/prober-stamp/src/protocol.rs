@@ -43,7 +43,7 @@ pub const STAMP: Protocol = Protocol {
     help: "STAMP sender (RFC 8762/8972), against a router's or prober's reflector",
     ladder: &[],
     turnaround: Some("its receive stamp to its send, as it reports it: STAMP's T3 − T2"),
-    own: Some(&crate::sender::STAMP_OPTIONS),
+    own: &[&crate::sender::STAMP_OPTIONS],
     self_test: &[],
     build,
 };

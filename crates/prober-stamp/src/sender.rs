@@ -153,12 +153,7 @@ prober_net::own_options!(
 
 /// STAMP's own options: `--stamp-key`, ... and a job's `[job.stamp]`.
 pub(crate) static STAMP_OPTIONS: prober_net::options::ProtocolOptions =
-    prober_net::options::ProtocolOptions::of::<StampSpec>(
-        "stamp",
-        STAMP_FLAGS,
-        "stamp targets",
-        &["stamp"],
-    );
+    prober_net::options::ProtocolOptions::of::<StampSpec>("stamp", STAMP_FLAGS, "stamp targets");
 
 impl StampSpec {
     /// Reads the key and the TLVs, checks a request size given for STAMP

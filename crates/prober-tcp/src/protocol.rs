@@ -84,7 +84,7 @@ pub const TCP: Protocol = Protocol {
         rank: 2,
     }],
     turnaround: None,
-    own: None,
+    own: &[],
     self_test: &[prober_core::protocol::SelfTest::on("tcp", "tcp")],
     build: build_tcp,
 };

@@ -1,4 +1,7 @@
-//! What an HTTP probe sends and what it accepts as a valid response.
+//! What an HTTP probe sends and what it accepts as a valid response: the
+//! options of every HTTP version's targets (`http://`, `h2c://`,
+//! `https://` in prober-http, `h3://` in prober-quic), so they live in the
+//! layer both share.
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Method};
@@ -228,6 +231,60 @@ impl HttpOptions {
             .map_err(|_| OptionsError::Method(text.to_owned()))
     }
 
+    /// Checks a response as these options say: its status, the headers it
+    /// must have, and the body's regexes; a failure is of kind `status` or
+    /// `content`, as every HTTP version reports it.
+    ///
+    /// # Errors
+    /// The first check that failed.
+    pub fn check(
+        &self,
+        code: u16,
+        headers: &http::HeaderMap,
+        body: &[u8],
+    ) -> Result<(), prober_core::ProbeError> {
+        use prober_core::{ErrorKind, ProbeError};
+        if !self.status.accepts(code) {
+            return Err(ProbeError::new(
+                ErrorKind::Status,
+                format!("status {code}, expected {}", self.status),
+            ));
+        }
+        for check in &self.require_headers {
+            let Some(v) = headers.get(&check.name) else {
+                return Err(ProbeError::new(
+                    ErrorKind::Content,
+                    format!("no {} header", check.name),
+                ));
+            };
+            if let Some(re) = &check.value
+                && !re.is_match(v.as_bytes())
+            {
+                return Err(ProbeError::new(
+                    ErrorKind::Content,
+                    format!("header {} does not match {}", check.name, re.as_str()),
+                ));
+            }
+        }
+        if let Some(re) = &self.body_match
+            && !re.is_match(body)
+        {
+            return Err(ProbeError::new(
+                ErrorKind::Content,
+                format!("body does not match {}", re.as_str()),
+            ));
+        }
+        if let Some(re) = &self.body_reject
+            && re.is_match(body)
+        {
+            return Err(ProbeError::new(
+                ErrorKind::Content,
+                format!("body matches {}", re.as_str()),
+            ));
+        }
+        Ok(())
+    }
+
     /// Parses a request header `Name: value`.
     ///
     /// # Errors
@@ -320,7 +377,7 @@ pub struct HttpSpec {
 /// The HTTP flags, as messages name them.
 pub const HTTP_FLAGS: &str = "An HTTP option (--method, --header, --expect-status, ...)";
 
-prober_net::own_options!(
+crate::own_options!(
     HttpSpec,
     rebase = |s: &mut HttpSpec, base: &std::path::Path| {
         if let Some(file) = &mut s.body_file {
@@ -329,18 +386,18 @@ prober_net::own_options!(
     }
 );
 
-/// HTTP's own options: `--method`, `--header`, ... and a job's `[job.http]`.
-pub(crate) static HTTP_OPTIONS: prober_net::options::ProtocolOptions =
-    prober_net::options::ProtocolOptions::of::<HttpSpec>(
+/// HTTP's own options: `--method`, `--header`, ... and a job's
+/// `[job.http]`; the descriptors of every HTTP version point at it.
+pub static HTTP_OPTIONS: crate::options::ProtocolOptions =
+    crate::options::ProtocolOptions::of::<HttpSpec>(
         "http",
         HTTP_FLAGS,
-        "http://, h2c:// and https:// targets",
-        &["http", "https"],
+        "http://, h2c://, https:// and h3:// targets",
     );
 
 impl HttpSpec {
     /// Checks them and puts the [`HttpOptions`] where the builder finds
-    /// them (see [`prober_net::options::OwnOptions::put`]).
+    /// them (see [`crate::options::OwnOptions::put`]).
     ///
     /// # Errors
     /// The first option that cannot be used.
