@@ -389,11 +389,7 @@ crate::own_options!(
 /// HTTP's own options: `--method`, `--header`, ... and a job's
 /// `[job.http]`; the descriptors of every HTTP version point at it.
 pub static HTTP_OPTIONS: crate::options::ProtocolOptions =
-    crate::options::ProtocolOptions::of::<HttpSpec>(
-        "http",
-        HTTP_FLAGS,
-        "http://, h2c://, https:// and h3:// targets",
-    );
+    crate::options::ProtocolOptions::of::<HttpSpec>("http", HTTP_FLAGS, "HTTP targets");
 
 impl HttpSpec {
     /// Checks them and puts the [`HttpOptions`] where the builder finds

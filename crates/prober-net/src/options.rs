@@ -126,8 +126,13 @@ impl ProtocolOptions {
 
     /// Whether target `t` takes these options.
     pub fn applies(&self, t: &Target) -> bool {
-        t.protocol
-            .own
+        self.taken_by(t.protocol)
+    }
+
+    /// Whether the targets of `p` take these options (its descriptor
+    /// points at them).
+    pub fn taken_by(&self, p: &prober_core::Protocol) -> bool {
+        p.own
             .iter()
             .filter_map(|o| (*o as &dyn Any).downcast_ref::<Self>())
             .any(|o| std::ptr::eq(o, self))

@@ -24,6 +24,25 @@ pub(crate) struct ProbeFlags<'a> {
     pub(crate) no_tx_stamps: bool,
 }
 
+/// The schemes of the registry's protocols that `pred` holds for, as a
+/// message lists them (`http://, h2c://, https:// and h3://`): from the
+/// descriptors, so a new protocol is named without a line here.
+fn schemes(
+    pred: impl Fn(&prober_core::Protocol, &prober_core::protocol::Scheme) -> bool,
+) -> String {
+    let names: Vec<String> = crate::protocols::PROTOCOLS
+        .protocols()
+        .flat_map(|p| p.schemes.iter().map(move |s| (p, s)))
+        .filter(|(p, s)| pred(p, s))
+        .map(|(_, s)| format!("{}://", s.name))
+        .collect();
+    match names.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        Some((last, _)) => last.clone(),
+        None => String::new(),
+    }
+}
+
 impl ProbeFlags<'_> {
     /// The environment probes are built in, with the protocol options the
     /// self-test honours too (ICMP's socket choice).
@@ -137,14 +156,14 @@ impl ProbeFlags<'_> {
             self.tls.given(),
             TLS_OPTIONS,
             &|t| t.scheme.tls,
-            "TLS targets (https://, grpcs://, grpcs+stream://, grpcs-health://)",
+            &format!("TLS targets ({})", schemes(|_, s| s.tls)),
         )?;
         for (own, given) in &self.own.0 {
             check(
                 !given.is_default(),
                 own.flags,
                 &|t| own.applies(t),
-                own.targets,
+                &format!("{} targets", schemes(|p, _| own.taken_by(p))),
             )?;
         }
         Ok(())

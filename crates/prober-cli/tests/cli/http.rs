@@ -773,7 +773,7 @@ fn sweep_takes_runs_tls_and_http_options() {
     ]);
     assert_eq!(code, Some(2), "{err}");
     assert!(
-        err.contains("applies only to http://, h2c:// and https:// targets"),
+        err.contains("applies only to http://, h2c://, https:// and h3:// targets"),
         "{err}"
     );
 }

@@ -123,7 +123,7 @@ fn stamp_options_are_checked_before_any_socket_opens() {
     let t = "stamp://127.0.0.1:9";
     fails(
         &["run", "-c", "1", "--stamp-ptp", "udp://127.0.0.1:9"],
-        "applies only to stamp targets",
+        "applies only to stamp:// targets",
     );
     fails(&["run", "-c", "1", "--size", "46", t], "--size 46");
     fails(
