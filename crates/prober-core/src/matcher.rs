@@ -88,6 +88,9 @@ pub struct PathStats {
     pub lost_packets: u64,
     /// Congestion events (the window was cut).
     pub congestion_events: u64,
+    /// Connections that resumed a session and had their 0-RTT data
+    /// accepted, of the run so far (QUIC with `--quic-resume`).
+    pub zero_rtt: u64,
 }
 
 /// Lost probes by direction: requests that never reached the responder,

@@ -30,7 +30,7 @@ pub(crate) struct Client {
     reconnects: AtomicU64,
     opened: AtomicU64,
     /// Resumptions the server took 0-RTT data on.
-    pub(crate) zero_rtt: AtomicU64,
+    zero_rtt: AtomicU64,
     /// The path statistics of the connection a probe last used.
     path: std::sync::Mutex<Option<prober_core::PathStats>>,
 }
@@ -136,6 +136,7 @@ impl Client {
             sent_packets: p.sent_packets,
             lost_packets: p.lost_packets,
             congestion_events: p.congestion_events,
+            zero_rtt: self.zero_rtt.load(Ordering::Relaxed),
         };
         *self
             .path
@@ -158,11 +159,24 @@ impl Client {
 }
 
 /// `quic://`: a new connection per probe, timed from the first packet
-/// sent to the handshake done, then closed.
+/// sent to the handshake done, then closed. With `resume`, a connection is
+/// closed only when the next probe has its own: the server's session
+/// ticket comes after the handshake, and the next handshake resumes with it.
 #[derive(Debug)]
 pub(crate) struct QuicProbe {
-    pub(crate) client: Client,
-    pub(crate) resume: bool,
+    client: Client,
+    resume: bool,
+    last: std::sync::Mutex<Option<quinn::Connection>>,
+}
+
+impl QuicProbe {
+    pub(crate) fn new(client: Client, resume: bool) -> Self {
+        Self {
+            client,
+            resume,
+            last: std::sync::Mutex::new(None),
+        }
+    }
 }
 
 impl Probe for QuicProbe {
@@ -174,7 +188,17 @@ impl Probe for QuicProbe {
         let received = Instant::now();
         let t4 = unix_now_ns();
         self.client.keep_path(&conn);
-        conn.close(0u32.into(), b"probed");
+        let done = if self.resume {
+            self.last
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .replace(conn)
+        } else {
+            Some(conn)
+        };
+        if let Some(done) = done {
+            done.close(0u32.into(), b"probed");
+        }
         Ok(Reply {
             stamps: Stamps {
                 t1: Some(t1),

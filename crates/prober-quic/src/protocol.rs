@@ -30,10 +30,7 @@ fn build_quic<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
     Box::pin(async move {
         let opts = env.options::<QuicOptions>();
         let client = Client::new(spec.addr, spec.host, env, &opts, H3_ALPN)?;
-        Ok(runnable(QuicProbe {
-            client,
-            resume: opts.resume,
-        }))
+        Ok(runnable(QuicProbe::new(client, opts.resume)))
     })
 }
 

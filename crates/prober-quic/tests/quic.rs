@@ -208,6 +208,56 @@ async fn quic_and_h3_probe_this_crate_s_responders() {
             ok(&s);
         }
     }
+    // Resumed handshakes: one probe built, three handshakes, the second
+    // and third resuming with 0-RTT the responder accepts.
+    {
+        let env = BuildEnv {
+            tls: prober_core::protocol::TlsFiles {
+                ca: Some(ca.clone()),
+                ..Default::default()
+            },
+            ..BuildEnv::default()
+        }
+        .with_options(options("quic.resume = true"));
+        let spec = ProbeSpec {
+            scheme: &prober_quic::QUIC.schemes[0],
+            host: "localhost",
+            path: "",
+            addr: echo,
+            size: 0,
+            timeout: Duration::from_secs(2),
+        };
+        let r = (prober_quic::QUIC.build)(spec, &env).await.unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+        let mut set = tokio::task::JoinSet::new();
+        let reader = r.launch(
+            &mut set,
+            prober_core::Launch {
+                id: 0,
+                cfg: prober_core::RunConfig {
+                    interval: Duration::from_millis(50),
+                    count: Some(3),
+                    timeout: Duration::from_secs(2),
+                    precise_timer: false,
+                    ..Default::default()
+                },
+                phase: Duration::ZERO,
+                events: tx,
+                stop: CancellationToken::new(),
+                turnstile: None,
+                abandon: None,
+                timer: None,
+            },
+        );
+        while let Some(ev) = rx.recv().await {
+            if let prober_core::Event::Sample(s) = ev {
+                ok(&s);
+            }
+        }
+        while set.join_next().await.is_some() {}
+        let path = reader().path.expect("path statistics");
+        assert_eq!(path.zero_rtt, 2, "{path:?}");
+    }
     // A status other than 2xx, and an unknown issuer, by prober's kinds.
     let s = &probe(&prober_quic::H3, h3, "status/503", Some(&ca), "", 1).await[0];
     match &s.outcome {

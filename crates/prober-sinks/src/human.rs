@@ -383,9 +383,14 @@ impl HumanSink {
                 )?;
             }
             if let Some(p) = &s.path {
+                let zero_rtt = if p.zero_rtt > 0 {
+                    format!(", {} resumed with 0-RTT", p.zero_rtt)
+                } else {
+                    String::new()
+                };
                 writeln!(
                     self.out,
-                    "path      srtt {}, cwnd {} bytes, {} packets sent, {} lost, {} congestion events: the transport's own figures",
+                    "path      srtt {}, cwnd {} bytes, {} packets sent, {} lost, {} congestion events{zero_rtt}: the transport's own figures",
                     format_ns(f64::from(p.srtt_us) * 1e3),
                     p.cwnd,
                     p.sent_packets,
