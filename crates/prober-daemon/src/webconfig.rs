@@ -223,6 +223,9 @@ fn versions(
     )
 }
 
+/// TLS handshakes under way at once on the metrics listener, at most.
+const HANDSHAKES: usize = 64;
+
 /// How long a client has for its TLS handshake.
 const HANDSHAKE: Duration = Duration::from_secs(10);
 
@@ -242,8 +245,14 @@ impl TlsListener {
         let local = listener.local_addr()?;
         let (tx, done) = tokio::sync::mpsc::channel(64);
         let acceptor = tls.acceptor.clone();
+        // Handshakes under way at once, at most: a peer that opens silent
+        // connections holds a few file descriptors, not all of them.
+        let handshakes = Arc::new(tokio::sync::Semaphore::new(HANDSHAKES));
         let task = tokio::spawn(async move {
             loop {
+                let Ok(permit) = Arc::clone(&handshakes).acquire_owned().await else {
+                    return;
+                };
                 let Ok((tcp, peer)) = listener.accept().await else {
                     // EMFILE and the like: wait, as axum's own loop does.
                     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -251,6 +260,7 @@ impl TlsListener {
                 };
                 let (acceptor, tx) = (acceptor.clone(), tx.clone());
                 tokio::spawn(async move {
+                    let _permit = permit;
                     match tokio::time::timeout(HANDSHAKE, acceptor.accept(tcp)).await {
                         Ok(Ok(tls)) => {
                             let _ = tx.send((tls, peer)).await;

@@ -254,7 +254,9 @@ fn dwell(v: Option<&http::HeaderValue>) -> Option<u64> {
         parts.find_map(|p| {
             let ms: f64 = p.trim().strip_prefix("dur=")?.parse().ok()?;
             (ms.is_finite() && ms >= 0.0)
-                .then(|| Duration::from_secs_f64(ms / 1e3).as_nanos() as u64)
+                .then(|| Duration::try_from_secs_f64(ms / 1e3).ok())
+                .flatten()
+                .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
         })
     })
 }
@@ -311,7 +313,11 @@ impl H3Probe {
         if self.new_connection {
             let t = unix_now_ns();
             let conn = self.open().await?;
-            return Ok((conn.send.clone(), Some(unix_now_ns() - t), Some(conn)));
+            return Ok((
+                conn.send.clone(),
+                Some(unix_now_ns().saturating_sub(t)),
+                Some(conn),
+            ));
         }
         let mut kept = self.kept.lock().await;
         if let Some(c) = kept.as_ref()
@@ -321,7 +327,7 @@ impl H3Probe {
         }
         let t = unix_now_ns();
         let conn = self.open().await?;
-        let connect = unix_now_ns() - t;
+        let connect = unix_now_ns().saturating_sub(t);
         let send = conn.send.clone();
         *kept = Some(conn);
         Ok((send, Some(connect), None))
@@ -425,13 +431,13 @@ impl Probe for H3Probe {
                     // TLS is inside the QUIC handshake: its time is connect's.
                     None,
                     Some(
-                        (t_written - t_req)
+                        t_written.saturating_sub(t_req)
                             + t_req
                                 .saturating_sub(t1)
                                 .saturating_sub(connect.unwrap_or(0)),
                     ),
-                    Some(t_first - t_written),
-                    Some(t4 - t_first),
+                    Some(t_first.saturating_sub(t_written)),
+                    Some(t4.saturating_sub(t_first)),
                 ]),
                 detail: Some(detail),
             },
@@ -460,6 +466,9 @@ mod tests {
         assert_eq!(dwell(Some(&v)), Some(45_000));
         assert_eq!(dwell(None), None);
         let v = http::HeaderValue::from_static("other;dur=1");
+        assert_eq!(dwell(Some(&v)), None);
+        // A server's nonsense never panics the probe.
+        let v = http::HeaderValue::from_static("dwell;dur=1e300");
         assert_eq!(dwell(Some(&v)), None);
     }
 }

@@ -14,6 +14,13 @@ use tokio_util::sync::CancellationToken;
 /// The echo's body, as the HTTP responder's.
 const ECHO: &[u8] = &[b'x'; 64];
 
+/// The largest request header section the HTTP/3 responder takes (as the
+/// HTTP/2 responders' limit, docs/security.md).
+const MAX_HEADERS: u64 = 16 * 1024;
+
+/// How long a request's headers may take to come.
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The most bytes the echo responder reads from one stream.
 const MAX_ECHO: usize = 64 * 1024;
 
@@ -96,7 +103,13 @@ where
 
 async fn h3_conn(conn: quinn::Connection, stop: CancellationToken) {
     let mut h3c =
-        match h3::server::Connection::<_, Bytes>::new(h3_quinn::Connection::new(conn)).await {
+        // A header section larger than this is refused before it is
+        // buffered (h3's default takes any size a client announces).
+        match h3::server::builder()
+            .max_field_section_size(MAX_HEADERS)
+            .build::<_, Bytes>(h3_quinn::Connection::new(conn))
+            .await
+        {
             Ok(c) => c,
             Err(e) => {
                 tracing::debug!("HTTP/3 connection: {e}");
@@ -116,13 +129,20 @@ async fn h3_conn(conn: quinn::Connection, stop: CancellationToken) {
             },
         };
         tokio::spawn(async move {
-            let (req, mut stream) = match resolver.resolve_request().await {
-                Ok(x) => x,
-                Err(e) => {
-                    tracing::debug!("HTTP/3 request: {e}");
-                    return;
-                }
-            };
+            // A request's headers come within the request timeout, or the
+            // stream is dropped (a client trickling bytes holds nothing).
+            let (req, mut stream) =
+                match tokio::time::timeout(REQUEST_TIMEOUT, resolver.resolve_request()).await {
+                    Ok(Ok(x)) => x,
+                    Ok(Err(e)) => {
+                        tracing::debug!("HTTP/3 request: {e}");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!("HTTP/3 request: no headers in time");
+                        return;
+                    }
+                };
             let t2 = Instant::now();
             let path = req.uri().path();
             let status = if path == "/echo" {
@@ -163,7 +183,9 @@ async fn echo_conn(conn: quinn::Connection, stop: CancellationToken) {
             },
         };
         tokio::spawn(async move {
-            if let Ok(data) = recv.read_to_end(MAX_ECHO).await {
+            if let Ok(Ok(data)) =
+                tokio::time::timeout(REQUEST_TIMEOUT, recv.read_to_end(MAX_ECHO)).await
+            {
                 let _ = send.write_all(&data).await;
                 let _ = send.finish();
             }

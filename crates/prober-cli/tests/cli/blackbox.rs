@@ -730,7 +730,7 @@ fn probe_refuses_what_it_should() {
     let bb = files.path("blackbox.yml");
     std::fs::write(
         &bb,
-        "modules:\n  tcp_connect:\n    prober: tcp\n    timeout: 2s\n  gz:\n    prober: http\n    http:\n      compression: gzip\n",
+        "modules:\n  tcp_connect:\n    prober: tcp\n    timeout: 2s\n  gz:\n    prober: http\n    http:\n      compression: gzip\n  http_2xx:\n    prober: http\n    timeout: 2s\n",
     )
     .unwrap();
     let toml = files.path("prober.toml");
@@ -747,6 +747,18 @@ fn probe_refuses_what_it_should() {
     let open = l.local_addr().unwrap().port();
     let d = Serve::start(&["--config", &toml], 1);
     let at = d.addr("metrics").to_owned();
+    // With a list, a redirect is not followed: it could lead outside it.
+    let web = Serve::start(&["--quiet", "--http", "127.0.0.2:0"], 1);
+    let redirect = format!(
+        "http://{}/probe?module=http_2xx&target=http://{}/redirect/1&debug=true",
+        at,
+        web.addr("http")
+    );
+    let log = get(&redirect).unwrap();
+    assert!(
+        log.contains("Redirects are not followed") && log.contains("probe_http_status_code 302"),
+        "{log}"
+    );
     let url = |q: &str| format!("http://{at}/probe?{q}");
     assert_eq!(status(&url("module=tcp_connect")), 400);
     assert!(

@@ -59,6 +59,11 @@ impl Allowed {
         self.any || self.names.iter().any(|g| g.matches(host))
     }
 
+    /// Anything is allowed (`"*"`, or a loopback listener without a list).
+    pub(crate) fn anything(&self) -> bool {
+        self.any
+    }
+
     /// Some address range is listed (a name no glob allows may still
     /// resolve into one).
     pub(crate) fn has_ranges(&self) -> bool {
@@ -78,9 +83,9 @@ impl Allowed {
     pub(crate) fn refusal(&self, host: &str, ip: Option<IpAddr>) -> String {
         match ip {
             Some(ip) if host != ip.to_string() => {
-                format!("target {host} ({ip}) is not in [blackbox] allowed_targets")
+                format!("target {host:?} ({ip}) is not in [blackbox] allowed_targets")
             }
-            _ => format!("target {host} is not in [blackbox] allowed_targets"),
+            _ => format!("target {host:?} is not in [blackbox] allowed_targets"),
         }
     }
 }

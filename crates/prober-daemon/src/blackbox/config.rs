@@ -319,6 +319,12 @@ pub(crate) struct Module {
     /// The protocol options the module's probe is built with (the
     /// protocol crate's own, read from the table the module maps to).
     pub(crate) options: Arc<Shared>,
+    /// The same with redirects not followed, for a `/probe` whose
+    /// `allowed_targets` is a list: a redirect could lead outside it.
+    pub(crate) options_no_follow: Option<Arc<Shared>>,
+    /// What the module's probes share (its ICMP sockets, with its TTL and
+    /// source), apart from every other module's.
+    pub(crate) shared: Arc<Shared>,
     pub(crate) tls: TlsFiles,
     pub(crate) marks: Marks,
     /// ICMP's `ttl`.
@@ -668,6 +674,8 @@ fn empty(kind: Kind, timeout: Duration, ip: IpPreference) -> Module {
         timeout,
         ip,
         options: Arc::new(Shared::default()),
+        options_no_follow: None,
+        shared: Arc::new(Shared::default()),
         tls: TlsFiles::default(),
         marks: Marks::default(),
         ttl: None,
@@ -713,7 +721,8 @@ fn plan(name: &str, m: &ModuleYaml, base: &Path, registry: &Registry) -> Result<
             }
             let mut module = empty(Kind::Icmp, timeout, ip);
             module.marks = source(i.source_ip_address.as_ref(), &at)?;
-            module.ttl = i.ttl.and_then(|t| u32::try_from(t).ok());
+            // 0: not set, as blackbox has it.
+            module.ttl = i.ttl.and_then(|t| u32::try_from(t).ok()).filter(|t| *t > 0);
             if let Some(size) = i.payload_size {
                 let size = usize::try_from(size)
                     .map_err(|_| refuse(&format!("{at}.payload_size"), "a negative size"))?;
@@ -865,6 +874,12 @@ fn http(
     );
     table.insert("new_connection".into(), true.into());
     let mut module = empty(Kind::Http, timeout, ip);
+    if follow {
+        let mut no_follow = table.clone();
+        no_follow.insert("follow".into(), toml::Value::Integer(0));
+        module.options_no_follow =
+            Some(protocol_options(registry, "http", no_follow, at).map_err(|e| refuse(at, &e))?);
+    }
     module.options = protocol_options(registry, "http", table, at).map_err(|e| refuse(at, &e))?;
     module.tls = tls_files(h.tls_config.as_ref(), at, base)?;
     module.http_versions.clone_from(&h.valid_http_versions);

@@ -33,6 +33,9 @@ pub(crate) const MAX_PROBES: usize = 64;
 /// before it gives up (blackbox's `--timeout-offset`).
 const TIMEOUT_OFFSET: Duration = Duration::from_millis(500);
 
+/// The longest a scrape-time probe may take.
+const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+
 /// What `/probe` serves: the modules, reloadable.
 #[derive(Debug)]
 pub(crate) struct Blackbox {
@@ -192,7 +195,9 @@ fn timeout(header: Option<&str>, module: Duration) -> Result<Duration, String> {
     } else {
         secs
     };
-    Ok(Duration::from_secs_f64(secs))
+    // No scrape waits an hour: a larger value (a caller's error) would
+    // hold a permit for as long, and does not fit a Duration far enough.
+    Ok(Duration::try_from_secs_f64(secs).map_or(MAX_TIMEOUT, |d| d.min(MAX_TIMEOUT)))
 }
 
 /// Says, one line each, which modules were not loaded and why.
@@ -226,5 +231,8 @@ mod tests {
         assert!((s(Some("10"), 20_000) - 9.5).abs() < 1e-9);
         assert!((s(Some("0.2"), 3000) - 3.0).abs() < 1e-9);
         assert!(timeout(Some("x"), Duration::ZERO).is_err());
+        assert_eq!(timeout(Some("1e20"), Duration::ZERO).unwrap(), MAX_TIMEOUT);
+        assert_eq!(timeout(Some("1e9"), Duration::ZERO).unwrap(), MAX_TIMEOUT);
+        assert_eq!(timeout(Some("1e20"), Duration::ZERO).unwrap(), MAX_TIMEOUT);
     }
 }

@@ -100,10 +100,21 @@ struct Parsed {
 
 /// `host:port`, `[v6]:port`, or a host alone (then `default`).
 fn host_port(text: &str, default: Option<u16>) -> Result<(String, u16), String> {
+    if text.contains('@') {
+        return Err(format!(
+            "{text:?} has user information: give credentials in the module (basic_auth)"
+        ));
+    }
+    if text.chars().any(char::is_control) {
+        return Err(format!("{text:?} holds control characters"));
+    }
     let (host, port) = if let Some(rest) = text.strip_prefix('[') {
         let (h, after) = rest
             .split_once(']')
             .ok_or_else(|| format!("{text:?}: an IPv6 literal without its ']'"))?;
+        if !after.is_empty() && !after.starts_with(':') {
+            return Err(format!("{text:?}: only :PORT may follow ']'"));
+        }
         (h, after.strip_prefix(':'))
     } else if text.matches(':').count() == 1 {
         let (h, p) = text.split_once(':').unwrap_or((text, ""));
@@ -308,7 +319,7 @@ pub(crate) async fn probe(
             dialogue(&mut p, module, &parsed.host, addr, deadline).await;
         } else {
             run(
-                &mut p, module, &parsed, addr, lookup, registry, env, deadline,
+                &mut p, module, &parsed, addr, lookup, registry, env, deadline, allowed,
             )
             .await;
         }
@@ -381,13 +392,25 @@ async fn run(
     registry: &Registry,
     env: &BuildEnv,
     deadline: tokio::time::Instant,
+    allowed: &Allowed,
 ) {
     let Some((protocol, scheme)) = registry.find(parsed.scheme) else {
         p.log
             .push(format!("this prober has no {}:// probe", parsed.scheme));
         return;
     };
-    let mut env = env.with_options(Arc::clone(&module.options));
+    // A redirect leads to a host the list was not asked about: with a list
+    // (not "anything"), redirects are not followed.
+    let options = match &module.options_no_follow {
+        Some(no_follow) if !allowed.anything() => {
+            p.log
+                .push("Redirects are not followed: allowed_targets is a list".to_owned());
+            no_follow
+        }
+        _ => &module.options,
+    };
+    let mut env = env.with_options(Arc::clone(options));
+    env.shared = Arc::clone(&module.shared);
     env.tls.clone_from(&module.tls);
     env.marks.clone_from(&module.marks);
     env.ttl = module.ttl;
@@ -609,8 +632,9 @@ fn http(
         "Returns the version of HTTP of the probe response",
         f64::from(version / 10) + f64::from(version % 10) / 10.0,
     );
-    let regex =
-        error.is_some_and(|e| e.kind() == ErrorKind::Content && e.message().starts_with("body"));
+    // Every content check is a body regexp or a header one, both of which
+    // blackbox counts as failing by regex.
+    let regex = error.is_some_and(|e| e.kind() == ErrorKind::Content);
     p.gauges.set(
         "probe_failed_due_to_regex",
         "Indicates if probe failed due to regex",

@@ -102,13 +102,25 @@ async fn run(
         io = tls(module, host, io, d).await?;
     }
     let mut reader = BufReader::new(io);
-    let mut groups: Vec<Vec<u8>> = Vec::new();
     for (i, step) in module.steps.iter().enumerate() {
-        if let Some(re) = &step.expect {
-            groups = expect(&mut reader, re, i, d).await?;
-        }
+        // `${1}`, `$name` in `send` are the groups of this step's own
+        // match, as Go's Regexp.Expand gives them; without an `expect`
+        // the line is sent as written.
+        let matched = match &step.expect {
+            Some(re) => Some((re, expect(&mut reader, re, i, d).await?)),
+            None => None,
+        };
         if let Some(send) = &step.send {
-            let line = expand(send, &groups);
+            let line = match &matched {
+                Some((re, got)) => {
+                    let mut out = Vec::new();
+                    if let Some(caps) = re.captures(got) {
+                        caps.expand(send.as_bytes(), &mut out);
+                    }
+                    out
+                }
+                None => send.as_bytes().to_vec(),
+            };
             d.log
                 .push(format!("Sending line: {}", String::from_utf8_lossy(&line)));
             let w = reader.get_mut();
@@ -127,21 +139,34 @@ async fn run(
     Ok(())
 }
 
+/// The longest line read, as blackbox's scanner has it (64 KiB).
+const MAX_LINE: usize = 64 * 1024;
+
+/// Lines read kept in the probe's log, at most.
+const MAX_LOGGED: usize = 100;
+
 /// Reads lines until one matches `re` (as blackbox's scanner does),
-/// returning its groups.
+/// returning it.
 async fn expect(
     reader: &mut BufReader<Box<dyn Io>>,
     re: &regex::bytes::Regex,
     step: usize,
     d: &mut Dialogue,
-) -> Result<Vec<Vec<u8>>, String> {
+) -> Result<Vec<u8>, String> {
+    use tokio::io::AsyncReadExt as _;
     let mut line = Vec::new();
     loop {
         line.clear();
-        let n = reader
+        let n = (&mut *reader)
+            .take(MAX_LINE as u64 + 1)
             .read_until(b'\n', &mut line)
             .await
             .map_err(|e| format!("Error reading from connection: {e}"))?;
+        if line.len() > MAX_LINE {
+            return Err(format!(
+                "Error reading from connection: a line longer than {MAX_LINE} bytes (token too long)"
+            ));
+        }
         if n == 0 {
             d.regex_failed = true;
             return Err(format!(
@@ -152,55 +177,32 @@ async fn expect(
         while line.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
             line.pop();
         }
-        d.log
-            .push(format!("Read line: {}", String::from_utf8_lossy(&line)));
-        if let Some(caps) = re.captures(&line) {
+        if d.log.len() < MAX_LOGGED {
+            d.log
+                .push(format!("Read line: {}", String::from_utf8_lossy(&line)));
+        }
+        if re.is_match(&line) {
             d.log.push(format!("Regexp matched: {}", re.as_str()));
-            return Ok(caps
-                .iter()
-                .map(|m| m.map(|m| m.as_bytes().to_vec()).unwrap_or_default())
-                .collect());
+            return Ok(line);
         }
     }
-}
-
-/// `send` with `${N}` replaced by group N of the last match.
-fn expand(send: &str, groups: &[Vec<u8>]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(send.len());
-    let mut rest = send;
-    while let Some(at) = rest.find("${") {
-        out.extend_from_slice(&rest.as_bytes()[..at]);
-        let after = &rest[at + 2..];
-        match after
-            .find('}')
-            .map(|end| (end, after[..end].parse::<usize>()))
-        {
-            Some((end, Ok(n))) => {
-                if let Some(g) = groups.get(n) {
-                    out.extend_from_slice(g);
-                }
-                rest = &after[end + 1..];
-            }
-            _ => {
-                out.extend_from_slice(b"${");
-                rest = after;
-            }
-        }
-    }
-    out.extend_from_slice(rest.as_bytes());
-    out
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
     #[test]
-    fn groups_expand_into_the_line_sent() {
-        let groups = vec![b"PING :abc".to_vec(), b"abc".to_vec()];
-        assert_eq!(expand("PONG ${1}", &groups), b"PONG abc");
-        assert_eq!(expand("x ${9} y", &groups), b"x  y");
-        assert_eq!(expand("no groups", &groups), b"no groups");
-        assert_eq!(expand("odd ${x}", &groups), b"odd ${x}");
+    fn groups_expand_as_go_s_regexp_expand_does() {
+        let re = regex::bytes::Regex::new("^PING :(?P<t>[^ ]+)").unwrap();
+        let caps = re.captures(b"PING :abc").unwrap();
+        for (send, want) in [
+            ("PONG ${1}", "PONG abc"),
+            ("PONG $t", "PONG abc"),
+            ("x ${9} y", "x  y"),
+            ("plain", "plain"),
+        ] {
+            let mut out = Vec::new();
+            caps.expand(send.as_bytes(), &mut out);
+            assert_eq!(String::from_utf8_lossy(&out), want, "{send}");
+        }
     }
 }
