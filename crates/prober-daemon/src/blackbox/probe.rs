@@ -214,6 +214,15 @@ fn parse_target(module: &Module, target: &str) -> Result<Parsed, String> {
     }
 }
 
+/// Name lookups of scrape-time probes in flight at once, at most.
+const LOOKUPS: usize = 64;
+
+fn lookups() -> &'static Arc<tokio::sync::Semaphore> {
+    static LOOKUP_PERMITS: std::sync::OnceLock<Arc<tokio::sync::Semaphore>> =
+        std::sync::OnceLock::new();
+    LOOKUP_PERMITS.get_or_init(|| Arc::new(tokio::sync::Semaphore::new(LOOKUPS)))
+}
+
 /// Resolves `host` to one address of the module's preferred family (or
 /// the other, with fallback), as blackbox does.
 async fn resolve(host: &str, module: &Module, log: &mut Vec<String>) -> Result<IpAddr, String> {
@@ -225,11 +234,26 @@ async fn resolve(host: &str, module: &Module, log: &mut Vec<String>) -> Result<I
         "Resolving target address {host} (ip_protocol {})",
         if want6 { "ip6" } else { "ip4" }
     ));
-    let addrs: Vec<IpAddr> = tokio::net::lookup_host((host, 0))
+    // getaddrinfo cannot be cancelled: a lookup whose probe timed out
+    // keeps its resolver thread until it returns. Each holds one of
+    // LOOKUPS permits until then, so callers naming names that never
+    // answer cannot pile up threads on the metrics runtime.
+    let Ok(permit) = Arc::clone(lookups()).try_acquire_owned() else {
+        return Err(format!(
+            "Error resolving address {host}: {LOOKUPS} lookups are under way"
+        ));
+    };
+    let name = host.to_owned();
+    let lookup = tokio::spawn(async move {
+        let _permit = permit;
+        tokio::net::lookup_host((name.as_str(), 0))
+            .await
+            .map(|a| a.map(|a| a.ip()).collect::<Vec<IpAddr>>())
+    });
+    let addrs: Vec<IpAddr> = lookup
         .await
         .map_err(|e| format!("Error resolving address {host}: {e}"))?
-        .map(|a| a.ip())
-        .collect();
+        .map_err(|e| format!("Error resolving address {host}: {e}"))?;
     let pick = |v6: bool| addrs.iter().copied().find(|a| a.is_ipv6() == v6);
     match pick(want6).or_else(|| module.ip.fallback.then(|| pick(!want6)).flatten()) {
         Some(ip) => {
