@@ -1293,6 +1293,26 @@ const QUOTE_MAX: usize = 80;
 /// characters of it, around the column) and a caret: toml's own message
 /// quotes the whole line and a caret line as long, 100 MB for a 50 MB
 /// line.
+/// A job's (or `[defaults]`') unknown key, said with the protocols'
+/// tables it could also have been (`[job.http]`, ...), which serde's list
+/// of the job's own keys leaves out.
+fn with_tables(err: DaemonError, e: &toml::de::Error, tables: &[&str]) -> DaemonError {
+    let DaemonError::Config(msg) = err else {
+        return err;
+    };
+    let job_keys = e.message().starts_with("unknown field") && e.message().contains("`interval`");
+    if !job_keys || tables.is_empty() {
+        return DaemonError::Config(msg);
+    }
+    let named: Vec<String> = tables.iter().map(|t| format!("`{t}`")).collect();
+    let extra = format!(", or a protocol's table: {}", named.join(", "));
+    let msg = match msg.split_once('\n') {
+        Some((first, rest)) => format!("{first}{extra}\n{rest}"),
+        None => format!("{msg}{extra}"),
+    };
+    DaemonError::Config(msg)
+}
+
 fn toml_error(e: &toml::de::Error, text: &str) -> DaemonError {
     let reason = e.message().trim_end();
     let Some(span) = e.span() else {
@@ -1378,12 +1398,13 @@ pub async fn parse_with(
     registry: &Registry,
     resolution: Resolution<'_>,
 ) -> Result<Config> {
-    let keys = prober_net::options::ProtocolOptions::all(registry)
+    let keys: Vec<&'static str> = prober_net::options::ProtocolOptions::all(registry)
         .iter()
         .map(|o| o.key)
         .collect();
+    let tables = keys.clone();
     let mut raw: FileConfig = crate::own_tables::with_keys(keys, || toml::from_str(text))
-        .map_err(|e| toml_error(&e, text))?;
+        .map_err(|e| with_tables(toml_error(&e, text), &e, &tables))?;
     for j in &mut raw.jobs {
         j.inner.gather();
     }
@@ -1553,6 +1574,9 @@ mod tests {
             e.starts_with("line 4, column 1: unknown field `colour`"),
             "{e}"
         );
+        // The protocols' tables are named beside the job's own keys.
+        let first = e.lines().next().unwrap_or_default();
+        assert!(first.ends_with("or a protocol's table: `icmp`"), "{e}");
         // `[defaults]`' tables are checked when no job uses them too.
         let e = err("allow_empty = true\n\n[defaults.icmp]\nsockt = \"raw\"\n").await;
         assert!(
