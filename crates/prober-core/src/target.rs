@@ -348,7 +348,12 @@ pub fn parse_target(registry: &Registry, text: &str) -> Result<Target, TargetErr
     })
 }
 
-fn split_host_port(authority: &str) -> Result<(&str, Option<&str>), String> {
+/// Splits `HOST[:PORT]`, `[V6][:PORT]` or a bare IPv6 literal into the
+/// host and the port's text, as targets are written.
+///
+/// # Errors
+/// An unclosed `[`, or text after `]` that is not `:PORT`.
+pub fn split_host_port(authority: &str) -> Result<(&str, Option<&str>), String> {
     if let Some(inner) = authority.strip_prefix('[') {
         let Some((host, after)) = inner.split_once(']') else {
             return Err("unclosed '[' in IPv6 address".into());

@@ -69,12 +69,8 @@ fn parse(text: &str, base: &Path) -> Result<Option<WebTls>, String> {
     let web: WebYaml = if text.trim().is_empty() {
         WebYaml::default()
     } else {
-        serde_norway::from_str(text).map_err(|e| {
-            e.to_string()
-                .split_whitespace()
-                .collect::<Vec<_>>()
-                .join(" ")
-        })?
+        serde_norway::from_str(text)
+            .map_err(|e| crate::blackbox::config::one_line(&e.to_string()))?
     };
     if web.basic_auth_users.is_some() {
         return Err(
@@ -162,11 +158,8 @@ fn parse(text: &str, base: &Path) -> Result<Option<WebTls>, String> {
         _ => builder.with_no_client_auth(),
     };
     let chain = pem_certs(&base.join(cert), "cert_file")?;
-    let key = {
-        use rustls::pki_types::pem::PemObject as _;
-        rustls::pki_types::PrivateKeyDer::from_pem_file(base.join(key))
-            .map_err(|e| format!("tls_server_config.key_file {}: {e}", key.display()))?
-    };
+    let key = prober_net::tls::pem_key(&base.join(key))
+        .map_err(|e| format!("tls_server_config.key_file {}: {e}", key.display()))?;
     let mut cfg = builder
         .with_single_cert(chain, key)
         .map_err(|e| format!("tls_server_config: {e}"))?;
@@ -182,17 +175,8 @@ fn pem_certs(
     path: &Path,
     key: &str,
 ) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, String> {
-    use rustls::pki_types::pem::PemObject as _;
-    let certs = rustls::pki_types::CertificateDer::pem_file_iter(path)
-        .and_then(Iterator::collect::<Result<Vec<_>, _>>)
-        .map_err(|e| format!("tls_server_config.{key} {}: {e}", path.display()))?;
-    if certs.is_empty() {
-        return Err(format!(
-            "tls_server_config.{key} {}: holds no PEM certificate",
-            path.display()
-        ));
-    }
-    Ok(certs)
+    prober_net::tls::pem_certs(path)
+        .map_err(|e| format!("tls_server_config.{key} {}: {e}", path.display()))
 }
 
 fn versions(

@@ -5,7 +5,6 @@ use std::path::Path;
 use std::sync::Arc;
 
 use prober_core::protocol::TlsFiles;
-use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::HttpVersion;
@@ -29,28 +28,20 @@ pub enum ServerTlsError {
     Config(#[from] rustls::Error),
 }
 
-fn certs(what: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, ServerTlsError> {
-    let bad = |why: String| ServerTlsError::File {
+fn file_error(what: &'static str, path: &Path) -> impl FnOnce(String) -> ServerTlsError {
+    move |why| ServerTlsError::File {
         what,
         path: path.display().to_string(),
         why,
-    };
-    let certs = CertificateDer::pem_file_iter(path)
-        .map_err(|e| bad(e.to_string()))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| bad(e.to_string()))?;
-    if certs.is_empty() {
-        return Err(bad("holds no PEM CERTIFICATE".to_owned()));
     }
-    Ok(certs)
+}
+
+fn certs(what: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, ServerTlsError> {
+    prober_net::tls::pem_certs(path).map_err(file_error(what, path))
 }
 
 fn key(what: &'static str, path: &Path) -> Result<PrivateKeyDer<'static>, ServerTlsError> {
-    PrivateKeyDer::from_pem_file(path).map_err(|e| ServerTlsError::File {
-        what,
-        path: path.display().to_string(),
-        why: e.to_string(),
-    })
+    prober_net::tls::pem_key(path).map_err(file_error(what, path))
 }
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {

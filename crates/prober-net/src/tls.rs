@@ -216,3 +216,30 @@ pub fn default_roots(which: prober_core::protocol::Roots) -> Arc<rustls::RootCer
         })),
     }
 }
+
+/// The certificates of a PEM file (`--tls-cert`, `--ca`, a web config's
+/// `cert_file`); the error says why, and the caller names the file.
+///
+/// # Errors
+/// A file that cannot be read or parsed, or that holds no certificate.
+pub fn pem_certs(path: &std::path::Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    use rustls::pki_types::pem::PemObject as _;
+    let certs = CertificateDer::pem_file_iter(path)
+        .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+        .map_err(|e| e.to_string())?;
+    if certs.is_empty() {
+        return Err("holds no PEM CERTIFICATE".to_owned());
+    }
+    Ok(certs)
+}
+
+/// The private key of a PEM file; the error says why.
+///
+/// # Errors
+/// A file that cannot be read or holds no key.
+pub fn pem_key(
+    path: &std::path::Path,
+) -> Result<rustls::pki_types::PrivateKeyDer<'static>, String> {
+    use rustls::pki_types::pem::PemObject as _;
+    rustls::pki_types::PrivateKeyDer::from_pem_file(path).map_err(|e| e.to_string())
+}

@@ -46,12 +46,16 @@ fn server_config(env: &ServeEnv, alpn: &[&[u8]]) -> Result<quinn::ServerConfig, 
 }
 
 fn check_h3(env: &ServeEnv) -> Result<(), ServeError> {
-    server_config(env, &[crate::protocol::H3_ALPN]).map(drop)
+    server_config(env, H3_ALPNS).map(drop)
 }
 
 fn check_quic(env: &ServeEnv) -> Result<(), ServeError> {
-    server_config(env, &[ECHO_ALPN]).map(drop)
+    server_config(env, ECHO_ALPNS).map(drop)
 }
+
+/// What each responder offers in ALPN.
+const H3_ALPNS: &[&[u8]] = &[crate::protocol::H3_ALPN];
+const ECHO_ALPNS: &[&[u8]] = &[ECHO_ALPN, crate::protocol::H3_ALPN];
 
 /// ALPN of the echo responder (and `h3`, so that a `quic://` handshake
 /// with the default ALPN reaches it too).
@@ -193,32 +197,34 @@ async fn echo_conn(conn: quinn::Connection, stop: CancellationToken) {
     }
 }
 
-fn h3(addr: SocketAddr, env: &ServeEnv) -> ServeFuture<'_> {
-    Box::pin(async move {
-        let cfg = server_config(env, &[crate::protocol::H3_ALPN])?;
-        let (endpoint, at) = bind("h3", addr, cfg)?;
-        Ok(Serving {
-            bound: vec![("h3", at)],
-            tasks: vec![Box::pin(accept(endpoint, env.stop.clone(), |c, s| {
-                h3_conn(c, s)
-            }))],
-            stats: Vec::new(),
-        })
+/// Binds `name`'s endpoint with these ALPNs and accepts its connections,
+/// each handled by `handle`.
+fn start<F, Fut>(
+    name: &'static str,
+    alpn: &[&[u8]],
+    addr: SocketAddr,
+    env: &ServeEnv,
+    handle: F,
+) -> Result<Serving, ServeError>
+where
+    F: Fn(quinn::Connection, CancellationToken) -> Fut + Copy + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let cfg = server_config(env, alpn)?;
+    let (endpoint, at) = bind(name, addr, cfg)?;
+    Ok(Serving {
+        bound: vec![(name, at)],
+        tasks: vec![Box::pin(accept(endpoint, env.stop.clone(), handle))],
+        stats: Vec::new(),
     })
 }
 
+fn h3(addr: SocketAddr, env: &ServeEnv) -> ServeFuture<'_> {
+    Box::pin(async move { start("h3", H3_ALPNS, addr, env, h3_conn) })
+}
+
 fn quic(addr: SocketAddr, env: &ServeEnv) -> ServeFuture<'_> {
-    Box::pin(async move {
-        let cfg = server_config(env, &[ECHO_ALPN, crate::protocol::H3_ALPN])?;
-        let (endpoint, at) = bind("quic", addr, cfg)?;
-        Ok(Serving {
-            bound: vec![("quic", at)],
-            tasks: vec![Box::pin(accept(endpoint, env.stop.clone(), |c, s| {
-                echo_conn(c, s)
-            }))],
-            stats: Vec::new(),
-        })
-    })
+    Box::pin(async move { start("quic", ECHO_ALPNS, addr, env, echo_conn) })
 }
 
 /// `--h3 ADDR`: answers `h3://` (and `quic://` handshakes).

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicI64;
 
 use prober_core::protocol::TlsFiles;
-use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
@@ -14,20 +13,11 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 fn certs(what: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .and_then(Iterator::collect::<Result<Vec<_>, _>>)
-        .map_err(|e| format!("{what} {}: {e}", path.display()))?;
-    if certs.is_empty() {
-        return Err(format!(
-            "{what} {}: holds no PEM certificate",
-            path.display()
-        ));
-    }
-    Ok(certs)
+    prober_net::tls::pem_certs(path).map_err(|e| format!("{what} {}: {e}", path.display()))
 }
 
 fn key(what: &str, path: &Path) -> Result<PrivateKeyDer<'static>, String> {
-    PrivateKeyDer::from_pem_file(path).map_err(|e| format!("{what} {}: {e}", path.display()))
+    prober_net::tls::pem_key(path).map_err(|e| format!("{what} {}: {e}", path.display()))
 }
 
 /// The client: roots from `--ca` (else the default roots), `--insecure`,

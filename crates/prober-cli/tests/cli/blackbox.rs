@@ -23,9 +23,28 @@ fn port_of(addr: &str) -> &str {
     addr.rsplit_once(':').map_or(addr, |(_, p)| p)
 }
 
+/// A child process killed on drop.
+struct KilledOnDrop(Child);
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits up to 10 s for `url` to answer, for a server `what` just started.
+fn wait_until_answering(url: &str, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while get(url).is_none() {
+        assert!(Instant::now() < deadline, "{what} did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// The real exporter with `config` on a free loopback port; killed on drop.
 struct Exporter {
-    child: Child,
+    _child: KilledOnDrop,
     port: u16,
 }
 
@@ -39,20 +58,15 @@ impl Exporter {
             .stderr(Stdio::null())
             .spawn()
             .expect("blackbox_exporter starts");
-        let e = Self { child, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while get(&format!("http://127.0.0.1:{port}/metrics")).is_none() {
-            assert!(Instant::now() < deadline, "blackbox_exporter did not start");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let e = Self {
+            _child: KilledOnDrop(child),
+            port,
+        };
+        wait_until_answering(
+            &format!("http://127.0.0.1:{port}/metrics"),
+            "blackbox_exporter",
+        );
         e
-    }
-}
-
-impl Drop for Exporter {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -61,7 +75,7 @@ impl Drop for Exporter {
 /// One process (`master_process off`): a master killed on drop would
 /// leave its worker behind.
 struct Nginx {
-    child: Child,
+    _child: KilledOnDrop,
     addr: String,
 }
 
@@ -84,22 +98,11 @@ impl Nginx {
             .spawn()
             .expect("nginx starts");
         let n = Self {
-            child,
+            _child: KilledOnDrop(child),
             addr: format!("127.0.0.1:{port}"),
         };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while get(&format!("http://{}/index.html", n.addr)).is_none() {
-            assert!(Instant::now() < deadline, "nginx did not start");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait_until_answering(&format!("http://{}/index.html", n.addr), "nginx");
         n
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -43,8 +43,8 @@ const PROTOCOL_LAYER: &[&str] = &["prober-core", "prober-sys", "prober-net"];
 /// prober crate").
 const BINARY: &str = "prober-cli";
 
-/// The workspace's prober crates (not the benches).
-fn crates() -> Vec<String> {
+/// `cargo metadata` of the workspace (its own crates only).
+fn metadata() -> serde_json::Value {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let out = Command::new(cargo)
         .args([
@@ -62,7 +62,11 @@ fn crates() -> Vec<String> {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The workspace's prober crates (not the benches), of `meta`.
+fn crates(meta: &serde_json::Value) -> Vec<String> {
     meta["packages"]
         .as_array()
         .unwrap()
@@ -90,25 +94,8 @@ fn allowed_for(name: &str, all: &[String]) -> BTreeSet<String> {
 
 #[test]
 fn crates_depend_only_on_lower_layers() {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let out = Command::new(cargo)
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--no-deps",
-            "--offline",
-        ])
-        .current_dir(workspace())
-        .output()
-        .expect("cargo metadata runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let all = crates();
+    let meta = metadata();
+    let all = crates(&meta);
     for pkg in meta["packages"].as_array().unwrap() {
         let name = pkg["name"].as_str().unwrap();
         if name == "prober-benches" {
@@ -139,7 +126,7 @@ fn crates_depend_only_on_lower_layers() {
 /// list it gives is this test's table, so the docs cannot drift from it.
 #[test]
 fn each_crate_says_what_it_may_use_and_may_not_do() {
-    let all = crates();
+    let all = crates(&metadata());
     for name in &all {
         let allowed = allowed_for(name, &all);
         let dir = workspace().join("crates").join(name).join("src");

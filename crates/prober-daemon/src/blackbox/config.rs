@@ -407,7 +407,7 @@ pub(crate) fn parse(text: &str, base: &Path, registry: &Registry) -> Result<Modu
 
 /// A YAML error on one line, without serde's list of every key the
 /// section could have had (its place in the file stays).
-fn one_line(text: &str) -> String {
+pub(crate) fn one_line(text: &str) -> String {
     let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
     match text.split_once(", expected one of ") {
         Some((head, rest)) => match rest.rsplit_once(" at line ") {

@@ -89,8 +89,7 @@ impl Blackbox {
     /// # Errors
     /// Why it did not load.
     pub(crate) fn reload(&self) -> Result<(), String> {
-        let modules = config::load(&self.path(), self.registry)?;
-        log_refused(&modules);
+        let modules = load(&self.path(), self.registry)?;
         *self
             .modules
             .write()

@@ -108,20 +108,9 @@ fn host_port(text: &str, default: Option<u16>) -> Result<(String, u16), String> 
     if text.chars().any(char::is_control) {
         return Err(format!("{text:?} holds control characters"));
     }
-    let (host, port) = if let Some(rest) = text.strip_prefix('[') {
-        let (h, after) = rest
-            .split_once(']')
-            .ok_or_else(|| format!("{text:?}: an IPv6 literal without its ']'"))?;
-        if !after.is_empty() && !after.starts_with(':') {
-            return Err(format!("{text:?}: only :PORT may follow ']'"));
-        }
-        (h, after.strip_prefix(':'))
-    } else if text.matches(':').count() == 1 {
-        let (h, p) = text.split_once(':').unwrap_or((text, ""));
-        (h, Some(p))
-    } else {
-        (text, None)
-    };
+    // As every target's authority is read.
+    let (host, port) =
+        prober_core::target::split_host_port(text).map_err(|e| format!("{text:?}: {e}"))?;
     if host.is_empty() {
         return Err(format!("{text:?} has no host"));
     }
@@ -503,13 +492,18 @@ async fn run(
             (None, None)
         }
     };
-    let detail = reply
-        .and_then(|r| r.app.detail)
-        .or_else(|| error.and_then(prober_core::ProbeError::detail));
+    let got = Got {
+        reply,
+        error,
+        detail: reply
+            .and_then(|r| r.app.detail)
+            .or_else(|| error.and_then(prober_core::ProbeError::detail)),
+        lookup,
+    };
     let mut ok = reply.is_some();
     match module.kind {
         Kind::Http => {
-            ok &= http(p, module, reply, error, detail, lookup, scheme.tls);
+            ok &= http(p, module, &got, scheme.tls);
             if scheme.tls {
                 cert_expiry(p, anomalies.cert_not_after);
             }
@@ -520,24 +514,18 @@ async fn run(
             0.0,
         ),
         Kind::Icmp => {
-            p.gauges.with(
-                "probe_icmp_duration_seconds",
-                "Duration of icmp request by phase",
-                &[("phase", "resolve")],
-                lookup.as_secs_f64(),
-            );
-            p.gauges.with(
-                "probe_icmp_duration_seconds",
-                "Duration of icmp request by phase",
-                &[("phase", "setup")],
-                setup.as_secs_f64(),
-            );
-            p.gauges.with(
-                "probe_icmp_duration_seconds",
-                "Duration of icmp request by phase",
-                &[("phase", "rtt")],
-                reply.map_or(0.0, |r| r.rtt().as_secs_f64()),
-            );
+            for (name, v) in [
+                ("resolve", lookup.as_secs_f64()),
+                ("setup", setup.as_secs_f64()),
+                ("rtt", reply.map_or(0.0, |r| r.rtt().as_secs_f64())),
+            ] {
+                p.gauges.with(
+                    "probe_icmp_duration_seconds",
+                    "Duration of icmp request by phase",
+                    &[("phase", name)],
+                    v,
+                );
+            }
             if let Some(ttl) = reply.and_then(|r| r.ttl) {
                 p.gauges.set(
                     "probe_icmp_reply_hop_limit",
@@ -546,23 +534,31 @@ async fn run(
                 );
             }
         }
-        Kind::Dns => dns(p, reply, detail, lookup),
-        Kind::Grpc => grpc(p, module, reply, error, detail, lookup, &anomalies),
+        Kind::Dns => dns(p, &got),
+        Kind::Grpc => grpc(p, module, &got, &anomalies),
     }
     p.success = ok;
-    extras(p, reply, error);
+    extras(p, &got);
 }
 
-#[allow(clippy::too_many_arguments)]
-fn http(
-    p: &mut Probed,
-    module: &Module,
-    reply: Option<&prober_core::Reply>,
-    error: Option<&prober_core::ProbeError>,
+/// What one probe gave, as the families of each prober read it.
+struct Got<'a> {
+    reply: Option<&'a prober_core::Reply>,
+    error: Option<&'a prober_core::ProbeError>,
+    /// The reply's status, from the reply or from the error of a check it
+    /// failed.
     detail: Option<Detail>,
+    /// The name lookup's time.
     lookup: Duration,
-    scheme_tls: bool,
-) -> bool {
+}
+
+fn http(p: &mut Probed, module: &Module, got: &Got<'_>, scheme_tls: bool) -> bool {
+    let Got {
+        reply,
+        error,
+        detail,
+        lookup,
+    } = *got;
     let mut ok = true;
     let (status, version, redirects, tls, body, last_modified) = match detail {
         Some(Detail::Http {
@@ -667,12 +663,13 @@ fn http(
     ok
 }
 
-fn dns(
-    p: &mut Probed,
-    reply: Option<&prober_core::Reply>,
-    detail: Option<Detail>,
-    lookup: Duration,
-) {
+fn dns(p: &mut Probed, got: &Got<'_>) {
+    let Got {
+        reply,
+        detail,
+        lookup,
+        ..
+    } = *got;
     let (answers, authority, additional) = match detail {
         Some(Detail::Dns {
             answers,
@@ -716,16 +713,13 @@ fn dns(
     );
 }
 
-#[allow(clippy::too_many_arguments)]
-fn grpc(
-    p: &mut Probed,
-    module: &Module,
-    reply: Option<&prober_core::Reply>,
-    error: Option<&prober_core::ProbeError>,
-    detail: Option<Detail>,
-    lookup: Duration,
-    anomalies: &prober_core::Anomalies,
-) {
+fn grpc(p: &mut Probed, module: &Module, got: &Got<'_>, anomalies: &prober_core::Anomalies) {
+    let Got {
+        reply,
+        error,
+        detail,
+        lookup,
+    } = *got;
     let (code, serving) = match detail {
         Some(Detail::Grpc { code, serving }) => (code, serving),
         // No call was answered: grpc-go reports a connection that failed
@@ -791,11 +785,8 @@ fn cert_expiry(p: &mut Probed, not_after: Option<i64>) {
 }
 
 /// prober's own families: the round trip, its split, and why it failed.
-fn extras(
-    p: &mut Probed,
-    reply: Option<&prober_core::Reply>,
-    error: Option<&prober_core::ProbeError>,
-) {
+fn extras(p: &mut Probed, got: &Got<'_>) {
+    let Got { reply, error, .. } = *got;
     if let Some(e) = error {
         p.gauges.with(
             "prober_probe_error",
