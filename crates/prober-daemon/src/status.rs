@@ -237,6 +237,7 @@ th, td {{ padding: .25em .5em; border-bottom: 1px solid #ddd; text-align: left; 
 th {{ background: #f3f3f3; position: sticky; top: 0; }}
 td.n {{ text-align: right; font-variant-numeric: tabular-nums; }}
 td.n, td.l {{ white-space: nowrap; }}
+td.lb {{ font-size: .85em; white-space: nowrap; }}
 tr.down td {{ background: #fbd5d5; }}
 tr.loss td {{ background: #fdf0c8; }}
 span.badge {{ font-weight: 600; }}
@@ -267,10 +268,41 @@ li.bad {{ color: #a00; }}
         );
         self.daemon_state(&mut h);
         self.pager(&mut h, view, (page, pages, shown));
-        // A labels column only where some row on the page has labels of
-        // its own: on 1280 px every column counts.
+        // Labels that every row on the page shares (a DaemonSet's node and
+        // rack, on every target of the node) are said once above the
+        // table; a labels column only where some row has labels of its own
+        // beyond those: on 1280 px every column counts (in the fleet lab a
+        // column repeating `node=h2-1 rack=leaf2` pushed the hour off it).
         let own = |k: &str| !matches!(k, "probe" | "target" | "protocol");
-        let with_labels = rows.iter().any(|r| r.labels.iter().any(|(k, _)| own(k)));
+        let common: Vec<(String, String)> = rows.first().map_or_else(Vec::new, |first| {
+            first
+                .labels
+                .iter()
+                .filter(|(k, v)| {
+                    own(k)
+                        && rows
+                            .iter()
+                            .all(|r| r.labels.iter().any(|(k2, v2)| k2 == k && v2 == v))
+                })
+                .cloned()
+                .collect()
+        });
+        let varying =
+            |k: &str, v: &str| own(k) && !common.iter().any(|(ck, cv)| ck == k && cv == v);
+        let with_labels = rows
+            .iter()
+            .any(|r| r.labels.iter().any(|(k, v)| varying(k, v)));
+        if !common.is_empty() {
+            let said: Vec<String> = common
+                .iter()
+                .map(|(k, v)| format!("<code>{}={}</code>", esc(k), esc(v)))
+                .collect();
+            let _ = writeln!(
+                h,
+                r#"<p class="summary">labels of every target below: {}</p>"#,
+                said.join(" ")
+            );
+        }
         h.push_str(if with_labels {
             r#"<div class="scroll"><table>
 <thead><tr><th rowspan="2">state</th><th rowspan="2">probe</th><th rowspan="2">target</th><th rowspan="2">labels</th><th rowspan="2">sent</th>"#
@@ -294,7 +326,7 @@ li.bad {{ color: #a00; }}
             let extra: Vec<String> = r
                 .labels
                 .iter()
-                .filter(|(k, _)| !matches!(k.as_str(), "probe" | "target" | "protocol"))
+                .filter(|(k, v)| varying(k, v))
                 .map(|(k, v)| format!("{}={}", esc(k), esc(v)))
                 .collect();
             let st = state(r);
@@ -316,7 +348,7 @@ li.bad {{ color: #a00; }}
                 probe = esc(label("probe")),
                 target = esc(label("target")),
                 extra = if with_labels {
-                    format!(r#"<td class="l">{}</td>"#, extra.join(" "))
+                    format!(r#"<td class="lb">{}</td>"#, extra.join("<br>"))
                 } else {
                     String::new()
                 },
