@@ -90,7 +90,9 @@ pub use pacer::Pacer;
 pub use probe::{Probe, Unresolved};
 pub use protocol::{Protocol, Registry};
 pub use runner::{Event, Launch, Runnable, once, run_target, runnable};
-pub use sample::{AppReply, Detail, Outcome, Parts, Phases, Reply, ResponderTimes, Sample, Stamps};
+pub use sample::{
+    AppReply, Detail, Missing, Outcome, Parts, Phases, Reply, ResponderTimes, Sample, Stamps,
+};
 pub use sink::{Context, Fanout, Sink};
 pub use stats::{DistSummary, Summary};
 pub use target::{Target, TargetError, parse_target};

@@ -184,7 +184,15 @@ impl Stamps {
     /// the monotonic user RTT, to detect a clock step.
     pub fn parts(&self, mono: Duration) -> Parts {
         let Some(rtt) = self.user_rtt(mono) else {
-            return Parts::default();
+            let missing = if self.t1.is_some() && self.t4.is_some() {
+                Missing::ClockStep
+            } else {
+                Missing::UserStamps
+            };
+            return Parts {
+                missing: Some(missing),
+                ..Parts::default()
+            };
         };
         let (t1, t4) = (self.t1.unwrap_or(0), self.t4.unwrap_or(0));
         // A kernel stamp outside [t1, t4] means the clock moved: unknown.
@@ -194,6 +202,8 @@ impl Stamps {
             (Some(a), Some(b)) if a > b => (None, None),
             pair => pair,
         };
+        let out_of_order =
+            (self.t1k.is_some() && t1k.is_none()) || (self.t4k.is_some() && t4k.is_none());
         let kernel_rtt = t1k.zip(t4k).map(|(a, b)| b - a);
         let r = self.responder.unwrap_or_default();
         let turnaround = match (r.wake, r.dwell, r.send) {
@@ -218,7 +228,7 @@ impl Stamps {
                 (send, network.filter(|_| send.is_some()).map(|n| n + h))
             }
         };
-        Parts {
+        let mut parts = Parts {
             rtt: Some(rtt),
             kernel_rtt,
             ping_rtt: t4k.map(|k| k - t1),
@@ -230,6 +240,82 @@ impl Stamps {
             client_wake: t4k.map(|k| t4 - k),
             responder_turnaround: r.turnaround,
             kernel_peer: self.kernel_peer,
+            missing: None,
+        };
+        if !parts.complete() {
+            // The first stamp along the round trip that is not there.
+            parts.missing = Some(if out_of_order {
+                Missing::StampOrder
+            } else if self.t1k.is_none() {
+                Missing::ClientSend
+            } else if self.t4k.is_none() {
+                Missing::ClientReceive
+            } else if self.handshake.is_some() && client_send.is_none() {
+                Missing::Handshake
+            } else if self.responder.is_none() {
+                Missing::Responder
+            } else if r.turnaround.is_none() && r.wake.is_none() {
+                Missing::ResponderReceive
+            } else if r.turnaround.is_none() && r.send.is_none() {
+                Missing::ResponderSend
+            } else {
+                Missing::ResponderDwell
+            });
+        }
+        parts
+    }
+}
+
+/// Why a reply's split is not complete: the first stamp along the round
+/// trip that was not there, or the clock that made them unusable. Counted
+/// per reason in summaries and in `/metrics`
+/// (`prober_split_incomplete_total{reason}`), so that a host that lost its
+/// stamps can be told from one that is slow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Missing {
+    /// The user send or receive time was not read (no part can be known).
+    UserStamps,
+    /// The wall clock was stepped during the probe (its user RTT disagrees
+    /// with the monotonic one): every part unknown, never wrong.
+    ClockStep,
+    /// A kernel stamp fell outside the user send and receive times, or the
+    /// receive stamp before the send stamp: the clock moved.
+    StampOrder,
+    /// No kernel transmit stamp for the request (t1k): transmit stamps are
+    /// off (`--no-tx-stamps`, the daemon's `[stamps] transmit = false`), or
+    /// the kernel's stamp did not come back before the reply.
+    ClientSend,
+    /// No kernel receive stamp for the reply (t4k).
+    ClientReceive,
+    /// A handshake before the request that did not fit in its send part.
+    Handshake,
+    /// The peer reported no times at all (a server that is not prober's
+    /// responder, or one that stamps nothing).
+    Responder,
+    /// The responder's kernel receive stamp (t2k) is missing.
+    ResponderReceive,
+    /// The responder's kernel transmit stamp (t3k) never came: no follow-up
+    /// (a UDP responder sends them to non-loopback peers only with
+    /// `--udp-follow-ups`), or it came after the probe ended.
+    ResponderSend,
+    /// The responder's handler time (t3 − t2) is missing.
+    ResponderDwell,
+}
+
+impl Missing {
+    /// The reason's name in summaries and the metrics' `reason` label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::UserStamps => "user_stamps",
+            Self::ClockStep => "clock_step",
+            Self::StampOrder => "stamp_order",
+            Self::ClientSend => "client_send_stamp",
+            Self::ClientReceive => "client_receive_stamp",
+            Self::Handshake => "handshake",
+            Self::Responder => "responder_times",
+            Self::ResponderReceive => "responder_receive_stamp",
+            Self::ResponderSend => "responder_send_stamp",
+            Self::ResponderDwell => "responder_dwell",
         }
     }
 }
@@ -266,6 +352,8 @@ pub struct Parts {
     pub responder_turnaround: Option<u64>,
     /// The peer is a kernel (ICMP): the responder parts do not apply.
     pub kernel_peer: bool,
+    /// Why the split is not complete; `None` when it is.
+    pub missing: Option<Missing>,
 }
 
 impl Parts {
@@ -442,10 +530,70 @@ mod tests {
     }
 
     #[test]
+    fn an_incomplete_split_names_the_first_stamp_missing() {
+        let mono = Duration::from_nanos(80_000);
+        let full = stamps(1_000_000, 1_004_000, 1_050_000, 1_080_000);
+        assert_eq!(full.parts(mono).missing, None);
+        let why = |s: Stamps| s.parts(mono).missing.map(Missing::name);
+        let no_tx = Stamps { t1k: None, ..full };
+        assert_eq!(why(no_tx), Some("client_send_stamp"));
+        let no_rx = Stamps { t4k: None, ..full };
+        assert_eq!(why(no_rx), Some("client_receive_stamp"));
+        // Both missing: the first along the round trip is named.
+        assert_eq!(
+            why(Stamps { t4k: None, ..no_tx }),
+            Some("client_send_stamp")
+        );
+        let bare = Stamps {
+            responder: None,
+            ..full
+        };
+        assert_eq!(why(bare), Some("responder_times"));
+        let r = full.responder.unwrap();
+        let resp = |r: ResponderTimes| Stamps {
+            responder: Some(r),
+            ..full
+        };
+        let no_t3k = ResponderTimes { send: None, ..r };
+        assert_eq!(why(resp(no_t3k)), Some("responder_send_stamp"));
+        let no_t2k = ResponderTimes { wake: None, ..r };
+        assert_eq!(why(resp(no_t2k)), Some("responder_receive_stamp"));
+        let no_dwell = ResponderTimes { dwell: None, ..r };
+        assert_eq!(why(resp(no_dwell)), Some("responder_dwell"));
+        // A turnaround stands for the three (STAMP): complete.
+        let turnaround = ResponderTimes {
+            send: None,
+            turnaround: Some(10_000),
+            ..r
+        };
+        assert_eq!(why(resp(turnaround)), None);
+        // A receive stamp after t4: the clock moved.
+        let late = Stamps {
+            t4k: Some(1_090_000),
+            ..full
+        };
+        assert_eq!(why(late), Some("stamp_order"));
+        // An ICMP peer needs no responder times.
+        let kernel = Stamps {
+            responder: None,
+            kernel_peer: true,
+            ..full
+        };
+        assert_eq!(why(kernel), None);
+        assert_eq!(why(Stamps { t4: None, ..full }), Some("user_stamps"));
+    }
+
+    #[test]
     fn a_clock_step_makes_the_split_unknown_not_wrong() {
         // The wall clock jumped 1 s back between t1 and t4.
         let s = stamps(2_000_000_000, 2_000_004_000, 1_000_050_000, 1_000_080_000);
-        assert_eq!(s.parts(Duration::from_micros(80)), Parts::default());
+        assert_eq!(
+            s.parts(Duration::from_micros(80)),
+            Parts {
+                missing: Some(Missing::ClockStep),
+                ..Parts::default()
+            }
+        );
         assert_eq!(s.user_rtt(Duration::from_micros(80)), None);
         // Forward by 2 ms: unknown too.
         let s = stamps(1_000_000, 1_004_000, 3_050_000, 3_080_000);

@@ -256,9 +256,28 @@ pub struct Dists {
     pub split_partial: u64,
     /// Replies with no part known (no kernel stamps, or a clock step).
     pub split_unknown: u64,
+    /// Partial and unknown splits by why ([`crate::Missing`] order).
+    pub split_missing: [u64; MISSING.len()],
     /// The peer is a kernel (ICMP): the responder parts do not apply.
     pub kernel_peer: bool,
 }
+
+/// Every [`crate::Missing`], in the order of `Dists::split_missing`.
+pub const MISSING: [crate::Missing; 10] = {
+    use crate::Missing::*;
+    [
+        UserStamps,
+        ClockStep,
+        StampOrder,
+        ClientSend,
+        ClientReceive,
+        Handshake,
+        Responder,
+        ResponderReceive,
+        ResponderSend,
+        ResponderDwell,
+    ]
+};
 
 /// Everything recorded for one target.
 #[derive(Debug, Clone)]
@@ -361,6 +380,9 @@ impl TargetStats {
             } else {
                 d.split_unknown += 1;
             }
+            if let Some(m) = parts.missing {
+                d.split_missing[m as usize] += 1;
+            }
         }
     }
 
@@ -429,6 +451,12 @@ impl TargetStats {
                 partial: d.split_partial,
                 unknown: d.split_unknown,
                 kernel_peer: d.kernel_peer,
+                missing: MISSING
+                    .iter()
+                    .zip(d.split_missing)
+                    .filter(|(_, n)| *n > 0)
+                    .map(|(m, n)| (m.name().to_owned(), n))
+                    .collect(),
             }),
         }
     }
@@ -545,7 +573,7 @@ pub struct Summary {
 }
 
 /// How many replies had all, some or none of their parts known.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct SplitCounts {
     /// Every part known.
     pub complete: u64,
@@ -556,6 +584,11 @@ pub struct SplitCounts {
     /// The peer is a kernel (ICMP echo): no responder parts, and its
     /// turnaround is in the network part.
     pub kernel_peer: bool,
+    /// Partial and unknown splits by why: the first stamp along the round
+    /// trip that was missing ([`crate::Missing::name`]), only those that
+    /// occurred.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub missing: std::collections::BTreeMap<String, u64>,
 }
 
 impl Summary {

@@ -93,7 +93,7 @@ impl HumanSink {
     /// "Where the time goes": each known part's median and its share of the
     /// median RTT, and how many splits were complete.
     fn write_split(&mut self, s: &Summary) -> io::Result<()> {
-        let (Some(rtt), Some(split)) = (s.rtt.as_ref(), s.split) else {
+        let (Some(rtt), Some(split)) = (s.rtt.as_ref(), s.split.as_ref()) else {
             return Ok(());
         };
         if s.parts.is_empty() {
@@ -182,10 +182,22 @@ impl HumanSink {
                 "  (the peer's kernel answers; its turnaround is in the network part)"
             )?;
         }
+        let missing: Vec<String> = split
+            .missing
+            .iter()
+            .map(|(why, n)| format!("{why} {n}"))
+            .collect();
         writeln!(
             self.out,
-            "  split: {} complete, {} partial, {} unknown",
-            split.complete, split.partial, split.unknown
+            "  split: {} complete, {} partial, {} unknown{}",
+            split.complete,
+            split.partial,
+            split.unknown,
+            if missing.is_empty() {
+                String::new()
+            } else {
+                format!(" (missing: {})", missing.join(", "))
+            }
         )?;
         Ok(())
     }

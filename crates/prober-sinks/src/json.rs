@@ -126,6 +126,10 @@ pub struct ProbeLine<'a> {
     ping_rtt_ns: Option<u64>,
     #[serde(skip_serializing_if = "KeyedNs::is_empty")]
     parts: KeyedNs,
+    /// Why an answered probe's split is not complete: the first stamp along
+    /// the round trip that was missing ([`prober_core::Missing::name`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    split_missing: Option<&'static str>,
     /// The responder's turnaround where it reports only that (STAMP).
     #[serde(skip_serializing_if = "Option::is_none")]
     responder_turnaround_ns: Option<u64>,
@@ -276,6 +280,7 @@ impl<'a> ProbeLine<'a> {
             kernel_rtt_ns: parts.kernel_rtt,
             ping_rtt_ns: parts.ping_rtt,
             parts: KeyedNs(&PART_KEYS, parts.list()),
+            split_missing: parts.missing.map(prober_core::Missing::name),
             responder_turnaround_ns: parts.responder_turnaround,
             forward_ns: responder.and_then(|r| r.forward),
             backward_ns: responder.and_then(|r| r.backward),

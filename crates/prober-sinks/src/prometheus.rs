@@ -245,6 +245,11 @@ struct Exported {
     jitter: Option<f64>,
     /// Whether the last probe was answered; `None` before the first.
     up: Option<bool>,
+    /// Answered probes whose split was not complete, by why
+    /// ([`prober_core::stats::MISSING`] order); made at the first one, and
+    /// only when [`Families::parts`] is on (with transmit stamps off, the
+    /// daemon's default, every probe would count).
+    split_missing: Option<Box<[u64; prober_core::stats::MISSING.len()]>>,
     /// One lock for all of a target's histograms: a sample observes in
     /// up to ten of them.
     hists: Arc<Mutex<Hists>>,
@@ -438,6 +443,7 @@ impl PrometheusSink {
                 bursts: t.stats.seq.bursts,
                 jitter: None,
                 up: None,
+                split_missing: None,
                 hists: Arc::new(Mutex::new(Hists {
                     rtt: self.buckets.histogram(f.rtt),
                     parts: Vec::new(),
@@ -595,8 +601,13 @@ impl Sink for PrometheusSink {
                 }
                 let f = self.buckets.families;
                 observe_each(&self.buckets, f.phases, &mut h.phases, r.app.phases.0);
-                let parts = r.parts().list_all();
+                let split = r.parts();
+                let parts = split.list_all();
                 observe_each(&self.buckets, f.parts, &mut h.parts, parts);
+                if let (true, Some(why)) = (f.parts.on(), split.missing) {
+                    let counts = m.split_missing.get_or_insert_with(Box::default);
+                    counts[why as usize] += 1;
+                }
                 drop(h);
                 series.last_parts = parts;
             }
@@ -928,6 +939,23 @@ fn encode_counts(w: &mut Writer, series: &[Exported]) {
     for s in series {
         for (kind, n) in s.tally.errors_by_kind() {
             w.value(&s.labels, Some(("reason", kind.as_str())), Value::U64(n));
+        }
+    }
+    if series.iter().any(|s| s.split_missing.is_some()) {
+        w.family(
+            "prober_split_incomplete",
+            "Answered probes whose split lacks a part, by the first stamp missing along the round trip (client_send_stamp, client_receive_stamp, responder_times, responder_receive_stamp, responder_send_stamp, responder_dwell, handshake, stamp_order, clock_step, user_stamps)",
+            Kind::Counter,
+        );
+        for s in series {
+            let Some(counts) = &s.split_missing else {
+                continue;
+            };
+            for (why, n) in prober_core::stats::MISSING.iter().zip(counts.iter()) {
+                if *n > 0 {
+                    w.value(&s.labels, Some(("reason", why.name())), Value::U64(*n));
+                }
+            }
         }
     }
     let anomalies: Vec<(&SeriesLabels, Anomalies)> = series

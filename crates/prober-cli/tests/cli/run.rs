@@ -527,8 +527,26 @@ fn splits_stay_complete_with_busy_poll_on_either_side() {
                 "{case}: {receive}"
             );
             assert_eq!(s["ok"], 100, "{case}: {s}");
+            // The one part this load can take: a reply read while a later
+            // segment (the next reply, or a follow-up) had arrived behind
+            // it, which TCP merges and stamps with the later arrival, so the
+            // client has no receive stamp of its own. Each such probe says
+            // so (`client_receive_stamp`); most were read after the next
+            // probe was sent. Any other missing stamp is a defect of the
+            // stamps or follow-ups under test: at most one. (Under the
+            // suite a run once had 11 merged reads in 100; with two busy
+            // loops beside both spinners, up to 36.)
+            let probes = of_type(&lines, "probe");
+            let other: Vec<String> = probes
+                .iter()
+                .filter_map(|p| {
+                    let why = p["split_missing"].as_str()?;
+                    (why != "client_receive_stamp").then(|| format!("seq {}: {why}", p["seq"]))
+                })
+                .collect();
+            assert!(other.len() <= 1, "{case}: {other:?} {}", s["split"]);
             let complete = s["split"]["complete"].as_u64().unwrap();
-            assert!(complete >= 97, "{case}: {}", s["split"]);
+            assert!(complete >= 50, "{case}: {}", s["split"]);
             for part in ["client_send", "responder_wake", "responder_send"] {
                 let n = s["parts"][part]["count"].as_u64().unwrap_or(0);
                 assert!(n >= 99, "{case}: {part} known for {n} of 100");
