@@ -463,7 +463,22 @@ class Run:
                     bad.append(f"{p.get('title')}: no data for {expr[:80]}")
                 elif any(not want <= set(m) for m, _ in res):
                     bad.append(f"{p.get('title')}: labels {want} missing")
-        self.row("dashboard", f"{n} panel queries", not bad, "-", 0, "-", "; ".join(bad) or "every query answers with its legend's labels")
+        # The p99 alert's expression, its threshold taken off, must read
+        # the histogram this Prometheus has (native, from protobuf scrapes).
+        rules = open(os.path.join(DIR, "alerts.yml")).read()
+        m = re.search(r"alert: ProberRttP99High.*?expr: \|\n(.*?)\n\s*for:", rules, re.S)
+        expr = re.sub(r"\s*>\s*[0-9.]+\s*$", "", m.group(1).strip()) if m else ""
+        if not expr or not query(expr):
+            bad.append(f"ProberRttP99High's expression has no data: {expr[:120]}")
+        self.row(
+            "dashboard",
+            f"{n} panel queries, the p99 alert's",
+            not bad,
+            "-",
+            0,
+            "-",
+            "; ".join(bad) or "every query answers with its legend's labels",
+        )
 
     def cost(self):
         tick = os.sysconf("SC_CLK_TCK")

@@ -184,13 +184,15 @@ impl Stamps {
     /// the monotonic user RTT, to detect a clock step.
     pub fn parts(&self, mono: Duration) -> Parts {
         let Some(rtt) = self.user_rtt(mono) else {
-            let missing = if self.t1.is_some() && self.t4.is_some() {
-                Missing::ClockStep
-            } else {
-                Missing::UserStamps
+            // No user time at all: a protocol that takes no stamps (DNS,
+            // QUIC) has no split to lack a part of.
+            let missing = match (self.t1, self.t4) {
+                (None, None) => None,
+                (Some(_), Some(_)) => Some(Missing::ClockStep),
+                _ => Some(Missing::UserStamps),
             };
             return Parts {
-                missing: Some(missing),
+                missing,
                 ..Parts::default()
             };
         };
@@ -352,7 +354,8 @@ pub struct Parts {
     pub responder_turnaround: Option<u64>,
     /// The peer is a kernel (ICMP): the responder parts do not apply.
     pub kernel_peer: bool,
-    /// Why the split is not complete; `None` when it is.
+    /// Why the split is not complete; `None` when it is, or when the
+    /// protocol takes no stamps at all.
     pub missing: Option<Missing>,
 }
 

@@ -1576,6 +1576,46 @@ mod tests {
     }
 
     #[test]
+    fn a_split_lacking_a_part_is_counted_by_why_with_parts_on() {
+        let stamps = prober_core::Stamps {
+            t1: Some(1_000_000),
+            t1k: Some(1_002_000),
+            t4k: Some(1_032_000),
+            t4: Some(1_040_000),
+            // A remote UDP responder without --udp-follow-ups: no t3k.
+            responder: Some(prober_core::ResponderTimes {
+                wake: Some(3_000),
+                dwell: Some(2_000),
+                ..prober_core::ResponderTimes::default()
+            }),
+            kernel_peer: false,
+            handshake: None,
+        };
+        for parts in [HistMode::Both, HistMode::Off] {
+            let info = TargetInfo::new(7, "udp://h:1", "udp", "h:1", Some(64));
+            let sink = PrometheusSink::new().with_buckets(Buckets {
+                families: Families {
+                    parts,
+                    ..Families::default()
+                },
+                ..Buckets::default()
+            });
+            let (mut c, reader) = collecting(sink, info);
+            let r = reply(Instant::now(), 40, stamps);
+            c.event(Event::Sample(sample(Outcome::Ok(r)))).unwrap();
+            let text = scraped(&reader, Format::OpenMetrics);
+            let want = "prober_split_incomplete_total{probe=\"\",target=\"udp://h:1\",protocol=\"udp\",reason=\"responder_send_stamp\"} 1";
+            // Off by default: with transmit stamps off (the daemon's
+            // default) every probe would count, a series per target.
+            assert_eq!(
+                text.contains(want),
+                parts.on(),
+                "{parts:?}: {want} in\n{text}"
+            );
+        }
+    }
+
+    #[test]
     fn renders_loss_bursts_and_delay_variation() {
         let info = TargetInfo::new(7, "udp://h:1", "udp", "h:1", Some(64));
         let (mut c, reader) = collecting(PrometheusSink::new().with_buckets(all_families()), info);
