@@ -27,7 +27,15 @@ if role == "sink":
     except socket.timeout:
         pass
 else:
-    s = socket.create_connection((addr, 9999), timeout=5)
+    # The sink may not listen yet on a loaded machine: retry until the end.
+    while True:
+        try:
+            s = socket.create_connection((addr, 9999), timeout=1)
+            break
+        except OSError:
+            if time.time() > end:
+                sys.exit("bulk: the sink never answered")
+            time.sleep(0.05)
     s.settimeout(1)
     chunk = b"\0" * (1 << 16)
     while time.time() < end:

@@ -133,6 +133,7 @@ class Run:
         log(f"soak: {lab.SOAK:.0f} s with no fault")
         t0 = time.time()
         cpu0, _ = self.cost()
+        counts0 = self.split_counts()
         time.sleep(lab.SOAK)
         span = time.time() - t0
         cpu1, rss = self.cost()
@@ -141,7 +142,8 @@ class Run:
         alerts = self.firing(over=span)
         lossy = {k: v for k, v in self.lost_by_pair(span).items() if v >= 0.5}
         ok = not alerts and not lossy
-        self.split = self.split_complete(span)
+        time.sleep(2 * lab.SCRAPE)  # the last scrape holds the soak's end
+        self.split = self.split_complete(counts0, self.split_counts())
         names = sorted({a["alertname"] + ":" + a.get("instance", "") for a in alerts})
         self.row(
             "soak",
@@ -153,18 +155,29 @@ class Run:
             (f"alerts {names} lossy pairs {sorted(lossy)}" if not ok else "no alert, no pair lost a probe") + "; " + self.split,
         )
 
-    def split_complete(self, seconds):
+    def split_counts(self, at=None):
+        """Answered probes and incomplete splits (by job, and by reason) as
+        the counters stand: raw values, not increase(), since an incomplete
+        count's series appears only at its first probe."""
+        ok = {m["probe"]: v for m, v in query("sum by (probe) (prober_probes_ok_total)", at)}
+        short = {m["probe"]: v for m, v in query("sum by (probe) (prober_split_incomplete_total)", at)}
+        why = {m["reason"]: v for m, v in query("sum by (reason) (prober_split_incomplete_total)", at)}
+        return ok, short, why
+
+    def split_complete(self, before, after):
         """The share of answered probes whose split had every part, per job,
-        over the last `seconds` (every host here is a loaded host: nine
-        daemons and the fabric's forwarding on two CPUs), and the reasons
-        of the rest."""
-        d = lab.dur(seconds)
-        ok = {m["probe"]: v for m, v in query(f"sum by (probe) (increase(prober_probes_ok_total[{d}]))")}
-        short = {m["probe"]: v for m, v in query(f"sum by (probe) (increase(prober_split_incomplete_total[{d}]))")}
-        why = query(f"sum by (reason) (increase(prober_split_incomplete_total[{d}])) > 0")
-        shares = {p: 1 - short.get(p, 0) / n for p, n in ok.items() if n > 0}
+        between two split_counts (every host here is a loaded host: the
+        daemons and the fabric's forwarding on two CPUs), and why the rest
+        lacked a part."""
+        (ok0, short0, why0), (ok1, short1, why1) = before, after
+        shares = {}
+        for p, n in ok1.items():
+            answered = n - ok0.get(p, 0)
+            if answered > 0:
+                shares[p] = 1 - (short1.get(p, 0) - short0.get(p, 0)) / answered
         text = ", ".join(f"{p.removeprefix('mesh-')} {v * 100:.2f} %" for p, v in sorted(shares.items()))
-        reasons = ", ".join(f"{m['reason']} {v:.0f}" for m, v in sorted(why, key=lambda x: -x[1]))
+        why = {k: v - why0.get(k, 0) for k, v in why1.items() if v - why0.get(k, 0) > 0}
+        reasons = ", ".join(f"{k} {v:.0f}" for k, v in sorted(why.items(), key=lambda x: -x[1]))
         return f"split complete: {text}" + (f" (missing: {reasons})" if reasons else "")
 
     def lossy_link(self):
@@ -216,6 +229,9 @@ class Run:
                 grow.setdefault((i, p), {})[part] = v - before[(i, p, part)]
         return grow
 
+    def senders_alive(self, procs):
+        return all(p.poll() is None for p in procs)
+
     def queueing_link(self):
         q = next(h for h in self.hosts if h.leaf == min(3, lab.LEAVES) and h.i == 1)
         b = next(h for h in self.hosts if h.leaf != q.leaf)
@@ -237,7 +253,14 @@ class Run:
                 p.wait()
             nsx(leaf_ns, f"tc qdisc del dev {q.port} root")
 
-        grow = self.parts_growth(inject, clear, span)
+        def clear_checked():
+            bulk_ran.append(self.senders_alive(procs))
+            clear()
+
+        bulk_ran = []
+        grow = self.parts_growth(inject, clear_checked, span)
+        if not all(bulk_ran):
+            self.failures.append("2 queueing link: the bulk flow ended before the measurement did")
         self.judge_split("2 queueing link", f"tbf + bulk on leaf{q.leaf}-{q.name}", grow, q.name, "network", both_ways=True)
         self.wait_quiet()
 
@@ -264,6 +287,7 @@ class Run:
         part must not. Pairs away from `at` must not grow at all."""
         affected, fps, wrong = [], [], []
         net_g, host_g = [], []
+        n = len(self.hosts)
         for (i, p), g in grow.items():
             net = g.get("network", 0.0)
             resp = sum(g.get(x, 0.0) for x in RESPONDER_PARTS)
@@ -274,19 +298,28 @@ class Run:
                 hit = p == at
             if hit:
                 affected.append((i, p))
+                # A part absent from either window is not a part that did
+                # not grow: the pair is not judged, so it counts as wrong.
+                if any(x not in g for x in ("network",) + HOST_PARTS):
+                    wrong.append((i, p, "parts missing", sorted(g)))
+                    continue
                 net_g.append(net)
                 host_g.append(resp if expect == "host" else hosts)
                 if expect == "network" and not (net >= 2e-3 and hosts < 0.25 * net):
                     wrong.append((i, p, round(net * 1e3, 2), round(hosts * 1e3, 2)))
                 if expect == "host" and not (resp >= 2e-3 and net < 0.25 * resp):
                     wrong.append((i, p, round(net * 1e3, 2), round(resp * 1e3, 2)))
-            elif i != at and p != at and (net >= 1e-3 or resp >= 1e-3):
-                fps.append((i, p, round(net * 1e3, 2), round(resp * 1e3, 2)))
+            elif i != at and p != at and (net >= 1e-3 or hosts >= 1e-3):
+                fps.append((i, p, round(net * 1e3, 2), round(hosts * 1e3, 2)))
         med = lambda xs: sorted(xs)[len(xs) // 2] if xs else 0.0  # noqa: E731
         split = (
             f"{expect}: network +{med(net_g) * 1e3:.1f} ms, "
             f"{'responder' if expect == 'host' else 'host parts'} +{med(host_g) * 1e3:.2f} ms (medians over {len(affected)} pairs)"
         )
+        # Every pair with `at` at the affected end must have been judged.
+        want = 2 * (n - 1) if both_ways else n - 1
+        if len(affected) != want:
+            wrong.append(f"{len(affected)} of {want} pairs had parts in both windows")
         ok = bool(affected) and not wrong and not fps
         notes = ""
         if wrong:
@@ -349,7 +382,11 @@ class Run:
         """The watcher's status page during the fault: the dead peer's rows
         come first. A screenshot for a person goes to DIR."""
         url = f"http://{watcher.addr}:{lab.METRICS}/"
-        html = urllib.request.urlopen(url, timeout=5).read().decode()
+        try:
+            html = urllib.request.urlopen(url, timeout=5).read().decode()
+        except OSError as e:
+            log(f"status page of {watcher.name}: {e}")
+            return False
         rows = re.findall(r"<tr[^>]*>(.*?)</tr>", html, re.S)
         targets = [re.search(r"(udp|tcp|icmp)://[0-9.]+[^<\s]*", r) for r in rows]
         targets = [t.group(0) for t in targets if t]
@@ -357,11 +394,14 @@ class Run:
         first = targets[:DAEMON_FLOWS]
         ok = len(targets) >= n and all(dead.addr in t for t in first)
         shot = os.path.join(DIR, "status-dead-node.png")
-        subprocess.run(
-            ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,1000", f"--screenshot={shot}", url],
-            capture_output=True,
-            timeout=60,
-        )
+        try:
+            subprocess.run(
+                ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,1000", f"--screenshot={shot}", url],
+                capture_output=True,
+                timeout=60,
+            )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            log(f"no screenshot: {e}")
         if not ok:
             log(f"status page's first rows: {first}")
         return ok
@@ -497,9 +537,9 @@ class Run:
 
 def run(lb):
     t_start = time.time()
-    lb.up()
     r = Run(lb)
     try:
+        lb.up()
         r.warm_up()
         r.soak()
         r.dashboard()

@@ -190,13 +190,13 @@ def teardown():
     for s in range(1, 17):
         sh(f"ip link del {PREFIX}s{s} 2>/dev/null", check=False)
     sh("ip route del 198.18.0.0/16 2>/dev/null", check=False)
-    pidfile = os.path.join(DIR, "prometheus.pid")
-    if os.path.exists(pidfile):
-        try:
-            os.kill(int(open(pidfile).read()), signal.SIGKILL)
-        except (ProcessLookupError, ValueError):
-            pass
-        os.unlink(pidfile)
+    # The lab's Prometheus, whichever run (or LAB_DIR) started it: found by
+    # its listen address, which is the lab's alone.
+    sh(f"pkill -KILL -f -- '--web.listen-address=127.0.0.1:{PROM_PORT}'", check=False)
+    for _ in range(50):
+        if not sh(f"pgrep -f -- '--web.listen-address=127.0.0.1:{PROM_PORT}'", check=False).strip():
+            break
+        time.sleep(0.1)
     unthrottle()
 
 
@@ -242,7 +242,12 @@ def unthrottle():
             open(os.path.join(base, "cgroup.procs"), "w").write(p)
         except OSError:
             pass  # it exited meanwhile
-    os.rmdir(cg)
+    for _ in range(50):  # a process just killed may linger a moment
+        try:
+            os.rmdir(cg)
+            return
+        except OSError:
+            time.sleep(0.1)
 
 
 # ---------------------------------------------------------------- services
@@ -417,8 +422,9 @@ scrape_configs:
         stdout=out,
         stderr=subprocess.STDOUT,
     )
-    open(os.path.join(DIR, "prometheus.pid"), "w").write(str(p.pid))
     for _ in range(100):
+        if p.poll() is not None:
+            raise SystemExit(f"lab: Prometheus exited ({p.returncode}); see {DIR}/prometheus.log")
         try:
             with urllib.request.urlopen(f"{PROM}/-/ready", timeout=1):
                 return p
@@ -487,6 +493,8 @@ def main():
     if cmd == "run":
         from faults import run
 
+        # A CI timeout's SIGTERM still tears the lab down (run's finally).
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         return run(Lab())
     raise SystemExit(f"lab: unknown command {cmd!r} (up, down, run)")
 

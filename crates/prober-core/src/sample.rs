@@ -260,8 +260,13 @@ impl Stamps {
                 Missing::ResponderReceive
             } else if r.turnaround.is_none() && r.send.is_none() {
                 Missing::ResponderSend
-            } else {
+            } else if r.turnaround.is_none() && r.dwell.is_none() {
                 Missing::ResponderDwell
+            } else {
+                // Every stamp there, yet no network part: the responder's
+                // turnaround is longer than the client's kernel RTT, which
+                // only clocks that moved can make.
+                Missing::StampOrder
             });
         }
         parts
@@ -576,6 +581,12 @@ mod tests {
             ..full
         };
         assert_eq!(why(late), Some("stamp_order"));
+        // A turnaround longer than the kernel RTT (46 us): no network part.
+        let long = ResponderTimes {
+            dwell: Some(50_000),
+            ..r
+        };
+        assert_eq!(why(resp(long)), Some("stamp_order"));
         // An ICMP peer needs no responder times.
         let kernel = Stamps {
             responder: None,

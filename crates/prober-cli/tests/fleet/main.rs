@@ -60,8 +60,13 @@ fn the_small_fabric_finds_and_names_every_fault() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     println!("{stdout}");
     println!("{}", String::from_utf8_lossy(&out.stderr));
+    // Its configs and logs stay for a look when it failed.
+    assert!(
+        out.status.success(),
+        "the fleet lab failed (its files are in {}):\n{stdout}",
+        dir.display()
+    );
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(out.status.success(), "the fleet lab failed:\n{stdout}");
     // The table has the soak, the dashboard's queries and the six faults.
     for row in [
         "| soak |",
