@@ -40,6 +40,7 @@ class Run:
         self.failures = []
         self.spent = None
         self.split = ""
+        self.cleared_at = 0.0
 
     # ------------------------------------------------------------ reading
 
@@ -199,6 +200,7 @@ class Run:
         alerted = {(a["instance"], self.peer(a)) for a in self.firing("ProberProbeLoss")}
         lost = self.lost_by_pair(span)
         sh(f"ip netns exec {PREFIX}l{leaf} nft delete table inet lab")
+        self.cleared_at = time.time()
         crossing = {(a, b) for a, b in self.pairs() if (rack[a] == leaf) != (rack[b] == leaf)}
         shows = {p for p in crossing if lost.get(p, 0) >= 0.5}
         fps = {p for p in alerted if p not in crossing} | {p for p, v in lost.items() if v >= 0.5 and p not in crossing}
@@ -217,12 +219,15 @@ class Run:
         self.wait_quiet()
 
     def parts_growth(self, inject, clear, span):
-        """Mean parts per pair over `span` s before and during a fault."""
+        """Mean parts per pair over `span` s before and during a fault. The
+        window before starts after the last fault was cleared."""
+        time.sleep(max(0.0, self.cleared_at + span + 2 * lab.SCRAPE - time.time()))
         before = self.parts_by_pair(span)
         inject()
         time.sleep(span + 2 * lab.SCRAPE)
         during = self.parts_by_pair(span)
         clear()
+        self.cleared_at = time.time()
         grow = {}
         for (i, p, part), v in during.items():
             if (i, p, part) in before:
@@ -268,15 +273,22 @@ class Run:
         r = next(h for h in self.hosts if h.leaf == lab.LEAVES and h.i == lab.HOSTS)
         span = max(10.0, W / 2)
 
+        share = []
+
         def inject():
-            log(f"fault 3: {r.name}'s prober throttled to 10 % of a CPU (cgroup cpu quota)")
-            lab.throttle(r.proc.pid, 0.10)
+            # Half of what the daemon uses (its CPU over 2 s), as a node
+            # whose pods want twice its CPU: the same fault for a debug
+            # build and a release one, small fabric or large.
+            used = self.cpu_of(r, 2.0)
+            share.append(max(0.005, used / 2))
+            log(f"fault 3: {r.name}'s prober, using {used * 100:.1f} % of a CPU, held to {share[0] * 100:.1f} % (cgroup cpu quota)")
+            lab.throttle(r.proc.pid, share[0])
 
         def clear():
             lab.unthrottle()
 
         grow = self.parts_growth(inject, clear, span)
-        self.judge_split("3 slow host", f"{r.name} at 10 % CPU", grow, r.name, "host")
+        self.judge_split("3 slow host", f"{r.name} held to half its CPU ({share[0] * 100:.1f} %)", grow, r.name, "host")
         self.wait_quiet()
 
     def judge_split(self, fault, injected, grow, at, expect, both_ways=False):
@@ -519,6 +531,18 @@ class Run:
             "-",
             "; ".join(bad) or "every query answers with its legend's labels",
         )
+
+    def cpu_of(self, h, seconds):
+        """The share of one CPU host h's daemon used over `seconds`."""
+        tick = os.sysconf("SC_CLK_TCK")
+
+        def ticks():
+            f = open(f"/proc/{h.proc.pid}/stat").read().split(")")[1].split()
+            return int(f[11]) + int(f[12])
+
+        a = ticks()
+        time.sleep(seconds)
+        return (ticks() - a) / tick / seconds
 
     def cost(self):
         tick = os.sysconf("SC_CLK_TCK")

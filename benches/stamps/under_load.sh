@@ -29,7 +29,7 @@ addr() { grep -oE "^listening $1 [0-9.]+:[0-9]+" "$tmp/serve.out" | grep -oE "[0
 
 one() { # binary, label
   serve "$1"
-  local t="tcp://$(addr tcp) udp://$(addr udp) grpc://$(addr grpc) http://$(addr http)/"
+  local t="tcp://$(addr tcp) udp://$(addr udp) grpc://$(addr grpc) http://$(addr http)/echo"
   # shellcheck disable=SC2086
   "$1" run -q -c "$COUNT" -i 5ms -o json $t >"$tmp/out.json" 2>/dev/null || true
   kill "$(cat "$tmp/serve.pid")" 2>/dev/null || true
