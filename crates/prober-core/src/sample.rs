@@ -273,58 +273,63 @@ impl Stamps {
     }
 }
 
-/// Why a reply's split is not complete: the first stamp along the round
-/// trip that was not there, or the clock that made them unusable. Counted
-/// per reason in summaries and in `/metrics`
-/// (`prober_split_incomplete_total{reason}`), so that a host that lost its
-/// stamps can be told from one that is slow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Missing {
+/// Declares [`Missing`] with each reason's name, and [`Missing::ALL`] in
+/// declaration order, from one list.
+macro_rules! missing_reasons {
+    ($($(#[$doc:meta])* $variant:ident => $name:literal,)*) => {
+        /// Why a reply's split is not complete: the first stamp along the
+        /// round trip that was not there, or the clock that made them
+        /// unusable. Counted per reason in summaries and in `/metrics`
+        /// (`prober_split_incomplete_total{reason}`), so that a host that
+        /// lost its stamps can be told from one that is slow.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub enum Missing {
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl Missing {
+            /// Every reason, in declaration order (`as usize` indexes it).
+            pub const ALL: &'static [Missing] = &[$(Missing::$variant,)*];
+
+            /// The reason's name in summaries and the metrics' `reason` label.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Missing::$variant => $name,)*
+                }
+            }
+        }
+    };
+}
+
+missing_reasons! {
     /// The user send or receive time was not read (no part can be known).
-    UserStamps,
+    UserStamps => "user_stamps",
     /// The wall clock was stepped during the probe (its user RTT disagrees
     /// with the monotonic one): every part unknown, never wrong.
-    ClockStep,
-    /// A kernel stamp fell outside the user send and receive times, or the
-    /// receive stamp before the send stamp: the clock moved.
-    StampOrder,
+    ClockStep => "clock_step",
+    /// A kernel stamp fell outside the user send and receive times, the
+    /// receive stamp before the send stamp, or a responder turnaround
+    /// longer than the kernel RTT: the clock moved.
+    StampOrder => "stamp_order",
     /// No kernel transmit stamp for the request (t1k): transmit stamps are
     /// off (`--no-tx-stamps`, the daemon's `[stamps] transmit = false`), or
     /// the kernel's stamp did not come back before the reply.
-    ClientSend,
+    ClientSend => "client_send_stamp",
     /// No kernel receive stamp for the reply (t4k).
-    ClientReceive,
+    ClientReceive => "client_receive_stamp",
     /// A handshake before the request that did not fit in its send part.
-    Handshake,
+    Handshake => "handshake",
     /// The peer reported no times at all (a server that is not prober's
     /// responder, or one that stamps nothing).
-    Responder,
+    Responder => "responder_times",
     /// The responder's kernel receive stamp (t2k) is missing.
-    ResponderReceive,
+    ResponderReceive => "responder_receive_stamp",
     /// The responder's kernel transmit stamp (t3k) never came: no follow-up
     /// (a UDP responder sends them to non-loopback peers only with
     /// `--udp-follow-ups`), or it came after the probe ended.
-    ResponderSend,
+    ResponderSend => "responder_send_stamp",
     /// The responder's handler time (t3 − t2) is missing.
-    ResponderDwell,
-}
-
-impl Missing {
-    /// The reason's name in summaries and the metrics' `reason` label.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::UserStamps => "user_stamps",
-            Self::ClockStep => "clock_step",
-            Self::StampOrder => "stamp_order",
-            Self::ClientSend => "client_send_stamp",
-            Self::ClientReceive => "client_receive_stamp",
-            Self::Handshake => "handshake",
-            Self::Responder => "responder_times",
-            Self::ResponderReceive => "responder_receive_stamp",
-            Self::ResponderSend => "responder_send_stamp",
-            Self::ResponderDwell => "responder_dwell",
-        }
-    }
+    ResponderDwell => "responder_dwell",
 }
 
 /// A round trip split into named parts, each in ns, `None` where unknown

@@ -257,27 +257,16 @@ pub struct Dists {
     /// Replies with no part known (no kernel stamps, or a clock step).
     pub split_unknown: u64,
     /// Partial and unknown splits by why ([`crate::Missing`] order).
-    pub split_missing: [u64; MISSING.len()],
+    pub split_missing: [u64; MISSING_COUNT],
     /// The peer is a kernel (ICMP): the responder parts do not apply.
     pub kernel_peer: bool,
 }
 
 /// Every [`crate::Missing`], in the order of `Dists::split_missing`.
-pub const MISSING: [crate::Missing; 10] = {
-    use crate::Missing::*;
-    [
-        UserStamps,
-        ClockStep,
-        StampOrder,
-        ClientSend,
-        ClientReceive,
-        Handshake,
-        Responder,
-        ResponderReceive,
-        ResponderSend,
-        ResponderDwell,
-    ]
-};
+pub const MISSING: &[crate::Missing] = crate::Missing::ALL;
+
+/// How many reasons [`MISSING`] has: the length of the per-reason counts.
+pub const MISSING_COUNT: usize = MISSING.len();
 
 /// Everything recorded for one target.
 #[derive(Debug, Clone)]

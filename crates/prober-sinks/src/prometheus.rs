@@ -249,7 +249,7 @@ struct Exported {
     /// ([`prober_core::stats::MISSING`] order); made at the first one, and
     /// only when [`Families::parts`] is on (with transmit stamps off, the
     /// daemon's default, every probe would count).
-    split_missing: Option<Box<[u64; prober_core::stats::MISSING.len()]>>,
+    split_missing: Option<Box<[u64; prober_core::stats::MISSING_COUNT]>>,
     /// One lock for all of a target's histograms: a sample observes in
     /// up to ten of them.
     hists: Arc<Mutex<Hists>>,
