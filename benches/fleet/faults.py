@@ -549,18 +549,6 @@ class Run:
             "; ".join(bad) or "every query answers with its legend's labels",
         )
 
-    def cpu_of(self, h, seconds):
-        """The share of one CPU host h's daemon used over `seconds`."""
-        tick = os.sysconf("SC_CLK_TCK")
-
-        def ticks():
-            f = open(f"/proc/{h.proc.pid}/stat").read().split(")")[1].split()
-            return int(f[11]) + int(f[12])
-
-        a = ticks()
-        time.sleep(seconds)
-        return (ticks() - a) / tick / seconds
-
     def cost(self):
         tick = os.sysconf("SC_CLK_TCK")
         cpu, rss = [], []
