@@ -156,15 +156,23 @@ fn ping_duration(s: &str) -> Result<Duration, String> {
 /// crate defines them, added to `prober run` or `prober sweep` once per
 /// options type the protocol list names.
 pub(crate) fn with_protocol_flags(
-    mut command: clap::Command,
+    command: clap::Command,
     registry: &prober_core::Registry,
+) -> clap::Command {
+    with_options(command, prober_net::options::ProtocolOptions::all(registry))
+}
+
+/// `command` with the flags of each of `options`.
+fn with_options(
+    mut command: clap::Command,
+    options: Vec<&'static prober_net::options::ProtocolOptions>,
 ) -> clap::Command {
     // An options type's doc comment would become the command's about.
     let (about, long_about) = (
         command.get_about().cloned(),
         command.get_long_about().cloned(),
     );
-    for own in prober_net::options::ProtocolOptions::all(registry) {
+    for own in options {
         command = (own.args)(command);
     }
     command = match about {
@@ -238,9 +246,25 @@ pub(crate) fn with_responder_flags(
         if r.tls == Tls::Required {
             arg = arg.requires("tls_cert");
         }
-        serve = serve.arg(arg);
+        serve = serve.arg(arg.help_heading("Listeners"));
     }
-    serve
+    // The responders' own settings (`--stamp-key`, the hidden test
+    // impairments), each type's flags from its crate.
+    with_options(
+        serve,
+        prober_net::options::ProtocolOptions::served(registry),
+    )
+}
+
+/// Reads back the responders' own settings [`with_responder_flags`] added.
+///
+/// # Errors
+/// A flag clap could not read into its responder's type.
+pub(crate) fn given_responder_options(
+    matches: &clap::ArgMatches,
+    registry: &prober_core::Registry,
+) -> Result<prober_net::options::OptionSet, clap::Error> {
+    prober_net::options::OptionSet::served_from_matches(registry, matches)
 }
 
 /// The listeners [`with_responder_flags`] added that were given.
@@ -863,28 +887,11 @@ pub(crate) struct ServeArgs {
     #[arg(skip)]
     pub(crate) listen: Vec<(&'static str, SocketAddr)>,
 
-    /// STAMP authenticated mode: the HMAC key is this file's bytes.
-    #[arg(long, value_name = "FILE", requires = "stamp")]
-    pub(crate) stamp_key: Option<PathBuf>,
-
-    /// STAMP reflector in stateless mode (copies the sender's sequence
-    /// numbers) instead of stateful (its own per session, which lets
-    /// senders tell forward from backward loss).
-    #[arg(long, requires = "stamp")]
-    pub(crate) stamp_stateless: bool,
-
-    /// STAMP replies per second per source address (burst as many); 0
-    /// for no limit.
-    #[arg(long, value_name = "N", default_value_t = 1000, requires = "stamp")]
-    pub(crate) stamp_rate: u32,
-
-    /// STAMP reflector timestamps in PTPv2 truncated format instead of NTP.
-    #[arg(long, requires = "stamp")]
-    pub(crate) stamp_ptp: bool,
-
-    /// Say this host's clock is synchronised to UTC (the STAMP S bit).
-    #[arg(long, requires = "stamp")]
-    pub(crate) clock_synced: bool,
+    /// The responders' own settings (`--stamp-key`, ...): their flags are
+    /// added from the responder list, each responder's from its own crate
+    /// ([`with_responder_flags`]), and read back in `main`.
+    #[arg(skip)]
+    pub(crate) own: prober_net::options::OptionSet,
 
     /// Serve gRPC (with --grpc) and HTTPS (--https) over TLS with this
     /// certificate chain (PEM); needs --tls-key.
@@ -916,55 +923,35 @@ pub(crate) struct ServeArgs {
     /// UDP replies per second per source address (a token bucket, one
     /// second's burst); 0 for no limit. [default: 10000, not for loopback
     /// sources; a value given applies to every source]
-    #[arg(long, value_name = "PPS")]
+    #[arg(long, value_name = "PPS", help_heading = "Limits")]
     pub(crate) rate_limit: Option<u32>,
 
     /// TCP, gRPC and HTTP connections open at once; 0 for no limit.
     /// [default: 10000]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = "Limits")]
     pub(crate) max_conns: Option<usize>,
 
     /// Connections open at once per source address; 0 for no limit.
     /// [default: 256, not for loopback sources; a value given applies to
     /// every source]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = "Limits")]
     pub(crate) max_conns_per_source: Option<usize>,
 
     /// Close a connection that has not sent a whole request this long after
     /// connecting, or not finished one it started. [default: 10s]
-    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration, help_heading = "Limits")]
     pub(crate) request_timeout: Option<Duration>,
 
     /// Close a connection silent this long between requests. [default: 5m]
-    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration, help_heading = "Limits")]
     pub(crate) idle_timeout: Option<Duration>,
 
     /// Send UDP follow-up frames (the responder's transmit stamp, 48 bytes
     /// more than the request) to sources other than loopback too. Off by
     /// default: the responder never answers a datagram with more bytes than
     /// it received (docs/security.md).
-    #[arg(long)]
+    #[arg(long, help_heading = "Limits")]
     pub(crate) udp_follow_ups: bool,
-
-    /// Impairment for tests: do not answer every k-th request.
-    #[arg(long, hide = true, value_name = "K")]
-    pub(crate) drop_every: Option<u64>,
-
-    /// Impairment for tests: answer every k-th request twice.
-    #[arg(long, hide = true, value_name = "K")]
-    pub(crate) duplicate_every: Option<u64>,
-
-    /// Impairment for tests: hold every k-th request for --delay.
-    #[arg(long, hide = true, value_name = "K")]
-    pub(crate) delay_every: Option<u64>,
-
-    /// How long --delay-every holds a request.
-    #[arg(long, hide = true, value_parser = duration, default_value = "0")]
-    pub(crate) delay: Duration,
-
-    /// Impairment for tests: hold every gRPC request this long.
-    #[arg(long, hide = true, value_parser = duration, default_value = "0")]
-    pub(crate) grpc_delay: Duration,
 }
 
 /// `--receive`, `--spin-budget` and `--spin-share`, of `run` and `serve`.

@@ -55,9 +55,21 @@ fn one_line(rendered: &str) -> String {
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .collect();
-    let first = lines
+    let mut first = lines
         .first()
-        .map_or("bad arguments", |l| l.trim_start_matches("error: "));
+        .map_or("bad arguments", |l| l.trim_start_matches("error: "))
+        .to_owned();
+    // "the following required arguments were not provided:" lists them on
+    // the lines after it.
+    if first.ends_with(':') {
+        let listed: Vec<&str> = lines
+            .iter()
+            .skip(1)
+            .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("tip: "))
+            .copied()
+            .collect();
+        first = format!("{first} {}", listed.join(", "));
+    }
     let tips: Vec<&str> = lines
         .iter()
         .filter_map(|l| l.strip_prefix("tip: "))
@@ -94,6 +106,10 @@ fn main() -> ExitCode {
         && let Some(serve) = matches.subcommand_matches("serve")
     {
         args.listen = cli::given_listeners(serve, &protocols::PROTOCOLS);
+        args.own = match cli::given_responder_options(serve, &protocols::PROTOCOLS) {
+            Ok(own) => own,
+            Err(e) => return usage_error(&e),
+        };
     }
     let own = match &cli.command {
         Command::Run(_) => matches.subcommand_matches("run"),
@@ -241,6 +257,12 @@ mod tests {
                 "error: invalid value 'x' for '--count <COUNT>'\n\nFor more information, try '--help'.\n"
             ),
             "invalid value 'x' for '--count <COUNT>' (see --help)"
+        );
+        assert_eq!(
+            super::one_line(
+                "error: the following required arguments were not provided:\n  --stamp <ADDR>\n\nUsage: prober serve --stamp-rate <N> --stamp <ADDR>\n\nFor more information, try '--help'.\n"
+            ),
+            "the following required arguments were not provided: --stamp <ADDR> (see --help)"
         );
     }
 }

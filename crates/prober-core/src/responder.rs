@@ -133,6 +133,12 @@ pub struct Responder {
     pub check: CheckFn,
     /// Starts it.
     pub serve: ServeFn,
+    /// Its own settings (the STAMP reflector's key and rate, the TCP
+    /// responder's test impairments): `prober_net`'s `ProtocolOptions`,
+    /// which core cannot name (it knows no clap). `prober serve`'s flags
+    /// and the daemon's `[serve]` keys come from it; the value read is put
+    /// in [`ServeEnv::options`]. Responders may share one.
+    pub own: Option<&'static (dyn Any + Sync)>,
 }
 
 impl fmt::Debug for Responder {

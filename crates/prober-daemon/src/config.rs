@@ -113,6 +113,17 @@ pub struct OtlpConfig {
     pub timeout: Duration,
 }
 
+/// `[serve]`'s keys for the responders' limits (beside the listeners and
+/// the responders' own settings).
+const LIMIT_KEYS: &[&str] = &[
+    "rate_limit",
+    "max_conns",
+    "max_conns_per_source",
+    "request_timeout",
+    "idle_timeout",
+    "udp_follow_ups",
+];
+
 /// Responder listeners to run beside the jobs.
 ///
 /// Not `deny_unknown_fields`: the listeners' keys are the names of the
@@ -126,14 +137,10 @@ pub struct ServeSection {
     /// The listeners, checked: a responder's name and its address.
     #[serde(skip)]
     pub listen: Vec<(&'static str, SocketAddr)>,
-    /// STAMP authenticated mode: the HMAC key is this file's bytes.
-    pub stamp_key: Option<std::path::PathBuf>,
-    /// STAMP reflector in stateless mode.
-    #[serde(default)]
-    pub stamp_stateless: bool,
-    /// STAMP replies per second per source address; 0 for no limit
-    /// [default: 1000].
-    pub stamp_rate: Option<u32>,
+    /// The responders' own settings (`stamp_key`, ...: each responder's
+    /// options type names its keys), checked, one per options type.
+    #[serde(skip)]
+    pub own: prober_net::options::OptionSet,
     /// UDP replies per second per source address; 0 for no limit
     /// (docs/security.md).
     pub rate_limit: Option<u32>,
@@ -157,18 +164,33 @@ impl ServeSection {
     /// # Errors
     /// A key that is no responder nor setting, or an address that does
     /// not parse, naming its key.
-    fn check(&mut self, registry: &Registry) -> std::result::Result<(), String> {
+    fn check(&mut self, registry: &Registry, base: &Path) -> std::result::Result<(), String> {
+        use prober_net::options::ProtocolOptions;
         self.listen.clear();
+        let served = ProtocolOptions::served(registry);
+        let keys: Vec<(&'static ProtocolOptions, Vec<String>)> =
+            served.iter().map(|o| (*o, o.keys())).collect();
+        let mut tables: Vec<toml::Table> = vec![toml::Table::new(); served.len()];
         for (key, value) in &self.given {
+            if let Some(i) = keys.iter().position(|(_, k)| k.contains(key)) {
+                tables[i].insert(key.clone(), value.clone());
+                continue;
+            }
             let Some(r) = registry.responder(key).filter(|r| !r.hidden) else {
                 let listeners: Vec<&str> = registry
                     .responders()
                     .filter(|r| !r.hidden)
                     .map(|r| r.name)
                     .collect();
+                let settings: Vec<&str> = keys
+                    .iter()
+                    .flat_map(|(_, k)| k.iter().map(String::as_str))
+                    .chain(LIMIT_KEYS.iter().copied())
+                    .collect();
                 return Err(format!(
-                    "serve: unknown field `{key}`, expected a listener ({}) or one of stamp_key, stamp_stateless, stamp_rate, rate_limit, max_conns, max_conns_per_source, request_timeout, idle_timeout, udp_follow_ups",
-                    listeners.join(", ")
+                    "serve: unknown field `{key}`, expected a listener ({}) or one of {}",
+                    listeners.join(", "),
+                    settings.join(", ")
                 ));
             };
             let addr = value
@@ -178,7 +200,38 @@ impl ServeSection {
                 .map_err(|e| format!("serve.{key}: {e}"))?;
             self.listen.push((r.name, addr));
         }
+        self.own = prober_net::options::OptionSet::default();
+        for ((o, _), table) in keys.iter().zip(tables) {
+            let given: Vec<String> = table.keys().cloned().collect();
+            let mut v =
+                (o.from_toml)(toml::Value::Table(table)).map_err(|e| format!("serve: {e}"))?;
+            v.rebase(base);
+            // Read now (the STAMP key file), so a file that cannot be used
+            // is refused at load, naming its key.
+            v.put(&prober_core::shared::Shared::default(), None, Some("serve"))?;
+            if !given.is_empty() {
+                let takers: Vec<&str> = o.responders(registry).iter().map(|r| r.name).collect();
+                if !takers.iter().any(|t| self.addr(t).is_some()) {
+                    return Err(format!(
+                        "serve.{}: applies to the {} listener, which [serve] does not start",
+                        given[0],
+                        takers.join(" or ")
+                    ));
+                }
+            }
+            self.own.0.push((*o, v));
+        }
         Ok(())
+    }
+
+    /// The keys the file gives for the responders' options `o`.
+    pub fn given_for(&self, o: &prober_net::options::ProtocolOptions) -> Vec<String> {
+        let keys = o.keys();
+        self.given
+            .keys()
+            .filter(|k| keys.contains(k))
+            .cloned()
+            .collect()
     }
 
     /// Where the responder `name` listens, if the section says.
@@ -1455,7 +1508,7 @@ pub async fn parse_with(
         serve: {
             raw.serve.limit_settings().map_err(DaemonError::Config)?;
             let mut serve = raw.serve;
-            serve.check(registry).map_err(DaemonError::Config)?;
+            serve.check(registry, &base).map_err(DaemonError::Config)?;
             serve
         },
         metrics: raw.metrics.as_ref().map(|m| m.listen),
@@ -1538,6 +1591,80 @@ mod tests {
             Resolution::LiteralsOnly,
         )
         .await
+    }
+
+    /// `[serve]`'s keys beside the listeners are read by the types of the
+    /// responders that own them (the STAMP reflector's here, which nothing
+    /// in this crate names); paths are relative to the file; a key for a
+    /// listener the section does not start, a hidden (command-line only)
+    /// flag's name, an unknown key and a key file that cannot be read are
+    /// refused, each in one line naming it.
+    #[tokio::test]
+    async fn serve_keys_are_read_by_their_responders_types() {
+        use prober_net::options::ProtocolOptions;
+        static SERVED: Registry = Registry::new(&[&prober_tcp::UDP])
+            .with_responders(&[&prober_tcp::TCP_RESPONDER, &prober_stamp::STAMP_RESPONDER]);
+        let dir = std::env::temp_dir().join(format!("prober-serve-keys-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("stamp.key"), "secret\n").unwrap();
+        let at = dir.join("prober.toml");
+        let parse = |text: &str| {
+            let text = format!("[serve]\ntcp = \"127.0.0.1:0\"\n{text}");
+            let at = at.clone();
+            async move { parse(&text, &at, &SERVED).await.map_err(|e| e.to_string()) }
+        };
+        let cfg = parse(
+            "stamp = \"127.0.0.1:0\"\nstamp_key = \"stamp.key\"\nstamp_rate = 5\nstamp_ptp = true\nclock_synced = true\n",
+        )
+        .await
+        .unwrap();
+        let o = ProtocolOptions::of_responder(&prober_stamp::STAMP_RESPONDER).unwrap();
+        let spec = cfg.serve.own.get(o).unwrap();
+        let spec = spec
+            .as_any()
+            .downcast_ref::<prober_stamp::ReflectorSpec>()
+            .unwrap();
+        assert_eq!(
+            spec.stamp_key.as_deref(),
+            Some(dir.join("stamp.key").as_path())
+        );
+        assert_eq!(
+            cfg.serve.given_for(o),
+            ["clock_synced", "stamp_key", "stamp_ptp", "stamp_rate"]
+        );
+        let store = prober_core::shared::Shared::default();
+        spec.put_into(&store, None, None).unwrap();
+        let put = store
+            .get_or_try_init(|| Err::<std::sync::Arc<prober_stamp::ReflectorConfig>, ()>(()))
+            .unwrap();
+        assert_eq!(put.rate, 5);
+        assert_eq!(put.format, prober_stamp::Format::Ptp);
+        assert!(put.clock_synced && put.stateful && put.key.is_some());
+
+        for (text, want) in [
+            (
+                "stamp_rate = 5\n",
+                "serve.stamp_rate: applies to the stamp listener, which [serve] does not start",
+            ),
+            (
+                "stamp = \"127.0.0.1:0\"\nstamp_rat = 5\n",
+                "serve: unknown field `stamp_rat`, expected a listener (tcp, stamp) or one of stamp_key, stamp_stateless, stamp_rate, stamp_ptp, clock_synced, rate_limit,",
+            ),
+            ("drop_every = 2\n", "serve: unknown field `drop_every`"),
+            (
+                "stamp = \"127.0.0.1:0\"\nstamp_key = \"gone.key\"\n",
+                "serve.stamp_key: reading the STAMP key",
+            ),
+            (
+                "stamp = \"127.0.0.1:0\"\nstamp_rate = \"fast\"\n",
+                "serve: invalid type: string \"fast\", expected u32",
+            ),
+        ] {
+            let e = parse(text).await.unwrap_err();
+            assert!(e.contains(want), "{text}: {e}");
+            assert_eq!(e.lines().count(), 1, "{e}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A protocol's table is read by its crate's type, found by the key its

@@ -161,32 +161,32 @@ fn responders_for(
     let serve = &cfg.serve;
     let mut r = cli.clone();
     for &(name, addr) in &serve.listen {
-        // The reflector's settings travel with it: handled below.
-        if name != prober_stamp::STAMP_RESPONDER.name && r.addr(name).is_none() {
+        if r.addr(name).is_none() {
             r.set(name, addr);
         }
     }
-    let stamp_settings =
-        serve.stamp_key.is_some() || serve.stamp_stateless || serve.stamp_rate.is_some();
-    let stamp = prober_stamp::STAMP_RESPONDER.name;
-    if cli.addr(stamp).is_some() && stamp_settings {
-        // The command line's reflector has its own settings (defaults
-        // included): the file's would be lost without a word.
-        return Err(DaemonError::Config(format!(
-            "--stamp on the command line replaces the STAMP reflector of {}, whose stamp_key, stamp_stateless or stamp_rate would then be ignored: set the reflector in one place",
-            path.display()
-        )));
-    }
-    if r.addr(stamp).is_none()
-        && let Some(addr) = serve.addr(stamp)
-    {
-        r.set(stamp, addr);
-        let s = &mut r.stamp_config;
-        s.stateful = !serve.stamp_stateless;
-        s.rate = serve.stamp_rate.unwrap_or(s.rate);
-        if let Some(key) = &serve.stamp_key {
-            s.key = Some(prober_stamp::Key::from_file(key).map_err(DaemonError::Config)?);
+    // A responder's own settings travel with its listener: the command
+    // line's when it gives the listener (its defaults included), else the
+    // file's.
+    for (o, v) in &serve.own.0 {
+        let given = serve.given_for(o);
+        if given.is_empty() {
+            continue;
         }
+        if let Some(flag) = o
+            .responders(registry)
+            .iter()
+            .find(|t| cli.addr(t.name).is_some())
+        {
+            return Err(DaemonError::Config(format!(
+                "--{} on the command line replaces the {} responder of {}, whose {} would then be ignored: set it in one place",
+                flag.name,
+                flag.name,
+                path.display(),
+                given.join(", ")
+            )));
+        }
+        r.own.set(o, v.clone_box());
     }
     let from_file = serve.limit_settings().map_err(DaemonError::Config)?;
     r.limits = r.limits.or(&from_file);

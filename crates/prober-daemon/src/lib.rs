@@ -4,19 +4,23 @@
 //! uses; reload without losing schedules or counters; and starting the
 //! responders, which `prober serve` alone also does.
 //!
-//! - [`config`]: the file format (docs/config.md): parsing, validation,
-//!   resolution.
+//! - [`config`]: the file format (docs/config.md): its schema (serde
+//!   structs), validation (pure functions) and discovery (targets files,
+//!   `file_sd`, `dns_sd` and name resolution: the async part).
 //! - [`run`] and [`Control`]: the daemon loop; the binary maps signals to
 //!   [`Control`] (only the binary installs signal handlers).
-//! - [`responder`]: binding and starting the TCP, UDP and gRPC responders.
+//! - [`responder`]: binding and starting the responders the registry lists,
+//!   each with its own settings from its crate's options type.
 //! - `blackbox`: `/probe` with blackbox_exporter's modules and metric names
 //!   (docs/blackbox.md).
 //!
-//! The protocols come from the caller's [`prober_core::Registry`], so this
-//! crate knows no protocol but the responders it starts.
+//! The protocols and responders come from the caller's
+//! [`prober_core::Registry`], so this crate names no protocol's options nor
+//! any responder's settings.
 //!
 //! May use: `prober-core`, `prober-sys`, `prober-net`, `prober-sinks`,
-//!  `prober-tcp`, `prober-grpc`, `prober-stamp`, `prober-http`, `prober-dns`.
+//!  `prober-stamp` (the reflector's counters on `/metrics`), `prober-http`
+//!  (`/probe`'s TLS client).
 //! May not: parse a command line, print to the terminal, or hold a protocol's
 //!  own logic (it starts responders and builds probes through their
 //!  descriptors).

@@ -12,7 +12,6 @@ use prober_core::protocol::Shared;
 use prober_core::responder::{Responder, ServeEnv, ServeError, Tls};
 use prober_net::guard::{GuardStats, Limits, PerSource};
 use prober_net::responder::{Common, ServerTlsFiles};
-use prober_stamp::ReflectorConfig;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -36,12 +35,10 @@ pub struct ResponderOptions {
     pub busy_poll: bool,
     /// How TCP and UDP responders wait for requests (`serve --receive`).
     pub receive: prober_core::spin::Receive,
-    /// Impairments of the TCP and UDP responders, for tests.
-    pub impairments: prober_tcp::Impairments,
-    /// Hold every gRPC request this long.
-    pub grpc_delay: Duration,
-    /// How the STAMP reflector answers.
-    pub stamp_config: ReflectorConfig,
+    /// The responders' own settings (the STAMP reflector's, the test
+    /// impairments), each put in their environment; a responder with none
+    /// here takes its defaults.
+    pub own: prober_net::options::OptionSet,
     /// Limits for a public address (docs/security.md), as given.
     pub limits: LimitSettings,
 }
@@ -115,7 +112,11 @@ impl ResponderOptions {
 
     /// The environment every responder is started in: the settings they
     /// share, and each protocol's own.
-    fn options(&self) -> Shared {
+    ///
+    /// # Errors
+    /// A setting a responder refuses (a STAMP key file that cannot be
+    /// read).
+    fn options(&self) -> Result<Shared, DaemonError> {
         let options = Shared::default();
         options.put(Common {
             limits: self.limits.limits(),
@@ -133,12 +134,10 @@ impl ResponderOptions {
                 _ => None,
             },
         });
-        options.put(self.impairments.clone());
-        options.put(prober_grpc::GrpcServeOptions {
-            delay: self.grpc_delay,
-        });
-        options.put(self.stamp_config.clone());
-        options
+        for (_, own) in &self.own.0 {
+            own.put(&options, None, None).map_err(DaemonError::Config)?;
+        }
+        Ok(options)
     }
 
     /// Each listener's responder and whether it serves TLS, in the
@@ -242,7 +241,7 @@ impl Responders {
 /// # Errors
 /// [`DaemonError::Config`] saying which.
 pub fn validate(opts: &ResponderOptions, registry: &Registry) -> Result<(), DaemonError> {
-    let options = Arc::new(opts.options());
+    let options = Arc::new(opts.options()?);
     for (r, _, tls) in opts.planned(registry)? {
         let env = ServeEnv {
             options: Arc::clone(&options),
@@ -265,7 +264,7 @@ pub async fn start(
     stop: &CancellationToken,
 ) -> Result<Responders, DaemonError> {
     validate(opts, registry)?;
-    let options = Arc::new(opts.options());
+    let options = Arc::new(opts.options()?);
     let guard = Arc::clone(
         &options
             .get_or_try_init(|| Ok::<_, std::convert::Infallible>(Arc::new(Common::default())))

@@ -11,12 +11,43 @@ use prober_net::responder::{Common, bind_tcp};
 
 use crate::{DEFAULT_PORT, ServerConfig, ServerTls, serve_grpc};
 
-/// The gRPC responder's own settings (`serve --grpc-delay`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// The gRPC responder's own settings (`serve --grpc-delay`, a hidden
+/// flag for tests; no `[serve]` key).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize, clap::Args)]
+#[serde(deny_unknown_fields)]
 pub struct GrpcServeOptions {
-    /// Hold every request this long before replying.
-    pub delay: Duration,
+    /// Impairment for tests: hold every gRPC request this long.
+    #[arg(long, hide = true, value_parser = prober_core::duration::parse_duration, default_value = "0")]
+    #[serde(skip)]
+    pub grpc_delay: Duration,
 }
+
+impl GrpcServeOptions {
+    /// Nothing was given.
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Puts them where the responder finds them.
+    ///
+    /// # Errors
+    /// None: every value is usable.
+    pub fn put_into(
+        &self,
+        store: &prober_core::shared::Shared,
+        _size: Option<usize>,
+        _table: Option<&str>,
+    ) -> Result<(), String> {
+        store.put(self.clone());
+        Ok(())
+    }
+}
+
+prober_net::own_options!(GrpcServeOptions);
+
+/// The gRPC responders' own settings.
+static GRPC_SERVE_OPTIONS: prober_net::options::ProtocolOptions =
+    prober_net::options::ProtocolOptions::of::<GrpcServeOptions>("serve", "--grpc-delay", "--grpc");
 
 /// The server's TLS, where this listener serves it.
 fn tls(env: &ServeEnv) -> Result<Option<ServerTls>, ServeError> {
@@ -41,7 +72,7 @@ fn grpc(addr: SocketAddr, env: &ServeEnv) -> ServeFuture<'_> {
         let c = env.options::<Common>();
         let cfg = ServerConfig {
             tls,
-            delay: env.options::<GrpcServeOptions>().delay,
+            delay: env.options::<GrpcServeOptions>().grpc_delay,
             limits: c.limits,
             stats: Arc::clone(&c.guard),
         };
@@ -70,6 +101,7 @@ pub const GRPC_RESPONDER: Responder = Responder {
     hidden: false,
     check,
     serve: grpc,
+    own: Some(&GRPC_SERVE_OPTIONS),
 };
 
 /// gRPC over TLS beside plaintext gRPC: the self-test's `grpcs://` rung.

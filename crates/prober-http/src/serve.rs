@@ -60,6 +60,7 @@ pub const HTTP_RESPONDER: Responder = Responder {
     hidden: false,
     check,
     serve: http,
+    own: None,
 };
 
 /// `--https ADDR`: answers `https://`, with `--tls-cert` and `--tls-key`.

@@ -5,7 +5,10 @@
 //! The binary adds the flags, the daemon reads the tables, and both check
 //! and hand them to the builders by looping over the registry: a new
 //! protocol with options touches neither (ripgrep's one definition per
-//! flag, vector's component that owns its config).
+//! flag, vector's component that owns its config). A responder's own
+//! settings are described the same way, pointed at by its descriptor
+//! ([`prober_core::responder::Responder::own`]): `prober serve`'s flags and
+//! the daemon's `[serve]` keys of the same names ([`ProtocolOptions::keys`]).
 
 use std::any::Any;
 use std::fmt;
@@ -157,6 +160,49 @@ impl ProtocolOptions {
     }
 }
 
+impl ProtocolOptions {
+    /// The options `r`'s descriptor points at, if any.
+    pub fn of_responder(r: &prober_core::responder::Responder) -> Option<&'static Self> {
+        r.own
+            .and_then(|o| (o as &'static dyn Any).downcast_ref::<Self>())
+    }
+
+    /// The options of the registry's responders, each once, in the
+    /// registry's order (the flags of `prober serve`, the settings of the
+    /// daemon's `[serve]`).
+    pub fn served(registry: &Registry) -> Vec<&'static Self> {
+        let mut all: Vec<&'static Self> = Vec::new();
+        for own in registry.responders().filter_map(Self::of_responder) {
+            if !all.iter().any(|o| std::ptr::eq(*o, own)) {
+                all.push(own);
+            }
+        }
+        all
+    }
+
+    /// The responders of `registry` that take these options.
+    pub fn responders(
+        &self,
+        registry: &Registry,
+    ) -> Vec<&'static prober_core::responder::Responder> {
+        registry
+            .responders()
+            .filter(|r| Self::of_responder(r).is_some_and(|o| std::ptr::eq(o, self)))
+            .collect()
+    }
+
+    /// The keys a config file may give for these options: their flags'
+    /// names (`stamp_key` for `--stamp-key`), but for hidden ones (test
+    /// impairments, command line only).
+    pub fn keys(&self) -> Vec<String> {
+        (self.args)(clap::Command::new("keys"))
+            .get_arguments()
+            .filter(|a| !a.is_hide_set() && a.get_long().is_some())
+            .map(|a| a.get_id().to_string())
+            .collect()
+    }
+}
+
 /// Every protocol's options, as given (or their defaults).
 #[derive(Debug, Default)]
 pub struct OptionSet(pub Vec<(&'static ProtocolOptions, Box<dyn OwnOptions>)>);
@@ -178,6 +224,45 @@ impl OptionSet {
             .map(|o| Ok((o, (o.from_matches)(m)?)))
             .collect::<Result<_, _>>()
             .map(Self)
+    }
+
+    /// The registry's responders' options read from parsed flags.
+    ///
+    /// # Errors
+    /// A flag clap could not read into its type.
+    pub fn served_from_matches(
+        registry: &Registry,
+        m: &clap::ArgMatches,
+    ) -> Result<Self, clap::Error> {
+        ProtocolOptions::served(registry)
+            .into_iter()
+            .map(|o| Ok((o, (o.from_matches)(m)?)))
+            .collect::<Result<_, _>>()
+            .map(Self)
+    }
+
+    /// The registry's responders' options, each its default.
+    pub fn served_defaults(registry: &Registry) -> Self {
+        Self(
+            ProtocolOptions::served(registry)
+                .into_iter()
+                .map(|o| (o, (o.default)()))
+                .collect(),
+        )
+    }
+
+    /// The value given for `o`, if this set has one.
+    pub fn get(&self, o: &ProtocolOptions) -> Option<&dyn OwnOptions> {
+        self.0
+            .iter()
+            .find(|(p, _)| std::ptr::eq(*p, o))
+            .map(|(_, v)| &**v)
+    }
+
+    /// Sets the value for `o` (replacing the one there was).
+    pub fn set(&mut self, o: &'static ProtocolOptions, v: Box<dyn OwnOptions>) {
+        self.0.retain(|(p, _)| !std::ptr::eq(*p, o));
+        self.0.push((o, v));
     }
 
     /// Checks each and puts it in `store`; `size` applies to the protocols
@@ -209,6 +294,12 @@ impl OptionSet {
                 .iter()
                 .zip(&other.0)
                 .all(|((a, x), (b, y))| std::ptr::eq(*a, *b) && x.same(&**y))
+    }
+}
+
+impl PartialEq for OptionSet {
+    fn eq(&self, other: &Self) -> bool {
+        self.same(other)
     }
 }
 

@@ -236,6 +236,7 @@ pub const H3_RESPONDER: Responder = Responder {
     hidden: false,
     check: check_h3,
     serve: h3,
+    own: None,
 };
 
 /// `--quic ADDR`: accepts QUIC connections and echoes their streams.
@@ -247,4 +248,5 @@ pub const QUIC_RESPONDER: Responder = Responder {
     hidden: false,
     check: check_quic,
     serve: quic,
+    own: None,
 };

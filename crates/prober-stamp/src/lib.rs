@@ -26,7 +26,7 @@ pub use packet::{Key, Mode};
 pub use protocol::STAMP;
 pub use reflector::{ReflectorConfig, ReflectorStats, serve_stamp};
 pub use sender::{STAMP_FLAGS, SenderOptions, StampProbe, StampSpec, TlvChoice};
-pub use serve::STAMP_RESPONDER;
+pub use serve::{ReflectorSpec, STAMP_RESPONDER};
 pub use time::Format;
 
 /// The STAMP port assigned by IANA (RFC 8762 §4.1).

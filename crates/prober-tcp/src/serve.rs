@@ -14,18 +14,60 @@ use crate::sockperf::{SockperfStats, serve_sockperf_tcp, serve_sockperf_udp};
 use crate::{DEFAULT_PORT, ResponderConfig, serve_tcp, serve_udp};
 
 /// Impairments the TCP and UDP responders add, for tests and experiments
-/// (`serve --drop-every`, `--duplicate-every`, `--delay-every`, `--delay`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// (`serve --drop-every`, `--duplicate-every`, `--delay-every`, `--delay`):
+/// hidden flags, and no `[serve]` keys (the fault tests' relay adds
+/// impairments a deployment would want).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize, clap::Args)]
+#[serde(deny_unknown_fields)]
 pub struct Impairments {
-    /// Do not answer every k-th request.
+    /// Impairment for tests: do not answer every k-th request.
+    #[arg(long, hide = true, value_name = "K")]
+    #[serde(skip)]
     pub drop_every: Option<u64>,
-    /// Answer every k-th request twice.
+    /// Impairment for tests: answer every k-th request twice.
+    #[arg(long, hide = true, value_name = "K")]
+    #[serde(skip)]
     pub duplicate_every: Option<u64>,
-    /// Hold every k-th request for `delay`.
+    /// Impairment for tests: hold every k-th request for --delay.
+    #[arg(long, hide = true, value_name = "K")]
+    #[serde(skip)]
     pub delay_every: Option<u64>,
-    /// How long `delay_every` holds a request.
+    /// How long --delay-every holds a request.
+    #[arg(long, hide = true, value_parser = prober_core::duration::parse_duration, default_value = "0")]
+    #[serde(skip)]
     pub delay: Duration,
 }
+
+impl Impairments {
+    /// None asked for.
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Puts them where the responders find them.
+    ///
+    /// # Errors
+    /// None: every value is usable.
+    pub fn put_into(
+        &self,
+        store: &prober_core::shared::Shared,
+        _size: Option<usize>,
+        _table: Option<&str>,
+    ) -> Result<(), String> {
+        store.put(self.clone());
+        Ok(())
+    }
+}
+
+prober_net::own_options!(Impairments);
+
+/// The TCP and UDP responders' impairments.
+static IMPAIRMENTS: prober_net::options::ProtocolOptions =
+    prober_net::options::ProtocolOptions::of::<Impairments>(
+        "serve",
+        "--drop-every, --duplicate-every, --delay-every and --delay",
+        "--tcp and --udp",
+    );
 
 fn config(env: &ServeEnv) -> ResponderConfig {
     let c = env.options::<Common>();
@@ -129,6 +171,7 @@ pub const TCP_RESPONDER: Responder = Responder {
     hidden: false,
     check: no_check,
     serve: tcp,
+    own: Some(&IMPAIRMENTS),
 };
 
 /// `--udp ADDR`: answers `udp://`.
@@ -145,5 +188,6 @@ pub const SOCKPERF_RESPONDER: Responder = Responder {
     default_port: None,
     help: "Answer sockperf's clients (`sockperf ping-pong`, `under-load`, `throughput`) over UDP and TCP (`--tcp`) on this address, as `sockperf server` does (docs/sockperf.md).",
     serve: sockperf,
+    own: None,
     ..TCP_RESPONDER
 };

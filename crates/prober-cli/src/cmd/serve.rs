@@ -24,25 +24,7 @@ fn responder_options(args: &ServeArgs) -> anyhow::Result<ResponderOptions> {
         log_clients: true,
         busy_poll: args.busy_poll,
         receive: args.receive.serve_receive()?,
-        impairments: prober_tcp::Impairments {
-            drop_every: args.drop_every,
-            duplicate_every: args.duplicate_every,
-            delay_every: args.delay_every,
-            delay: args.delay,
-        },
-        grpc_delay: args.grpc_delay,
-        stamp_config: prober_stamp::ReflectorConfig {
-            key: None,
-            stateful: !args.stamp_stateless,
-            rate: args.stamp_rate,
-            format: if args.stamp_ptp {
-                prober_stamp::Format::Ptp
-            } else {
-                prober_stamp::Format::Ntp
-            },
-            clock_synced: args.clock_synced,
-            ..prober_stamp::ReflectorConfig::default()
-        },
+        own: args.own.clone(),
         limits: prober_daemon::responder::LimitSettings {
             rate_limit: args.rate_limit,
             max_conns: args.max_conns,
@@ -148,10 +130,6 @@ pub(crate) async fn serve(
     cpu_latency: Option<Duration>,
 ) -> anyhow::Result<ExitCode> {
     let mut opts = responder_options(&args)?;
-    if let Some(path) = &args.stamp_key {
-        opts.stamp_config.key =
-            Some(prober_stamp::Key::from_file(path).map_err(anyhow::Error::msg)?);
-    }
     if args.check_config {
         let (config, blackbox) = (args.config.as_deref(), args.blackbox_config.as_deref());
         let Some(what) = config.or(blackbox) else {

@@ -1278,7 +1278,7 @@ fn check_config_refuses_what_starting_would_refuse() {
         (
             "stamp = \"127.0.0.1:0\"\nstamp_rate = 10\n",
             &["--stamp", "127.0.0.1:0"],
-            "set the reflector in one place",
+            "whose stamp_rate would then be ignored: set it in one place",
         ),
     ] {
         let cfg = files.write("c.toml", &format!("[serve]\n{serve}"));

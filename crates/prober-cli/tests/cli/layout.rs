@@ -27,11 +27,9 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "prober-sys",
             "prober-net",
             "prober-sinks",
-            "prober-tcp",
-            "prober-grpc",
+            // The reflector's counters on /metrics; /probe's TLS client.
             "prober-stamp",
             "prober-http",
-            "prober-dns",
         ],
     ),
 ];
@@ -206,17 +204,21 @@ fn unsafe_and_raw_syscalls_live_only_in_prober_sys() {
     }
 }
 
-/// A protocol's own options are named only by its crate: the binary adds,
-/// reads, checks and puts them by looping over the protocol list
+/// A protocol's own options, and a responder's own settings, are named
+/// only by their crate: the binary and the daemon add, read, check and put
+/// them by looping over the protocol and responder lists
 /// (`prober_net::options::ProtocolOptions`), so a new protocol's options
-/// cost no line in it.
+/// or responder's settings cost no line in either (the daemon's unit tests
+/// aside).
 #[test]
 fn the_binary_names_no_protocol_options_type() {
-    let src = workspace().join("crates/prober-cli/src");
     let mut files = Vec::new();
-    rust_files(&src, &mut files);
+    for dir in ["crates/prober-cli/src", "crates/prober-daemon/src"] {
+        rust_files(&workspace().join(dir), &mut files);
+    }
     for f in files {
         let text = std::fs::read_to_string(&f).unwrap();
+        let text = text.split("\n#[cfg(test)]").next().unwrap_or_default();
         for name in [
             "HttpSpec",
             "DnsSpec",
@@ -226,10 +228,14 @@ fn the_binary_names_no_protocol_options_type() {
             "DNS_FLAGS",
             "STAMP_FLAGS",
             "SocketKind",
+            "ReflectorSpec",
+            "ReflectorConfig",
+            "Impairments",
+            "GrpcServeOptions",
         ] {
             assert!(
                 !text.contains(name),
-                "{} names {name}: a protocol's options belong to its crate and its ProtocolOptions",
+                "{} names {name}: a protocol's options and a responder's settings belong to its crate and its ProtocolOptions",
                 f.display()
             );
         }
