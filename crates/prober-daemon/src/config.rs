@@ -8,14 +8,18 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use prober_core::{Pacing, Registry, RunConfig, Target, parse_target};
-use prober_net::{Family, resolve};
-use prober_sinks::prometheus::RESERVED_LABELS;
-use serde::Deserialize;
+use prober_core::{Registry, RunConfig, Target};
 
 use crate::error::{DaemonError, bail};
 
 type Result<T> = std::result::Result<T, DaemonError>;
+
+mod discover;
+mod schema;
+mod validate;
+
+pub use schema::ServeSection;
+use schema::{FileConfig, JobSection, JobSettings, OtlpSection};
 
 /// Adds the key a config error is under to its message: `key: error`.
 /// (Not core's `Context`, the run settings sinks see.)
@@ -26,79 +30,6 @@ trait WithKey<T> {
 impl<T, E: std::fmt::Display> WithKey<T> for std::result::Result<T, E> {
     fn ctx(self, what: impl FnOnce() -> String) -> Result<T> {
         self.map_err(|e| DaemonError::Config(format!("{}: {e}", what())))
-    }
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileConfig {
-    /// A config with no jobs is meant (a responder only, or every job
-    /// removed on purpose): without it, a reload that finds no jobs (a
-    /// config tool that truncated the file mid-write) is refused.
-    #[serde(default)]
-    allow_empty: bool,
-    /// With the protocols' tables (`[defaults.http]`) set aside.
-    #[serde(default)]
-    defaults: crate::own_tables::WithOwn<JobSettings>,
-    #[serde(default)]
-    serve: ServeSection,
-    metrics: Option<MetricsSection>,
-    #[serde(default)]
-    stamps: StampsSection,
-    #[serde(default)]
-    receive: ReceiveSection,
-    #[serde(default)]
-    discovery: DiscoverySection,
-    otlp: Option<OtlpSection>,
-    blackbox: Option<BlackboxSection>,
-    /// With the protocols' tables (`[job.http]`) set aside.
-    #[serde(default, rename = "job")]
-    jobs: Vec<crate::own_tables::WithOwn<JobSection>>,
-}
-
-/// `[otlp]`: push metrics to an OpenTelemetry collector.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct OtlpSection {
-    /// `http://collector:4317` (OTLP over gRPC).
-    endpoint: String,
-    /// How often to push (`10s` by default).
-    interval: Option<String>,
-    /// How long one push may take (`5s` by default).
-    timeout: Option<String>,
-}
-
-impl OtlpSection {
-    fn settings(&self) -> Result<OtlpConfig> {
-        let scheme_ok = ["http://", "https://"]
-            .iter()
-            .any(|p| self.endpoint.starts_with(p));
-        if !scheme_ok {
-            bail!(
-                "otlp.endpoint: {} is not an http:// or https:// URL (OTLP over gRPC, e.g. http://127.0.0.1:4317)",
-                prober_core::quote::short(&self.endpoint)
-            );
-        }
-        let positive = |key: &str, v: Option<&String>, default: Duration| -> Result<Duration> {
-            let d = duration(v, key, default)?;
-            if d.is_zero() {
-                bail!("{key}: must be greater than zero");
-            }
-            Ok(d)
-        };
-        Ok(OtlpConfig {
-            endpoint: self.endpoint.clone(),
-            interval: positive(
-                "otlp.interval",
-                self.interval.as_ref(),
-                Duration::from_secs(10),
-            )?,
-            timeout: positive(
-                "otlp.timeout",
-                self.timeout.as_ref(),
-                Duration::from_secs(5),
-            )?,
-        })
     }
 }
 
@@ -113,173 +44,6 @@ pub struct OtlpConfig {
     pub timeout: Duration,
 }
 
-/// `[serve]`'s keys for the responders' limits (beside the listeners and
-/// the responders' own settings).
-const LIMIT_KEYS: &[&str] = &[
-    "rate_limit",
-    "max_conns",
-    "max_conns_per_source",
-    "request_timeout",
-    "idle_timeout",
-    "udp_follow_ups",
-];
-
-/// Responder listeners to run beside the jobs.
-///
-/// Not `deny_unknown_fields`: the listeners' keys are the names of the
-/// registry's responders (`tcp = "0.0.0.0:8707"`), gathered in `given`
-/// and checked when the config is read, which refuses any other key.
-#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
-pub struct ServeSection {
-    /// The listeners as written, and anything else not named below.
-    #[serde(flatten)]
-    given: BTreeMap<String, toml::Value>,
-    /// The listeners, checked: a responder's name and its address.
-    #[serde(skip)]
-    pub listen: Vec<(&'static str, SocketAddr)>,
-    /// The responders' own settings (`stamp_key`, ...: each responder's
-    /// options type names its keys), checked, one per options type.
-    #[serde(skip)]
-    pub own: prober_net::options::OptionSet,
-    /// UDP replies per second per source address; 0 for no limit
-    /// (docs/security.md).
-    pub rate_limit: Option<u32>,
-    /// Connections open at once; 0 for no limit.
-    pub max_conns: Option<usize>,
-    /// Connections open at once per source address; 0 for no limit.
-    pub max_conns_per_source: Option<usize>,
-    /// Time to a connection's first whole request (`10s`).
-    pub request_timeout: Option<String>,
-    /// Silence allowed between requests (`5m`).
-    pub idle_timeout: Option<String>,
-    /// UDP follow-up frames to sources other than loopback.
-    #[serde(default)]
-    pub udp_follow_ups: bool,
-}
-
-impl ServeSection {
-    /// Reads the listeners (each key a responder the registry lists, each
-    /// value an address) into `listen`.
-    ///
-    /// # Errors
-    /// A key that is no responder nor setting, or an address that does
-    /// not parse, naming its key.
-    fn check(&mut self, registry: &Registry, base: &Path) -> std::result::Result<(), String> {
-        use prober_net::options::ProtocolOptions;
-        self.listen.clear();
-        let served = ProtocolOptions::served(registry);
-        let keys: Vec<(&'static ProtocolOptions, Vec<String>)> =
-            served.iter().map(|o| (*o, o.keys())).collect();
-        let mut tables: Vec<toml::Table> = vec![toml::Table::new(); served.len()];
-        for (key, value) in &self.given {
-            if let Some(i) = keys.iter().position(|(_, k)| k.contains(key)) {
-                tables[i].insert(key.clone(), value.clone());
-                continue;
-            }
-            let Some(r) = registry.responder(key).filter(|r| !r.hidden) else {
-                let listeners: Vec<&str> = registry
-                    .responders()
-                    .filter(|r| !r.hidden)
-                    .map(|r| r.name)
-                    .collect();
-                let settings: Vec<&str> = keys
-                    .iter()
-                    .flat_map(|(_, k)| k.iter().map(String::as_str))
-                    .chain(LIMIT_KEYS.iter().copied())
-                    .collect();
-                return Err(format!(
-                    "serve: unknown field `{key}`, expected a listener ({}) or one of {}",
-                    listeners.join(", "),
-                    settings.join(", ")
-                ));
-            };
-            let addr = value
-                .as_str()
-                .ok_or_else(|| format!("serve.{key}: give the address as a string, \"IP:PORT\""))?
-                .parse::<SocketAddr>()
-                .map_err(|e| format!("serve.{key}: {e}"))?;
-            self.listen.push((r.name, addr));
-        }
-        self.own = prober_net::options::OptionSet::default();
-        for ((o, _), table) in keys.iter().zip(tables) {
-            let given: Vec<String> = table.keys().cloned().collect();
-            let mut v =
-                (o.from_toml)(toml::Value::Table(table)).map_err(|e| format!("serve: {e}"))?;
-            v.rebase(base);
-            // Read now (the STAMP key file), so a file that cannot be used
-            // is refused at load, naming its key.
-            v.put(&prober_core::shared::Shared::default(), None, Some("serve"))?;
-            if !given.is_empty() {
-                let takers: Vec<&str> = o.responders(registry).iter().map(|r| r.name).collect();
-                if !takers.iter().any(|t| self.addr(t).is_some()) {
-                    return Err(format!(
-                        "serve.{}: applies to the {} listener, which [serve] does not start",
-                        given[0],
-                        takers.join(" or ")
-                    ));
-                }
-            }
-            self.own.0.push((*o, v));
-        }
-        Ok(())
-    }
-
-    /// The keys the file gives for the responders' options `o`.
-    pub fn given_for(&self, o: &prober_net::options::ProtocolOptions) -> Vec<String> {
-        let keys = o.keys();
-        self.given
-            .keys()
-            .filter(|k| keys.contains(k))
-            .cloned()
-            .collect()
-    }
-
-    /// Where the responder `name` listens, if the section says.
-    pub fn addr(&self, name: &str) -> Option<SocketAddr> {
-        self.listen
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, a)| *a)
-    }
-
-    /// The limits this section gives.
-    ///
-    /// # Errors
-    /// A duration that does not parse, or is zero, naming its key.
-    pub fn limit_settings(&self) -> std::result::Result<crate::responder::LimitSettings, String> {
-        let dur = |key: &str,
-                   v: &Option<String>|
-         -> std::result::Result<Option<std::time::Duration>, String> {
-            v.as_deref()
-                .map(|t| match prober_core::duration::parse_duration(t) {
-                    Ok(d) if d.is_zero() => Err(format!("serve.{key}: must be greater than zero")),
-                    Ok(d) => Ok(d),
-                    Err(e) => Err(format!("serve.{key}: {e}")),
-                })
-                .transpose()
-        };
-        Ok(crate::responder::LimitSettings {
-            rate_limit: self.rate_limit,
-            max_conns: self.max_conns,
-            max_conns_per_source: self.max_conns_per_source,
-            request_timeout: dur("request_timeout", &self.request_timeout)?,
-            idle_timeout: dur("idle_timeout", &self.idle_timeout)?,
-            udp_follow_ups: self.udp_follow_ups,
-        })
-    }
-}
-
-/// `[blackbox]`: `/probe` as blackbox_exporter serves it.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct BlackboxSection {
-    /// blackbox_exporter's `blackbox.yml`, whose modules `/probe` serves.
-    config: Option<PathBuf>,
-    /// Host name globs and address ranges `/probe` may probe (`["*"]`:
-    /// anything).
-    allowed_targets: Option<Vec<String>>,
-}
-
 /// `[blackbox]`, checked; read at start only (SIGHUP reloads the modules
 /// file itself).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -288,45 +52,6 @@ pub struct BlackboxSettings {
     pub config: Option<PathBuf>,
     /// `allowed_targets` as written (checked).
     pub allowed_targets: Option<Vec<String>>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct MetricsSection {
-    /// 127.0.0.1:9707 unless given: only this host can read the metrics
-    /// and the status page until they are exposed on purpose.
-    #[serde(default = "default_metrics_listen")]
-    listen: SocketAddr,
-    #[serde(default)]
-    parts: bool,
-    /// Classic bucket bounds, seconds.
-    buckets: Option<Vec<f64>>,
-    /// Native (exponential) buckets for protobuf scrapes; on by default.
-    native_histograms: Option<bool>,
-    /// Their growth factor (1.1 by default).
-    native_bucket_factor: Option<f64>,
-    /// Which histogram families are exported, and how: `off`, `classic`,
-    /// `native` or `both`, by family (`rtt`, `latency`, `send_lag`,
-    /// `ipdv`, `loss_burst`, `phases`, `parts`).
-    histograms: Option<BTreeMap<String, String>>,
-    /// HTTP basic authentication for every page but `/healthz` and
-    /// `/readyz`.
-    basic_auth: Option<BasicAuthSection>,
-    /// A bearer token (in a file) instead.
-    bearer_token_file: Option<PathBuf>,
-    /// TLS, in the exporter-toolkit web config format (docs/config.md).
-    web_config: Option<PathBuf>,
-}
-
-fn default_metrics_listen() -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], 9707))
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct BasicAuthSection {
-    user: String,
-    password_file: PathBuf,
 }
 
 /// What `/metrics` and the status page ask of a client.
@@ -351,334 +76,6 @@ impl std::fmt::Debug for MetricsAuth {
             Self::Bearer(_) => f.write_str("Bearer(token hidden)"),
         }
     }
-}
-
-/// A secret's file, relative to the config's folder, without its final
-/// line break; empty is refused.
-fn read_secret(key: &str, path: &Path, base: &Path) -> Result<String> {
-    let path = base.join(path);
-    // Capped: a path to /dev/zero must not read until memory runs out.
-    let text = crate::file_sd::read_capped(&path).ctx(|| format!("{key}: {}", path.display()))?;
-    let secret = text.trim_end_matches(['\n', '\r']).to_owned();
-    if secret.is_empty() {
-        bail!("{key}: {} is empty", path.display());
-    }
-    Ok(secret)
-}
-
-impl MetricsSection {
-    fn auth(&self, base: &Path) -> Result<Option<MetricsAuth>> {
-        match (&self.basic_auth, &self.bearer_token_file) {
-            (Some(_), Some(_)) => {
-                bail!("metrics: set basic_auth or bearer_token_file, not both")
-            }
-            (Some(b), None) => {
-                if b.user.is_empty() || b.user.contains(':') {
-                    bail!("metrics.basic_auth.user: must be non-empty and without ':'");
-                }
-                Ok(Some(MetricsAuth::Basic {
-                    user: b.user.clone(),
-                    password: read_secret(
-                        "metrics.basic_auth.password_file",
-                        &b.password_file,
-                        base,
-                    )?,
-                }))
-            }
-            (None, Some(path)) => Ok(Some(MetricsAuth::Bearer(read_secret(
-                "metrics.bearer_token_file",
-                path,
-                base,
-            )?))),
-            (None, None) => Ok(None),
-        }
-    }
-
-    fn buckets(&self) -> Result<prober_sinks::prometheus::Buckets> {
-        let mut b = prober_sinks::prometheus::Buckets::default();
-        if let Some(classic) = &self.buckets {
-            if classic.is_empty() || classic.len() > 100 {
-                bail!(
-                    "metrics.buckets: give 1 to 100 bucket bounds (seconds), not {}",
-                    classic.len()
-                );
-            }
-            if let Some(bad) = classic.iter().find(|v| !(v.is_finite() && **v > 0.0)) {
-                bail!("metrics.buckets: {bad} is not a positive number of seconds");
-            }
-            if classic.windows(2).any(|w| w[0] >= w[1]) {
-                bail!("metrics.buckets: bounds must rise strictly ({classic:?})");
-            }
-            b.classic = classic.as_slice().into();
-        }
-        b.native_factor = match (self.native_histograms, self.native_bucket_factor) {
-            (Some(false), _) => None,
-            (_, Some(f)) if !(f.is_finite() && f > 1.0 && f <= 65536.0) => {
-                bail!(
-                    "metrics.native_bucket_factor: {f} must be above 1 (1.1 gives buckets 9 % wide)"
-                )
-            }
-            (_, f) => Some(f.unwrap_or(prober_sinks::prometheus::NATIVE_FACTOR)),
-        };
-        b.families = self.families()?;
-        if b.native_factor.is_none() {
-            b.families = b.families.without_native();
-        }
-        Ok(b)
-    }
-
-    /// `histograms = { ... }` over the default families; `parts = true` is
-    /// `parts = "both"`.
-    fn families(&self) -> Result<prober_sinks::prometheus::Families> {
-        use prober_sinks::prometheus::HistMode;
-        let mut f = prober_sinks::prometheus::Families::default();
-        if self.parts {
-            f.parts = HistMode::Both;
-        }
-        for (family, mode) in self.histograms.iter().flatten() {
-            let key = format!("metrics.histograms.{family}");
-            let Some(m) = HistMode::parse(mode) else {
-                bail!(
-                    "{key}: {:?} is not one of {}",
-                    prober_core::quote::short(mode),
-                    HistMode::NAMES.join(", ")
-                );
-            };
-            let slot = match family.as_str() {
-                "rtt" => &mut f.rtt,
-                "latency" => &mut f.latency,
-                "send_lag" => &mut f.send_lag,
-                "ipdv" => &mut f.ipdv,
-                "loss_burst" => &mut f.loss_burst,
-                "phases" => &mut f.phases,
-                "parts" if self.parts => {
-                    bail!("{key}: give parts here or metrics.parts = true, not both")
-                }
-                "parts" => &mut f.parts,
-                _ => bail!(
-                    "metrics.histograms: no family {:?} (rtt, latency, send_lag, ipdv, loss_burst, phases, parts)",
-                    prober_core::quote::short(family)
-                ),
-            };
-            if family == "loss_burst" && m.native() {
-                bail!("{key}: \"off\" or \"classic\" (its buckets count probes, not seconds)");
-            }
-            *slot = m;
-        }
-        Ok(f)
-    }
-}
-
-/// `[discovery]`: the DNS server and TTL bounds of jobs' `dns_sd` names.
-#[derive(Debug, Default, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DiscoverySection {
-    /// `"10.0.0.53"` or `"10.0.0.53:5353"`; the system's if absent.
-    server: Option<String>,
-    ttl_floor: Option<String>,
-    ttl_ceiling: Option<String>,
-    /// How often targets given by name are resolved again.
-    resolve_every: Option<String>,
-}
-
-impl DiscoverySection {
-    fn settings(&self) -> Result<crate::dns_sd::Settings> {
-        let d = crate::dns_sd::Settings::default();
-        let server = match &self.server {
-            None => None,
-            Some(text) => Some(
-                text.parse::<SocketAddr>()
-                    .or_else(|_| {
-                        text.parse::<std::net::IpAddr>()
-                            .map(|ip| SocketAddr::new(ip, 53))
-                    })
-                    .map_err(|_| {
-                        DaemonError::Config(format!(
-                            "discovery.server: {} is not an address (10.0.0.53 or 10.0.0.53:5353)",
-                            prober_core::quote::short(text)
-                        ))
-                    })?,
-            ),
-        };
-        let floor = duration(self.ttl_floor.as_ref(), "discovery.ttl_floor", d.ttl_floor)?;
-        let ceiling = duration(
-            self.ttl_ceiling.as_ref(),
-            "discovery.ttl_ceiling",
-            d.ttl_ceiling,
-        )?;
-        if floor.is_zero() {
-            bail!("discovery.ttl_floor: must be greater than zero");
-        }
-        if ceiling < floor {
-            bail!("discovery.ttl_ceiling: must not be below ttl_floor");
-        }
-        let resolve_every = duration(
-            self.resolve_every.as_ref(),
-            "discovery.resolve_every",
-            d.resolve_every,
-        )?;
-        if resolve_every.is_zero() {
-            bail!("discovery.resolve_every: must be greater than zero");
-        }
-        Ok(crate::dns_sd::Settings {
-            server,
-            ttl_floor: floor,
-            ttl_ceiling: ceiling,
-            resolve_every,
-        })
-    }
-}
-
-/// `[stamps]`: kernel timestamps the daemon asks for.
-#[derive(Debug, Default, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct StampsSection {
-    #[serde(default)]
-    transmit: bool,
-}
-
-/// `[receive]`: how UDP, ICMP, TCP and gRPC probes wait for replies, as `prober
-/// run`'s `--receive` and `--spin-budget`; read at start only.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ReceiveSection {
-    /// `adaptive` (the default) or `async`.
-    mode: Option<String>,
-    /// The longest spin after one send (`100us` by default).
-    spin_budget: Option<String>,
-    /// The share of one CPU all spins together may take (0.02 by default).
-    cpu_share: Option<f64>,
-}
-
-impl ReceiveSection {
-    /// Adaptive unless the file says `async`: at 10,000 ICMP targets at
-    /// 1 Hz it took the RTT p50 from 45-55 to 7 µs at the same CPU (6 runs
-    /// alternating, the median of the pairs' differences about 0 cores;
-    /// BENCHMARKS.md), and its spins never take more than `cpu_share`.
-    /// A daemon that also answers keeps async unless told (see
-    /// [`Config::receive_for`]).
-    fn receive(&self) -> Result<prober_core::spin::Receive> {
-        match self.mode.as_deref() {
-            Some("async") => {
-                // Not ignored: a spin setting with async would do nothing.
-                for (key, set) in [
-                    ("spin_budget", self.spin_budget.is_some()),
-                    ("cpu_share", self.cpu_share.is_some()),
-                ] {
-                    if set {
-                        bail!(
-                            "receive.{key} applies only to mode = \"adaptive\", and mode is \"async\""
-                        );
-                    }
-                }
-                Ok(prober_core::spin::Receive::Event)
-            }
-            None | Some("adaptive") => {
-                let budget = duration(
-                    self.spin_budget.as_ref(),
-                    "receive.spin_budget",
-                    prober_core::spin::DEFAULT_SPIN_BUDGET,
-                )?;
-                let budget = prober_core::spin::check_budget(budget)
-                    .map_err(|e| DaemonError::Config(format!("receive.spin_budget: {e}")))?;
-                let permille = prober_core::spin::check_share(self.cpu_share.unwrap_or(0.02))
-                    .map_err(|e| DaemonError::Config(format!("receive.cpu_share: {e}")))?;
-                Ok(prober_core::spin::Receive::Adaptive(
-                    prober_core::spin::SpinPool::new(budget, permille),
-                ))
-            }
-            Some(other) => bail!("receive.mode: {other:?} is neither \"async\" nor \"adaptive\""),
-        }
-    }
-}
-
-/// `[job.tls]`, as `prober run`'s `--ca`, `--cert`, `--key`,
-/// `--tls-server-name` and `--insecure`.
-#[derive(Debug, Default, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TlsSection {
-    ca: Option<PathBuf>,
-    /// `"system"` (the default) or `"mozilla"`: the roots without `ca`.
-    roots: Option<String>,
-    cert: Option<PathBuf>,
-    key: Option<PathBuf>,
-    server_name: Option<String>,
-    #[serde(default)]
-    insecure: bool,
-}
-
-/// Declares [`JobSettings`] (what a job may set and `[defaults]` may give
-/// to every job) and [`JobSection`] (a `[[job]]`: its name, targets and
-/// the same settings) from one list of fields. The settings are spelled
-/// into `JobSection` rather than `#[serde(flatten)]`ed: a flattened table
-/// loses the keys' positions, so every error pointed at the `[[job]]`
-/// header.
-macro_rules! job_settings {
-    ($( $(#[$attr:meta])* $field:ident: $ty:ty, )*) => {
-        /// Settings a job may set and `[defaults]` may give to every job.
-        #[derive(Debug, Default, Clone, Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct JobSettings {
-            $( $(#[$attr])* $field: $ty, )*
-        }
-
-        #[derive(Debug, Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct JobSection {
-            name: String,
-            #[serde(default)]
-            targets: Vec<String>,
-            targets_file: Option<PathBuf>,
-            /// Prometheus `file_sd` files (JSON or YAML) with more targets.
-            #[serde(default)]
-            file_sd: Vec<PathBuf>,
-            /// The scheme of `file_sd` entries written `host:port`.
-            file_sd_scheme: Option<String>,
-            /// Targets from DNS: `udp://peers.example:7` (every A/AAAA
-            /// address, port 7) or `udp://_prober._udp.example` (SRV).
-            #[serde(default)]
-            dns_sd: Vec<String>,
-            $( $(#[$attr])* $field: $ty, )*
-            #[serde(skip)]
-            settings: JobSettings,
-        }
-
-        impl JobSection {
-            /// Gathers the settings into [`JobSection::settings`].
-            fn gather(&mut self) {
-                self.settings = JobSettings { $( $field: self.$field.clone(), )* };
-            }
-        }
-    };
-}
-
-job_settings! {
-    /// At most this many targets (static and discovered): the rest are
-    /// dropped, logged and counted [default: 10,000].
-    max_targets: Option<usize>,
-    /// Skip discovered addresses that are this host's own (mesh mode).
-    exclude_self: Option<bool>,
-    /// Spread each udp/tcp target over this many flows (source ports).
-    flows: Option<u16>,
-    /// `dscp = "ef"` or a number 0..=63: the TOS byte of requests.
-    dscp: Option<String>,
-    /// The TOS byte itself, 0..=255 (not with `dscp`).
-    tos: Option<u8>,
-    /// The local address requests leave from.
-    source: Option<std::net::IpAddr>,
-    /// The interface requests leave through.
-    interface: Option<String>,
-    /// The firewall mark of requests (a number, or a string "0x2a").
-    fwmark: Option<FwMark>,
-    interval: Option<String>,
-    timeout: Option<String>,
-    pacing: Option<String>,
-    size: Option<usize>,
-    #[serde(default)]
-    labels: BTreeMap<String, String>,
-    sinks: Option<prober_sinks::file_config::SinksConfig>,
-    /// `[job.tls]`: how `https://` and `grpcs://` targets check servers.
-    tls: Option<TlsSection>,
 }
 
 /// One target of a job, resolved.
@@ -918,40 +315,10 @@ impl Config {
     }
 }
 
-fn duration(value: Option<&String>, key: &str, default: Duration) -> Result<Duration> {
-    match value {
-        None => Ok(default),
-        Some(text) => prober_core::duration::parse_duration(text).ctx(|| key.to_owned()),
-    }
-}
-
-fn pacing(value: Option<&String>, key: &str) -> Result<Pacing> {
-    match value {
-        None => Ok(Pacing::Timer),
-        Some(text) => text.parse().ctx(|| key.to_owned()),
-    }
-}
-
-/// A label name a job or a file_sd group may give its series.
-fn check_label(name: &str) -> std::result::Result<(), String> {
-    if valid_label_name(name) && !RESERVED_LABELS.contains(&name) {
-        return Ok(());
-    }
-    Err(format!(
-        "not a usable Prometheus label name (letters, digits and _, not starting with __; {} are reserved)",
-        RESERVED_LABELS.join(", ")
-    ))
-}
-
-fn valid_label_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-        && !name.starts_with("__")
-}
-
+/// One `[[job]]`: its settings checked ([`validate::settings`]), its
+/// targets gathered ([`discover::discover`]) and checked
+/// ([`validate::targets`]), their names resolved
+/// ([`discover::addresses`]).
 #[allow(clippy::too_many_arguments)]
 async fn job(
     j: &JobSection,
@@ -963,350 +330,43 @@ async fn job(
     resolution: Resolution<'_>,
     discovery: &crate::dns_sd::Settings,
 ) -> Result<Job> {
-    let key = format!("job[{i}] ({:?})", j.name);
-    if j.name.is_empty() {
-        bail!("job[{i}].name: must not be empty");
-    }
-    let pick = |a: &Option<String>, b: &Option<String>| a.clone().or_else(|| b.clone());
-    let interval = duration(
-        pick(&j.settings.interval, &defaults.interval).as_ref(),
-        &format!("{key}.interval"),
-        Duration::from_secs(1),
-    )?;
-    if interval.is_zero() {
-        bail!("{key}.interval: the daemon needs an interval above zero");
-    }
-    let timeout = duration(
-        pick(&j.settings.timeout, &defaults.timeout).as_ref(),
-        &format!("{key}.timeout"),
-        Duration::from_secs(1),
-    )?;
-    let pacing = pacing(
-        pick(&j.settings.pacing, &defaults.pacing).as_ref(),
-        &format!("{key}.pacing"),
-    )?;
-    let run = RunConfig {
-        interval,
-        count: None,
-        duration: None,
-        burst: 1,
-        pacing,
-        timeout,
-        warmup: 0,
-        max_in_flight: 4096,
-        // One timerfd per target would not scale to thousands of targets;
-        // at daemon intervals the runtime's timer is precise enough.
-        precise_timer: false,
-    };
-    run.validate().ctx(|| key.clone())?;
-    let size = j.settings.size.or(defaults.size);
-    let tos = match (
-        pick(&j.settings.dscp, &defaults.dscp),
-        j.settings.tos.or(defaults.tos),
-    ) {
-        (Some(_), Some(_)) => bail!("{key}: give dscp or tos, not both"),
-        (Some(d), None) => Some(
-            prober_sys::mark::tos_of_dscp(&d)
-                .map_err(|e| DaemonError::Config(format!("{key}.dscp: {e}")))?,
-        ),
-        (None, t) => t,
-    };
-    let fwmark = match j
-        .settings
-        .fwmark
-        .clone()
-        .or_else(|| defaults.fwmark.clone())
-    {
-        None => None,
-        Some(FwMark::Number(n)) => Some(n),
-        Some(FwMark::Text(t)) => Some(
-            prober_sys::mark::parse_fwmark(&t)
-                .map_err(|e| DaemonError::Config(format!("{key}.fwmark: {e}")))?,
-        ),
-    };
-    let marks = prober_core::protocol::Marks {
-        tos,
-        source: j.settings.source.or(defaults.source),
-        interface: pick(&j.settings.interface, &defaults.interface),
-        fwmark,
-    };
-    let mut labels = defaults.labels.clone();
-    labels.extend(j.settings.labels.clone());
-    for (name, value) in &mut labels {
-        check_label(name).map_err(|e| {
-            DaemonError::Config(format!(
-                "{key}.labels.{}: {e}",
-                prober_core::quote::short(name)
-            ))
-        })?;
-        *value = expand_env(value, |v| std::env::var(v).ok()).map_err(|e| {
-            DaemonError::Config(format!(
-                "{key}.labels.{}: {e}",
-                prober_core::quote::short(name)
-            ))
-        })?;
-    }
-    let sinks = match j.settings.sinks.as_ref().or(defaults.sinks.as_ref()) {
-        Some(s) => s
-            .check(&format!("{key}.sinks"), base)
-            .map_err(DaemonError::Config)?,
-        None => prober_sinks::file_config::JobSinks::default(),
-    };
-    // (URL, its own labels, found in DNS): a discovered target also listed
-    // elsewhere is skipped, not refused as listed twice.
-    let mut texts: Vec<(String, BTreeMap<String, String>, bool)> = j
-        .targets
-        .iter()
-        .map(|t| (t.clone(), BTreeMap::new(), false))
-        .collect();
-    let mut watched = Vec::new();
-    if let Some(file) = &j.targets_file {
-        let file = base.join(file); // an absolute path stays as it is
-        let body = crate::file_sd::read_capped(&file)
-            .ctx(|| format!("{key}.targets_file: reading {}", file.display()))?;
-        texts.extend(
-            body.lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty() && !l.starts_with('#'))
-                .map(|t| (t.to_owned(), BTreeMap::new(), false)),
-        );
-        watched.push(file);
-    }
-    for file in &j.file_sd {
-        let file = base.join(file);
-        let what = format!("{key}.file_sd: {}", file.display());
-        for (target, labels) in crate::file_sd::read(&file, j.file_sd_scheme.as_deref())
-            .map_err(|e| DaemonError::Config(format!("{what}: {e}")))?
-        {
-            for name in labels.keys() {
-                check_label(name).map_err(|e| {
-                    DaemonError::Config(format!(
-                        "{what}: label {:?} of {}: {e}",
-                        prober_core::quote::short(name),
-                        prober_core::quote::short(&target)
-                    ))
-                })?;
-            }
-            texts.push((target, labels, false));
-        }
-        watched.push(file);
-    }
-    let mut refresh_at: Option<std::time::Instant> = None;
-    if !j.dns_sd.is_empty() {
-        let Resolution::System(found_by) = resolution else {
-            bail!("{key}.dns_sd: names are not resolved here");
-        };
-        let exclude_self = j.settings.exclude_self.or(defaults.exclude_self) == Some(true);
-        let own = if exclude_self {
-            prober_net::resolve::own_addresses()
-        } else {
-            Vec::new()
-        };
-        let mut found_count = 0u64;
-        for entry in &j.dns_sd {
-            let what = format!("{key}.dns_sd");
-            let template = parse_target(registry, &with_srv_port(entry)).ctx(|| what.clone())?;
-            if template.host.parse::<std::net::IpAddr>().is_ok() {
-                bail!("{what}: {template}: give a DNS name to discover, not an address");
-            }
-            let answer = found_by
-                .lookup(&j.name, &template.host, template.port, discovery)
-                .await;
-            refresh_at = Some(refresh_at.map_or(answer.refresh_at, |r| r.min(answer.refresh_at)));
-            for f in answer.found {
-                if own.contains(&f.addr.ip()) {
-                    tracing::debug!(job = %j.name, addr = %f.addr, "skipping this host's own address");
-                    continue;
-                }
-                let mut t = template.clone();
-                t.host = f.addr.ip().to_string();
-                t.port = f.addr.port();
-                let labels = BTreeMap::from([("dns_name".to_owned(), f.name)]);
-                texts.push((t.to_string(), labels, true));
-                found_count += 1;
-            }
-        }
-        found_by.count(&j.name, |s| s.targets = found_count);
-    }
-    if texts.is_empty() && j.dns_sd.is_empty() {
+    let s = validate::settings(j, i, defaults, base, &|v| std::env::var(v).ok())?;
+    let found = discover::discover(j, &s, base, registry, resolution, discovery).await?;
+    let key = &s.key;
+    if found.found.is_empty() && j.dns_sd.is_empty() {
         bail!("{key}.targets: no targets");
     }
-    let max_targets = j
-        .settings
-        .max_targets
-        .or(defaults.max_targets)
-        .unwrap_or(10_000);
-    if max_targets == 0 {
-        bail!("{key}.max_targets: must be at least 1");
-    }
-    let mut targets = Vec::with_capacity(texts.len().min(max_targets));
-    let mut seen = std::collections::HashSet::new();
-    let mut over = 0u64;
-    for (text, target_labels, discovered) in texts {
-        let target = parse_target(registry, &text).ctx(|| format!("{key}.targets"))?;
-        if !seen.insert(target.to_string()) {
-            if discovered {
-                continue;
-            }
-            bail!("{key}.targets: {target} is listed twice");
-        }
-        if targets.len() == max_targets {
-            over += 1;
-            continue;
-        }
-        if marks.any() && !target.protocol.options.marks {
-            bail!(
-                "{key}: dscp, tos, source, interface and fwmark apply only to icmp, udp and tcp targets, not {target}"
-            );
-        }
-        let tsize = target.size(size);
-        if let Some(s) = tsize {
-            target.check_size(s).ctx(|| format!("{key}.size"))?;
-        }
-        let addr = match resolution {
-            // One name that does not resolve (a retired host, a DNS
-            // hiccup at boot) must not keep every other target dark.
-            Resolution::System(d) if target.host.parse::<std::net::IpAddr>().is_err() => {
-                let answer = resolve(&target, Family::Any)
-                    .await
-                    .map_err(|e| e.to_string());
-                let (addr, retry) =
-                    d.target_name(&target.host, target.port, answer, discovery.resolve_every);
-                if let Some(retry) = retry {
-                    let at = std::time::Instant::now() + retry;
-                    refresh_at = Some(refresh_at.map_or(at, |r| r.min(at)));
-                }
-                addr
-            }
-            Resolution::System(_) => resolve(&target, Family::Any)
-                .await
-                .map_err(|e| e.to_string()),
-            Resolution::LiteralsOnly => match target.host.parse::<std::net::IpAddr>() {
-                Ok(ip) => Ok(std::net::SocketAddr::new(ip, target.port)),
-                Err(_) => bail!("{key}.targets: {target}: host names are not resolved here"),
-            },
-        };
-        if let Ok(addr) = addr {
-            marks.check_family(addr).map_err(|e| {
-                DaemonError::Config(format!("{key}.source: {e}, the address of {target}"))
-            })?;
-        }
-        let flows = j.settings.flows.or(defaults.flows).unwrap_or(1);
-        for flow in target
-            .flows(flows, registry)
-            .ctx(|| format!("{key}.flows"))?
-        {
-            targets.push(JobTarget {
-                target: flow,
-                addr: addr.clone(),
-                size: tsize,
-                labels: target_labels.clone(),
-            });
-        }
-    }
+    let (checked, over) = validate::targets(found.found, &s, registry)?;
     if over > 0 {
         tracing::warn!(
             job = %j.name,
-            "{key}: {over} targets over max_targets = {max_targets} are not probed"
+            "{key}: {over} targets over max_targets = {} are not probed",
+            s.max_targets
         );
     }
     if let Resolution::System(d) = resolution {
-        d.count(&j.name, |s| {
-            s.over_limit = over;
-            s.truncations += u64::from(over > 0);
+        d.count(&j.name, |c| {
+            c.over_limit = over;
+            c.truncations += u64::from(over > 0);
         });
     }
-    let options = JobOptions::new(given, &targets, size, &key)?;
-    let tls = j
-        .settings
-        .tls
-        .clone()
-        .or_else(|| defaults.tls.clone())
-        .map(|t| {
-            let roots = match t.roots.as_deref() {
-                None | Some("system") => Ok(prober_core::protocol::Roots::System),
-                Some("mozilla") => Ok(prober_core::protocol::Roots::Mozilla),
-                Some(other) => Err(DaemonError::Config(format!(
-                    "{key}.tls.roots: {:?} is not \"system\" or \"mozilla\"",
-                    prober_core::quote::short(other)
-                ))),
-            };
-            roots.map(|roots| (t, roots))
-        })
-        .transpose()?
-        .map(|(t, roots)| prober_core::protocol::TlsFiles {
-            ca: t.ca.map(|p| base.join(p)),
-            roots,
-            cert: t.cert.map(|p| base.join(p)),
-            key: t.key.map(|p| base.join(p)),
-            server_name: t.server_name,
-            insecure: t.insecure,
-        })
-        .unwrap_or_default();
+    let mut refresh_at = found.refresh_at;
+    let addrs = discover::addresses(&checked, key, resolution, discovery, &mut refresh_at).await?;
+    let targets = validate::placed(checked, addrs, &s, registry)?;
+    let options = JobOptions::new(given, &targets, s.size, key)?;
     Ok(Job {
         name: j.name.clone(),
         targets,
-        run,
-        size,
-        labels,
-        sinks,
+        run: s.run,
+        size: s.size,
+        labels: s.labels,
+        sinks: s.sinks,
         options,
-        tls,
-        watched,
-        marks,
+        tls: s.tls,
+        watched: found.watched,
+        marks: s.marks,
         refresh_at,
     })
-}
-
-/// Replaces every `${NAME}` in a label value with the environment
-/// variable's value (Kubernetes' downward API puts the node's name there).
-fn expand_env(
-    value: &str,
-    get: impl Fn(&str) -> Option<String>,
-) -> std::result::Result<String, String> {
-    let mut out = String::with_capacity(value.len());
-    let mut rest = value;
-    while let Some(start) = rest.find("${") {
-        out.push_str(&rest[..start]);
-        let Some(len) = rest[start + 2..].find('}') else {
-            return Err("a ${ without its }".to_owned());
-        };
-        let name = &rest[start + 2..start + 2 + len];
-        match get(name) {
-            Some(v) => out.push_str(&v),
-            None => {
-                return Err(format!(
-                    "the environment variable {} is not set",
-                    prober_core::quote::short(name)
-                ));
-            }
-        }
-        rest = &rest[start + 3 + len..];
-    }
-    out.push_str(rest);
-    Ok(out)
-}
-
-/// An SRV name's URL (`udp://_prober._udp.example`) needs no port, since
-/// the records give it: a placeholder port makes it a target URL.
-fn with_srv_port(entry: &str) -> std::borrow::Cow<'_, str> {
-    let Some((scheme, rest)) = entry.split_once("://") else {
-        return entry.into();
-    };
-    let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    if host.starts_with('_') && !host.contains(':') {
-        format!("{scheme}://{host}:1{path}").into()
-    } else {
-        entry.into()
-    }
-}
-
-/// A firewall mark as TOML gives it: a number, or text such as "0x2a".
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-enum FwMark {
-    Number(u32),
-    Text(String),
 }
 
 /// Reads and validates `path`. Relative sink and target-file paths are
@@ -1565,6 +625,10 @@ pub async fn parse_with(
 
 #[cfg(test)]
 mod tests {
+    use prober_core::Pacing;
+
+    use super::discover::with_srv_port;
+    use super::validate::expand_env;
     use super::*;
 
     static REGISTRY: Registry = Registry::new(&[
@@ -1591,6 +655,76 @@ mod tests {
             Resolution::LiteralsOnly,
         )
         .await
+    }
+
+    /// A job's settings and targets are checked by pure functions, apart
+    /// from discovery and resolution: the environment comes in as a
+    /// function, found targets come in as a list, nothing is looked up.
+    #[test]
+    fn a_job_is_checked_without_discovery_or_resolution() {
+        let mut j: JobSection = toml::from_str(
+            "name = \"web\"\ninterval = \"250ms\"\nmax_targets = 2\nlabels = { node = \"${NODE}\" }\n",
+        )
+        .unwrap();
+        j.gather();
+        let env = |v: &str| (v == "NODE").then(|| "n7".to_owned());
+        let s =
+            validate::settings(&j, 0, &JobSettings::default(), Path::new("/etc"), &env).unwrap();
+        assert_eq!(s.run.interval, Duration::from_millis(250));
+        assert_eq!(s.labels["node"], "n7");
+        let found = |text: &str, discovered| validate::Found {
+            text: text.to_owned(),
+            labels: BTreeMap::new(),
+            discovered,
+        };
+        // A discovered duplicate is skipped; past max_targets, counted.
+        let (checked, over) = validate::targets(
+            vec![
+                found("udp://10.0.0.1:7", false),
+                found("udp://10.0.0.1:7", true),
+                found("udp://peer.example:7", false),
+                found("udp://10.0.0.3:7", false),
+            ],
+            &s,
+            &REGISTRY,
+        )
+        .unwrap();
+        let names: Vec<String> = checked.iter().map(|c| c.target.to_string()).collect();
+        assert_eq!(names, ["udp://10.0.0.1:7", "udp://peer.example:7"]);
+        assert_eq!(over, 1);
+        let e = validate::targets(
+            vec![
+                found("udp://10.0.0.1:7", false),
+                found("udp://10.0.0.1:7", false),
+            ],
+            &s,
+            &REGISTRY,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("is listed twice"), "{e}");
+        // The name's address is whatever resolution said, a failure too.
+        let placed = validate::placed(
+            checked,
+            vec![
+                Ok("10.0.0.1:7".parse().unwrap()),
+                Err("failed to look up".to_owned()),
+            ],
+            &s,
+            &REGISTRY,
+        )
+        .unwrap();
+        assert_eq!(placed.len(), 2);
+        assert!(placed[1].addr.is_err());
+        let e = validate::settings(
+            &j,
+            0,
+            &JobSettings::default(),
+            Path::new("/etc"),
+            &|_: &str| None,
+        )
+        .err()
+        .unwrap();
+        assert!(e.to_string().contains("labels.node"), "{e}");
     }
 
     /// `[serve]`'s keys beside the listeners are read by the types of the
