@@ -83,7 +83,7 @@ pub use error::{ErrorKind, ProbeError};
 pub use info::TargetInfo;
 pub use matcher::{
     Anomalies, Delivery, DirectionLoss, IdMap, Matcher, MatcherSet, PathStats, SeqHasher, TcpRtt,
-    Waiter,
+    WARMUP_SEQ_BASE, Waiter,
 };
 pub use meta::RunMeta;
 pub use pacer::Pacer;
@@ -97,10 +97,6 @@ pub use sink::{Context, Fanout, Sink};
 pub use stats::{DistSummary, Summary};
 pub use target::{Target, TargetError, parse_target};
 pub use wait::{Gate, SharedTimer};
-
-/// Sequence numbers at and above this value are warm-up probes: they are sent
-/// and awaited but never recorded, and never count towards reordering.
-pub const WARMUP_SEQ_BASE: u64 = 1 << 63;
 
 /// Capacity of the event channel between probes and the collector. When the
 /// sinks fall this far behind, finished probes wait to report; the schedule

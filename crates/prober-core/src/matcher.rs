@@ -13,7 +13,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use serde::Serialize;
 use tokio::sync::oneshot;
 
-use crate::WARMUP_SEQ_BASE;
+/// Sequence numbers at and above this value are warm-up probes: they are sent
+/// and awaited but never recorded, and never count towards reordering.
+pub const WARMUP_SEQ_BASE: u64 = 1 << 63;
 
 /// How many finished sequence numbers are remembered for late and duplicate
 /// detection, at most. Replies for older ones are counted as unknown.

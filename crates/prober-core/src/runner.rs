@@ -20,11 +20,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::entry::AnomalyReader;
 use crate::matcher::Anomalies;
+use crate::matcher::WARMUP_SEQ_BASE;
 use crate::pacer::Pacer;
 use crate::probe::Probe;
 use crate::sample::{Outcome, Sample};
 use crate::wait::{GATE_LEAD, Gate, SharedTimer, Sleeper};
-use crate::{Pacing, RunConfig, WARMUP_SEQ_BASE};
+use crate::{Pacing, RunConfig};
 
 /// What a target task reports to the collector.
 #[derive(Debug, Clone)]

@@ -237,7 +237,7 @@ th, td {{ padding: .25em .5em; border-bottom: 1px solid #ddd; text-align: left; 
 th {{ background: #f3f3f3; position: sticky; top: 0; }}
 td.n {{ text-align: right; font-variant-numeric: tabular-nums; }}
 td.n, td.l {{ white-space: nowrap; }}
-td.lb {{ font-size: .85em; white-space: nowrap; }}
+div.lb {{ font-size: .85em; color: #555; overflow-wrap: anywhere; }}
 tr.down td {{ background: #fbd5d5; }}
 tr.loss td {{ background: #fdf0c8; }}
 span.badge {{ font-weight: 600; }}
@@ -303,9 +303,12 @@ li.bad {{ color: #a00; }}
                 said.join(" ")
             );
         }
+        // A row's own labels go under its target, small, wrapping where
+        // they must: a column of them (a mesh's `dns_name=h3-1.hosts...`)
+        // pushed the last column off 1280 px.
         h.push_str(if with_labels {
             r#"<div class="scroll"><table>
-<thead><tr><th rowspan="2">state</th><th rowspan="2">probe</th><th rowspan="2">target</th><th rowspan="2">labels</th><th rowspan="2">sent</th>"#
+<thead><tr><th rowspan="2">state</th><th rowspan="2">probe</th><th rowspan="2">target and its own labels</th><th rowspan="2">sent</th>"#
         } else {
             r#"<div class="scroll"><table>
 <thead><tr><th rowspan="2">state</th><th rowspan="2">probe</th><th rowspan="2">target</th><th rowspan="2">sent</th>"#
@@ -344,13 +347,13 @@ li.bad {{ color: #a00; }}
                 .collect();
             let _ = writeln!(
                 h,
-                r#"<tr class="{st}"><td><span class="badge">{st}</span></td><td>{probe}</td><td class="t"><code>{target}</code></td>{extra}<td class="n">{sent}</td><td class="l">{spark}</td><td class="n">{last}</td>{minute}{hour}{detail}</tr>"#,
+                r#"<tr class="{st}"><td><span class="badge">{st}</span></td><td>{probe}</td><td class="t"><code>{target}</code>{extra}</td><td class="n">{sent}</td><td class="l">{spark}</td><td class="n">{last}</td>{minute}{hour}{detail}</tr>"#,
                 probe = esc(label("probe")),
                 target = esc(label("target")),
-                extra = if with_labels {
-                    format!(r#"<td class="lb">{}</td>"#, extra.join("<br>"))
-                } else {
+                extra = if extra.is_empty() {
                     String::new()
+                } else {
+                    format!(r#"<div class="lb">{}</div>"#, extra.join(" "))
                 },
                 sent = r.tally.sent,
                 spark = sparkline(&r.recent_rtts),

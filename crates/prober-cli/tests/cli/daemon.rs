@@ -1050,18 +1050,23 @@ fn the_status_page_shows_live_and_dead_targets_in_a_browser() {
         return;
     };
     let dead = free_port();
-    let d = Daemon::start(
+    // The dead target comes from a file_sd group with a label of its own,
+    // as a mesh's dns_sd targets carry `dns_name`.
+    let sd = format!(
+        r#"[{{"targets": ["udp://127.0.0.1:{dead}"], "labels": {{"dns_name": "h4-2.hosts.fleet.lab"}}}}]"#
+    );
+    let d = Daemon::start_with_files(
         "status",
-        &format!(
-            r#"
+        r#"
 [[job]]
 name = "loop"
 interval = "20ms"
 timeout = "200ms"
-labels = {{ zone = "<a&b>" }}
-targets = ["udp://RESPONDER", "tcp://RESPONDER", "udp://127.0.0.1:{dead}"]
-"#
-        ),
+labels = { zone = "<a&b>" }
+targets = ["udp://RESPONDER", "tcp://RESPONDER"]
+file_sd = ["sd.json"]
+"#,
+        &[("sd.json", &sd)],
     );
     // Long enough for every target's window to fill past a few probes.
     std::thread::sleep(Duration::from_millis(1500));
@@ -1100,6 +1105,16 @@ targets = ["udp://RESPONDER", "tcp://RESPONDER", "udp://127.0.0.1:{dead}"]
     );
     let r = row(&format!("udp://127.0.0.1:{dead}"));
     assert!(r.starts_with("\"down\""), "{r}");
+    // A row's own labels sit under its target, not in a column of their
+    // own that would push the last column off 1280 px.
+    assert!(
+        r.contains(&format!(
+            "<code>udp://127.0.0.1:{dead}</code><div class=\"lb\">dns_name=h4-2.hosts.fleet.lab</div></td>"
+        )),
+        "{r}"
+    );
+    assert!(dom.contains(">target and its own labels</th>"), "{dom}");
+    assert!(!dom.contains(">labels</th>"), "{dom}");
     assert_eq!(r.matches(">100.0% of ").count(), 2, "{r}");
     // The latest probe in a column of its own, and why it was lost in the
     // last column, whole on hover.
@@ -1113,7 +1128,7 @@ targets = ["udp://RESPONDER", "tcp://RESPONDER", "udp://127.0.0.1:{dead}"]
         &url,
         &format!("--screenshot={}", shot.display()),
         &profile.join("b"),
-        "1700,330",
+        "1280,360",
     );
     // Three rows on a wide page: 2.95 % of its pixels inked once (a blank
     // page has none), so the floor is 2 %.
