@@ -262,11 +262,9 @@ pub struct Dists {
     pub kernel_peer: bool,
 }
 
-/// Every [`crate::Missing`], in the order of `Dists::split_missing`.
-pub const MISSING: &[crate::Missing] = crate::Missing::ALL;
-
-/// How many reasons [`MISSING`] has: the length of the per-reason counts.
-pub const MISSING_COUNT: usize = MISSING.len();
+/// How many reasons [`crate::Missing::ALL`] has: the length of the
+/// per-reason counts, kept in its order.
+pub const MISSING_COUNT: usize = crate::Missing::ALL.len();
 
 /// Everything recorded for one target.
 #[derive(Debug, Clone)]
@@ -440,7 +438,7 @@ impl TargetStats {
                 partial: d.split_partial,
                 unknown: d.split_unknown,
                 kernel_peer: d.kernel_peer,
-                missing: MISSING
+                missing: crate::Missing::ALL
                     .iter()
                     .zip(d.split_missing)
                     .filter(|(_, n)| *n > 0)

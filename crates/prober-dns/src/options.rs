@@ -141,11 +141,6 @@ impl DnsSpec {
         Ok(())
     }
 
-    /// True when nothing differs from the defaults.
-    pub fn is_default(&self) -> bool {
-        *self == Self::default()
-    }
-
     /// Checks the texts and makes the options.
     ///
     /// # Errors

@@ -22,28 +22,7 @@ pub struct GrpcServeOptions {
     pub grpc_delay: Duration,
 }
 
-impl GrpcServeOptions {
-    /// Nothing was given.
-    pub fn is_default(&self) -> bool {
-        *self == Self::default()
-    }
-
-    /// Puts them where the responder finds them.
-    ///
-    /// # Errors
-    /// None: every value is usable.
-    pub fn put_into(
-        &self,
-        store: &prober_core::shared::Shared,
-        _size: Option<usize>,
-        _table: Option<&str>,
-    ) -> Result<(), String> {
-        store.put(self.clone());
-        Ok(())
-    }
-}
-
-prober_net::own_options!(GrpcServeOptions);
+prober_net::own_options!(GrpcServeOptions, as_is);
 
 /// The gRPC responders' own settings.
 static GRPC_SERVE_OPTIONS: prober_net::options::ProtocolOptions =

@@ -29,11 +29,6 @@ pub(crate) static ICMP_OPTIONS: prober_net::options::ProtocolOptions =
         .in_self_test();
 
 impl IcmpSpec {
-    /// True when nothing differs from the defaults.
-    pub fn is_default(&self) -> bool {
-        *self == Self::default()
-    }
-
     /// Puts itself where the builder finds it (see
     /// [`prober_net::options::OwnOptions::put`]); it has nothing to check.
     ///

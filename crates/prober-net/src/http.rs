@@ -411,11 +411,6 @@ impl HttpSpec {
         Ok(())
     }
 
-    /// True when nothing differs from the defaults.
-    pub fn is_default(&self) -> bool {
-        *self == Self::default()
-    }
-
     /// Checks the texts and makes the options.
     ///
     /// # Errors

@@ -303,19 +303,39 @@ impl PartialEq for OptionSet {
     }
 }
 
-/// Implements [`OwnOptions`] for a `Clone + PartialEq` spec type with
-/// `is_default()` and `put_into(&self, &Shared, Option<usize>,
+/// Implements [`OwnOptions`] for a `Clone + PartialEq + Default` spec type
+/// (its default: nothing given) with `put_into(&self, &Shared, Option<usize>,
 /// Option<&str>) -> Result<(), String>`; with `rebase = f`, its
 /// `f(&mut self, &Path)` makes its paths relative to a config's directory.
+///
+/// `own_options!(T, as_is)` is for settings the responder reads as they
+/// are (every value usable): `put_into` puts a copy.
 #[macro_export]
 macro_rules! own_options {
+    ($t:ty, as_is) => {
+        impl $t {
+            /// Puts a copy where the responder finds it: every value is
+            /// usable.
+            #[allow(clippy::unnecessary_wraps)]
+            fn put_into(
+                &self,
+                store: &prober_core::shared::Shared,
+                _size: Option<usize>,
+                _table: Option<&str>,
+            ) -> Result<(), String> {
+                store.put(self.clone());
+                Ok(())
+            }
+        }
+        $crate::own_options!($t);
+    };
     ($t:ty) => {
         $crate::own_options!($t, rebase = |_: &mut $t, _: &std::path::Path| {});
     };
     ($t:ty, rebase = $rebase:expr) => {
         impl $crate::options::OwnOptions for $t {
             fn is_default(&self) -> bool {
-                <$t>::is_default(self)
+                *self == <$t as Default>::default()
             }
 
             fn put(

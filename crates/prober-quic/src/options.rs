@@ -95,11 +95,6 @@ impl Default for QuicOptions {
 }
 
 impl QuicSpec {
-    /// True when nothing differs from the defaults.
-    pub fn is_default(&self) -> bool {
-        *self == Self::default()
-    }
-
     /// Checks them and puts the options where the builder finds them (see
     /// [`prober_net::options::OwnOptions::put`]).
     ///

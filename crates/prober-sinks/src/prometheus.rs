@@ -246,7 +246,7 @@ struct Exported {
     /// Whether the last probe was answered; `None` before the first.
     up: Option<bool>,
     /// Answered probes whose split was not complete, by why
-    /// ([`prober_core::stats::MISSING`] order); made at the first one, and
+    /// ([`prober_core::Missing::ALL`] order); made at the first one, and
     /// only when [`Families::parts`] is on (with transmit stamps off, the
     /// daemon's default, every probe would count).
     split_missing: Option<Box<[u64; prober_core::stats::MISSING_COUNT]>>,
@@ -903,6 +903,16 @@ fn encode_counter_defs<T>(w: &mut Writer, defs: &[CounterDef<T>], items: &[(&Ser
     }
 }
 
+/// `prober_split_incomplete`'s help, naming the reasons from
+/// [`prober_core::Missing::ALL`] (a new reason is named without a line here).
+static SPLIT_INCOMPLETE_HELP: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let names: Vec<&str> = prober_core::Missing::ALL.iter().map(|m| m.name()).collect();
+    format!(
+        "Answered probes whose split lacks a part, by the first stamp missing along the round trip ({})",
+        names.join(", ")
+    )
+});
+
 /// The counters and gauges of every target: probes by outcome, errors by
 /// reason, the probe's anomaly counts, and what only some protocols know.
 fn encode_counts(w: &mut Writer, series: &[Exported]) {
@@ -944,14 +954,14 @@ fn encode_counts(w: &mut Writer, series: &[Exported]) {
     if series.iter().any(|s| s.split_missing.is_some()) {
         w.family(
             "prober_split_incomplete",
-            "Answered probes whose split lacks a part, by the first stamp missing along the round trip (client_send_stamp, client_receive_stamp, responder_times, responder_receive_stamp, responder_send_stamp, responder_dwell, handshake, stamp_order, clock_step, user_stamps)",
+            &SPLIT_INCOMPLETE_HELP,
             Kind::Counter,
         );
         for s in series {
             let Some(counts) = &s.split_missing else {
                 continue;
             };
-            for (why, n) in prober_core::stats::MISSING.iter().zip(counts.iter()) {
+            for (why, n) in prober_core::Missing::ALL.iter().zip(counts.iter()) {
                 if *n > 0 {
                     w.value(&s.labels, Some(("reason", why.name())), Value::U64(*n));
                 }

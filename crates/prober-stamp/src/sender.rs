@@ -184,11 +184,6 @@ impl StampSpec {
         Ok(())
     }
 
-    /// True when nothing differs from the defaults.
-    pub fn is_default(&self) -> bool {
-        *self == Self::default()
-    }
-
     /// Reads the key file and parses the TLV list.
     ///
     /// # Errors

@@ -55,11 +55,6 @@ impl Default for ReflectorSpec {
 }
 
 impl ReflectorSpec {
-    /// Nothing was given.
-    pub fn is_default(&self) -> bool {
-        *self == Self::default()
-    }
-
     /// Reads the key and puts the [`ReflectorConfig`] where the reflector
     /// finds it (see [`prober_net::options::OwnOptions::put`]).
     ///

@@ -38,28 +38,7 @@ pub struct Impairments {
     pub delay: Duration,
 }
 
-impl Impairments {
-    /// None asked for.
-    pub fn is_default(&self) -> bool {
-        *self == Self::default()
-    }
-
-    /// Puts them where the responders find them.
-    ///
-    /// # Errors
-    /// None: every value is usable.
-    pub fn put_into(
-        &self,
-        store: &prober_core::shared::Shared,
-        _size: Option<usize>,
-        _table: Option<&str>,
-    ) -> Result<(), String> {
-        store.put(self.clone());
-        Ok(())
-    }
-}
-
-prober_net::own_options!(Impairments);
+prober_net::own_options!(Impairments, as_is);
 
 /// The TCP and UDP responders' impairments.
 static IMPAIRMENTS: prober_net::options::ProtocolOptions =
