@@ -427,6 +427,14 @@ fn count(s: &str) -> Result<u64, String> {
     }
 }
 
+/// `--trace-confidence`: 50 to 99.9999 %.
+fn confidence(s: &str) -> Result<f64, String> {
+    match s.trim_end_matches('%').parse::<f64>() {
+        Ok(p) if (50.0..=99.9999).contains(&p) => Ok(p),
+        _ => Err(format!("{s:?} is not a percentage from 50 to 99.9999")),
+    }
+}
+
 fn percent(s: &str) -> Result<f64, String> {
     match s.trim_end_matches('%').parse::<f64>() {
         Ok(p) if (0.0..=100.0).contains(&p) => Ok(p),
@@ -510,6 +518,29 @@ pub(crate) struct RunArgs {
     /// counted as missed.
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1_000_000), help_heading = "Schedule")]
     pub(crate) max_in_flight: u64,
+
+    /// Trace the path to the one target instead of probing it: every hop of
+    /// every ECMP branch (flows from their own source ports, as many as the
+    /// Multipath Detection Algorithm needs to be 95 % sure none is missed),
+    /// then each branch measured -c times (default 10) at -i (default 1s),
+    /// as mtr --report shows it (docs/path.md). UDP: udp://HOST:PORT,
+    /// trace://HOST:PORT or HOST (port 33434 unless given).
+    #[arg(long, help_heading = "Paths")]
+    pub(crate) trace: bool,
+
+    /// --trace's last TTL (IPv6 hop limit).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u8).range(1..), value_name = "N", help_heading = "Paths")]
+    pub(crate) max_ttl: u8,
+
+    /// --trace's most flows (source ports) tried to find branches.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=1024), value_name = "N", help_heading = "Paths")]
+    pub(crate) trace_flows: u16,
+
+    /// How sure --trace must be that no branch is missed at any hop, in %
+    /// (the Multipath Detection Algorithm's stopping rule: 95 sends 6 flows
+    /// through a hop with one next hop seen, 99 sends 8).
+    #[arg(long, default_value_t = 95.0, value_parser = confidence, value_name = "PCT", help_heading = "Paths")]
+    pub(crate) trace_confidence: f64,
 
     /// Result format.
     #[arg(short, long, value_enum, default_value_t = Output::Human, help_heading = "Output")]

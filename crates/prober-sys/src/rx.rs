@@ -571,3 +571,139 @@ mod tests {
         assert_eq!((n, stamp, &buf[..2]), (2, None, &b"hi"[..]));
     }
 }
+
+/// Asks for the ICMP errors about this socket's datagrams (Time Exceeded,
+/// Destination Unreachable) on its error queue (`IP_RECVERR`,
+/// `IPV6_RECVERR`), each with its sender and the quoted datagram: what
+/// tracepath reads, with no privilege.
+///
+/// # Errors
+/// If the socket refuses the option.
+pub fn enable_recv_errors(fd: BorrowedFd<'_>, v6: bool) -> io::Result<()> {
+    if v6 {
+        setsockopt(&fd, sockopt::Ipv6RecvErr, &true).map_err(io::Error::from)
+    } else {
+        setsockopt(&fd, sockopt::Ipv4RecvErr, &true).map_err(io::Error::from)
+    }
+}
+
+/// One entry of a socket's error queue, read by [`recv_error_queue`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorEntry {
+    /// A transmit stamp numbered by [`enable_tx_timestamps_id`]: the send
+    /// counter of the datagram and the stamp (ns since the epoch).
+    TxStamp {
+        /// The datagram's number.
+        key: u32,
+        /// When the kernel sent it.
+        ns: u64,
+    },
+    /// An ICMP or ICMPv6 error about a datagram this socket sent
+    /// ([`enable_recv_errors`]); the payload the error quoted (as much of
+    /// the datagram's payload as the router sent back) is at the start of
+    /// the buffer.
+    Icmp {
+        /// Who sent the error (a router, or the destination itself).
+        from: Option<std::net::IpAddr>,
+        /// ICMPv6 rather than ICMP.
+        v6: bool,
+        /// Its type (11 or 3 for ICMP, 3 or 1 for ICMPv6) and code.
+        icmp_type: u8,
+        /// Its code.
+        code: u8,
+        /// When the kernel received it (ns since the epoch), with receive
+        /// stamps on ([`enable_timestamps`]).
+        ns: Option<u64>,
+        /// The length of the quoted payload in the buffer.
+        len: usize,
+    },
+    /// Anything else (a local error).
+    Other,
+}
+
+/// Reads one entry of the socket's error queue without blocking into
+/// `buf`. `WouldBlock` when the queue is empty.
+///
+/// # Errors
+/// Whatever `recvmsg` reports.
+pub fn recv_error_queue(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<ErrorEntry> {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    let mut iov = [IoSliceMut::new(buf)];
+    let mut cmsg = CmsgBuf::new();
+    let msg = recvmsg::<()>(
+        fd.as_raw_fd(),
+        &mut iov,
+        Some(&mut cmsg.0),
+        MsgFlags::MSG_ERRQUEUE | MsgFlags::MSG_DONTWAIT,
+    )
+    .map_err(io::Error::from)?;
+    let (mut stamp, mut entry) = (None, ErrorEntry::Other);
+    if let Ok(cmsgs) = msg.cmsgs() {
+        for c in cmsgs {
+            match c {
+                ControlMessageOwned::ScmTimestampsns(ts) => {
+                    stamp = system_time(&ts.system).and_then(unix_ns);
+                }
+                ControlMessageOwned::ScmTimestampns(ts) => {
+                    stamp = system_time(&ts).and_then(unix_ns);
+                }
+                ControlMessageOwned::Ipv4RecvErr(e, _) | ControlMessageOwned::Ipv6RecvErr(e, _)
+                    if e.ee_origin == nix::libc::SO_EE_ORIGIN_TIMESTAMPING =>
+                {
+                    entry = ErrorEntry::TxStamp {
+                        key: e.ee_data,
+                        ns: 0,
+                    };
+                }
+                ControlMessageOwned::Ipv4RecvErr(e, from)
+                    if e.ee_origin == nix::libc::SO_EE_ORIGIN_ICMP =>
+                {
+                    entry = ErrorEntry::Icmp {
+                        from: from
+                            .map(|a| IpAddr::V4(Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)))),
+                        v6: false,
+                        icmp_type: e.ee_type,
+                        code: e.ee_code,
+                        ns: None,
+                        len: msg.bytes,
+                    };
+                }
+                ControlMessageOwned::Ipv6RecvErr(e, from)
+                    if e.ee_origin == nix::libc::SO_EE_ORIGIN_ICMP6 =>
+                {
+                    entry = ErrorEntry::Icmp {
+                        from: from.map(|a| IpAddr::V6(Ipv6Addr::from(a.sin6_addr.s6_addr))),
+                        v6: true,
+                        icmp_type: e.ee_type,
+                        code: e.ee_code,
+                        ns: None,
+                        len: msg.bytes,
+                    };
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(match entry {
+        ErrorEntry::TxStamp { key, .. } => match stamp {
+            Some(ns) => ErrorEntry::TxStamp { key, ns },
+            None => ErrorEntry::Other,
+        },
+        ErrorEntry::Icmp {
+            from,
+            v6,
+            icmp_type,
+            code,
+            len,
+            ..
+        } => ErrorEntry::Icmp {
+            from,
+            v6,
+            icmp_type,
+            code,
+            ns: stamp,
+            len,
+        },
+        ErrorEntry::Other => ErrorEntry::Other,
+    })
+}

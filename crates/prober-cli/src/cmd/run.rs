@@ -268,6 +268,9 @@ pub(crate) async fn run(
     mut args: RunArgs,
     cpu_latency: Option<Duration>,
 ) -> anyhow::Result<ExitCode> {
+    if args.trace {
+        return crate::cmd::trace::run(&args).await;
+    }
     // ping's -I: an address to send from, or an interface to send through.
     if let Some(given) = args.ping_source.take() {
         match given.parse::<std::net::IpAddr>() {

@@ -20,6 +20,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("prober-net", &["prober-core", "prober-sys"]),
     ("prober-sinks", &["prober-core"]),
     ("prober-report", &["prober-core"]),
+    // Traces: not a protocol of the registry, so not the protocol layer.
+    ("prober-trace", &["prober-sys"]),
     (
         "prober-daemon",
         &[

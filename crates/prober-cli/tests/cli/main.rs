@@ -23,3 +23,4 @@ mod run;
 mod sockperf;
 mod stamp;
 mod support;
+mod trace;

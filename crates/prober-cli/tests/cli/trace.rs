@@ -1,0 +1,277 @@
+//! `prober run --trace`: on loopback (no privilege: ICMP errors come back
+//! on the socket's error queue), and through a fabric of namespaces with
+//! two equal-cost paths, checked against mtr.
+
+use std::process::{Command, Output};
+
+use crate::support::Netns;
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The trace's summary line of `-o json` output.
+fn summary(out: &str) -> serde_json::Value {
+    let line = out
+        .lines()
+        .rev()
+        .find(|l| l.contains("\"type\":\"trace\""))
+        .unwrap_or_else(|| panic!("no trace line in {out}"));
+    serde_json::from_str(line).unwrap()
+}
+
+/// On loopback the destination is the first hop; over IPv6 too.
+#[test]
+fn a_trace_on_loopback_reaches_in_one_hop() {
+    for host in ["127.0.0.1", "::1"] {
+        if host == "::1" && std::net::UdpSocket::bind("[::1]:0").is_err() {
+            continue; // no IPv6 on this host's loopback
+        }
+        let out = Command::new(env!("CARGO_BIN_EXE_prober"))
+            .args([
+                "run", "--trace", host, "-c", "3", "-i", "10ms", "-W", "500ms", "-o", "json",
+            ])
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{host}: {}", stderr(&out));
+        let text = stdout(&out);
+        let t = summary(&text);
+        let paths = t["paths"].as_array().unwrap();
+        assert_eq!(paths.len(), 1, "{t}");
+        let hops = paths[0]["hops"].as_array().unwrap();
+        assert_eq!(hops.len(), 1, "{t}");
+        assert_eq!(hops[0]["addr"], host, "{t}");
+        assert_eq!(hops[0]["answer"], "port_unreachable", "{t}");
+        assert_eq!(hops[0]["sent"], 3, "{t}");
+        assert_eq!(hops[0]["received"], 3, "{t}");
+        assert!(hops[0]["best_ms"].as_f64().unwrap() > 0.0, "{t}");
+        // Six flows at least: the MDA's n_1 at 95 %.
+        assert!(t["flows"].as_u64().unwrap() >= 6, "{t}");
+        // A line per probe before the summary.
+        assert!(
+            text.lines()
+                .filter(|l| l.contains("\"type\":\"trace_probe\""))
+                .count()
+                >= 9,
+            "{text}"
+        );
+    }
+    // What cannot be traced says so in one line, exit 2.
+    for (args, why) in [
+        (&["run", "--trace", "tcp://127.0.0.1:1"][..], "not tcp://"),
+        (&["run", "--trace", "127.0.0.1", "127.0.0.2"], "one target"),
+        (&["run", "--trace", "127.0.0.1", "-o", "csv"], "not CSV"),
+        (&["run", "--trace", "127.0.0.1", "--flows", "4"], "--flows"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_prober"))
+            .args(args)
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(why), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+}
+
+/// A small fabric: the client's first router reaches the destination
+/// through two others over an equal-cost multipath route hashed on ports.
+/// The split is on a router, not on the client: there the hash reads the
+/// packet (mtr's too), where the client's own route lookup for a raw
+/// socket, which mtr sends on, hashes addresses only.
+struct Fabric {
+    a: Netns,
+    r0: Netns,
+    r1: Netns,
+    r2: Netns,
+    b: Netns,
+}
+
+const DEST: &str = "10.213.9.1";
+const R0: &str = "10.213.0.2";
+const R1: &str = "10.213.1.2";
+const R2: &str = "10.213.2.2";
+
+impl Fabric {
+    fn new() -> Option<Self> {
+        let f = Self {
+            a: Netns::new("trace-a")?,
+            r0: Netns::new("trace-r0")?,
+            r1: Netns::new("trace-r1")?,
+            r2: Netns::new("trace-r2")?,
+            b: Netns::new("trace-b")?,
+        };
+        let link = |x: &Netns, xi: &str, xa: &str, y: &Netns, yi: &str, ya: &str| {
+            // Made in the first namespace, one end moved to the second.
+            x.sh(&format!(
+                "ip link add {xi} type veth peer name {yi} && ip link set {yi} netns {} && ip addr add {xa}/30 dev {xi} && ip link set {xi} up",
+                y.name
+            ));
+            y.sh(&format!(
+                "ip addr add {ya}/30 dev {yi} && ip link set {yi} up"
+            ));
+        };
+        link(&f.a, "a0", "10.213.0.1", &f.r0, "r0a", R0);
+        link(&f.r0, "r01", "10.213.1.1", &f.r1, "r1a", R1);
+        link(&f.r0, "r02", "10.213.2.1", &f.r2, "r2a", R2);
+        link(&f.r1, "r1b", "10.213.3.1", &f.b, "b1", "10.213.3.2");
+        link(&f.r2, "r2b", "10.213.4.1", &f.b, "b2", "10.213.4.2");
+        f.a.sh(&format!("ip route add default via {R0}"));
+        f.r0.sh(&format!(
+            "sysctl -q -w net.ipv4.ip_forward=1 && sysctl -q -w net.ipv4.fib_multipath_hash_policy=1 && ip route add {DEST}/32 nexthop via {R1} dev r01 nexthop via {R2} dev r02"
+        ));
+        for (r, down, up) in [
+            (&f.r1, "10.213.3.2", "10.213.1.1"),
+            (&f.r2, "10.213.4.2", "10.213.2.1"),
+        ] {
+            r.sh(&format!(
+                "sysctl -q -w net.ipv4.ip_forward=1 && ip route add {DEST}/32 via {down} && ip route add 10.213.0.0/30 via {up}"
+            ));
+        }
+        f.b.sh(&format!(
+            "ip addr add {DEST}/32 dev lo && ip route add 10.213.0.0/30 nexthop via 10.213.3.1 dev b1 nexthop via 10.213.4.1 dev b2"
+        ));
+        f.limit_icmp(0);
+        Some(f)
+    }
+
+    /// Sets every router's and the destination's ICMP rate limit (ms
+    /// between errors to one host after a burst; Linux's default is 1000,
+    /// 0 is none).
+    fn limit_icmp(&self, ms: u32) {
+        for ns in [&self.r0, &self.r1, &self.r2, &self.b] {
+            ns.sh(&format!("sysctl -q -w net.ipv4.icmp_ratelimit={ms}"));
+        }
+    }
+}
+
+/// Both branches are found, each with the flows (source ports) that take
+/// it; mtr, held to one of those ports, walks the same hops; and a router
+/// that limits its ICMP shows as rate-limited, not as loss.
+#[test]
+fn a_trace_finds_both_ecmp_branches_and_agrees_with_mtr() {
+    let Some(f) = Fabric::new() else {
+        return;
+    };
+    let out = f.a.prober(
+        &[],
+        // 99.999 %: the test must not be the one run in twenty that the
+        // default 95 % allows to miss a branch (n_1 = 18 flows).
+        &[
+            "run",
+            "--trace",
+            DEST,
+            "-c",
+            "5",
+            "-i",
+            "20ms",
+            "-W",
+            "300ms",
+            "-o",
+            "json",
+            "--trace-confidence",
+            "99.999",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let t = summary(&stdout(&out));
+    let paths = t["paths"].as_array().unwrap();
+    assert_eq!(paths.len(), 2, "{t}");
+    let mut middle: Vec<&str> = Vec::new();
+    for p in paths {
+        let hops = p["hops"].as_array().unwrap();
+        assert_eq!(hops.len(), 3, "{t}");
+        assert_eq!(hops[0]["addr"], R0, "{t}");
+        middle.push(hops[1]["addr"].as_str().unwrap());
+        assert_eq!(hops[2]["addr"], DEST, "{t}");
+        assert_eq!(hops[2]["answer"], "port_unreachable", "{t}");
+        for h in hops {
+            assert_eq!(h["loss_pct"], 0.0, "{t}");
+            assert_eq!(h["rate_limited"], false, "{t}");
+        }
+        assert!(!p["flows"].as_array().unwrap().is_empty(), "{t}");
+    }
+    middle.sort_unstable();
+    assert_eq!(middle, [R1, R2], "{t}");
+    // Enough flows for 99.999 % at two next hops (the MDA's rule).
+    assert!(t["flows"].as_u64().unwrap() >= 30, "{t}");
+    assert_eq!(t["capped"], false, "{t}");
+
+    // mtr from one of the first path's source ports, to the same port:
+    // the same five-tuple, so the same branch.
+    if crate::support::require_tools(&["mtr"], "the mtr check (.ci/run installs mtr-tiny)") {
+        for p in paths {
+            let port = p["flows"][0].as_u64().unwrap().to_string();
+            let out = Command::new("ip")
+                .args([
+                    "netns", "exec", &f.a.name, "mtr", "--report", "-n", "-c", "3", "-i", "0.1",
+                ])
+                .args(["--udp", "-P", "33434", "-L", &port, DEST])
+                .output()
+                .unwrap();
+            let report = stdout(&out);
+            assert!(out.status.success(), "{report}{}", stderr(&out));
+            let hops: Vec<&str> = report
+                .lines()
+                .filter_map(|l| {
+                    l.split_once("|--")
+                        .map(|(_, r)| r.split_whitespace().next().unwrap_or(""))
+                })
+                .collect();
+            let want: Vec<&str> = p["hops"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|h| h["addr"].as_str().unwrap())
+                .collect();
+            assert_eq!(hops, want, "mtr from port {port}:\n{report}\nprober: {t}");
+        }
+    }
+
+    // Linux's own ICMP limit on the routers (a burst of 6, then one a
+    // second to a host): the routers lose answers the destination behind
+    // them does not, which is the routers, not the path.
+    for r in [&f.r0, &f.r1, &f.r2] {
+        r.sh("sysctl -q -w net.ipv4.icmp_ratelimit=1000");
+    }
+    let out = f.a.prober(
+        &[],
+        &[
+            "run",
+            "--trace",
+            DEST,
+            "-c",
+            "30",
+            "-i",
+            "10ms",
+            "-W",
+            "100ms",
+            "--trace-confidence",
+            "99.999",
+        ],
+    );
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    assert!(text.contains("2 paths (ECMP)"), "{text}");
+    assert!(
+        text.contains("(ICMP rate-limited: later hops lose less)"),
+        "{text}"
+    );
+    let last: Vec<&str> = text
+        .lines()
+        .filter(|l| l.trim_start().starts_with("3.") && l.contains(DEST))
+        .collect();
+    assert_eq!(last.len(), 2, "{text}");
+    for line in last {
+        assert!(
+            line.contains("  0.0%"),
+            "the destination answers all: {text}"
+        );
+    }
+}

@@ -1,0 +1,26 @@
+//! Paths for prober: which way through the network a target's probes go,
+//! hop by hop, and every ECMP branch of it (docs/path.md).
+//!
+//! - [`flow`]: one flow's UDP socket; ICMP errors come back on its error
+//!   queue (`IP_RECVERR`), so tracing needs no privilege.
+//! - [`mda`]: the Multipath Detection Algorithm's stopping rule: how many
+//!   flows to send through a hop before "no other branch" holds.
+//! - [`mod@trace`]: exploring the branches, then measuring each as mtr does.
+//! - [`report`]: mtr's report table, one per branch.
+//!
+//! May use: `prober-sys`.
+//! May not: parse a command line, print, or name another protocol.
+
+#![forbid(unsafe_code)]
+
+pub mod flow;
+pub mod mda;
+pub mod report;
+pub mod trace;
+
+pub use flow::Kind;
+pub use trace::{Branch, HopStats, Level, Phase, ProbeRecord, Settings, Trace, trace};
+
+/// The UDP port traces go to unless told (traceroute's first port): a
+/// closed port, so that the destination answers Port Unreachable.
+pub const DEFAULT_PORT: u16 = 33434;

@@ -1,0 +1,685 @@
+//! Tracing a path: exploring every ECMP branch with the Multipath
+//! Detection Algorithm's stopping rule, then measuring each branch hop by
+//! hop as mtr does.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use crate::flow::{Flow, Heard, Kind, now_ns};
+use crate::mda::flows_needed;
+
+/// How to trace.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Where to: the destination and the UDP port probes go to (a closed
+    /// port answers Port Unreachable: traceroute's 33434).
+    pub to: SocketAddr,
+    /// The last TTL tried.
+    pub max_ttl: u8,
+    /// The most flows (source ports) tried to find branches.
+    pub max_flows: u16,
+    /// How long a probe waits for its answer.
+    pub timeout: Duration,
+    /// How sure that no branch was missed at any hop (0.95).
+    pub confidence: f64,
+    /// Probes per hop of each branch when measuring (mtr's `-c`).
+    pub count: u32,
+    /// Time between measuring rounds (mtr's `-i`).
+    pub interval: Duration,
+}
+
+/// Which part of a trace a probe belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Finding the branches.
+    Explore,
+    /// Measuring each branch.
+    Measure,
+}
+
+/// One probe and what answered it, for the JSON lines.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ProbeRecord {
+    /// The record's type in JSON lines.
+    #[serde(rename = "type")]
+    pub kind_of_record: &'static str,
+    /// Exploring or measuring.
+    pub phase: Phase,
+    /// The flow: its source port.
+    pub flow: u16,
+    /// The probe's TTL (IPv6 hop limit).
+    pub ttl: u8,
+    /// Who answered, if anyone did.
+    pub from: Option<IpAddr>,
+    /// What answered.
+    pub answer: Option<Kind>,
+    /// From the kernel's send stamp to the kernel's receive stamp of the
+    /// answer (user-space clocks where a stamp is missing), ns.
+    pub rtt_ns: Option<u64>,
+}
+
+/// One hop of a branch, measured.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct HopStats {
+    /// Its TTL.
+    pub ttl: u8,
+    /// Who answered there (the first seen; `None`: no answer at all).
+    pub addr: Option<IpAddr>,
+    /// Others that answered at the same TTL of the same flow (a route
+    /// that changed while measuring).
+    pub also: Vec<IpAddr>,
+    /// What the last answer was.
+    pub answer: Option<Kind>,
+    /// Probes sent and answered.
+    pub sent: u32,
+    /// Answers.
+    pub received: u32,
+    /// RTTs in ms: the last, mean, best, worst and standard deviation.
+    pub last_ms: Option<f64>,
+    /// Mean.
+    pub avg_ms: Option<f64>,
+    /// Best.
+    pub best_ms: Option<f64>,
+    /// Worst.
+    pub worst_ms: Option<f64>,
+    /// Standard deviation (of the population, as mtr gives it).
+    pub stdev_ms: Option<f64>,
+    /// Share of probes unanswered, in %.
+    pub loss_pct: f64,
+    /// This hop lost more than a later hop of the branch: the extra is the
+    /// router limiting its own ICMP (Linux's `icmp_ratelimit`, a router's
+    /// control-plane policer), not packets lost on the way.
+    pub rate_limited: bool,
+}
+
+/// One ECMP branch: the flows that take it and its hops.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Branch {
+    /// Source ports of the flows that took this branch.
+    pub flows: Vec<u16>,
+    /// Its hops, by TTL.
+    pub hops: Vec<HopStats>,
+    /// The destination answered at its last hop.
+    pub reached: bool,
+}
+
+/// The addresses seen at one TTL while exploring.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Level {
+    /// The TTL.
+    pub ttl: u8,
+    /// Every address that answered there.
+    pub addresses: Vec<IpAddr>,
+    /// Flows sent through it.
+    pub flows: u32,
+}
+
+/// A whole trace.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Trace {
+    /// The record's type in JSON lines.
+    #[serde(rename = "type")]
+    pub kind_of_record: &'static str,
+    /// The destination.
+    pub to: SocketAddr,
+    /// Every branch found.
+    pub paths: Vec<Branch>,
+    /// Every TTL explored.
+    pub levels: Vec<Level>,
+    /// Flows tried.
+    pub flows: u32,
+    /// The confidence the stopping rule held, where the flow cap did not
+    /// cut it short.
+    pub confidence: f64,
+    /// The flow cap stopped exploring before the rule was met at some TTL.
+    pub capped: bool,
+    /// Answers whose quote was too short to say which probe they answer.
+    pub unmatched: u64,
+    /// Answers timed by user-space clocks, a kernel stamp missing (the
+    /// others run from the kernel's send stamp to its receive stamp).
+    pub user_timed: u64,
+}
+
+impl Trace {
+    /// Whether every branch reached the destination.
+    pub fn reached(&self) -> bool {
+        !self.paths.is_empty() && self.paths.iter().all(|b| b.reached)
+    }
+}
+
+/// An answer to one probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Answer {
+    from: Option<IpAddr>,
+    kind: Kind,
+    rtt_ns: u64,
+}
+
+/// A probe sent and not yet answered.
+#[derive(Debug)]
+struct Pending {
+    slot: usize,
+    sent_ns: u64,
+    tx_ns: Option<u64>,
+}
+
+/// The flows, their listeners, and what they heard.
+struct Prober {
+    to: SocketAddr,
+    timeout: Duration,
+    flows: Vec<Arc<Flow>>,
+    /// Per flow, the probe number of each datagram sent, in order (the
+    /// kernel numbers transmit stamps by send).
+    sent: Vec<Vec<u32>>,
+    heard: mpsc::UnboundedReceiver<Heard>,
+    tell: mpsc::UnboundedSender<Heard>,
+    listeners: JoinSet<()>,
+    next_id: u32,
+    unmatched: u64,
+    user_timed: u64,
+    /// Stamps of probes whose round has ended, by number.
+    late_tx: HashMap<u32, u64>,
+}
+
+impl Prober {
+    fn new(to: SocketAddr, timeout: Duration) -> Self {
+        let (tell, heard) = mpsc::unbounded_channel();
+        Self {
+            to,
+            timeout,
+            flows: Vec::new(),
+            sent: Vec::new(),
+            heard,
+            tell,
+            listeners: JoinSet::new(),
+            next_id: 0,
+            unmatched: 0,
+            user_timed: 0,
+            late_tx: HashMap::new(),
+        }
+    }
+
+    fn add_flow(&mut self) -> io::Result<usize> {
+        let flow = Arc::new(Flow::open(self.to)?);
+        let i = self.flows.len();
+        let (f, tell) = (Arc::clone(&flow), self.tell.clone());
+        self.listeners.spawn(async move { f.listen(i, tell).await });
+        self.flows.push(flow);
+        self.sent.push(Vec::new());
+        Ok(i)
+    }
+
+    /// Sends one probe for each (flow, TTL) and waits for their answers,
+    /// up to the timeout; `None` where none came.
+    async fn round(&mut self, probes: &[(usize, u8)]) -> io::Result<Vec<Option<Answer>>> {
+        let mut pending: HashMap<u32, Pending> = HashMap::new();
+        for (slot, &(flow, ttl)) in probes.iter().enumerate() {
+            let id = self.next_id;
+            self.next_id = self.next_id.wrapping_add(1);
+            let sent_ns = now_ns();
+            self.flows[flow].send(ttl, id)?;
+            self.sent[flow].push(id);
+            pending.insert(
+                id,
+                Pending {
+                    slot,
+                    sent_ns,
+                    tx_ns: None,
+                },
+            );
+        }
+        let mut out = vec![None; probes.len()];
+        let mut left = probes.len();
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        while left > 0 {
+            let heard = tokio::select! {
+                h = self.heard.recv() => h,
+                () = tokio::time::sleep_until(deadline) => break,
+            };
+            let Some(heard) = heard else { break };
+            match heard {
+                Heard::Sent { flow, key, ns } => {
+                    let Some(&id) = self.sent[flow].get(key as usize) else {
+                        continue;
+                    };
+                    match pending.get_mut(&id) {
+                        Some(p) => p.tx_ns = Some(ns),
+                        None => {
+                            self.late_tx.insert(id, ns);
+                        }
+                    }
+                }
+                Heard::Answer { id: None, .. } => self.unmatched += 1,
+                Heard::Answer {
+                    id: Some(id),
+                    from,
+                    kind,
+                    ns,
+                    kernel,
+                } => {
+                    let Some(p) = pending.remove(&id) else {
+                        continue; // a late or duplicate answer
+                    };
+                    // The kernel's send stamp may come after the answer is
+                    // read; without it, user space's send time.
+                    let sent = p.tx_ns.or_else(|| self.late_tx.remove(&id));
+                    let rtt_ns = match (sent, kernel) {
+                        (Some(t), true) if ns >= t => ns - t,
+                        _ => {
+                            self.user_timed += 1;
+                            ns.saturating_sub(p.sent_ns)
+                        }
+                    };
+                    out[p.slot] = Some(Answer { from, kind, rtt_ns });
+                    left -= 1;
+                }
+            }
+        }
+        self.late_tx.clear();
+        Ok(out)
+    }
+
+    /// As [`Prober::round`], and the probes that got no answer once more
+    /// (an answer lost to a router's ICMP rate limit comes back later).
+    async fn round_with_retry(
+        &mut self,
+        probes: &[(usize, u8)],
+    ) -> io::Result<Vec<Option<Answer>>> {
+        let mut out = self.round(probes).await?;
+        let silent: Vec<usize> = (0..out.len()).filter(|&i| out[i].is_none()).collect();
+        if !silent.is_empty() {
+            let again: Vec<(usize, u8)> = silent.iter().map(|&i| probes[i]).collect();
+            let more = self.round(&again).await?;
+            for (i, a) in silent.into_iter().zip(more) {
+                out[i] = a;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A flow's path as explored: the answer at each TTL from 1.
+#[derive(Debug, Clone, Default)]
+struct Explored {
+    hops: Vec<Option<Answer>>,
+    /// The path ended (destination reached, or unreachable) at the last hop.
+    ended: bool,
+}
+
+/// Traces `s.to`: finds every branch (the MDA's stopping rule per TTL),
+/// then measures each branch `s.count` times. `record` gets every probe.
+///
+/// # Errors
+/// A socket that cannot be opened or sent on.
+pub async fn trace(s: &Settings, mut record: impl FnMut(&ProbeRecord)) -> io::Result<Trace> {
+    let mut p = Prober::new(s.to, s.timeout);
+    let mut paths: Vec<Explored> = Vec::new();
+    let mut capped = false;
+    let mut silent_run = 0u8;
+    let mut levels = Vec::new();
+    let max_flows = usize::from(s.max_flows.max(1));
+    let first = usize::try_from(flows_needed(1, s.confidence))
+        .unwrap_or(6)
+        .min(max_flows);
+    for _ in 0..first {
+        p.add_flow()?;
+        paths.push(Explored::default());
+    }
+    for ttl in 1..=s.max_ttl {
+        loop {
+            // Every flow still on its way, probed at every TTL up to this
+            // one (a flow added now, at all of them).
+            let mut probes = Vec::new();
+            for (i, e) in paths.iter().enumerate() {
+                if e.ended {
+                    continue;
+                }
+                for t in (e.hops.len() + 1)..=usize::from(ttl) {
+                    probes.push((i, u8::try_from(t).unwrap_or(u8::MAX)));
+                }
+            }
+            // In TTL order per flow, so a path that ends stops taking answers.
+            let answers = p.round_with_retry(&probes).await?;
+            for (&(i, t), a) in probes.iter().zip(answers) {
+                record(&ProbeRecord {
+                    kind_of_record: "trace_probe",
+                    phase: Phase::Explore,
+                    flow: p.flows[i].port,
+                    ttl: t,
+                    from: a.and_then(|a| a.from),
+                    answer: a.map(|a| a.kind),
+                    rtt_ns: a.map(|a| a.rtt_ns),
+                });
+                let e = &mut paths[i];
+                if e.ended || e.hops.len() + 1 != usize::from(t) {
+                    continue;
+                }
+                e.hops.push(a);
+                e.ended = a.is_some_and(|a| a.kind.ends());
+            }
+            // The stopping rule at every TTL so far: enough flows through
+            // each for the addresses seen there.
+            let needed = (1..=ttl)
+                .map(|t| {
+                    let seen = distinct(&paths, t).len();
+                    usize::try_from(flows_needed(
+                        u32::try_from(seen).unwrap_or(u32::MAX),
+                        s.confidence,
+                    ))
+                    .unwrap_or(usize::MAX)
+                })
+                .max()
+                .unwrap_or(0);
+            if paths.len() >= needed {
+                break;
+            }
+            if paths.len() >= max_flows {
+                capped = true;
+                break;
+            }
+            while paths.len() < needed.min(max_flows) {
+                p.add_flow()?;
+                paths.push(Explored::default());
+            }
+        }
+        let answered = paths.iter().any(|e| {
+            e.hops
+                .get(usize::from(ttl) - 1)
+                .is_some_and(Option::is_some)
+        });
+        silent_run = if answered { 0 } else { silent_run + 1 };
+        if paths.iter().all(|e| e.ended) || silent_run >= 3 {
+            break;
+        }
+    }
+    let deepest = paths.iter().map(|e| e.hops.len()).max().unwrap_or(0);
+    for t in 1..=deepest {
+        let ttl = u8::try_from(t).unwrap_or(u8::MAX);
+        levels.push(Level {
+            ttl,
+            addresses: distinct(&paths, ttl),
+            flows: u32::try_from(paths.iter().filter(|e| e.hops.len() >= t).count()).unwrap_or(0),
+        });
+    }
+    let groups = branches(&paths);
+    let hops = measure(&mut p, s, &groups, &mut record).await?;
+    let paths_out = groups
+        .iter()
+        .zip(hops)
+        .map(|(g, hops)| Branch {
+            flows: g.flows.iter().map(|&i| p.flows[i].port).collect(),
+            reached: hops
+                .last()
+                .and_then(|h| h.answer)
+                .is_some_and(|k| matches!(k, Kind::PortUnreachable | Kind::Reply))
+                || g.reached,
+            hops,
+        })
+        .collect();
+    Ok(Trace {
+        kind_of_record: "trace",
+        to: s.to,
+        paths: paths_out,
+        levels,
+        flows: u32::try_from(paths.len()).unwrap_or(u32::MAX),
+        confidence: s.confidence,
+        capped,
+        unmatched: p.unmatched,
+        user_timed: p.user_timed,
+    })
+}
+
+/// The addresses that answered at `ttl`, each once, in order.
+fn distinct(paths: &[Explored], ttl: u8) -> Vec<IpAddr> {
+    let mut seen: Vec<IpAddr> = paths
+        .iter()
+        .filter_map(|e| e.hops.get(usize::from(ttl) - 1).copied().flatten())
+        .filter_map(|a| a.from)
+        .collect();
+    seen.sort();
+    seen.dedup();
+    seen
+}
+
+/// Flows that took the same path.
+#[derive(Debug)]
+struct Group {
+    /// The path: who answered at each TTL (`None`: nobody, for every flow).
+    hops: Vec<Option<IpAddr>>,
+    /// The flows (indices).
+    flows: Vec<usize>,
+    /// Its flows reached the destination.
+    reached: bool,
+}
+
+/// The flows grouped by path. A TTL where a flow got no answer matches
+/// any address there (a probe lost, not another path); the groups with
+/// the most answers are formed first.
+fn branches(paths: &[Explored]) -> Vec<Group> {
+    let mut order: Vec<usize> = (0..paths.len()).collect();
+    let known = |i: usize| paths[i].hops.iter().filter(|a| a.is_some()).count();
+    order.sort_by_key(|&i| std::cmp::Reverse((known(i), paths[i].hops.len())));
+    let mut groups: Vec<Group> = Vec::new();
+    for i in order {
+        let hops: Vec<Option<IpAddr>> = paths[i]
+            .hops
+            .iter()
+            .map(|a| a.and_then(|a| a.from))
+            .collect();
+        let reached = paths[i]
+            .hops
+            .last()
+            .copied()
+            .flatten()
+            .is_some_and(|a| matches!(a.kind, Kind::PortUnreachable | Kind::Reply));
+        let fits = |g: &Group| {
+            g.hops.len() == hops.len()
+                && g.hops
+                    .iter()
+                    .zip(&hops)
+                    .all(|(a, b)| a.is_none() || b.is_none() || a == b)
+        };
+        match groups.iter_mut().find(|g| fits(g)) {
+            Some(g) => {
+                for (a, b) in g.hops.iter_mut().zip(&hops) {
+                    if a.is_none() {
+                        *a = *b;
+                    }
+                }
+                g.flows.push(i);
+                g.reached |= reached;
+            }
+            None => groups.push(Group {
+                hops,
+                flows: vec![i],
+                reached,
+            }),
+        }
+    }
+    for g in &mut groups {
+        g.flows.sort_unstable();
+    }
+    groups.sort_by_key(|g| g.flows[0]);
+    groups
+}
+
+/// Measures every branch through its first flow: `s.count` rounds, each
+/// a probe at every TTL of every branch, `s.interval` apart.
+async fn measure(
+    p: &mut Prober,
+    s: &Settings,
+    groups: &[Group],
+    record: &mut impl FnMut(&ProbeRecord),
+) -> io::Result<Vec<Vec<HopStats>>> {
+    let mut probes = Vec::new();
+    let mut slot_of = Vec::new();
+    for (b, g) in groups.iter().enumerate() {
+        for (h, _) in g.hops.iter().enumerate() {
+            probes.push((g.flows[0], u8::try_from(h + 1).unwrap_or(u8::MAX)));
+            slot_of.push((b, h));
+        }
+    }
+    let mut seen: Vec<Vec<Vec<Option<Answer>>>> = groups
+        .iter()
+        .map(|g| vec![Vec::new(); g.hops.len()])
+        .collect();
+    let start = tokio::time::Instant::now();
+    for round in 0..s.count {
+        if round > 0 {
+            tokio::time::sleep_until(start + s.interval * round).await;
+        }
+        let answers = p.round(&probes).await?;
+        for ((&(flow, ttl), &(b, h)), a) in probes.iter().zip(&slot_of).zip(answers) {
+            record(&ProbeRecord {
+                kind_of_record: "trace_probe",
+                phase: Phase::Measure,
+                flow: p.flows[flow].port,
+                ttl,
+                from: a.and_then(|a| a.from),
+                answer: a.map(|a| a.kind),
+                rtt_ns: a.map(|a| a.rtt_ns),
+            });
+            seen[b][h].push(a);
+        }
+    }
+    Ok(groups
+        .iter()
+        .zip(seen)
+        .map(|(g, hops)| stats(g, &hops))
+        .collect())
+}
+
+/// mtr's columns for each hop of a branch, and which hops' loss is their
+/// own ICMP limited rather than packets lost.
+fn stats(g: &Group, hops: &[Vec<Option<Answer>>]) -> Vec<HopStats> {
+    let mut out: Vec<HopStats> = hops
+        .iter()
+        .enumerate()
+        .map(|(h, answers)| {
+            let rtts: Vec<f64> = answers
+                .iter()
+                .flatten()
+                .map(|a| a.rtt_ns as f64 / 1e6)
+                .collect();
+            let mut who: BTreeMap<IpAddr, usize> = BTreeMap::new();
+            for a in answers.iter().flatten() {
+                if let Some(f) = a.from {
+                    *who.entry(f).or_default() += 1;
+                }
+            }
+            let addr = g.hops[h].or_else(|| who.keys().next().copied());
+            let sent = u32::try_from(answers.len()).unwrap_or(u32::MAX);
+            let received = u32::try_from(rtts.len()).unwrap_or(u32::MAX);
+            let n = rtts.len() as f64;
+            let avg = (!rtts.is_empty()).then(|| rtts.iter().sum::<f64>() / n);
+            HopStats {
+                ttl: u8::try_from(h + 1).unwrap_or(u8::MAX),
+                addr,
+                also: who.keys().copied().filter(|a| Some(*a) != addr).collect(),
+                answer: answers.iter().rev().flatten().map(|a| a.kind).next(),
+                sent,
+                received,
+                last_ms: answers
+                    .iter()
+                    .rev()
+                    .flatten()
+                    .next()
+                    .map(|a| a.rtt_ns as f64 / 1e6),
+                avg_ms: avg,
+                best_ms: rtts.iter().copied().reduce(f64::min),
+                worst_ms: rtts.iter().copied().reduce(f64::max),
+                stdev_ms: avg
+                    .map(|m| (rtts.iter().map(|r| (r - m).powi(2)).sum::<f64>() / n).sqrt()),
+                loss_pct: if sent == 0 {
+                    0.0
+                } else {
+                    100.0 * f64::from(sent - received) / f64::from(sent)
+                },
+                rate_limited: false,
+            }
+        })
+        .collect();
+    mark_rate_limited(&mut out);
+    out
+}
+
+/// Marks the hops that lost more than some hop after them: a packet lost
+/// on the way to hop h is lost to every later hop too, so loss that does
+/// not carry on is the router not answering, not the path losing.
+pub(crate) fn mark_rate_limited(hops: &mut [HopStats]) {
+    let mut least_after = f64::INFINITY;
+    for h in hops.iter_mut().rev() {
+        h.rate_limited = h.loss_pct > least_after;
+        least_after = least_after.min(h.loss_pct);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hop(ttl: u8, loss: f64) -> HopStats {
+        HopStats {
+            ttl,
+            addr: None,
+            also: Vec::new(),
+            answer: None,
+            sent: 10,
+            received: 10,
+            last_ms: None,
+            avg_ms: None,
+            best_ms: None,
+            worst_ms: None,
+            stdev_ms: None,
+            loss_pct: loss,
+            rate_limited: false,
+        }
+    }
+
+    /// Loss that later hops do not see is the router's ICMP, not the path;
+    /// loss that carries on to the end is real.
+    #[test]
+    fn loss_that_does_not_carry_on_is_rate_limiting() {
+        let mut h = vec![hop(1, 0.0), hop(2, 40.0), hop(3, 10.0), hop(4, 10.0)];
+        mark_rate_limited(&mut h);
+        let marked: Vec<bool> = h.iter().map(|h| h.rate_limited).collect();
+        assert_eq!(marked, [false, true, false, false]);
+    }
+
+    fn answer(from: &str) -> Option<Answer> {
+        Some(Answer {
+            from: Some(from.parse().unwrap()),
+            kind: Kind::TimeExceeded,
+            rtt_ns: 1,
+        })
+    }
+
+    /// Flows group by path; a hop a flow got no answer at matches any.
+    #[test]
+    fn flows_group_by_path_and_a_silent_hop_matches_any() {
+        let end = Some(Answer {
+            from: Some("10.0.0.9".parse().unwrap()),
+            kind: Kind::PortUnreachable,
+            rtt_ns: 1,
+        });
+        let e = |hops: Vec<Option<Answer>>| Explored { hops, ended: true };
+        let paths = vec![
+            e(vec![answer("10.0.1.1"), end]),
+            e(vec![answer("10.0.2.1"), end]),
+            e(vec![None, end]),
+            e(vec![answer("10.0.1.1"), end]),
+        ];
+        let g = branches(&paths);
+        assert_eq!(g.len(), 2, "{g:?}");
+        assert_eq!(g[0].flows, [0, 2, 3]);
+        assert_eq!(g[1].flows, [1]);
+        assert!(g.iter().all(|g| g.reached));
+    }
+}
