@@ -399,6 +399,7 @@ pub async fn trace(s: &Settings, mut record: impl FnMut(&ProbeRecord)) -> io::Re
             break;
         }
     }
+    confirm_ends(&mut p, &mut paths, &mut record).await?;
     let deepest = paths.iter().map(|e| e.hops.len()).max().unwrap_or(0);
     for t in 1..=deepest {
         let ttl = u8::try_from(t).unwrap_or(u8::MAX);
@@ -434,6 +435,92 @@ pub async fn trace(s: &Settings, mut record: impl FnMut(&ProbeRecord)) -> io::Re
         unmatched: p.unmatched,
         user_timed: p.user_timed,
     })
+}
+
+/// Rounds of [`confirm_ends`] at most, a second each.
+const CONFIRM_TRIES: usize = 8;
+
+/// The TTL at which a flow reached the destination (its last hop), if it
+/// did.
+fn reached_at(e: &Explored) -> Option<usize> {
+    let last = e.hops.last().copied().flatten()?;
+    (e.ended && matches!(last.kind, Kind::PortUnreachable | Kind::Reply)).then_some(e.hops.len())
+}
+
+/// Whether two flows' first `n` hops can be the same path (a hop without
+/// an answer matches any).
+fn compatible(a: &Explored, b: &Explored, n: usize) -> bool {
+    (0..n).all(|i| {
+        let (x, y) = (
+            a.hops.get(i).copied().flatten().and_then(|h| h.from),
+            b.hops.get(i).copied().flatten().and_then(|h| h.from),
+        );
+        x.is_none() || y.is_none() || x == y
+    })
+}
+
+/// A destination that limits its ICMP (Linux: a burst of 6, then one a
+/// second to a host) leaves some flows' probes at its distance without an
+/// answer; such a flow goes on, and "reaches" the destination at a later
+/// TTL, since every probe past the last router goes there. Where a flow's
+/// hops before the destination are silent and a flow with the same hops
+/// before them reached it sooner, the flow's probe at that sooner TTL is
+/// sent again, a second apart (the limit's refill: one such flow is
+/// confirmed a second), up to [`CONFIRM_TRIES`] times; when the destination
+/// answers it, the flow ends there. Without an answer the flow keeps the
+/// TTL it was answered at: no path is made up.
+async fn confirm_ends(
+    p: &mut Prober,
+    paths: &mut [Explored],
+    record: &mut impl FnMut(&ProbeRecord),
+) -> io::Result<()> {
+    for _ in 0..CONFIRM_TRIES {
+        let mut todo: Vec<(usize, usize)> = Vec::new();
+        for (i, e) in paths.iter().enumerate() {
+            let Some(end) = reached_at(e) else { continue };
+            let mut start = end;
+            while start > 1 && e.hops[start - 2].is_none() {
+                start -= 1;
+            }
+            let sooner = paths
+                .iter()
+                .filter_map(|o| reached_at(o).map(|at| (o, at)))
+                .filter(|&(o, at)| at >= start && at < end && compatible(o, e, at - 1))
+                .map(|(_, at)| at)
+                .min();
+            if let Some(at) = sooner {
+                todo.push((i, at));
+            }
+        }
+        if todo.is_empty() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let probes: Vec<(usize, u8)> = todo
+            .iter()
+            .map(|&(i, at)| (i, u8::try_from(at).unwrap_or(u8::MAX)))
+            .collect();
+        let answers = p.round(&probes).await?;
+        for (&(i, ttl), a) in probes.iter().zip(answers) {
+            record(&ProbeRecord {
+                kind_of_record: "trace_probe",
+                phase: Phase::Explore,
+                flow: p.flows[i].port,
+                ttl,
+                from: a.and_then(|a| a.from),
+                answer: a.map(|a| a.kind),
+                rtt_ns: a.map(|a| a.rtt_ns),
+            });
+            if let Some(a) = a
+                && matches!(a.kind, Kind::PortUnreachable | Kind::Reply)
+            {
+                let e = &mut paths[i];
+                e.hops.truncate(usize::from(ttl) - 1);
+                e.hops.push(Some(a));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The addresses that answered at `ttl`, each once, in order.
@@ -510,50 +597,51 @@ fn branches(paths: &[Explored]) -> Vec<Group> {
     groups
 }
 
-/// Measures every branch through its first flow: `s.count` rounds, each
-/// a probe at every TTL of every branch, `s.interval` apart.
+/// Measures every branch through its first flow, one branch after the
+/// other, as mtr run on that flow would: `s.count` rounds, each a probe at
+/// every TTL of the branch, `s.interval` apart. Not all at once: a host
+/// limits the ICMP errors it sends to one sender (Linux: one a second
+/// after a burst of six), so branches measured together through a shared
+/// router or to the same destination would spend each other's answers and
+/// show that as loss.
 async fn measure(
     p: &mut Prober,
     s: &Settings,
     groups: &[Group],
     record: &mut impl FnMut(&ProbeRecord),
 ) -> io::Result<Vec<Vec<HopStats>>> {
-    let mut probes = Vec::new();
-    let mut slot_of = Vec::new();
-    for (b, g) in groups.iter().enumerate() {
-        for (h, _) in g.hops.iter().enumerate() {
-            probes.push((g.flows[0], u8::try_from(h + 1).unwrap_or(u8::MAX)));
-            slot_of.push((b, h));
+    let mut out = Vec::with_capacity(groups.len());
+    for g in groups {
+        let probes: Vec<(usize, u8)> = (1..=g.hops.len())
+            .map(|t| (g.flows[0], u8::try_from(t).unwrap_or(u8::MAX)))
+            .collect();
+        let mut seen: Vec<Vec<Option<Answer>>> = vec![Vec::new(); g.hops.len()];
+        let start = tokio::time::Instant::now();
+        for round in 0..s.count {
+            if round > 0 {
+                tokio::time::sleep_until(start + s.interval * round).await;
+            }
+            let answers = p.round(&probes).await?;
+            for ((&(flow, ttl), a), hop) in probes.iter().zip(answers).zip(&mut seen) {
+                record(&ProbeRecord {
+                    kind_of_record: "trace_probe",
+                    phase: Phase::Measure,
+                    flow: p.flows[flow].port,
+                    ttl,
+                    from: a.and_then(|a| a.from),
+                    answer: a.map(|a| a.kind),
+                    rtt_ns: a.map(|a| a.rtt_ns),
+                });
+                hop.push(a);
+            }
+        }
+        out.push(stats(g, &seen));
+        if s.count > 0 && groups.len() > 1 {
+            // The next branch starts an interval after this one's last round.
+            tokio::time::sleep_until(start + s.interval * s.count).await;
         }
     }
-    let mut seen: Vec<Vec<Vec<Option<Answer>>>> = groups
-        .iter()
-        .map(|g| vec![Vec::new(); g.hops.len()])
-        .collect();
-    let start = tokio::time::Instant::now();
-    for round in 0..s.count {
-        if round > 0 {
-            tokio::time::sleep_until(start + s.interval * round).await;
-        }
-        let answers = p.round(&probes).await?;
-        for ((&(flow, ttl), &(b, h)), a) in probes.iter().zip(&slot_of).zip(answers) {
-            record(&ProbeRecord {
-                kind_of_record: "trace_probe",
-                phase: Phase::Measure,
-                flow: p.flows[flow].port,
-                ttl,
-                from: a.and_then(|a| a.from),
-                answer: a.map(|a| a.kind),
-                rtt_ns: a.map(|a| a.rtt_ns),
-            });
-            seen[b][h].push(a);
-        }
-    }
-    Ok(groups
-        .iter()
-        .zip(seen)
-        .map(|(g, hops)| stats(g, &hops))
-        .collect())
+    Ok(out)
 }
 
 /// mtr's columns for each hop of a branch, and which hops' loss is their
@@ -659,6 +747,27 @@ mod tests {
             kind: Kind::TimeExceeded,
             rtt_ns: 1,
         })
+    }
+
+    /// A flow that reached the destination only past a silent run is a
+    /// candidate for an earlier end where a flow with the same routers
+    /// reached it sooner; routers that differ are not the same path.
+    #[test]
+    fn an_end_past_silence_is_matched_with_a_sooner_one() {
+        let end = Some(Answer {
+            from: Some("10.0.0.9".parse().unwrap()),
+            kind: Kind::PortUnreachable,
+            rtt_ns: 1,
+        });
+        let e = |hops: Vec<Option<Answer>>| Explored { hops, ended: true };
+        let sooner = e(vec![answer("10.0.1.1"), end]);
+        let later = e(vec![answer("10.0.1.1"), None, None, end]);
+        let other = e(vec![answer("10.0.2.1"), end]);
+        assert_eq!(reached_at(&sooner), Some(2));
+        assert_eq!(reached_at(&later), Some(4));
+        assert!(compatible(&sooner, &later, 1));
+        assert!(!compatible(&other, &later, 1));
+        assert_eq!(reached_at(&e(vec![answer("10.0.1.1")])), None);
     }
 
     /// Flows group by path; a hop a flow got no answer at matches any.
