@@ -122,6 +122,8 @@ pub struct Job {
     pub marks: prober_core::protocol::Marks,
     /// When its first `dns_sd` name is due to be looked up again.
     pub refresh_at: Option<std::time::Instant>,
+    /// How often the path to each of its `udp://` targets is traced.
+    pub trace_every: Option<Duration>,
 }
 
 impl Job {
@@ -366,6 +368,7 @@ async fn job(
         watched: found.watched,
         marks: s.marks,
         refresh_at,
+        trace_every: s.trace_every,
     })
 }
 

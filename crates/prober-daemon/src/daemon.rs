@@ -364,6 +364,48 @@ fn spread(host: &str, job: &str, target: &str, interval: Duration) -> Duration {
     phase(h.finish() % PARTS, PARTS, interval)
 }
 
+/// The targets whose paths are traced: every `udp://` target (each flow
+/// of one once) with an address, of the jobs with `trace_every`. A trace
+/// goes to the target's host on port 33434, where nothing listens and the
+/// host answers Port Unreachable: prober's responder, on the target's
+/// port, answers a trace's probes with nothing, so the last hop would stay
+/// silent. Between two hosts the ECMP branches are the same whatever the
+/// port (a port changes which branch a flow hashes to, not which exist).
+fn traced(cfg: &Config) -> Vec<crate::paths::Traced> {
+    let mut out: Vec<crate::paths::Traced> = Vec::new();
+    for job in &cfg.jobs {
+        let Some(every) = job.trace_every else {
+            continue;
+        };
+        for t in &job.targets {
+            let Ok(to) = t.addr else { continue };
+            if t.target.scheme.name != "udp" {
+                continue;
+            }
+            let mut base = t.target.clone();
+            base.flow = None;
+            let target = base.to_string();
+            if out.iter().any(|o| o.job == job.name && o.target == target) {
+                continue;
+            }
+            let mut labels: Vec<(String, String)> = job
+                .labels
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            labels.extend(t.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+            out.push(crate::paths::Traced {
+                job: job.name.clone(),
+                target,
+                to: SocketAddr::new(to.ip(), prober_trace::DEFAULT_PORT),
+                every,
+                labels,
+            });
+        }
+    }
+    out
+}
+
 /// What starting one target's task costs the runtime thread, generously:
 /// a batch of targets waits this long per target before its first slots.
 const START_COST: Duration = Duration::from_micros(4);
@@ -395,6 +437,8 @@ struct Daemon {
     timer: Option<prober_core::SharedTimer>,
     /// This host's name, in each target's start offset ([`spread`]).
     host: String,
+    /// The paths of the targets of jobs with `trace_every`.
+    paths: Arc<crate::paths::Paths>,
 }
 
 impl Daemon {
@@ -536,6 +580,7 @@ impl Daemon {
         self.cfg = new;
         let jobs: Vec<&str> = self.cfg.jobs.iter().map(|j| j.name.as_str()).collect();
         self.discovery.retain_jobs(&jobs);
+        self.paths.want(traced(&self.cfg));
         Ok(())
     }
 
@@ -641,6 +686,8 @@ pub async fn run(
     prom.register_collector(Box::new(crate::metrics::DiscoveryCollector(Arc::clone(
         &discovery,
     ))));
+    let paths = Arc::new(crate::paths::Paths::default());
+    prom.register_collector(Box::new(crate::paths::PathCollector(Arc::clone(&paths))));
     let gauges = ReloadGauges::default();
     let status = crate::status::StatusPage {
         sink: sinks.metrics.clone(),
@@ -740,6 +787,7 @@ pub async fn run(
         root: root.clone(),
         discovery: Arc::clone(&discovery),
         host: opts.host.0.clone(),
+        paths: Arc::clone(&paths),
         timer: match prober_core::SharedTimer::new() {
             Ok(t) => Some(t),
             Err(error) => {
@@ -749,6 +797,13 @@ pub async fn run(
         },
     };
     d.apply(cfg).await?;
+    // Traces run in a task of their own, one at a time, until the daemon
+    // stops (they hold nothing a stop must wait for).
+    tokio::spawn(crate::paths::run(
+        paths,
+        opts.host.0.clone(),
+        root.child_token(),
+    ));
     tracing::info!(targets = d.running.len(), "daemon started");
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

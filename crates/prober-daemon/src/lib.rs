@@ -20,7 +20,7 @@
 //!
 //! May use: `prober-core`, `prober-sys`, `prober-net`, `prober-sinks`,
 //!  `prober-stamp` (the reflector's counters on `/metrics`), `prober-http`
-//!  (`/probe`'s TLS client).
+//!  (`/probe`'s TLS client), `prober-trace` (a job's `trace_every`).
 //! May not: parse a command line, print to the terminal, or hold a protocol's
 //!  own logic (it starts responders and builds probes through their
 //!  descriptors).
@@ -35,6 +35,7 @@ mod error;
 pub mod file_sd;
 mod metrics;
 mod own_tables;
+mod paths;
 mod reload;
 pub mod responder;
 mod stamp_metrics;

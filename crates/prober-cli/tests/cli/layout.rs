@@ -32,6 +32,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
             // The reflector's counters on /metrics; /probe's TLS client.
             "prober-stamp",
             "prober-http",
+            // A job's trace_every.
+            "prober-trace",
         ],
     ),
 ];

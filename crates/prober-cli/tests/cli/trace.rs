@@ -3,6 +3,7 @@
 //! two equal-cost paths, checked against mtr.
 
 use std::process::{Command, Output};
+use std::time::Duration;
 
 use crate::support::Netns;
 
@@ -349,4 +350,68 @@ fn a_trace_finds_both_ecmp_branches_and_agrees_with_mtr() {
             "the destination answers all: {text}"
         );
     }
+}
+
+/// A job with `trace_every` traces the path to each of its udp:// targets
+/// and exports it: one branch, one hop on loopback, traced again and again
+/// without a change; a job with no udp:// target is refused.
+#[test]
+fn the_daemon_traces_a_jobs_targets_and_exports_their_paths() {
+    let d = crate::daemon::Daemon::start(
+        "paths",
+        r#"
+[[job]]
+name = "mesh"
+interval = "100ms"
+trace_every = "1s"
+labels = { zone = "z1" }
+targets = ["udp://RESPONDER"]
+"#,
+    );
+    let text = d.scrape_until("two traces of the target", Duration::from_secs(30), &|t| {
+        t.lines().any(|l| {
+            l.starts_with("prober_path_traces_total{")
+                && l.split_whitespace()
+                    .last()
+                    .and_then(|n| n.parse::<u64>().ok())
+                    >= Some(2)
+        })
+    });
+    let series = |name: &str| -> String {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{name}{{")))
+            .unwrap_or_else(|| panic!("no {name}:\n{text}"))
+            .to_owned()
+    };
+    let want = format!("probe=\"mesh\",target=\"udp://{}\",zone=\"z1\"", d.udp);
+    for (name, value) in [
+        ("prober_paths", "1"),
+        ("prober_path_hops", "1"),
+        ("prober_path_changes_total", "0"),
+    ] {
+        let line = series(name);
+        assert!(line.contains(&want), "{line}");
+        assert!(line.ends_with(&format!(" {value}")), "{line}");
+    }
+    let dir = d.dir.clone();
+    let (code, err) = d.stop();
+    assert_eq!(code, Some(0), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let files = crate::support::Files::new("paths-refused");
+    let cfg = files.write(
+        "c.toml",
+        "[[job]]\nname = \"web\"\ntrace_every = \"5m\"\ntargets = [\"tcp://127.0.0.1:1\"]\n",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_prober"))
+        .args(["serve", "--config", &cfg, "--check-config"])
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("trace_every: traces the paths to udp:// targets"),
+        "{err}"
+    );
 }

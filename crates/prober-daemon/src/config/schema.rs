@@ -261,6 +261,8 @@ job_settings! {
     sinks: Option<prober_sinks::file_config::SinksConfig>,
     /// `[job.tls]`: how `https://` and `grpcs://` targets check servers.
     tls: Option<TlsSection>,
+    /// Trace the path to each `udp://` target this often (`"5m"`).
+    trace_every: Option<String>,
 }
 
 /// A firewall mark as TOML gives it: a number, or text such as "0x2a".

@@ -449,6 +449,7 @@ pub(super) struct Settings {
     pub(super) max_targets: usize,
     pub(super) flows: u16,
     pub(super) exclude_self: bool,
+    pub(super) trace_every: Option<Duration>,
 }
 
 /// Checks job `i`'s settings, each its own or `defaults`'; `env` reads the
@@ -563,7 +564,18 @@ pub(super) fn settings(
             insecure: t.insecure,
         },
     };
+    let trace_every = match pick(&s.trace_every, &defaults.trace_every) {
+        None => None,
+        Some(t) => {
+            let d = duration(Some(&t), &format!("{key}.trace_every"), Duration::ZERO)?;
+            if d < Duration::from_secs(1) {
+                bail!("{key}.trace_every: trace at most once a second (a trace takes seconds)");
+            }
+            Some(d)
+        }
+    };
     Ok(Settings {
+        trace_every,
         run,
         size: s.size.or(defaults.size),
         marks,
@@ -639,6 +651,11 @@ pub(super) fn targets(
             labels: f.labels,
             size,
         });
+    }
+    if s.trace_every.is_some() && !targets.iter().any(|c| c.target.scheme.name == "udp") {
+        bail!(
+            "{key}.trace_every: traces the paths to udp:// targets (TCP and ICMP traces are not built yet), and this job has none"
+        );
     }
     Ok((targets, over))
 }

@@ -1,0 +1,329 @@
+//! Paths in the daemon: a job with `trace_every` traces the path to each of
+//! its `udp://` targets on that slow schedule, spread over it (every ECMP
+//! branch, as `prober run --trace` finds them; prober-trace), and exports
+//! how many branches each has, how many hops, and how often they changed
+//! (docs/path.md). Traces run one at a time: every router answers one
+//! sender about one ICMP error a second (Linux's default), so traces run
+//! side by side would spend each other's answers.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// A target to trace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Traced {
+    /// Its job.
+    pub(crate) job: String,
+    /// Its URL without a flow (`udp://h:p`): every flow of it is one trace.
+    pub(crate) target: String,
+    /// Where.
+    pub(crate) to: SocketAddr,
+    /// How often.
+    pub(crate) every: Duration,
+    /// Its series' labels beside `probe` and `target` (the job's).
+    pub(crate) labels: Vec<(String, String)>,
+}
+
+/// The branches of a path: each the hops' addresses, in order (`None`: no
+/// answer at that TTL).
+pub(crate) type Branches = Vec<Vec<Option<IpAddr>>>;
+
+/// What the last trace of a target found.
+#[derive(Debug, Clone, Default)]
+struct State {
+    branches: Branches,
+    changes: u64,
+    traces: u64,
+    labels: Vec<(String, String)>,
+}
+
+/// The traced targets, their paths, and what to trace next.
+#[derive(Debug)]
+pub(crate) struct Paths {
+    state: Mutex<BTreeMap<(String, String), State>>,
+    wanted: watch::Sender<Vec<Traced>>,
+}
+
+impl Default for Paths {
+    fn default() -> Self {
+        Self {
+            state: Mutex::default(),
+            wanted: watch::channel(Vec::new()).0,
+        }
+    }
+}
+
+impl Paths {
+    /// Traces these targets from now on (a reload); the paths of others are
+    /// forgotten.
+    pub(crate) fn want(&self, targets: Vec<Traced>) {
+        {
+            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            state.retain(|(job, target), _| {
+                targets.iter().any(|t| &t.job == job && &t.target == target)
+            });
+        }
+        self.wanted.send_if_modified(|w| {
+            let changed = *w != targets;
+            *w = targets;
+            changed
+        });
+    }
+
+    /// Files a trace's branches; says whether the path changed (not on a
+    /// target's first trace).
+    fn file(&self, t: &Traced, branches: Branches) -> Option<(Branches, Branches)> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let s = state.entry((t.job.clone(), t.target.clone())).or_default();
+        s.labels.clone_from(&t.labels);
+        s.traces += 1;
+        let changed = s.traces > 1 && !same(&s.branches, &branches);
+        let old = std::mem::replace(&mut s.branches, branches);
+        if changed {
+            s.changes += 1;
+            return Some((old, s.branches.clone()));
+        }
+        None
+    }
+}
+
+/// Whether two traces found the same branches, in whatever order (a hop
+/// without an answer matches any address).
+pub(crate) fn same(a: &Branches, b: &Branches) -> bool {
+    let fits = |x: &Vec<Option<IpAddr>>, y: &Vec<Option<IpAddr>>| {
+        x.len() == y.len()
+            && x.iter()
+                .zip(y)
+                .all(|(p, q)| p.is_none() || q.is_none() || p == q)
+    };
+    a.len() == b.len() && a.iter().all(|x| b.iter().any(|y| fits(x, y)))
+}
+
+/// A branch as a log line shows it: `10.0.0.1 > ??? > 10.0.0.9`.
+fn show(b: &Branches) -> String {
+    b.iter()
+        .map(|hops| {
+            hops.iter()
+                .map(|h| h.map_or_else(|| "???".to_owned(), |a| a.to_string()))
+                .collect::<Vec<_>>()
+                .join(" > ")
+        })
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+/// Where a target's trace falls within its period: from a hash of this
+/// host, the job and the target, so traces spread over the period and the
+/// nodes of a mesh do not trace one peer at once.
+fn offset(host: &str, t: &Traced) -> Duration {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut h = DefaultHasher::new();
+    (host, &t.job, &t.target).hash(&mut h);
+    let parts = 1_000_000u64;
+    let ns = u128::from(h.finish() % parts) * t.every.as_nanos() / u128::from(parts);
+    Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+}
+
+/// Traces the wanted targets, each once a period at its offset, one at a
+/// time, until `stop`.
+pub(crate) async fn run(paths: Arc<Paths>, host: String, stop: CancellationToken) {
+    let mut wanted = paths.wanted.subscribe();
+    let start = tokio::time::Instant::now();
+    // Each target's next trace.
+    let mut due: BTreeMap<(String, String), tokio::time::Instant> = BTreeMap::new();
+    loop {
+        let targets = wanted.borrow_and_update().clone();
+        due.retain(|k, _| targets.iter().any(|t| (&t.job, &t.target) == (&k.0, &k.1)));
+        for t in &targets {
+            due.entry((t.job.clone(), t.target.clone()))
+                .or_insert_with(|| start + offset(&host, t));
+        }
+        let next = targets
+            .iter()
+            .min_by_key(|t| due[&(t.job.clone(), t.target.clone())]);
+        let Some(t) = next.cloned() else {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                r = wanted.changed() => if r.is_err() { return } else { continue },
+            }
+        };
+        let key = (t.job.clone(), t.target.clone());
+        let at = due[&key];
+        tokio::select! {
+            () = stop.cancelled() => return,
+            r = wanted.changed() => { if r.is_err() { return } continue }
+            () = tokio::time::sleep_until(at) => {}
+        }
+        let settings = prober_trace::Settings {
+            to: t.to,
+            max_ttl: 30,
+            max_flows: 64,
+            timeout: Duration::from_secs(1),
+            confidence: 0.95,
+            // The branches only: measuring them is `prober run --trace`'s.
+            count: 0,
+            interval: Duration::from_secs(1),
+        };
+        let traced = tokio::select! {
+            () = stop.cancelled() => return,
+            r = prober_trace::trace(&settings, |_| {}) => r,
+        };
+        match traced {
+            Ok(trace) => {
+                let branches: Branches = trace
+                    .paths
+                    .iter()
+                    .map(|b| b.hops.iter().map(|h| h.addr).collect())
+                    .collect();
+                if let Some((old, new)) = paths.file(&t, branches) {
+                    tracing::info!(
+                        job = %t.job, target = %t.target,
+                        "path changed: was {}, now {}", show(&old), show(&new)
+                    );
+                }
+            }
+            Err(error) => {
+                tracing::warn!(job = %t.job, target = %t.target, %error, "trace failed");
+            }
+        }
+        due.insert(key, at + t.every);
+    }
+}
+
+/// The paths on `/metrics`.
+#[derive(Debug)]
+pub(crate) struct PathCollector(pub(crate) Arc<Paths>);
+
+impl Collector for PathCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let state = self
+            .0
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if state.is_empty() {
+            return Ok(());
+        }
+        let labels = |(job, target): &(String, String), s: &State| {
+            let mut l = vec![
+                ("probe".to_owned(), job.clone()),
+                ("target".to_owned(), target.clone()),
+            ];
+            l.extend(s.labels.iter().cloned());
+            l
+        };
+        let mut m = encoder.encode_descriptor(
+            "prober_paths",
+            "ECMP branches the last trace of a target found (trace_every)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (k, s) in &state {
+            let n = i64::try_from(s.branches.len()).unwrap_or(i64::MAX);
+            ConstGauge::new(n).encode(m.encode_family(&labels(k, s))?)?;
+        }
+        let mut m = encoder.encode_descriptor(
+            "prober_path_hops",
+            "Hops of the longest branch the last trace of a target found",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (k, s) in &state {
+            let n = s.branches.iter().map(Vec::len).max().unwrap_or(0);
+            ConstGauge::new(i64::try_from(n).unwrap_or(i64::MAX))
+                .encode(m.encode_family(&labels(k, s))?)?;
+        }
+        let mut m = encoder.encode_descriptor(
+            "prober_path_changes",
+            "Traces of a target that found other branches than the trace before",
+            None,
+            MetricType::Counter,
+        )?;
+        for (k, s) in &state {
+            ConstCounter::new(s.changes).encode(m.encode_family(&labels(k, s))?)?;
+        }
+        let mut m = encoder.encode_descriptor(
+            "prober_path_traces",
+            "Traces of a target done",
+            None,
+            MetricType::Counter,
+        )?;
+        for (k, s) in &state {
+            ConstCounter::new(s.traces).encode(m.encode_family(&labels(k, s))?)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(paths: &[&[Option<&str>]]) -> Branches {
+        paths
+            .iter()
+            .map(|p| p.iter().map(|h| h.map(|a| a.parse().unwrap())).collect())
+            .collect()
+    }
+
+    /// The same branches in another order, or with a silent hop, are the
+    /// same path; a branch gone, or another router, is a change.
+    #[test]
+    fn a_path_changes_when_its_branches_do() {
+        let two = b(&[
+            &[Some("10.0.1.1"), Some("10.0.9.9")],
+            &[Some("10.0.2.1"), Some("10.0.9.9")],
+        ]);
+        let swapped = b(&[
+            &[Some("10.0.2.1"), Some("10.0.9.9")],
+            &[Some("10.0.1.1"), Some("10.0.9.9")],
+        ]);
+        let silent = b(&[
+            &[None, Some("10.0.9.9")],
+            &[Some("10.0.2.1"), Some("10.0.9.9")],
+        ]);
+        let one = b(&[&[Some("10.0.1.1"), Some("10.0.9.9")]]);
+        let other = b(&[
+            &[Some("10.0.1.1"), Some("10.0.9.9")],
+            &[Some("10.0.3.1"), Some("10.0.9.9")],
+        ]);
+        assert!(same(&two, &swapped));
+        assert!(same(&two, &silent));
+        assert!(!same(&two, &one));
+        assert!(!same(&two, &other));
+
+        let paths = Paths::default();
+        let t = Traced {
+            job: "j".to_owned(),
+            target: "udp://10.0.9.9:7".to_owned(),
+            to: "10.0.9.9:7".parse().unwrap(),
+            every: Duration::from_secs(300),
+            labels: Vec::new(),
+        };
+        assert!(
+            paths.file(&t, two.clone()).is_none(),
+            "a first trace is no change"
+        );
+        assert!(paths.file(&t, swapped).is_none());
+        let (old, new) = paths.file(&t, one.clone()).unwrap();
+        assert_eq!((old, new), (two, one));
+        assert_eq!(
+            paths.state.lock().unwrap()[&("j".to_owned(), t.target.clone())].changes,
+            1
+        );
+        // A reload that drops the target forgets its path.
+        paths.want(Vec::new());
+        assert!(paths.state.lock().unwrap().is_empty());
+    }
+}
