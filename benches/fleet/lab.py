@@ -49,6 +49,9 @@ SPEED = float(os.environ.get("SPEED", "10" if SMALL else "4"))
 UDP_FLOWS = int(os.environ.get("UDP_FLOWS", "2"))
 TCP_FLOWS = int(os.environ.get("TCP_FLOWS", "2" if SMALL else "1"))
 SOAK = float(os.environ.get("SOAK", "30" if SMALL else "600"))
+# TRACE_EVERY=30s: the UDP job traces its peers' paths that often
+# (docs/path.md); off unless set.
+TRACE_EVERY = os.environ.get("TRACE_EVERY", "")
 PROM_PORT = int(os.environ.get("PROM_PORT", "19090"))
 PROM = f"http://127.0.0.1:{PROM_PORT}"
 # Prometheus's scrape and rule interval, seconds.
@@ -118,6 +121,11 @@ def router_sysctls(ns):
         ("net.ipv4.fib_multipath_hash_policy", 1),
         ("net.ipv4.conf.all.rp_filter", 0),
         ("net.ipv4.conf.default.rp_filter", 0),
+        # Routers send a host one ICMP error a second after a burst
+        # (Linux's icmp_ratelimit, 1000 ms); time runs SPEED times faster
+        # here, so their limit does too, or a trace_every compressed by
+        # SPEED would find hops silent that a fleet's routers answer.
+        ("net.ipv4.icmp_ratelimit", max(1, round(1000 / SPEED))),
     ]:
         nsx(ns, f"sysctl -qw {k}={v}")
 
@@ -324,6 +332,7 @@ parts = true
 name = "mesh-udp"
 dns_sd = ["udp://_prober._udp.{DOMAIN}"]
 flows = {UDP_FLOWS}
+{f'trace_every = "{TRACE_EVERY}"' if TRACE_EVERY else ""}
 
 [[job]]
 name = "mesh-tcp"

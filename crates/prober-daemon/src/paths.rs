@@ -38,12 +38,16 @@ pub(crate) struct Traced {
 /// answer at that TTL).
 pub(crate) type Branches = Vec<Vec<Option<IpAddr>>>;
 
-/// What the last trace of a target found.
+/// What the traces of a target found.
 #[derive(Debug, Clone, Default)]
 struct State {
+    /// The branches of the last conclusive trace (of the first trace
+    /// until one is).
     branches: Branches,
     changes: u64,
     traces: u64,
+    /// A conclusive trace has been filed.
+    conclusive: bool,
     labels: Vec<(String, String)>,
 }
 
@@ -80,14 +84,27 @@ impl Paths {
         });
     }
 
-    /// Files a trace's branches; says whether the path changed (not on a
-    /// target's first trace).
-    fn file(&self, t: &Traced, branches: Branches) -> Option<(Branches, Branches)> {
+    /// Files a trace's branches; says whether the path changed. A trace
+    /// is conclusive when it reached the destination on every branch and
+    /// every hop answered: a hop without an answer (a router's ICMP limit,
+    /// a lost probe) matches any router, so branches that differ only
+    /// there would merge, and a branch would seem gone that was only
+    /// silent. An inconclusive trace keeps the path it had (unless none
+    /// was conclusive yet) and is never a change.
+    fn file(&self, t: &Traced, branches: Branches, reached: bool) -> Option<(Branches, Branches)> {
+        let conclusive = reached && branches.iter().flatten().all(Option::is_some);
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let s = state.entry((t.job.clone(), t.target.clone())).or_default();
         s.labels.clone_from(&t.labels);
         s.traces += 1;
-        let changed = s.traces > 1 && !same(&s.branches, &branches);
+        if !conclusive {
+            if !s.conclusive {
+                s.branches = branches;
+            }
+            return None;
+        }
+        let changed = s.conclusive && !same(&s.branches, &branches);
+        s.conclusive = true;
         let old = std::mem::replace(&mut s.branches, branches);
         if changed {
             s.changes += 1;
@@ -169,7 +186,11 @@ pub(crate) async fn run(paths: Arc<Paths>, host: String, stop: CancellationToken
             max_ttl: 30,
             max_flows: 64,
             timeout: Duration::from_secs(1),
-            confidence: 0.95,
+            // A trace every period for every target: at 95 % a node with
+            // 15 peers would miss a branch somewhere every other period
+            // and count it as a change; 99.9 % sends 11 flows through a
+            // hop with one next hop seen, 20 with two.
+            confidence: 0.999,
             // The branches only: measuring them is `prober run --trace`'s.
             count: 0,
             interval: Duration::from_secs(1),
@@ -185,7 +206,7 @@ pub(crate) async fn run(paths: Arc<Paths>, host: String, stop: CancellationToken
                     .iter()
                     .map(|b| b.hops.iter().map(|h| h.addr).collect())
                     .collect();
-                if let Some((old, new)) = paths.file(&t, branches) {
+                if let Some((old, new)) = paths.file(&t, branches, trace.reached()) {
                     tracing::info!(
                         job = %t.job, target = %t.target,
                         "path changed: was {}, now {}", show(&old), show(&new)
@@ -277,6 +298,10 @@ mod tests {
             .collect()
     }
 
+    fn silent_one() -> Branches {
+        b(&[&[None, Some("10.0.9.9")]])
+    }
+
     /// The same branches in another order, or with a silent hop, are the
     /// same path; a branch gone, or another router, is a change.
     #[test]
@@ -312,11 +337,14 @@ mod tests {
             labels: Vec::new(),
         };
         assert!(
-            paths.file(&t, two.clone()).is_none(),
+            paths.file(&t, two.clone(), true).is_none(),
             "a first trace is no change"
         );
-        assert!(paths.file(&t, swapped).is_none());
-        let (old, new) = paths.file(&t, one.clone()).unwrap();
+        assert!(paths.file(&t, swapped, true).is_none());
+        // Silent hops, or a destination not reached: not evidence of a change.
+        assert!(paths.file(&t, silent_one(), true).is_none());
+        assert!(paths.file(&t, one.clone(), false).is_none());
+        let (old, new) = paths.file(&t, one.clone(), true).unwrap();
         assert!(same(&old, &two), "{old:?}");
         assert_eq!(new, one);
         assert_eq!(

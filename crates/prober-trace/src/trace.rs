@@ -411,19 +411,33 @@ pub async fn trace(s: &Settings, mut record: impl FnMut(&ProbeRecord)) -> io::Re
     }
     let groups = branches(&paths);
     let hops = measure(&mut p, s, &groups, &mut record).await?;
-    let paths_out = groups
-        .iter()
-        .zip(hops)
-        .map(|(g, hops)| Branch {
-            flows: g.flows.iter().map(|&i| p.flows[i].port).collect(),
-            reached: hops
-                .last()
-                .and_then(|h| h.answer)
-                .is_some_and(|k| matches!(k, Kind::PortUnreachable | Kind::Reply))
-                || g.reached,
-            hops,
-        })
-        .collect();
+    let paths_out = merge(
+        groups
+            .iter()
+            .zip(hops)
+            .map(|(g, mut hops)| {
+                // A hop silent while exploring that the destination answered
+                // while measuring: the branch ends there (its exploring
+                // probes met the destination's ICMP limit).
+                if let Some(end) = hops.iter().position(|h| {
+                    h.addr == Some(s.to.ip())
+                        && h.answer
+                            .is_some_and(|k| matches!(k, Kind::PortUnreachable | Kind::Reply))
+                }) {
+                    hops.truncate(end + 1);
+                }
+                Branch {
+                    flows: g.flows.iter().map(|&i| p.flows[i].port).collect(),
+                    reached: hops
+                        .last()
+                        .and_then(|h| h.answer)
+                        .is_some_and(|k| matches!(k, Kind::PortUnreachable | Kind::Reply))
+                        || g.reached,
+                    hops,
+                }
+            })
+            .collect(),
+    );
     Ok(Trace {
         kind_of_record: "trace",
         to: s.to,
@@ -521,6 +535,26 @@ async fn confirm_ends(
         }
     }
     Ok(())
+}
+
+/// Branches with the same hops as one (a branch cut short by measuring can
+/// become another's twin): their flows together, the first one's figures.
+fn merge(branches: Vec<Branch>) -> Vec<Branch> {
+    let mut out: Vec<Branch> = Vec::new();
+    for b in branches {
+        let key: Vec<Option<IpAddr>> = b.hops.iter().map(|h| h.addr).collect();
+        match out
+            .iter_mut()
+            .find(|o| o.hops.iter().map(|h| h.addr).eq(key.iter().copied()))
+        {
+            Some(o) => {
+                o.flows.extend(b.flows);
+                o.reached |= b.reached;
+            }
+            None => out.push(b),
+        }
+    }
+    out
 }
 
 /// The addresses that answered at `ttl`, each once, in order.
