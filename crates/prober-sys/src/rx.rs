@@ -305,32 +305,10 @@ pub fn recv_tx_stamp(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, O
 /// Reads one error-queue entry without blocking into `buf`: its length and,
 /// for a transmit stamp, its `OPT_ID` key (`ee_data`) and stamp.
 fn recv_error_entry(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, Option<(u32, u64)>)> {
-    let mut iov = [IoSliceMut::new(buf)];
-    let mut cmsg = CmsgBuf::new();
-    let msg = recvmsg::<()>(
-        fd.as_raw_fd(),
-        &mut iov,
-        Some(&mut cmsg.0),
-        MsgFlags::MSG_ERRQUEUE | MsgFlags::MSG_DONTWAIT,
-    )
-    .map_err(io::Error::from)?;
-    let (mut stamp, mut key) = (None, None);
-    if let Ok(cmsgs) = msg.cmsgs() {
-        for c in cmsgs {
-            match c {
-                ControlMessageOwned::ScmTimestampsns(ts) => {
-                    stamp = system_time(&ts.system).and_then(unix_ns);
-                }
-                ControlMessageOwned::Ipv4RecvErr(e, _) | ControlMessageOwned::Ipv6RecvErr(e, _)
-                    if e.ee_origin == nix::libc::SO_EE_ORIGIN_TIMESTAMPING =>
-                {
-                    key = Some(e.ee_data);
-                }
-                _ => {}
-            }
-        }
-    }
-    Ok((msg.bytes, key.zip(stamp)))
+    Ok(match recv_error_queue(fd, buf)? {
+        ErrorEntry::TxStamp { key, ns, len } => (len, Some((key, ns))),
+        ErrorEntry::Icmp { len, .. } | ErrorEntry::Other { len } => (len, None),
+    })
 }
 
 /// Asks for kernel software transmit stamps without a copy of the packet
@@ -597,6 +575,9 @@ pub enum ErrorEntry {
         key: u32,
         /// When the kernel sent it.
         ns: u64,
+        /// The length of what was queued with it (the packet as sent, unless
+        /// `OPT_TSONLY`).
+        len: usize,
     },
     /// An ICMP or ICMPv6 error about a datagram this socket sent
     /// ([`enable_recv_errors`]); the payload the error quoted (as much of
@@ -618,7 +599,10 @@ pub enum ErrorEntry {
         len: usize,
     },
     /// Anything else (a local error).
-    Other,
+    Other {
+        /// The length of what was queued with it.
+        len: usize,
+    },
 }
 
 /// Reads one entry of the socket's error queue without blocking into
@@ -637,7 +621,7 @@ pub fn recv_error_queue(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<ErrorE
         MsgFlags::MSG_ERRQUEUE | MsgFlags::MSG_DONTWAIT,
     )
     .map_err(io::Error::from)?;
-    let (mut stamp, mut entry) = (None, ErrorEntry::Other);
+    let (mut stamp, mut entry) = (None, ErrorEntry::Other { len: msg.bytes });
     if let Ok(cmsgs) = msg.cmsgs() {
         for c in cmsgs {
             match c {
@@ -653,6 +637,7 @@ pub fn recv_error_queue(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<ErrorE
                     entry = ErrorEntry::TxStamp {
                         key: e.ee_data,
                         ns: 0,
+                        len: msg.bytes,
                     };
                 }
                 ControlMessageOwned::Ipv4RecvErr(e, from)
@@ -685,9 +670,9 @@ pub fn recv_error_queue(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<ErrorE
         }
     }
     Ok(match entry {
-        ErrorEntry::TxStamp { key, .. } => match stamp {
-            Some(ns) => ErrorEntry::TxStamp { key, ns },
-            None => ErrorEntry::Other,
+        ErrorEntry::TxStamp { key, len, .. } => match stamp {
+            Some(ns) => ErrorEntry::TxStamp { key, ns, len },
+            None => ErrorEntry::Other { len },
         },
         ErrorEntry::Icmp {
             from,
@@ -704,6 +689,6 @@ pub fn recv_error_queue(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<ErrorE
             ns: stamp,
             len,
         },
-        ErrorEntry::Other => ErrorEntry::Other,
+        other @ ErrorEntry::Other { .. } => other,
     })
 }

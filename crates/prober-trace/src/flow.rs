@@ -177,7 +177,9 @@ impl Flow {
     fn read_one(&self, flow: usize, buf: &mut [u8]) -> io::Result<Option<Heard>> {
         let fd = self.socket.as_fd();
         match prober_sys::rx::recv_error_queue(fd, buf) {
-            Ok(ErrorEntry::TxStamp { key, ns }) => return Ok(Some(Heard::Sent { flow, key, ns })),
+            Ok(ErrorEntry::TxStamp { key, ns, .. }) => {
+                return Ok(Some(Heard::Sent { flow, key, ns }));
+            }
             Ok(ErrorEntry::Icmp {
                 from,
                 v6,
@@ -197,7 +199,7 @@ impl Flow {
                     kernel: ns.is_some(),
                 }));
             }
-            Ok(ErrorEntry::Other) => return Ok(None),
+            Ok(ErrorEntry::Other { .. }) => return Ok(None),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) => return Err(e),
         }

@@ -65,6 +65,22 @@ pub struct ProbeRecord {
     pub rtt_ns: Option<u64>,
 }
 
+impl ProbeRecord {
+    /// The record of a probe of `flow` (a source port) at `ttl`, and its
+    /// answer.
+    fn of(phase: Phase, flow: u16, ttl: u8, a: Option<Answer>) -> Self {
+        Self {
+            kind_of_record: "trace_probe",
+            phase,
+            flow,
+            ttl,
+            from: a.and_then(|a| a.from),
+            answer: a.map(|a| a.kind),
+            rtt_ns: a.map(|a| a.rtt_ns),
+        }
+    }
+}
+
 /// One hop of a branch, measured.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct HopStats {
@@ -348,15 +364,7 @@ pub async fn trace(s: &Settings, mut record: impl FnMut(&ProbeRecord)) -> io::Re
             // In TTL order per flow, so a path that ends stops taking answers.
             let answers = p.round_with_retry(&probes).await?;
             for (&(i, t), a) in probes.iter().zip(answers) {
-                record(&ProbeRecord {
-                    kind_of_record: "trace_probe",
-                    phase: Phase::Explore,
-                    flow: p.flows[i].port,
-                    ttl: t,
-                    from: a.and_then(|a| a.from),
-                    answer: a.map(|a| a.kind),
-                    rtt_ns: a.map(|a| a.rtt_ns),
-                });
+                record(&ProbeRecord::of(Phase::Explore, p.flows[i].port, t, a));
                 let e = &mut paths[i];
                 if e.ended || e.hops.len() + 1 != usize::from(t) {
                     continue;
@@ -516,15 +524,7 @@ async fn confirm_ends(
             .collect();
         let answers = p.round(&probes).await?;
         for (&(i, ttl), a) in probes.iter().zip(answers) {
-            record(&ProbeRecord {
-                kind_of_record: "trace_probe",
-                phase: Phase::Explore,
-                flow: p.flows[i].port,
-                ttl,
-                from: a.and_then(|a| a.from),
-                answer: a.map(|a| a.kind),
-                rtt_ns: a.map(|a| a.rtt_ns),
-            });
+            record(&ProbeRecord::of(Phase::Explore, p.flows[i].port, ttl, a));
             if let Some(a) = a
                 && matches!(a.kind, Kind::PortUnreachable | Kind::Reply)
             {
@@ -657,15 +657,7 @@ async fn measure(
             }
             let answers = p.round(&probes).await?;
             for ((&(flow, ttl), a), hop) in probes.iter().zip(answers).zip(&mut seen) {
-                record(&ProbeRecord {
-                    kind_of_record: "trace_probe",
-                    phase: Phase::Measure,
-                    flow: p.flows[flow].port,
-                    ttl,
-                    from: a.and_then(|a| a.from),
-                    answer: a.map(|a| a.kind),
-                    rtt_ns: a.map(|a| a.rtt_ns),
-                });
+                record(&ProbeRecord::of(Phase::Measure, p.flows[flow].port, ttl, a));
                 hop.push(a);
             }
         }
