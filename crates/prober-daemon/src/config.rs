@@ -730,6 +730,35 @@ mod tests {
         assert!(e.to_string().contains("labels.node"), "{e}");
     }
 
+    /// `trace_every` in `[defaults]` traces the jobs that have udp://
+    /// targets and leaves the others be; a job's own is refused without one.
+    #[tokio::test]
+    async fn trace_every_needs_udp_targets_only_where_a_job_names_it() {
+        let c = literals_only(
+            "[defaults]\ntrace_every = \"5m\"\n[[job]]\nname = \"u\"\ntargets = [\"udp://10.0.0.1:7\"]\n[[job]]\nname = \"t\"\ntargets = [\"tcp://10.0.0.1:7\"]\n",
+        )
+        .await
+        .unwrap();
+        assert_eq!(c.jobs[0].trace_every, Some(Duration::from_secs(300)));
+        let e = literals_only(
+            "[[job]]\nname = \"t\"\ntrace_every = \"5m\"\ntargets = [\"tcp://10.0.0.1:7\"]\n",
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("trace_every: traces the paths to udp:// targets"),
+            "{e}"
+        );
+        let e = literals_only(
+            "[[job]]\nname = \"u\"\ntrace_every = \"10ms\"\ntargets = [\"udp://10.0.0.1:7\"]\n",
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("at most once a second"), "{e}");
+    }
+
     /// `[serve]`'s keys beside the listeners are read by the types of the
     /// responders that own them (the STAMP reflector's here, which nothing
     /// in this crate names); paths are relative to the file; a key for a

@@ -450,6 +450,9 @@ pub(super) struct Settings {
     pub(super) flows: u16,
     pub(super) exclude_self: bool,
     pub(super) trace_every: Option<Duration>,
+    /// `trace_every` is the job's own, not `[defaults]`': a job that names
+    /// it must have a target to trace; one that inherits it may not.
+    pub(super) trace_own: bool,
 }
 
 /// Checks job `i`'s settings, each its own or `defaults`'; `env` reads the
@@ -576,6 +579,7 @@ pub(super) fn settings(
     };
     Ok(Settings {
         trace_every,
+        trace_own: s.trace_every.is_some(),
         run,
         size: s.size.or(defaults.size),
         marks,
@@ -652,7 +656,7 @@ pub(super) fn targets(
             size,
         });
     }
-    if s.trace_every.is_some() && !targets.iter().any(|c| c.target.scheme.name == "udp") {
+    if s.trace_own && !targets.iter().any(|c| c.target.scheme.name == "udp") {
         bail!(
             "{key}.trace_every: traces the paths to udp:// targets (TCP and ICMP traces are not built yet), and this job has none"
         );
