@@ -124,6 +124,8 @@ pub struct Job {
     pub refresh_at: Option<std::time::Instant>,
     /// How often the path to each of its `udp://` targets is traced.
     pub trace_every: Option<Duration>,
+    /// Its traced branches' hops are exported as series.
+    pub trace_hops: bool,
 }
 
 impl Job {
@@ -369,6 +371,7 @@ async fn job(
         marks: s.marks,
         refresh_at,
         trace_every: s.trace_every,
+        trace_hops: s.trace_hops,
     })
 }
 

@@ -399,6 +399,7 @@ fn traced(cfg: &Config) -> Vec<crate::paths::Traced> {
                 target,
                 to: SocketAddr::new(to.ip(), prober_trace::DEFAULT_PORT),
                 every,
+                hops: job.trace_hops,
                 labels,
             });
         }

@@ -30,6 +30,8 @@ pub(crate) struct Traced {
     pub(crate) to: SocketAddr,
     /// How often.
     pub(crate) every: Duration,
+    /// Its branches' hops are exported as series (`trace_hops`).
+    pub(crate) hops: bool,
     /// Its series' labels beside `probe` and `target` (the job's).
     pub(crate) labels: Vec<(String, String)>,
 }
@@ -49,6 +51,8 @@ struct State {
     /// A conclusive trace has been filed.
     conclusive: bool,
     labels: Vec<(String, String)>,
+    /// Export the branches' hops.
+    hops: bool,
 }
 
 /// The traced targets, their paths, and what to trace next.
@@ -93,9 +97,14 @@ impl Paths {
     /// was conclusive yet) and is never a change.
     fn file(&self, t: &Traced, branches: Branches, reached: bool) -> Option<(Branches, Branches)> {
         let conclusive = reached && branches.iter().flatten().all(Option::is_some);
+        // In one order, so a branch keeps its number in the hop series
+        // from trace to trace.
+        let mut branches = branches;
+        branches.sort();
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let s = state.entry((t.job.clone(), t.target.clone())).or_default();
         s.labels.clone_from(&t.labels);
+        s.hops = t.hops;
         s.traces += 1;
         if !conclusive {
             if !s.conclusive {
@@ -283,6 +292,27 @@ impl Collector for PathCollector {
         for (k, s) in &state {
             ConstCounter::new(s.traces).encode(m.encode_family(&labels(k, s))?)?;
         }
+        if !state.values().any(|s| s.hops) {
+            return Ok(());
+        }
+        let mut m = encoder.encode_descriptor(
+            "prober_path_hop_info",
+            "The routers of each branch of a target's path, 1 a hop (trace_hops): branch number (1 up, in address order), TTL and the address that answered",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (k, s) in state.iter().filter(|(_, s)| s.hops) {
+            for (b, hops) in s.branches.iter().enumerate() {
+                for (h, addr) in hops.iter().enumerate() {
+                    let Some(addr) = addr else { continue };
+                    let mut l = labels(k, s);
+                    l.push(("path".to_owned(), (b + 1).to_string()));
+                    l.push(("hop".to_owned(), (h + 1).to_string()));
+                    l.push(("addr".to_owned(), addr.to_string()));
+                    ConstGauge::new(1).encode(m.encode_family(&l)?)?;
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -334,6 +364,7 @@ mod tests {
             target: "udp://10.0.9.9:7".to_owned(),
             to: "10.0.9.9:7".parse().unwrap(),
             every: Duration::from_secs(300),
+            hops: false,
             labels: Vec::new(),
         };
         assert!(
@@ -346,7 +377,7 @@ mod tests {
         assert!(paths.file(&t, one.clone(), false).is_none());
         let (old, new) = paths.file(&t, one.clone(), true).unwrap();
         assert!(same(&old, &two), "{old:?}");
-        assert_eq!(new, one);
+        assert!(same(&new, &one));
         assert_eq!(
             paths.state.lock().unwrap()[&("j".to_owned(), t.target.clone())].changes,
             1

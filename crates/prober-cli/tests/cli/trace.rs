@@ -364,6 +364,7 @@ fn the_daemon_traces_a_jobs_targets_and_exports_their_paths() {
 name = "mesh"
 interval = "100ms"
 trace_every = "1s"
+trace_hops = true
 labels = { zone = "z1" }
 targets = ["udp://RESPONDER"]
 "#,
@@ -393,6 +394,14 @@ targets = ["udp://RESPONDER"]
         assert!(line.contains(&want), "{line}");
         assert!(line.ends_with(&format!(" {value}")), "{line}");
     }
+    // trace_hops: the one branch's one hop, the destination itself.
+    let hop = series("prober_path_hop_info");
+    assert!(
+        hop.contains(&want)
+            && hop.contains("path=\"1\",hop=\"1\",addr=\"127.0.0.1\"")
+            && hop.ends_with(" 1"),
+        "{hop}"
+    );
     let dir = d.dir.clone();
     let (code, err) = d.stop();
     assert_eq!(code, Some(0), "{err}");

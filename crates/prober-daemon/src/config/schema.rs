@@ -263,6 +263,8 @@ job_settings! {
     tls: Option<TlsSection>,
     /// Trace the path to each `udp://` target this often (`"5m"`).
     trace_every: Option<String>,
+    /// Export each traced branch's hops as series (`prober_path_hop_info`).
+    trace_hops: Option<bool>,
 }
 
 /// A firewall mark as TOML gives it: a number, or text such as "0x2a".

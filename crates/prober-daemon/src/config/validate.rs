@@ -453,6 +453,7 @@ pub(super) struct Settings {
     /// `trace_every` is the job's own, not `[defaults]`': a job that names
     /// it must have a target to trace; one that inherits it may not.
     pub(super) trace_own: bool,
+    pub(super) trace_hops: bool,
 }
 
 /// Checks job `i`'s settings, each its own or `defaults`'; `env` reads the
@@ -580,6 +581,7 @@ pub(super) fn settings(
     Ok(Settings {
         trace_every,
         trace_own: s.trace_every.is_some(),
+        trace_hops: s.trace_hops.or(defaults.trace_hops) == Some(true),
         run,
         size: s.size.or(defaults.size),
         marks,
