@@ -696,6 +696,7 @@ pub async fn run(
         host: opts.host.0.clone(),
         discovery: Arc::clone(&discovery),
         reload: gauges.last_reload(),
+        paths: Arc::clone(&paths),
     };
     gauges.register(&mut prom, &opts.version);
     gauges.loaded(None);

@@ -123,6 +123,18 @@ impl Paths {
     }
 }
 
+impl Paths {
+    /// What the status page says of a target's path: its branches, hops
+    /// (of the longest), and each branch as a line, for a hover.
+    pub(crate) fn summary(&self, job: &str, target: &str) -> Option<(usize, usize, String)> {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let s = state.get(&(job.to_owned(), target.to_owned()))?;
+        let hops = s.branches.iter().map(Vec::len).max().unwrap_or(0);
+        let lines: Vec<String> = s.branches.iter().map(|b| show(&vec![b.clone()])).collect();
+        Some((s.branches.len(), hops, lines.join("\n")))
+    }
+}
+
 /// Whether two traces found the same branches, in whatever order (a hop
 /// without an answer matches any address).
 pub(crate) fn same(a: &Branches, b: &Branches) -> bool {

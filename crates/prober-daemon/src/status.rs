@@ -60,6 +60,8 @@ pub(crate) struct StatusPage {
     pub(crate) host: String,
     pub(crate) discovery: Arc<crate::dns_sd::Discovery>,
     pub(crate) reload: LastReload,
+    /// The traced targets' paths (`trace_every`).
+    pub(crate) paths: Arc<crate::paths::Paths>,
 }
 
 /// Why the last config reload was rejected (`None` once one works): set
@@ -332,6 +334,23 @@ li.bad {{ color: #a00; }}
                 .filter(|(k, v)| varying(k, v))
                 .map(|(k, v)| format!("{}={}", esc(k), esc(v)))
                 .collect();
+            // A traced target's path under its target: branches and hops,
+            // each branch on hover (every flow of a target is one trace).
+            let traced = self
+                .paths
+                .summary(
+                    label("probe"),
+                    label("target").split('#').next().unwrap_or(""),
+                )
+                .map(|(n, hops, all)| {
+                    format!(
+                        r#"<div class="lb" title="{}">{n} path{}, {hops} hop{}</div>"#,
+                        esc(&all),
+                        if n == 1 { "" } else { "s" },
+                        if hops == 1 { "" } else { "s" },
+                    )
+                })
+                .unwrap_or_default();
             let st = state(r);
             let last = match r.recent_rtts.last() {
                 None => "-".to_owned(),
@@ -347,7 +366,7 @@ li.bad {{ color: #a00; }}
                 .collect();
             let _ = writeln!(
                 h,
-                r#"<tr class="{st}"><td><span class="badge">{st}</span></td><td>{probe}</td><td class="t"><code>{target}</code>{extra}</td><td class="n">{sent}</td><td class="l">{spark}</td><td class="n">{last}</td>{minute}{hour}{detail}</tr>"#,
+                r#"<tr class="{st}"><td><span class="badge">{st}</span></td><td>{probe}</td><td class="t"><code>{target}</code>{extra}{traced}</td><td class="n">{sent}</td><td class="l">{spark}</td><td class="n">{last}</td>{minute}{hour}{detail}</tr>"#,
                 probe = esc(label("probe")),
                 target = esc(label("target")),
                 extra = if extra.is_empty() {
@@ -475,6 +494,7 @@ mod tests {
             host: "h<1>".to_owned(),
             discovery: Arc::default(),
             reload: LastReload::default(),
+            paths: Arc::default(),
         }
         .render(&View::default());
         assert!(page.contains("prober on h&lt;1&gt;"), "{page}");

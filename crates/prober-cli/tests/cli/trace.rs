@@ -402,6 +402,12 @@ targets = ["udp://RESPONDER"]
             && hop.ends_with(" 1"),
         "{hop}"
     );
+    // The status page says it under the target, each branch on hover.
+    let page = crate::daemon::http_get(&d.metrics, "/");
+    assert!(
+        page.contains("<div class=\"lb\" title=\"127.0.0.1\">1 path, 1 hop</div>"),
+        "{page}"
+    );
     let dir = d.dir.clone();
     let (code, err) = d.stop();
     assert_eq!(code, Some(0), "{err}");
