@@ -564,28 +564,14 @@ pub(crate) fn have_dnsmasq() -> bool {
     require_tools(&["dnsmasq"], "DNS test (.ci/run installs dnsmasq-base)")
 }
 
-/// A loopback port with no UDP or TCP socket on it, for a DNS server.
-///
-/// Picked below the kernel's ephemeral range (32768 up on Linux), where no
-/// socket bound to port 0 lands: the kernel hands ephemeral ports to every
-/// test's sockets (a trace opens a socket per flow, dozens at once), and a
-/// port it gave here and took back could be handed to one of them before
-/// dnsmasq binds it, and held through all of dnsmasq's retries.
+/// A loopback port with no UDP or TCP socket on it, for a DNS server
+/// (dnsmasq takes both): below the kernel's ephemeral range, as the
+/// daemon tests' ports are ([`crate::daemon::free_port`]). A port the
+/// kernel handed out and took back could go to another test's socket (a
+/// trace opens dozens at once) before dnsmasq binds it, and stay taken
+/// through all of dnsmasq's retries.
 pub(crate) fn free_udp_port() -> u16 {
-    for _ in 0..1000 {
-        let port = fastrand::u16(20_000..32_000);
-        // dnsmasq takes the TCP port too.
-        if std::net::UdpSocket::bind(("0.0.0.0", port)).is_ok()
-            && std::net::TcpListener::bind(("0.0.0.0", port)).is_ok()
-        {
-            return port;
-        }
-    }
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    crate::daemon::free_port()
 }
 
 /// dnsmasq in the foreground on 127.0.0.1:`port`, answering only from
