@@ -7,14 +7,13 @@
 //! slow or dead target never delays another.
 
 use std::collections::{HashMap, HashSet};
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::spread::spread;
 use prober_core::protocol::BuildEnv;
-use prober_core::runner::phase;
 use prober_core::{
     Clock, Collector, Context, EVENT_CHANNEL, Event, Launch, Registry, RunConfig, RunMeta,
     Runnable, Sample, Sink, Summary, TargetEntry,
@@ -349,19 +348,6 @@ impl Sink for DaemonSinks {
         }
         self.files.finish(cx, summaries)
     }
-}
-
-/// Opens (appending to) every file of a job.
-/// Offset of a target's first slot within its interval, from a hash of
-/// this host's name, the job and the URL: stable across reloads and spread
-/// evenly, so thousands of targets at 1 Hz do not fire in the same
-/// millisecond, and in a mesh (every node with the same config) the nodes
-/// probing one peer do not all send to it at the same moment.
-fn spread(host: &str, job: &str, target: &str, interval: Duration) -> Duration {
-    const PARTS: u64 = 1_000_000;
-    let mut h = DefaultHasher::new();
-    (host, job, target).hash(&mut h);
-    phase(h.finish() % PARTS, PARTS, interval)
 }
 
 /// The targets whose paths are traced: every `udp://` target (each flow

@@ -38,6 +38,7 @@ mod own_tables;
 mod paths;
 mod reload;
 pub mod responder;
+mod spread;
 mod stamp_metrics;
 mod status;
 mod webconfig;

@@ -160,18 +160,6 @@ fn show(b: &Branches) -> String {
         .join(" | ")
 }
 
-/// Where a target's trace falls within its period: from a hash of this
-/// host, the job and the target, so traces spread over the period and the
-/// nodes of a mesh do not trace one peer at once.
-fn offset(host: &str, t: &Traced) -> Duration {
-    use std::hash::{DefaultHasher, Hash, Hasher};
-    let mut h = DefaultHasher::new();
-    (host, &t.job, &t.target).hash(&mut h);
-    let parts = 1_000_000u64;
-    let ns = u128::from(h.finish() % parts) * t.every.as_nanos() / u128::from(parts);
-    Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
-}
-
 /// Traces the wanted targets, each once a period at its offset, one at a
 /// time, until `stop`.
 pub(crate) async fn run(paths: Arc<Paths>, host: String, stop: CancellationToken) {
@@ -184,7 +172,9 @@ pub(crate) async fn run(paths: Arc<Paths>, host: String, stop: CancellationToken
         due.retain(|k, _| targets.iter().any(|t| (&t.job, &t.target) == (&k.0, &k.1)));
         for t in &targets {
             due.entry((t.job.clone(), t.target.clone()))
-                .or_insert_with(|| start + offset(&host, t));
+                .or_insert_with(|| {
+                    start + crate::spread::spread(&host, &t.job, &t.target, t.every)
+                });
         }
         let next = targets
             .iter()

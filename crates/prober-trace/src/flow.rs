@@ -44,6 +44,12 @@ impl Kind {
         !matches!(self, Self::TimeExceeded)
     }
 
+    /// Whether the destination itself answered (Port Unreachable, or a
+    /// datagram back): the path reached it.
+    pub fn is_destination(self) -> bool {
+        matches!(self, Self::PortUnreachable | Self::Reply)
+    }
+
     /// The ICMP type and code, as this kind.
     fn of(v6: bool, icmp_type: u8, code: u8) -> Option<Self> {
         match (v6, icmp_type, code) {

@@ -428,9 +428,7 @@ pub async fn trace(s: &Settings, mut record: impl FnMut(&ProbeRecord)) -> io::Re
                 // while measuring: the branch ends there (its exploring
                 // probes met the destination's ICMP limit).
                 if let Some(end) = hops.iter().position(|h| {
-                    h.addr == Some(s.to.ip())
-                        && h.answer
-                            .is_some_and(|k| matches!(k, Kind::PortUnreachable | Kind::Reply))
+                    h.addr == Some(s.to.ip()) && h.answer.is_some_and(Kind::is_destination)
                 }) {
                     hops.truncate(end + 1);
                 }
@@ -439,7 +437,7 @@ pub async fn trace(s: &Settings, mut record: impl FnMut(&ProbeRecord)) -> io::Re
                     reached: hops
                         .last()
                         .and_then(|h| h.answer)
-                        .is_some_and(|k| matches!(k, Kind::PortUnreachable | Kind::Reply))
+                        .is_some_and(Kind::is_destination)
                         || g.reached,
                     hops,
                 }
@@ -466,7 +464,7 @@ const CONFIRM_TRIES: usize = 8;
 /// did.
 fn reached_at(e: &Explored) -> Option<usize> {
     let last = e.hops.last().copied().flatten()?;
-    (e.ended && matches!(last.kind, Kind::PortUnreachable | Kind::Reply)).then_some(e.hops.len())
+    (e.ended && last.kind.is_destination()).then_some(e.hops.len())
 }
 
 /// Whether two flows' first `n` hops can be the same path (a hop without
@@ -526,7 +524,7 @@ async fn confirm_ends(
         for (&(i, ttl), a) in probes.iter().zip(answers) {
             record(&ProbeRecord::of(Phase::Explore, p.flows[i].port, ttl, a));
             if let Some(a) = a
-                && matches!(a.kind, Kind::PortUnreachable | Kind::Reply)
+                && a.kind.is_destination()
             {
                 let e = &mut paths[i];
                 e.hops.truncate(usize::from(ttl) - 1);
@@ -599,7 +597,7 @@ fn branches(paths: &[Explored]) -> Vec<Group> {
             .last()
             .copied()
             .flatten()
-            .is_some_and(|a| matches!(a.kind, Kind::PortUnreachable | Kind::Reply));
+            .is_some_and(|a| a.kind.is_destination());
         let fits = |g: &Group| {
             g.hops.len() == hops.len()
                 && g.hops
