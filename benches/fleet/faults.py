@@ -129,6 +129,39 @@ class Run:
         if t is None:
             raise SystemExit(f"lab: the mesh never came up ({self.up_count()} of {self.expected_targets()} targets up)")
         log(f"all {self.expected_targets()} targets up after {t:.1f} s")
+        if lab.TRACE_EVERY:
+            self.followed()
+
+    def flows_followed(self):
+        return int(sum(v for _, v in query("count(prober_path_flow)")))
+
+    def followed(self, limit=300):
+        """Waits until every UDP flow of the mesh has been traced and
+        followed onto its branch (trace_hops), so `prober localize` can lay
+        every flow's loss on its links."""
+        n = len(self.hosts)
+        want = n * (n - 1) * lab.UDP_FLOWS
+        t = wait_until(f"{want} flows followed", lambda: self.flows_followed() >= want, limit, 2)
+        if t is None:
+            raise SystemExit(f"lab: only {self.flows_followed()} of {want} UDP flows were followed onto a branch")
+        log(f"all {want} UDP flows followed onto their branches after {t:.0f} s more")
+
+    def localized(self, window, link=None):
+        """`prober localize` over the last `window` seconds: (ok, what it
+        said). Healthy (`link` None): nothing named. A lossy link
+        (`(leaf, spine)`): that link ranked first and named."""
+        if not lab.TRACE_EVERY:
+            return True, ""
+        out, _code = lab.localize(lab.dur(window))
+        links = out["links"]
+        named = [lab.link_name(x["link"]) for x in links if x["named"]]
+        if link is None:
+            return not named, f"localize names {named or 'no link'} ({out['lossy_flows']} of {out['flows']} flows lossy)"
+        want = "-".join(sorted(link))
+        top = lab.link_name(links[0]["link"]) if links else None
+        ok = top == want and links[0]["named"]
+        said = ", ".join(f"{lab.link_name(x['link'])} ({x['votes']:.1f})" for x in links[:3])
+        return ok, f"localize ranks {said or 'nothing'}"
 
     def soak(self):
         log(f"soak: {lab.SOAK:.0f} s with no fault")
@@ -142,8 +175,9 @@ class Run:
             self.spent = ([b - a for a, b in zip(cpu0, cpu1)], span, rss)
         alerts = self.firing(over=span)
         lossy = {k: v for k, v in self.lost_by_pair(span).items() if v >= 0.5}
-        ok = not alerts and not lossy
         time.sleep(2 * lab.SCRAPE)  # the last scrape holds the soak's end
+        calm, said = self.localized(span)
+        ok = not alerts and not lossy and calm
         self.split = self.split_complete(counts0, self.split_counts())
         names = sorted({a["alertname"] + ":" + a.get("instance", "") for a in alerts})
         self.row(
@@ -153,7 +187,10 @@ class Run:
             "-",
             len(lossy) + len(names),
             "-",
-            (f"alerts {names} lossy pairs {sorted(lossy)}" if not ok else "no alert, no pair lost a probe") + "; " + self.split,
+            (f"alerts {names} lossy pairs {sorted(lossy)}" if alerts or lossy else "no alert, no pair lost a probe")
+            + (f"; {said}" if said else "")
+            + "; "
+            + self.split,
         )
 
     def split_counts(self, at=None):
@@ -199,13 +236,14 @@ class Run:
         span = time.time() - t0
         alerted = {(a["instance"], self.peer(a)) for a in self.firing("ProberProbeLoss")}
         lost = self.lost_by_pair(span)
+        named, said = self.localized(min(span, W), (f"leaf{leaf}", f"spine{spine}"))
         sh(f"ip netns exec {PREFIX}l{leaf} nft delete table inet lab")
         self.cleared_at = time.time()
         crossing = {(a, b) for a, b in self.pairs() if (rack[a] == leaf) != (rack[b] == leaf)}
         shows = {p for p in crossing if lost.get(p, 0) >= 0.5}
         fps = {p for p in alerted if p not in crossing} | {p for p, v in lost.items() if v >= 0.5 and p not in crossing}
         cover = len(shows) / max(1, len(crossing))
-        ok = t is not None and not fps and cover >= 0.75 and alerted <= crossing
+        ok = t is not None and not fps and cover >= 0.75 and alerted <= crossing and named
         self.row(
             "1 lossy link",
             f"2 % drop leaf{leaf}-spine{spine}",
@@ -214,6 +252,7 @@ class Run:
             len(fps),
             "network (loss)",
             f"alert names {len(alerted)} pairs, loss on {len(shows)}/{len(crossing)} pairs crossing the link"
+            + (f"; {said}" if said else "")
             + (f"; false positives {sorted(fps)}" if fps else ""),
         )
         self.wait_quiet()

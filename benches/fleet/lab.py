@@ -6,6 +6,8 @@ and faults that must each be found and named (docs/fleet.md).
     lab.py up      build the fabric and start everything (idempotent)
     lab.py down    stop everything and remove the fabric (idempotent)
     lab.py run     up, the soak, the six faults, the table, down
+    lab.py localize  up, TRIALS lossy-link trials for `prober localize`
+                   (TRACE_EVERY defaults to 15s), the table, down
 
 SIZE=small (2 spines, 4 leaves, 2 hosts a leaf) or SIZE=large (4, 8, 2) or
 SPINES/LEAVES/HOSTS. PROBER is the binary (default: target/release/prober).
@@ -49,8 +51,9 @@ SPEED = float(os.environ.get("SPEED", "10" if SMALL else "4"))
 UDP_FLOWS = int(os.environ.get("UDP_FLOWS", "2"))
 TCP_FLOWS = int(os.environ.get("TCP_FLOWS", "2" if SMALL else "1"))
 SOAK = float(os.environ.get("SOAK", "30" if SMALL else "600"))
-# TRACE_EVERY=30s: the UDP job traces its peers' paths that often
-# (docs/path.md); off unless set.
+# TRACE_EVERY=30s: the UDP job traces its peers' paths that often, with
+# trace_hops (each flow followed onto its branch, for `prober localize`;
+# docs/path.md); off unless set.
 TRACE_EVERY = os.environ.get("TRACE_EVERY", "")
 PROM_PORT = int(os.environ.get("PROM_PORT", "19090"))
 PROM = f"http://127.0.0.1:{PROM_PORT}"
@@ -99,6 +102,40 @@ class Host:
         return self.name
 
 
+def router_of(addr):
+    """The router an address belongs to (`leaf2`, `spine1`), else None: a
+    leaf answers from 198.18.L.1 or its end of a spine link
+    (198.19.S.4L+2), a spine from its end (198.19.S.4L+1) or its link to
+    the root namespace."""
+    a = ipaddress.ip_address(addr)
+    o = a.packed
+    if o[0] == 198 and o[1] == 18 and o[3] == 1:
+        return f"leaf{o[2]}"
+    if o[0] == 198 and o[1] == 19 and o[2] == 255:
+        return f"spine{(o[3] - 2) // 4}"
+    if o[0] == 198 and o[1] == 19:
+        return f"leaf{o[3] // 4}" if o[3] % 4 == 2 else f"spine{o[2]}"
+    return None
+
+
+def localize(window):
+    """`prober localize` over the lab's Prometheus: its JSON, and its exit
+    code."""
+    r = subprocess.run(
+        [prober_bin(), "localize", "--prometheus", PROM, "--window", window, "--probe", "mesh-udp", "-o", "json"],
+        capture_output=True,
+        text=True,
+    )
+    if r.returncode not in (0, 1):
+        raise SystemExit(f"lab: prober localize failed ({r.returncode}): {r.stderr.strip()}")
+    return json.loads(r.stdout), r.returncode
+
+
+def link_name(link):
+    """A ranked link as the routers (or hosts) at its ends."""
+    return "-".join(sorted(router_of(a) or a for a in (link["from"], link["to"])))
+
+
 def hosts_of(extra=()):
     hs = [Host(leaf, i) for leaf in range(1, LEAVES + 1) for i in range(1, HOSTS + 1)]
     return hs + list(extra)
@@ -117,8 +154,15 @@ def up_if(ns, name, addr=None):
 def router_sysctls(ns):
     for k, v in [
         ("net.ipv4.ip_forward", 1),
-        # L4 hashing: flows between two hosts spread over the spines.
-        ("net.ipv4.fib_multipath_hash_policy", 1),
+        # L4 hashing: flows between two hosts spread over the spines, by
+        # their 5-tuple as a switch hashes. Policy 3 (custom fields: source
+        # and destination address and port, protocol) rather than 1: under
+        # 1 a packet that carries the sending socket's random hash (any
+        # connected socket's, through veth) is routed by that hash, not by
+        # its header, so a datagram with the same 5-tuple from another
+        # socket (a trace following the flow) could go another way.
+        ("net.ipv4.fib_multipath_hash_fields", "0x0037"),
+        ("net.ipv4.fib_multipath_hash_policy", 3),
         ("net.ipv4.conf.all.rp_filter", 0),
         ("net.ipv4.conf.default.rp_filter", 0),
         # Routers send a host one ICMP error a second after a burst
@@ -139,6 +183,9 @@ def add_host(h):
     nsx(f"{PREFIX}l{h.leaf}", f"ip link set {h.port} master br0")
     up_if(f"{PREFIX}l{h.leaf}", h.port)
     nsx(h.ns, f"ip route add default via 198.18.{h.leaf}.1")
+    # A host limits its Port Unreachables as a router its Time Exceeded
+    # (router_sysctls): time runs SPEED times faster here.
+    nsx(h.ns, f"sysctl -qw net.ipv4.icmp_ratelimit={max(1, round(1000 / SPEED))}")
 
 
 def build():
@@ -333,6 +380,7 @@ name = "mesh-udp"
 dns_sd = ["udp://_prober._udp.{DOMAIN}"]
 flows = {UDP_FLOWS}
 {f'trace_every = "{TRACE_EVERY}"' if TRACE_EVERY else ""}
+{"trace_hops = true" if TRACE_EVERY else ""}
 
 [[job]]
 name = "mesh-tcp"
@@ -501,6 +549,11 @@ def main():
     if cmd == "up":
         Lab().up()
         return 0
+    if cmd == "localize":
+        from localize import trials
+
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        return trials(Lab())
     if cmd == "run":
         from faults import run
 

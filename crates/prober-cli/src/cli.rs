@@ -77,6 +77,56 @@ pub(crate) enum Command {
     /// json, JSON lines for `prober report`.
     #[command(after_help = SWEEP_EXIT_CODES)]
     Sweep(SweepArgs),
+    /// Name the bad link: read the mesh's probe flows, their loss and the
+    /// branch each takes (daemons with trace_every and trace_hops) from
+    /// Prometheus, and rank the links they cross by 007's vote, each with
+    /// its evidence and confidence.
+    #[command(after_help = LOCALIZE_EXIT_CODES)]
+    Localize(LocalizeArgs),
+}
+
+/// Exit codes of `prober localize`.
+pub(crate) const LOCALIZE_EXIT_CODES: &str = "\
+Exit status:
+  0  no link is named: no lossy flow, or none above the thresholds
+  1  a link is named (above --confidence, crossed by at least
+     --lossy-flows lossy flows that no link ranked before it explains)
+  2  an error: bad arguments, Prometheus unreachable or refusing a query,
+     no flow with a followed path (no daemon with trace_every and
+     trace_hops)";
+
+#[derive(Debug, Args)]
+pub(crate) struct LocalizeArgs {
+    /// The Prometheus that scrapes the daemons (http://HOST:PORT).
+    #[arg(long, value_name = "URL")]
+    pub(crate) prometheus: String,
+
+    /// The window of loss to explain, as Prometheus reads a duration.
+    #[arg(long, default_value = "5m", value_name = "DURATION")]
+    pub(crate) window: String,
+
+    /// The jobs whose flows count (a regular expression of the `probe`
+    /// label).
+    #[arg(long, default_value = ".+", value_name = "REGEX")]
+    pub(crate) probe: String,
+
+    /// How sure, in percent, that the flows crossing a link lose more than
+    /// the rest before it is named.
+    #[arg(long, default_value_t = 99.9, value_name = "PCT", value_parser = confidence)]
+    pub(crate) confidence: f64,
+
+    /// The fewest lossy flows, not explained by a link ranked before it,
+    /// that must cross a link before it is named.
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    pub(crate) lossy_flows: usize,
+
+    /// Links to show.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub(crate) top: usize,
+
+    /// A table, or one JSON object.
+    #[arg(short, long, value_enum, default_value_t = Output::Human)]
+    pub(crate) output: Output,
 }
 
 /// Exit codes of `prober report`.

@@ -132,7 +132,9 @@ fn main() -> ExitCode {
         // peer's fault, not news for the operator; RUST_LOG=h2=warn shows them.
         Command::Serve(args) if args.quiet => "warn,prober_daemon=info,h2=error",
         Command::Serve(_) => "info,h2=error",
-        Command::Run(_) | Command::Report(_) | Command::Sweep(_) => "warn,h2=error",
+        Command::Run(_) | Command::Report(_) | Command::Sweep(_) | Command::Localize(_) => {
+            "warn,h2=error"
+        }
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
@@ -178,7 +180,7 @@ fn main() -> ExitCode {
                 && spins(args.busy_poll, &args.receive, args.pacing)
         }
         Command::Sweep(args) => spins(args.busy_poll, &args.receive, args.pacing),
-        Command::Report(_) => true,
+        Command::Report(_) | Command::Localize(_) => true,
     };
     let threads = cli.threads.unwrap_or_else(|| usize::from(single));
     let mut builder = match threads {
@@ -221,6 +223,7 @@ fn main() -> ExitCode {
             Command::Serve(args) => cmd::serve::serve(args, held).await,
             Command::Report(args) => cmd::report::report(&args),
             Command::Sweep(args) => cmd::sweep::sweep(args, held).await,
+            Command::Localize(args) => cmd::localize::localize(&args).await,
         }
     });
     // Every log line is out before the last words below. Blocking tasks

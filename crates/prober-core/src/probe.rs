@@ -49,6 +49,13 @@ pub trait Probe: Send + Sync + 'static {
     fn anomalies(&self) -> Anomalies {
         Anomalies::default()
     }
+
+    /// The address and port its probes leave from, where it keeps one
+    /// for the run (a flow: `--flows`), so that a path tracer can follow
+    /// the same 5-tuple. `None` by default.
+    fn source(&self) -> Option<std::net::SocketAddr> {
+        None
+    }
 }
 
 /// A target whose host name did not resolve: each of its slots is an

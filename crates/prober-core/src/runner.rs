@@ -132,6 +132,9 @@ pub trait Runnable: Send {
     /// Spawns [`run_target`] for this probe in `set` and returns a reader of
     /// its anomaly counters.
     fn launch(self: Box<Self>, set: &mut JoinSet<()>, launch: Launch) -> AnomalyReader;
+
+    /// Its probe's [`Probe::source`].
+    fn source(&self) -> Option<std::net::SocketAddr>;
 }
 
 struct Generic<P>(P);
@@ -142,6 +145,10 @@ impl<P: Probe> Runnable for Generic<P> {
         let reader = Arc::clone(&probe);
         set.spawn(run_launched(probe, l));
         Arc::new(move || reader.anomalies())
+    }
+
+    fn source(&self) -> Option<std::net::SocketAddr> {
+        self.0.source()
     }
 }
 

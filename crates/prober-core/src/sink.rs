@@ -77,6 +77,13 @@ pub trait Sink: Send {
     fn finish(&mut self, _cx: &Context<'_>, _summaries: &[Summary]) -> io::Result<()> {
         Ok(())
     }
+
+    /// Something found that is not a probe (the daemon's path changes), as
+    /// one JSON object with a `type`: sinks that write JSON lines write it
+    /// as a line, the others ignore it.
+    fn event(&mut self, _cx: &Context<'_>, _event: &serde_json::Value) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Several sinks fed as one. Each sink is called on its own, so one failing
@@ -174,5 +181,9 @@ impl Sink for Fanout {
 
     fn finish(&mut self, cx: &Context<'_>, summaries: &[Summary]) -> io::Result<()> {
         self.each(|s| s.finish(cx, summaries))
+    }
+
+    fn event(&mut self, cx: &Context<'_>, event: &serde_json::Value) -> io::Result<()> {
+        self.each(|s| s.event(cx, event))
     }
 }

@@ -384,6 +384,7 @@ fn traced(cfg: &Config) -> Vec<crate::paths::Traced> {
                 job: job.name.clone(),
                 target,
                 to: SocketAddr::new(to.ip(), prober_trace::DEFAULT_PORT),
+                probed: to,
                 every,
                 hops: job.trace_hops,
                 labels,
@@ -489,6 +490,8 @@ impl Daemon {
             abandon: None,
             timer: self.timer.clone(),
         };
+        // Where its probes leave from, for the path tracer to follow.
+        self.paths.source(&job.name, &key, probe.source());
         let reader = probe.launch(&mut self.tasks, launch);
         // The Prometheus sink cannot fail to add a series; files ignore it.
         let _ = self.collector.add_target(info, reader);
@@ -544,6 +547,7 @@ impl Daemon {
                 tracing::debug!(job = %r.job, target = %r.key, "stopping target");
                 r.stop.cancel();
                 self.by_key.remove(&(r.job.clone(), r.key.clone()));
+                self.paths.source(&r.job, &r.key, None);
                 // Its series go now, so a restarted target never shows twice;
                 // its probes in flight still reach its job's files, and the
                 // collector lets it go when it reports Done (`on_event`).
@@ -674,6 +678,7 @@ pub async fn run(
         &discovery,
     ))));
     let paths = Arc::new(crate::paths::Paths::default());
+    let mut path_changes = paths.changes();
     prom.register_collector(Box::new(crate::paths::PathCollector(Arc::clone(&paths))));
     let gauges = ReloadGauges::default();
     let status = crate::status::StatusPage {
@@ -811,6 +816,9 @@ pub async fn run(
     loop {
         tokio::select! {
             Some(ev) = rx.recv() => d.on_event(ev),
+            Some((job, event)) = path_changes.recv() => {
+                d.collector.with_sink(|cx, s| s.files.event(cx, &job, &event));
+            }
             ctl = control.recv() => match ctl {
                 Some(Control::Reload) => {
                     // As logrotate expects: files moved away are reopened at

@@ -16,7 +16,7 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 /// A target to trace.
@@ -26,8 +26,11 @@ pub(crate) struct Traced {
     pub(crate) job: String,
     /// Its URL without a flow (`udp://h:p`): every flow of it is one trace.
     pub(crate) target: String,
-    /// Where.
+    /// Where traces go (its host, [`prober_trace::DEFAULT_PORT`]).
     pub(crate) to: SocketAddr,
+    /// Where its flows' probes go: a flow is followed to this address
+    /// and port.
+    pub(crate) probed: SocketAddr,
     /// How often.
     pub(crate) every: Duration,
     /// Its branches' hops are exported as series (`trace_hops`).
@@ -53,6 +56,9 @@ struct State {
     labels: Vec<(String, String)>,
     /// Export the branches' hops.
     hops: bool,
+    /// Each flow's (its target, `udp://h:p#flow=I`) source address and
+    /// branch (an index into `branches`), where following it told.
+    flows: BTreeMap<String, (IpAddr, usize)>,
 }
 
 /// The traced targets, their paths, and what to trace next.
@@ -60,6 +66,12 @@ struct State {
 pub(crate) struct Paths {
     state: Mutex<BTreeMap<(String, String), State>>,
     wanted: watch::Sender<Vec<Traced>>,
+    /// The source address and port of each running target's probes, by
+    /// (job, target), where its probe keeps one ([`prober_core::Probe::source`]).
+    sources: Mutex<BTreeMap<(String, String), SocketAddr>>,
+    /// Where path changes go (the job's JSON lines file), once the daemon
+    /// asks ([`Paths::changes`]).
+    changed: Mutex<Option<mpsc::UnboundedSender<(String, serde_json::Value)>>>,
 }
 
 impl Default for Paths {
@@ -67,11 +79,66 @@ impl Default for Paths {
         Self {
             state: Mutex::default(),
             wanted: watch::channel(Vec::new()).0,
+            sources: Mutex::default(),
+            changed: Mutex::default(),
         }
     }
 }
 
 impl Paths {
+    /// Each path change from now on, as its job and a `path_change`
+    /// record: `{"type": "path_change", "unix_ns", "job", "target", "old",
+    /// "new"}`, each path its branches, each branch its hops' addresses
+    /// (`null`: silent). Unbounded: a target changes at most once a trace.
+    pub(crate) fn changes(&self) -> mpsc::UnboundedReceiver<(String, serde_json::Value)> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        *self.changed.lock().unwrap_or_else(PoisonError::into_inner) = Some(tx);
+        rx
+    }
+
+    /// Notes where a running target's probes leave from (`None`: it
+    /// stopped, or keeps no one source).
+    pub(crate) fn source(&self, job: &str, target: &str, source: Option<SocketAddr>) {
+        let mut sources = self.sources.lock().unwrap_or_else(PoisonError::into_inner);
+        let key = (job.to_owned(), target.to_owned());
+        match source {
+            Some(s) => sources.insert(key, s),
+            None => sources.remove(&key),
+        };
+    }
+
+    /// The flows of a traced target (the target itself, or its
+    /// `#flow=I`s) and their sources.
+    fn flows_of(&self, t: &Traced) -> Vec<(String, SocketAddr)> {
+        let sources = self.sources.lock().unwrap_or_else(PoisonError::into_inner);
+        sources
+            .iter()
+            .filter(|((job, target), _)| {
+                job == &t.job
+                    && target
+                        .strip_prefix(&t.target)
+                        .is_some_and(|rest| rest.is_empty() || rest.starts_with("#flow="))
+            })
+            .map(|((_, target), s)| (target.clone(), *s))
+            .collect()
+    }
+
+    /// The branches a target's flows are followed against: the last
+    /// conclusive trace's, in their exported order.
+    fn branches_of(&self, t: &Traced) -> Option<Branches> {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let s = state.get(&(t.job.clone(), t.target.clone()))?;
+        s.conclusive.then(|| s.branches.clone())
+    }
+
+    /// Files which branch each flow took.
+    fn file_flows(&self, t: &Traced, flows: BTreeMap<String, (IpAddr, usize)>) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(s) = state.get_mut(&(t.job.clone(), t.target.clone())) {
+            s.flows = flows;
+        }
+    }
+
     /// Traces these targets from now on (a reload); the paths of others are
     /// forgotten.
     pub(crate) fn want(&self, targets: Vec<Traced>) {
@@ -117,7 +184,22 @@ impl Paths {
         let old = std::mem::replace(&mut s.branches, branches);
         if changed {
             s.changes += 1;
-            return Some((old, s.branches.clone()));
+            let new = s.branches.clone();
+            drop(state);
+            if let Some(tx) = &*self.changed.lock().unwrap_or_else(PoisonError::into_inner) {
+                let _ = tx.send((
+                    t.job.clone(),
+                    serde_json::json!({
+                        "type": "path_change",
+                        "unix_ns": prober_core::clock::unix_now_ns(),
+                        "job": t.job,
+                        "target": t.target,
+                        "old": old,
+                        "new": new,
+                    }),
+                ));
+            }
+            return Some((old, new));
         }
         None
     }
@@ -167,6 +249,8 @@ pub(crate) async fn run(paths: Arc<Paths>, host: String, stop: CancellationToken
     let start = tokio::time::Instant::now();
     // Each target's next trace.
     let mut due: BTreeMap<(String, String), tokio::time::Instant> = BTreeMap::new();
+    // Following flows needs a raw socket: said once.
+    let mut warned = false;
     loop {
         let targets = wanted.borrow_and_update().clone();
         due.retain(|k, _| targets.iter().any(|t| (&t.job, &t.target) == (&k.0, &k.1)));
@@ -228,7 +312,46 @@ pub(crate) async fn run(paths: Arc<Paths>, host: String, stop: CancellationToken
                 tracing::warn!(job = %t.job, target = %t.target, %error, "trace failed");
             }
         }
+        if t.hops {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = follow(&paths, &t, &mut warned) => {}
+            }
+        }
         due.insert(key, at + t.every);
+    }
+}
+
+/// Follows each flow of `t` (`trace_hops`): which of its branches the
+/// flow's own 5-tuple takes (prober-trace's `follow`), so that its loss
+/// can be laid on its links (`prober localize`).
+async fn follow(paths: &Paths, t: &Traced, warned: &mut bool) {
+    let Some(branches) = paths.branches_of(t) else {
+        return;
+    };
+    let flows = paths.flows_of(t);
+    let sources: Vec<SocketAddr> = flows.iter().map(|(_, s)| *s).collect();
+    match prober_trace::follow::follow(&branches, t.probed, &sources, Duration::from_secs(1)).await
+    {
+        Ok(found) => {
+            let mut filed = BTreeMap::new();
+            for ((target, source), f) in flows.into_iter().zip(found) {
+                match f {
+                    prober_trace::follow::Followed::Branch(b) => {
+                        filed.insert(target, (source.ip(), b));
+                    }
+                    other => {
+                        tracing::debug!(job = %t.job, %target, "flow not followed: {other:?}");
+                    }
+                }
+            }
+            paths.file_flows(t, filed);
+        }
+        Err(error) if !*warned => {
+            *warned = true;
+            tracing::warn!(job = %t.job, %error, "cannot follow the probe flows onto their branches (prober_path_flow)");
+        }
+        Err(_) => {}
     }
 }
 
@@ -315,6 +438,20 @@ impl Collector for PathCollector {
                 }
             }
         }
+        let mut m = encoder.encode_descriptor(
+            "prober_path_flow",
+            "Which branch each probe flow of a traced target takes, 1 a flow (trace_hops): its target (with #flow=I), the branch number of prober_path_hop_info, and the address it leaves from",
+            None,
+            MetricType::Gauge,
+        )?;
+        for ((job, _), s) in state.iter().filter(|(_, s)| s.hops) {
+            for (target, (source, b)) in &s.flows {
+                let mut l = labels(&(job.clone(), target.clone()), s);
+                l.push(("path".to_owned(), (b + 1).to_string()));
+                l.push(("source".to_owned(), source.to_string()));
+                ConstGauge::new(1).encode(m.encode_family(&l)?)?;
+            }
+        }
         Ok(())
     }
 }
@@ -365,6 +502,7 @@ mod tests {
             job: "j".to_owned(),
             target: "udp://10.0.9.9:7".to_owned(),
             to: "10.0.9.9:7".parse().unwrap(),
+            probed: "10.0.9.9:8707".parse().unwrap(),
             every: Duration::from_secs(300),
             hops: false,
             labels: Vec::new(),

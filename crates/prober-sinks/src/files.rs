@@ -308,6 +308,14 @@ impl Sink for JsonLinesFile {
         wrote
     }
 
+    /// A path change (or another event) as a line of its own, among the
+    /// probe lines.
+    fn event(&mut self, _cx: &Context<'_>, event: &serde_json::Value) -> io::Result<()> {
+        let mut line = serde_json::to_vec(event)?;
+        line.push(b'\n');
+        self.file.write_all(&line)
+    }
+
     file_hooks!();
 }
 
@@ -612,6 +620,15 @@ impl ByJob {
         // Its series go with it, as those of removed targets do.
         self.failing.forget(job);
         self.failures.lock().remove(job);
+    }
+
+    /// Hands `event` to `job`'s sinks (its JSON lines file writes it).
+    pub fn event(&mut self, cx: &Context<'_>, job: &str, event: &serde_json::Value) {
+        if let Some(sinks) = self.jobs.get_mut(job)
+            && let Err(e) = sinks.event(cx, event)
+        {
+            self.note(job, Err(e), "writing events");
+        }
     }
 
     /// True when `job` has sinks.

@@ -417,4 +417,8 @@ impl Probe for UdpProbe {
     fn anomalies(&self) -> Anomalies {
         self.matcher.anomalies()
     }
+
+    fn source(&self) -> Option<std::net::SocketAddr> {
+        self.socket.local_addr().ok()
+    }
 }

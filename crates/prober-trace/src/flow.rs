@@ -51,7 +51,7 @@ impl Kind {
     }
 
     /// The ICMP type and code, as this kind.
-    fn of(v6: bool, icmp_type: u8, code: u8) -> Option<Self> {
+    pub(crate) fn of(v6: bool, icmp_type: u8, code: u8) -> Option<Self> {
         match (v6, icmp_type, code) {
             (false, 11, _) | (true, 3, _) => Some(Self::TimeExceeded),
             (false, 3, 3) | (true, 1, 4) => Some(Self::PortUnreachable),

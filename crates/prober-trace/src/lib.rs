@@ -3,6 +3,8 @@
 //!
 //! - [`flow`]: one flow's UDP socket; ICMP errors come back on its error
 //!   queue (`IP_RECVERR`), so tracing needs no privilege.
+//! - [`follow`]: which branch one of the mesh's own probe flows takes,
+//!   from TTL-limited datagrams with its 5-tuple (a raw socket).
 //! - [`mda`]: the Multipath Detection Algorithm's stopping rule: how many
 //!   flows to send through a hop before "no other branch" holds.
 //! - [`mod@trace`]: exploring the branches, then measuring each as mtr does.
@@ -14,6 +16,7 @@
 #![forbid(unsafe_code)]
 
 pub mod flow;
+pub mod follow;
 pub mod mda;
 pub mod report;
 pub mod trace;

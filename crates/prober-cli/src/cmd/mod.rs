@@ -1,5 +1,6 @@
 //! Bodies of the subcommands.
 
+pub(crate) mod localize;
 pub(crate) mod probe_flags;
 pub(crate) mod report;
 pub(crate) mod run;

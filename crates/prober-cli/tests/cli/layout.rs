@@ -22,6 +22,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("prober-report", &["prober-core"]),
     // Traces: not a protocol of the registry, so not the protocol layer.
     ("prober-trace", &["prober-sys"]),
+    // Reads Prometheus; knows no other prober crate.
+    ("prober-localize", &[]),
     (
         "prober-daemon",
         &[

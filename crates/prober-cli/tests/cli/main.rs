@@ -15,6 +15,7 @@ mod icmp;
 mod impair;
 mod layout;
 mod limits;
+mod localize;
 mod otlp;
 mod relay;
 mod report;

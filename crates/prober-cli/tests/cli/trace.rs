@@ -100,13 +100,14 @@ const R1: &str = "10.213.1.2";
 const R2: &str = "10.213.2.2";
 
 impl Fabric {
-    fn new() -> Option<Self> {
+    /// Its namespaces are named after `tag`: tests run side by side.
+    fn new(tag: &str) -> Option<Self> {
         let f = Self {
-            a: Netns::new("trace-a")?,
-            r0: Netns::new("trace-r0")?,
-            r1: Netns::new("trace-r1")?,
-            r2: Netns::new("trace-r2")?,
-            b: Netns::new("trace-b")?,
+            a: Netns::new(&format!("{tag}-a"))?,
+            r0: Netns::new(&format!("{tag}-r0"))?,
+            r1: Netns::new(&format!("{tag}-r1"))?,
+            r2: Netns::new(&format!("{tag}-r2"))?,
+            b: Netns::new(&format!("{tag}-b"))?,
         };
         let link = |x: &Netns, xi: &str, xa: &str, y: &Netns, yi: &str, ya: &str| {
             // Made in the first namespace, one end moved to the second.
@@ -157,7 +158,7 @@ impl Fabric {
 /// that limits its ICMP shows as rate-limited, not as loss.
 #[test]
 fn a_trace_finds_both_ecmp_branches_and_agrees_with_mtr() {
-    let Some(f) = Fabric::new() else {
+    let Some(f) = Fabric::new("trace") else {
         return;
     };
     let out = f.a.prober(
@@ -402,6 +403,14 @@ targets = ["udp://RESPONDER"]
             && hop.ends_with(" 1"),
         "{hop}"
     );
+    // The probe flow (the target itself: one flow) on the one branch.
+    let flow = series("prober_path_flow");
+    assert!(
+        flow.contains(&want)
+            && flow.contains("path=\"1\",source=\"127.0.0.1\"")
+            && flow.ends_with(" 1"),
+        "{flow}"
+    );
     // The status page says it under the target, each branch on hover.
     let page = crate::daemon::http_get(&d.metrics, "/");
     assert!(
@@ -429,4 +438,186 @@ targets = ["udp://RESPONDER"]
         err.contains("trace_every: traces the paths to udp:// targets"),
         "{err}"
     );
+}
+
+/// A daemon on the fabric's client follows each of its probe flows onto
+/// the branch the flow's own 5-tuple takes: with r1 dropping every
+/// datagram to the responder's port, each flow it puts through r1 loses
+/// every probe and each it puts through r2 none. A route change is then a
+/// path change, in the job's JSON lines file too.
+#[test]
+fn the_daemon_follows_each_probe_flow_onto_its_branch() {
+    let Some(f) = Fabric::new("follow") else {
+        return;
+    };
+    // A switch hashes the header; Linux's policy 1 would route a connected
+    // socket's packets by the socket's own random hash (docs/path.md).
+    f.r0.sh("sysctl -q -w net.ipv4.fib_multipath_hash_fields=0x0037 && sysctl -q -w net.ipv4.fib_multipath_hash_policy=3");
+    f.r1.sh("nft add table inet t && nft add chain inet t f '{ type filter hook forward priority 0; }' && nft add rule inet t f udp dport 8707 drop");
+    let responder = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &f.b.name,
+            env!("CARGO_BIN_EXE_prober"),
+            "serve",
+            "--udp",
+        ])
+        .arg(format!("{DEST}:8707"))
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The namespaces' processes go with them (Netns's drop).
+    let _responder = responder;
+    let files = crate::support::Files::new("paths-follow");
+    let jsonl = files.path("mesh.jsonl");
+    let cfg = files.write(
+        "c.toml",
+        &format!(
+            r#"[metrics]
+listen = "127.0.0.1:9707"
+
+[[job]]
+name = "mesh"
+interval = "50ms"
+timeout = "300ms"
+flows = 12
+trace_every = "2s"
+trace_hops = true
+targets = ["udp://{DEST}:8707"]
+[job.sinks]
+jsonl = {{ path = "{jsonl}" }}
+"#
+        ),
+    );
+    let daemon = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &f.a.name,
+            env!("CARGO_BIN_EXE_prober"),
+            "serve",
+            "--config",
+            &cfg,
+        ])
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(files.path("daemon.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let _daemon = daemon;
+    let log = || std::fs::read_to_string(files.path("daemon.log")).unwrap_or_default();
+    let scrape = || {
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &f.a.name,
+                "curl",
+                "-s",
+                "127.0.0.1:9707/metrics",
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let value = |l: &str| {
+        l.rsplit(' ')
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let label = |l: &str, k: &str| {
+        let at = l.find(&format!("{k}=\""))? + k.len() + 2;
+        Some(l[at..at + l[at..].find('"')?].to_owned())
+    };
+    // Every flow followed, and each has sent a second's probes since.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let text = loop {
+        let text = scrape();
+        let followed = text
+            .lines()
+            .filter(|l| l.starts_with("prober_path_flow{"))
+            .count();
+        let sent = text
+            .lines()
+            .filter(|l| l.starts_with("prober_probes_sent_total{"))
+            .map(value)
+            .fold(f64::INFINITY, f64::min);
+        if followed == 12 && sent >= 40.0 {
+            break text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{followed} of 12 flows followed:\n{text}\n{}",
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    // Which branch goes through r1: its second hop.
+    let via_r1 = text
+        .lines()
+        .find(|l| {
+            l.starts_with("prober_path_hop_info{")
+                && l.contains(&format!("hop=\"2\",addr=\"{R1}\""))
+        })
+        .and_then(|l| label(l, "path"))
+        .unwrap_or_else(|| panic!("no branch through r1:\n{text}"));
+    let series_of = |name: &str, target: &str| {
+        text.lines()
+            .find(|l| {
+                l.starts_with(&format!("{name}{{")) && l.contains(&format!("target=\"{target}\""))
+            })
+            .map_or(0.0, value)
+    };
+    let mut through = [0, 0];
+    for l in text.lines().filter(|l| l.starts_with("prober_path_flow{")) {
+        let target = label(l, "target").unwrap();
+        assert_eq!(label(l, "source").as_deref(), Some("10.213.0.1"), "{l}");
+        let ok = series_of("prober_probes_ok_total", &target);
+        let lost = series_of("prober_probes_timeout_total", &target);
+        if label(l, "path").as_deref() == Some(via_r1.as_str()) {
+            through[0] += 1;
+            assert!(
+                ok == 0.0 && lost > 0.0,
+                "{target} is followed through r1 but got {ok} replies:\n{text}"
+            );
+        } else {
+            through[1] += 1;
+            assert!(
+                ok > 0.0 && lost == 0.0,
+                "{target} is followed through r2 but lost {lost}:\n{text}"
+            );
+        }
+    }
+    assert!(
+        through[0] > 0 && through[1] > 0,
+        "12 flows all on one branch: {through:?}"
+    );
+
+    // r0 now routes everything through r2: one branch, a path change.
+    f.r0.sh(&format!("ip route replace {DEST}/32 via {R2} dev r02"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let line = loop {
+        let lines = std::fs::read_to_string(&jsonl).unwrap_or_default();
+        if let Some(l) = lines
+            .lines()
+            .find(|l| l.contains("\"type\":\"path_change\""))
+        {
+            break l.to_owned();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no path_change line in {jsonl}; the daemon's log:\n{}",
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v["job"], "mesh");
+    assert_eq!(v["target"], format!("udp://{DEST}:8707"));
+    assert_eq!(v["old"].as_array().map(Vec::len), Some(2), "{v}");
+    assert_eq!(v["new"], serde_json::json!([[R0, R2, DEST]]), "{v}");
 }

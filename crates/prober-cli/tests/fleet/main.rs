@@ -2,7 +2,8 @@
 //! hosts in network namespaces, a daemon on each in mesh mode, dnsmasq for
 //! discovery, a real Prometheus with deploy/prometheus/alerts.yml), the soak
 //! and the six faults, each of which must be found and named with no
-//! false-positive pair (docs/fleet.md).
+//! false-positive pair (docs/fleet.md); `prober localize` must name
+//! nothing in the soak and rank the lossy link first (docs/path.md).
 //!
 //! A test binary of its own: cargo runs test binaries one after another, so
 //! the lab's daemons never share the two CPUs with the rest of the suite
@@ -53,6 +54,10 @@ fn the_small_fabric_finds_and_names_every_fault() {
         .arg(repo().join("benches/fleet/lab.py"))
         .arg("run")
         .env("SIZE", "small")
+        // The UDP job traces its peers and follows its flows onto their
+        // branches, so the soak and the lossy link also ask `prober
+        // localize` (nothing named healthy; the lossy link first).
+        .env("TRACE_EVERY", "15s")
         .env("PROBER", env!("CARGO_BIN_EXE_prober"))
         .env("LAB_DIR", &dir)
         .output()
@@ -83,5 +88,10 @@ fn the_small_fabric_finds_and_names_every_fault() {
     assert!(
         !stdout.contains("| NO |"),
         "a fault went undetected:\n{stdout}"
+    );
+    assert!(
+        stdout.contains("localize names no link")
+            && stdout.contains("localize ranks leaf2-spine1 ("),
+        "the localizer's verdicts are not in the table:\n{stdout}"
     );
 }
