@@ -5,7 +5,10 @@ SPEED, as the lab's alerts are), `prober localize` over that window must
 rank the link first (LOSS=1) or in the top 3 (LOSS=0.3, or TWO=1: two
 links at once, both in the top 3). HEALTHY=1 instead runs the fabric with
 no fault and asks the localizer every WINDOW that long: nothing may be
-named.
+named. REROUTE=1 takes a leaf-spine link down (both ends) and withdraws
+the spine from the other leaves' routes to that leaf, as BGP would; it
+times the path changes of the pairs that crossed the link, and asks the
+localizer once the window has passed whether it blames the link.
 
     TRIALS=10 LOSS=1 python3 benches/fleet/lab.py localize
 """
@@ -22,6 +25,7 @@ TRIALS = int(os.environ.get("TRIALS", "10"))
 LOSS = float(os.environ.get("LOSS", "1"))
 TWO = os.environ.get("TWO") == "1"
 HEALTHY = os.environ.get("HEALTHY") == "1"
+REROUTE = os.environ.get("REROUTE") == "1"
 # The fleet's 5 minutes, scaled: the issue's "within 5 minutes".
 WINDOW = float(os.environ.get("WINDOW", "300")) / lab.SPEED
 SEED = int(os.environ.get("SEED", str(int(time.time()))))
@@ -46,6 +50,70 @@ def clear(leaf, spine):
     nsx(f"{PREFIX}l{leaf}", f"nft delete table inet loc{spine}", check=False)
 
 
+def changes():
+    """prober_path_changes_total by (instance, peer address)."""
+    out = {}
+    for m, v in lab.query("prober_path_changes_total"):
+        addr = m.get("target", "").split("//")[-1].split(":")[0]
+        out[(m["instance"], addr)] = v
+    return out
+
+
+def reroute(r, leaf=2, spine=1):
+    """The link leaf-spine down, the spine withdrawn from the other leaves'
+    routes to the leaf's hosts; each pair that crossed it is timed to its
+    first path change, and the localizer asked after one window whether
+    it blames the link."""
+    hosts = r.hosts
+    # Pairs whose branches can cross the link: one end on the leaf, the
+    # other elsewhere (both ways).
+    crossing = [(a.name, b.addr) for a in hosts for b in hosts if (a.leaf == leaf) != (b.leaf == leaf)]
+    before = changes()
+    t0 = time.time()
+    nsx(f"{PREFIX}l{leaf}", f"ip link set s{spine} down")
+    nsx(f"{PREFIX}s{spine}", f"ip link set l{leaf} down")
+    others = [sp for sp in range(1, lab.SPINES + 1) if sp != spine]
+    for other in range(1, lab.LEAVES + 1):
+        if other == leaf:
+            continue
+        hops = " ".join(f"nexthop via 198.19.{sp}.{4 * other + 1}" for sp in others)
+        nsx(f"{PREFIX}l{other}", f"ip route add 198.18.{leaf}.0/24 {hops}")
+    log(f"reroute: leaf{leaf}-spine{spine} down, {len(crossing)} pairs crossed it")
+    seen = {}
+    while time.time() - t0 < 4 * WINDOW and len(seen) < len(crossing):
+        now = changes()
+        for p in crossing:
+            if p not in seen and now.get(p, 0) > before.get(p, 0):
+                seen[p] = time.time() - t0
+        time.sleep(1)
+    times = sorted(seen.values())
+    # Loss of the reroute's first seconds, a window on.
+    time.sleep(max(0.0, t0 + WINDOW - time.time()))
+    out, _ = lab.localize(lab.dur(WINDOW))
+    named = [lab.link_name(x["link"]) for x in out["links"] if x["named"]]
+    ranked = [lab.link_name(x["link"]) for x in out["links"]]
+    link = f"leaf{leaf}-spine{spine}"
+    for other in range(1, lab.LEAVES + 1):
+        if other != leaf:
+            nsx(f"{PREFIX}l{other}", f"ip route del 198.18.{leaf}.0/24", check=False)
+    nsx(f"{PREFIX}l{leaf}", f"ip link set s{spine} up")
+    nsx(f"{PREFIX}s{spine}", f"ip link set l{leaf} up")
+    # A link that went down took its routes with it: as lab.build() made them.
+    nsx(f"{PREFIX}s{spine}", f"ip route replace 198.18.{leaf}.0/24 via 198.19.{spine}.{4 * leaf + 2}")
+    hops = " ".join(f"nexthop via 198.19.{sp}.{4 * leaf + 1}" for sp in range(1, lab.SPINES + 1))
+    nsx(f"{PREFIX}l{leaf}", f"ip route replace default {hops}")
+    period = lab.TRACE_EVERY
+    def at(s):
+        return sum(1 for t in times if t <= s)
+    print(f"\nreroute: {link} down; trace_every {period}; {len(crossing)} pairs crossed it")
+    print(f"pairs that counted a path change: {at(15)} by 15 s, {at(30)} by 30 s, {at(60)} by 60 s, {len(times)} by {4 * WINDOW:.0f} s"
+          + (f"; median {times[len(times) // 2]:.0f} s" if times else ""))
+    print(f"localize over the {WINDOW:.0f} s after it: names {named or 'nothing'}; {link} "
+          + (f"ranked {ranked.index(link) + 1}" if link in ranked else "not ranked")
+          + f"; top 3 {ranked[:3]}")
+    return link not in named
+
+
 def trials(lb):
     if not lab.TRACE_EVERY:
         lab.TRACE_EVERY = "15s"
@@ -55,6 +123,8 @@ def trials(lb):
     try:
         lb.up()
         r.warm_up()
+        if REROUTE:
+            return 0 if reroute(r) else 1
         links = [(leaf, spine) for leaf in range(1, lab.LEAVES + 1) for spine in range(1, lab.SPINES + 1)]
         for i in range(TRIALS):
             if HEALTHY:

@@ -490,7 +490,9 @@ impl Daemon {
             abandon: None,
             timer: self.timer.clone(),
         };
-        // Where its probes leave from, for the path tracer to follow.
+        // Where its probes leave from, for the path tracer to follow (for
+        // every job: a reload that turns trace_hops on keeps its targets
+        // running).
         self.paths.source(&job.name, &key, probe.source());
         let reader = probe.launch(&mut self.tasks, launch);
         // The Prometheus sink cannot fail to add a series; files ignore it.

@@ -1,8 +1,8 @@
 //! 007's vote over the links the mesh's flows cross, and each link's
 //! evidence.
 
-use std::collections::BTreeMap;
-use std::net::IpAddr;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// One probe flow over the window: where it goes and what it lost.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -21,12 +21,26 @@ pub struct Flow {
 }
 
 impl Flow {
-    /// The links it crosses: each two addresses in a row.
-    pub fn links(&self) -> impl Iterator<Item = Link> + '_ {
-        self.path.windows(2).map(|w| Link {
-            from: w[0],
-            to: w[1],
-        })
+    /// The links it crosses: each two addresses in a row, or the cable
+    /// the second is an end of ([`Cables`]).
+    fn links(&self, cables: &Cables) -> Vec<Link> {
+        self.path
+            .windows(2)
+            .map(|w| {
+                cables.of(w[1]).map_or(
+                    Link {
+                        from: w[0],
+                        to: w[1],
+                        both_ways: false,
+                    },
+                    |(a, b)| Link {
+                        from: a,
+                        to: b,
+                        both_ways: true,
+                    },
+                )
+            })
+            .collect()
     }
 
     /// Whether it lost anything: `increase()` extrapolates, so half a
@@ -37,21 +51,96 @@ impl Flow {
 }
 
 /// A link as the traces see it: from the address that answered one TTL
-/// (or the flow's source) to the one that answered the next. A router
-/// answers from one of its own addresses, so a link is named by its two
-/// routers, and the same cable may be seen under other names from other
-/// sources or in the other direction.
+/// (or the flow's source) to the one that answered the next; or, where
+/// the second is one end of a point-to-point cable whose other end also
+/// answered some trace, that cable, both ways ([`Cables`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 pub struct Link {
-    /// The near end.
+    /// The near end (a cable's lower address).
     pub from: IpAddr,
-    /// The far end.
+    /// The far end (a cable's higher address).
     pub to: IpAddr,
+    /// A cable: packets crossing it either way count.
+    pub both_ways: bool,
 }
 
 impl std::fmt::Display for Link {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} > {}", self.from, self.to)
+        let sep = if self.both_ways { "<>" } else { ">" };
+        write!(f, "{} {sep} {}", self.from, self.to)
+    }
+}
+
+/// Point-to-point cables, from the addresses that answered traces. A
+/// router that answers from the interface a probe came in on (as the
+/// fleet lab's Linux routers do: the answer goes back the way the probe
+/// came) names the cable the probe crossed; the same cable crossed the
+/// other way is named by its other end. Two answering addresses that are
+/// the two hosts of one /31 (RFC 3021) or /30 (IPv6: /127, /126) are
+/// taken as the two ends of one cable, so both directions' evidence is
+/// one link's: a cable that drops both ways is then one suspect, not two
+/// (nor the links after it, which the way down also votes for). Where no
+/// such pair answered (routers that answer from a loopback, unnumbered
+/// links), a link stays two addresses in a row. Two addresses are not a
+/// cable's ends where anything came to both, or went on from both: the
+/// two ends of a cable face different routers (two routers' loopbacks
+/// numbered one after the other are two routers of one tier, which the
+/// same neighbours reach).
+#[derive(Debug, Default)]
+struct Cables {
+    /// Every address that answered as a hop (not a flow's source or
+    /// destination), with the addresses seen just before it and just
+    /// after it on some path.
+    hops: BTreeMap<IpAddr, (BTreeSet<IpAddr>, BTreeSet<IpAddr>)>,
+}
+
+impl Cables {
+    fn new(flows: &[Flow]) -> Self {
+        let mut hops: BTreeMap<IpAddr, (BTreeSet<IpAddr>, BTreeSet<IpAddr>)> = BTreeMap::new();
+        for f in flows {
+            for w in f.path.windows(3) {
+                let h = hops.entry(w[1]).or_default();
+                h.0.insert(w[0]);
+                h.1.insert(w[2]);
+            }
+        }
+        Self { hops }
+    }
+
+    /// Whether `a` and `b` face different routers: nothing came to both,
+    /// nothing went on from both.
+    fn apart(&self, a: IpAddr, b: IpAddr) -> bool {
+        match (self.hops.get(&a), self.hops.get(&b)) {
+            (Some(x), Some(y)) => x.0.is_disjoint(&y.0) && x.1.is_disjoint(&y.1),
+            _ => false,
+        }
+    }
+
+    /// The cable `addr` is an end of: both ends, lower first.
+    fn of(&self, addr: IpAddr) -> Option<(IpAddr, IpAddr)> {
+        if !self.hops.contains_key(&addr) {
+            return None;
+        }
+        let (n, v6) = match addr {
+            IpAddr::V4(a) => (u128::from(u32::from(a)), false),
+            IpAddr::V6(a) => (u128::from(a), true),
+        };
+        let ip = |n: u128| -> IpAddr {
+            if v6 {
+                IpAddr::V6(Ipv6Addr::from(n))
+            } else {
+                IpAddr::V4(Ipv4Addr::from(u32::try_from(n).unwrap_or(0)))
+            }
+        };
+        // A /31's other host; else a /30's (its hosts end in 01 and 10).
+        let mut mates = vec![n ^ 1];
+        match n % 4 {
+            1 => mates.push(n + 1),
+            2 => mates.push(n - 1),
+            _ => {}
+        }
+        let mate = mates.into_iter().map(ip).find(|&m| self.apart(addr, m))?;
+        Some((addr.min(mate), addr.max(mate)))
     }
 }
 
@@ -110,16 +199,17 @@ pub struct Suspect {
 /// explains are set aside and the rest vote again, until no lossy flow is
 /// left; links no lossy flow crosses are not listed.
 pub fn rank(flows: &[Flow], settings: Settings) -> Vec<Suspect> {
-    let mut left: Vec<&Flow> = flows
-        .iter()
-        .filter(|f| f.lossy() && f.path.len() >= 2)
+    let cables = Cables::new(flows);
+    let links: Vec<Vec<Link>> = flows.iter().map(|f| f.links(&cables)).collect();
+    let mut left: Vec<usize> = (0..flows.len())
+        .filter(|&i| flows[i].lossy() && !links[i].is_empty())
         .collect();
     let mut out: Vec<Suspect> = Vec::new();
     while !left.is_empty() {
         let mut votes: BTreeMap<Link, (f64, usize)> = BTreeMap::new();
-        for f in &left {
-            let weight = f.lost / (f.path.len() - 1) as f64;
-            for l in f.links() {
+        for &i in &left {
+            let weight = flows[i].lost / links[i].len() as f64;
+            for &l in &links[i] {
                 let v = votes.entry(l).or_default();
                 v.0 += weight;
                 v.1 += 1;
@@ -132,15 +222,16 @@ pub fn rank(flows: &[Flow], settings: Settings) -> Vec<Suspect> {
         else {
             break;
         };
-        left.retain(|f| f.links().all(|l| l != link));
-        out.push(evidence(flows, link, v, n, out.len() + 1, settings));
+        left.retain(|&i| !links[i].contains(&link));
+        out.push(evidence(flows, &links, link, v, n, out.len() + 1, settings));
     }
     out
 }
 
-/// A link's evidence over all `flows`.
+/// A link's evidence over all `flows` (each crossing its `links`).
 fn evidence(
     flows: &[Flow],
+    links: &[Vec<Link>],
     link: Link,
     votes: f64,
     lossy: usize,
@@ -149,8 +240,8 @@ fn evidence(
 ) -> Suspect {
     let (mut lost, mut sent, mut clean) = (0.0, 0.0, 0);
     let (mut lost_o, mut sent_o) = (0.0, 0.0);
-    for f in flows {
-        if f.links().any(|l| l == link) {
+    for (f, crossed) in flows.iter().zip(links) {
+        if crossed.contains(&link) {
             lost += f.lost;
             sent += f.sent;
             clean += usize::from(!f.lossy());
@@ -268,7 +359,8 @@ mod tests {
             top.link,
             Link {
                 from: ip("10.2.0.254"),
-                to: ip("10.9.1.2")
+                to: ip("10.9.1.2"),
+                both_ways: false,
             },
             "{r:#?}"
         );
@@ -277,6 +369,85 @@ mod tests {
         assert!((top.loss - 0.01).abs() < 1e-9);
         // Every lossy flow crosses it: nothing is left to rank.
         assert_eq!(r.len(), 1, "{r:#?}");
+    }
+
+    /// A cable numbered as a /30 (the spine's end .1, the leaf's .2) that
+    /// drops both ways is one suspect: the way up (leaf 2's flows to the
+    /// spine) and the way down (flows into leaf 2 through it) are both its
+    /// evidence, and nothing else is left to rank.
+    #[test]
+    fn both_ends_of_a_cable_are_one_link() {
+        let mut flows = Vec::new();
+        for sl in 1..=3u8 {
+            for dl in 1..=3u8 {
+                if sl == dl {
+                    continue;
+                }
+                for spine in 1..=2u8 {
+                    let up = ip(&format!("10.9.{spine}.{}", 4 * sl + 1));
+                    let down = ip(&format!("10.9.{spine}.{}", 4 * dl + 2));
+                    let bad = spine == 1 && (sl == 2 || dl == 2);
+                    flows.push(Flow {
+                        instance: format!("h{sl}"),
+                        target: format!("udp://10.{dl}.0.9:8707#flow={spine}"),
+                        path: vec![
+                            ip(&format!("10.{sl}.0.9")),
+                            ip(&format!("10.{sl}.0.1")),
+                            up,
+                            down,
+                            ip(&format!("10.{dl}.0.9")),
+                        ],
+                        lost: if bad { 30.0 } else { 0.0 },
+                        sent: 3000.0,
+                    });
+                }
+            }
+        }
+        let r = rank(&flows, Settings::default());
+        let cable = Link {
+            from: ip("10.9.1.9"),
+            to: ip("10.9.1.10"),
+            both_ways: true,
+        };
+        assert_eq!(r.len(), 1, "{r:#?}");
+        assert_eq!(r[0].link, cable);
+        assert_eq!(r[0].link.to_string(), "10.9.1.9 <> 10.9.1.10");
+        assert_eq!((r[0].lossy_flows, r[0].clean_flows), (4, 0));
+        assert!(r[0].named);
+        let cables = Cables::new(&flows);
+        assert_eq!(
+            cables.of(ip("10.9.1.10")),
+            Some((ip("10.9.1.9"), ip("10.9.1.10")))
+        );
+        // A flow's source and destination are not cable ends.
+        assert_eq!(cables.of(ip("10.2.0.9")), None);
+    }
+
+    /// Two spines answering from loopbacks numbered one after the other
+    /// are two routers the same leaves reach, not a cable's ends.
+    #[test]
+    fn two_routers_of_one_tier_are_not_a_cable() {
+        let mut flows = Vec::new();
+        for (src, dst) in [(1u8, 2u8), (2, 1)] {
+            for spine in [2u8, 3] {
+                flows.push(Flow {
+                    instance: format!("h{src}"),
+                    target: format!("udp://10.{dst}.0.9:8707"),
+                    path: vec![
+                        ip(&format!("10.{src}.0.9")),
+                        ip(&format!("10.0.1.{src}")),
+                        ip(&format!("10.0.0.{spine}")),
+                        ip(&format!("10.0.1.{dst}")),
+                        ip(&format!("10.{dst}.0.9")),
+                    ],
+                    lost: 0.0,
+                    sent: 100.0,
+                });
+            }
+        }
+        let cables = Cables::new(&flows);
+        assert_eq!(cables.of(ip("10.0.0.2")), None);
+        assert_eq!(cables.of(ip("10.0.0.3")), None);
     }
 
     #[test]
