@@ -21,6 +21,7 @@ struct Mesh {
     bad: Option<(u8, u8, f64)>,
 }
 
+#[derive(Default)]
 struct Series {
     hops: Vec<Value>,
     flows: Vec<Value>,
@@ -101,12 +102,11 @@ impl Mesh {
     }
 }
 
-/// Serves `mesh`'s series as Prometheus's `/api/v1/query` would, for
-/// `queries` requests; its URL.
-fn stand_in(mesh: Mesh, queries: usize) -> String {
+/// Serves `s` as Prometheus's `/api/v1/query` would, for `queries`
+/// requests; its URL.
+fn stand_in(s: Series, queries: usize) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let s = mesh.series();
     std::thread::spawn(move || {
         for _ in 0..queries {
             let Ok((mut conn, _)) = listener.accept() else {
@@ -159,7 +159,8 @@ fn the_lossy_link_is_named_first() {
     let url = stand_in(
         Mesh {
             bad: Some((2, 1, 0.01)),
-        },
+        }
+        .series(),
         QUERIES,
     );
     let out = run(&["localize", "--prometheus", &url, "-o", "json"]);
@@ -185,7 +186,8 @@ fn the_lossy_link_is_named_first() {
     let url = stand_in(
         Mesh {
             bad: Some((2, 1, 0.01)),
-        },
+        }
+        .series(),
         QUERIES,
     );
     let out = run(&["localize", "--prometheus", &url]);
@@ -203,7 +205,7 @@ fn the_lossy_link_is_named_first() {
 
 #[test]
 fn a_healthy_mesh_names_nothing() {
-    let url = stand_in(Mesh { bad: None }, QUERIES);
+    let url = stand_in(Mesh { bad: None }.series(), QUERIES);
     let out = run(&["localize", "--prometheus", &url, "-o", "json"]);
     assert_eq!(
         out.status.code(),
@@ -251,29 +253,11 @@ fn its_errors_are_one_line() {
     );
     // A Prometheus with no followed flow: what to turn on.
     fails(
-        &["localize", "--prometheus", &stand_in_empty()],
+        &[
+            "localize",
+            "--prometheus",
+            &stand_in(Series::default(), QUERIES),
+        ],
         "trace_hops = true",
     );
-}
-
-/// A Prometheus with none of the series.
-fn stand_in_empty() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    std::thread::spawn(move || {
-        for _ in 0..QUERIES {
-            let Ok((mut conn, _)) = listener.accept() else {
-                return;
-            };
-            let mut buf = [0u8; 4096];
-            let _ = conn.read(&mut buf);
-            let answer = r#"{"status":"success","data":{"resultType":"vector","result":[]}}"#;
-            let _ = write!(
-                conn,
-                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
-                answer.len()
-            );
-        }
-    });
-    url
 }
