@@ -53,7 +53,8 @@ impl Flow {
 /// A link as the traces see it: from the address that answered one TTL
 /// (or the flow's source) to the one that answered the next; or, where
 /// the second is one end of a point-to-point cable whose other end also
-/// answered some trace, that cable, both ways ([`Cables`]).
+/// answered some trace, that cable, both ways (a /31 or /30 whose two
+/// hosts answered, facing different routers; docs/path.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 pub struct Link {
     /// The near end (a cable's lower address).
