@@ -753,6 +753,24 @@ mod tests {
             e.contains("trace_every: traces the paths to udp:// targets"),
             "{e}"
         );
+        // A job that discovers its targets may have none yet (its DNS
+        // down, as the fleet lab's node added while DNS is stopped): it
+        // must still start.
+        let env = |_: &str| None;
+        for (sources, refused) in [
+            ("targets = []", true),
+            ("dns_sd = [\"udp://_prober._udp.fleet.lab\"]", false),
+            ("file_sd = [\"peers.json\"]", false),
+        ] {
+            let mut j: JobSection =
+                toml::from_str(&format!("name = \"u\"\ntrace_every = \"5m\"\n{sources}\n"))
+                    .unwrap();
+            j.gather();
+            let s = validate::settings(&j, 0, &JobSettings::default(), Path::new("/etc"), &env)
+                .unwrap();
+            let e = validate::targets(Vec::new(), &s, &REGISTRY);
+            assert_eq!(e.is_err(), refused, "{sources}: {e:?}");
+        }
         let e = literals_only(
             "[[job]]\nname = \"u\"\ntrace_every = \"10ms\"\ntargets = [\"udp://10.0.0.1:7\"]\n",
         )

@@ -450,8 +450,9 @@ pub(super) struct Settings {
     pub(super) flows: u16,
     pub(super) exclude_self: bool,
     pub(super) trace_every: Option<Duration>,
-    /// `trace_every` is the job's own, not `[defaults]`': a job that names
-    /// it must have a target to trace; one that inherits it may not.
+    /// `trace_every` is the job's own, not `[defaults]`', and its targets
+    /// are all listed in it: such a job must have a target to trace; one
+    /// that inherits it, or discovers its targets, may have none.
     pub(super) trace_own: bool,
     pub(super) trace_hops: bool,
 }
@@ -580,7 +581,12 @@ pub(super) fn settings(
     };
     Ok(Settings {
         trace_every,
-        trace_own: s.trace_every.is_some(),
+        // A job whose targets come from discovery may have none for now
+        // (DNS down, an empty file): that is no reason to refuse it.
+        trace_own: s.trace_every.is_some()
+            && j.targets_file.is_none()
+            && j.file_sd.is_empty()
+            && j.dns_sd.is_empty(),
         trace_hops: s.trace_hops.or(defaults.trace_hops) == Some(true),
         run,
         size: s.size.or(defaults.size),
