@@ -212,7 +212,7 @@ impl Paths {
         let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let s = state.get(&(job.to_owned(), target.to_owned()))?;
         let hops = s.branches.iter().map(Vec::len).max().unwrap_or(0);
-        let lines: Vec<String> = s.branches.iter().map(|b| show(&vec![b.clone()])).collect();
+        let lines: Vec<String> = s.branches.iter().map(|b| show_branch(b)).collect();
         Some((s.branches.len(), hops, lines.join("\n")))
     }
 }
@@ -232,14 +232,17 @@ pub(crate) fn same(a: &Branches, b: &Branches) -> bool {
 /// A branch as a log line shows it: `10.0.0.1 > ??? > 10.0.0.9`.
 fn show(b: &Branches) -> String {
     b.iter()
-        .map(|hops| {
-            hops.iter()
-                .map(|h| h.map_or_else(|| "???".to_owned(), |a| a.to_string()))
-                .collect::<Vec<_>>()
-                .join(" > ")
-        })
+        .map(|hops| show_branch(hops))
         .collect::<Vec<_>>()
         .join(" | ")
+}
+
+/// One branch: `10.0.0.1 > ??? > 10.0.0.9`.
+fn show_branch(hops: &[Option<IpAddr>]) -> String {
+    hops.iter()
+        .map(|h| h.map_or_else(|| "???".to_owned(), |a| a.to_string()))
+        .collect::<Vec<_>>()
+        .join(" > ")
 }
 
 /// Traces the wanted targets, each once a period at its offset, one at a

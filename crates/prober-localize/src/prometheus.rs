@@ -175,7 +175,7 @@ pub async fn gather(p: &Prometheus, probe: &str, window: &str) -> Result<Gathere
             .query(&format!("{by} (increase({metric}{{{sel}}}[{window}]))"))
             .await?
         {
-            *lost.entry(key(&l, "target")).or_insert(0.0) += v;
+            *lost.entry(key(&l)).or_insert(0.0) += v;
         }
     }
     // (instance, base target, path) -> hop -> address.
@@ -187,7 +187,7 @@ pub async fn gather(p: &Prometheus, probe: &str, window: &str) -> Result<Gathere
         ) else {
             continue;
         };
-        let (i, t) = key(l, "target");
+        let (i, t) = key(l);
         branches
             .entry((i, t, l.get("path").cloned().unwrap_or_default()))
             .or_default()
@@ -196,7 +196,7 @@ pub async fn gather(p: &Prometheus, probe: &str, window: &str) -> Result<Gathere
     // (instance, flow target) -> path.
     let mut paths: BTreeMap<(String, String), Vec<IpAddr>> = BTreeMap::new();
     for (l, _) in &flows {
-        let (i, t) = key(l, "target");
+        let (i, t) = key(l);
         let base = t.split("#flow=").next().unwrap_or(&t).to_owned();
         let (Some(source), Some(hops)) = (
             l.get("source").and_then(|s| s.parse::<IpAddr>().ok()),
@@ -210,8 +210,8 @@ pub async fn gather(p: &Prometheus, probe: &str, window: &str) -> Result<Gathere
     }
     let mut out = Gathered::default();
     for (l, sent) in sent {
-        let k = key(&l, "target");
-        let Some(path) = paths.get(&k) else {
+        let k = key(&l);
+        let Some(path) = paths.remove(&k) else {
             // Only a UDP flow can be followed.
             out.unmapped += usize::from(k.1.starts_with("udp://"));
             continue;
@@ -220,18 +220,18 @@ pub async fn gather(p: &Prometheus, probe: &str, window: &str) -> Result<Gathere
             lost: lost.get(&k).copied().unwrap_or(0.0),
             instance: k.0,
             target: k.1,
-            path: path.clone(),
+            path,
             sent,
         });
     }
     Ok(out)
 }
 
-/// A series' (instance, `label`).
-fn key(l: &BTreeMap<String, String>, label: &str) -> (String, String) {
+/// A series' (instance, target).
+fn key(l: &BTreeMap<String, String>) -> (String, String) {
     (
         l.get("instance").cloned().unwrap_or_default(),
-        l.get(label).cloned().unwrap_or_default(),
+        l.get("target").cloned().unwrap_or_default(),
     )
 }
 

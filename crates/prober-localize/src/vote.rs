@@ -45,7 +45,7 @@ impl Flow {
 
     /// Whether it lost anything: `increase()` extrapolates, so half a
     /// probe is the least that counts.
-    fn lossy(&self) -> bool {
+    pub fn lossy(&self) -> bool {
         self.lost >= 0.5
     }
 }

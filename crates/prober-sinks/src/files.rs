@@ -295,10 +295,11 @@ macro_rules! file_hooks {
     };
 }
 
-impl Sink for JsonLinesFile {
-    fn record(&mut self, cx: &Context<'_>, t: &TargetEntry, s: &Sample) -> io::Result<()> {
+impl JsonLinesFile {
+    /// Writes `value` as one line through the kept buffer.
+    fn write_line(&mut self, value: &impl serde::Serialize) -> io::Result<()> {
         self.line.clear();
-        serde_json::to_writer(&mut self.line, &ProbeLine::new(&t.info, s, &cx.clock))?;
+        serde_json::to_writer(&mut self.line, value)?;
         self.line.push(b'\n');
         // A line far longer than usual does not keep its memory.
         let wrote = self.file.write_all(&self.line);
@@ -307,13 +308,17 @@ impl Sink for JsonLinesFile {
         }
         wrote
     }
+}
+
+impl Sink for JsonLinesFile {
+    fn record(&mut self, cx: &Context<'_>, t: &TargetEntry, s: &Sample) -> io::Result<()> {
+        self.write_line(&ProbeLine::new(&t.info, s, &cx.clock))
+    }
 
     /// A path change (or another event) as a line of its own, among the
     /// probe lines.
     fn event(&mut self, _cx: &Context<'_>, event: &serde_json::Value) -> io::Result<()> {
-        let mut line = serde_json::to_vec(event)?;
-        line.push(b'\n');
-        self.file.write_all(&line)
+        self.write_line(event)
     }
 
     file_hooks!();

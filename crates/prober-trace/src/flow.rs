@@ -102,12 +102,11 @@ impl Flow {
     /// A socket for a new flow to `to`, its errors and stamps on.
     pub(crate) fn open(to: SocketAddr) -> io::Result<Self> {
         let v6 = to.is_ipv6();
-        let domain = if v6 {
-            socket2::Domain::IPV6
-        } else {
-            socket2::Domain::IPV4
-        };
-        let s = socket2::Socket::new(domain, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
+        let s = socket2::Socket::new(
+            socket2::Domain::for_address(to),
+            socket2::Type::DGRAM,
+            Some(socket2::Protocol::UDP),
+        )?;
         s.set_nonblocking(true)?;
         let any: SocketAddr = if v6 {
             (std::net::Ipv6Addr::UNSPECIFIED, 0).into()

@@ -83,16 +83,26 @@ pub async fn follow(
     let ttls = telling_ttls(branches);
     let mut out = Vec::with_capacity(sources.len());
     let mut id: u32 = 0;
+    // One raw socket for each address the flows leave from (one datagram
+    // is in flight at a time, so they share it).
+    let mut sockets: Vec<RawUdp> = Vec::new();
     for source in sources {
-        let socket = RawUdp::open(*source, to)?;
+        let socket = match sockets.iter().position(|r| r.from == source.ip()) {
+            Some(i) => &sockets[i],
+            None => {
+                sockets.push(RawUdp::open(source.ip(), to)?);
+                &sockets[sockets.len() - 1]
+            }
+        };
+        let port = source.port();
         let mut left: Vec<usize> = (0..branches.len()).collect();
         let mut verdict = None;
         for &ttl in &ttls {
             let mut answer = None;
             for _ in 0..TRIES {
                 id = id.wrapping_add(1);
-                socket.send(ttl, id)?;
-                answer = socket.answer(id, timeout).await;
+                socket.send(port, ttl, id)?;
+                answer = socket.answer(port, id, timeout).await;
                 if answer.is_some() {
                     break;
                 }
@@ -120,21 +130,17 @@ pub async fn follow(
     Ok(out)
 }
 
-/// A raw UDP socket that writes one flow's datagrams.
+/// A raw UDP socket that writes the datagrams of the flows that leave
+/// from one address.
 struct RawUdp {
     socket: socket2::Socket,
-    source: SocketAddr,
+    from: IpAddr,
     to: SocketAddr,
 }
 
 impl RawUdp {
-    fn open(source: SocketAddr, to: SocketAddr) -> io::Result<Self> {
-        let v6 = to.is_ipv6();
-        let domain = if v6 {
-            socket2::Domain::IPV6
-        } else {
-            socket2::Domain::IPV4
-        };
+    fn open(from: IpAddr, to: SocketAddr) -> io::Result<Self> {
+        let domain = socket2::Domain::for_address(to);
         let socket = socket2::Socket::new(domain, socket2::Type::RAW, Some(socket2::Protocol::UDP))
             .map_err(|e| {
                 io::Error::new(
@@ -147,22 +153,22 @@ impl RawUdp {
         // which this reads, is not filtered.
         socket.attach_filter(&[socket2::SockFilter::new(0x06, 0, 0, 0)])?;
         socket.set_nonblocking(true)?;
-        socket.bind(&SocketAddr::new(source.ip(), 0).into())?;
-        prober_sys::rx::enable_recv_errors(socket.as_fd(), v6)?;
-        Ok(Self { socket, source, to })
+        socket.bind(&SocketAddr::new(from, 0).into())?;
+        prober_sys::rx::enable_recv_errors(socket.as_fd(), to.is_ipv6())?;
+        Ok(Self { socket, from, to })
     }
 
-    /// The flow's datagram `id` with this TTL: its UDP header (no
-    /// checksum: it never reaches a host that would check it), then
-    /// [`MAGIC`] and `id`.
-    fn send(&self, ttl: u8, id: u32) -> io::Result<()> {
+    /// The datagram `id` of the flow from `port`, with this TTL: its UDP
+    /// header (no checksum: it never reaches a host that would check it),
+    /// then [`MAGIC`] and `id`.
+    fn send(&self, port: u16, ttl: u8, id: u32) -> io::Result<()> {
         if self.to.is_ipv6() {
             self.socket.set_unicast_hops_v6(u32::from(ttl))?;
         } else {
             self.socket.set_ttl_v4(u32::from(ttl))?;
         }
         let mut d = [0u8; 16];
-        d[0..2].copy_from_slice(&self.source.port().to_be_bytes());
+        d[0..2].copy_from_slice(&port.to_be_bytes());
         d[2..4].copy_from_slice(&self.to.port().to_be_bytes());
         d[4..6].copy_from_slice(&16u16.to_be_bytes());
         d[8..12].copy_from_slice(&MAGIC);
@@ -173,10 +179,10 @@ impl RawUdp {
         Ok(())
     }
 
-    /// Who answered datagram `id` with Time Exceeded, within `timeout`.
-    /// A quote too short to carry the number counts when its ports are
-    /// this flow's (one datagram is in flight).
-    async fn answer(&self, id: u32, timeout: Duration) -> Option<IpAddr> {
+    /// Who answered datagram `id` of the flow from `port` with Time
+    /// Exceeded, within `timeout`. A quote too short to carry the number
+    /// counts when its ports are the flow's (one datagram is in flight).
+    async fn answer(&self, port: u16, id: u32, timeout: Duration) -> Option<IpAddr> {
         let end = tokio::time::Instant::now() + timeout;
         let mut buf = [0u8; 256];
         loop {
@@ -192,7 +198,7 @@ impl RawUdp {
                 else {
                     continue;
                 };
-                if self.answers(&buf[..len.min(buf.len())], id)
+                if self.answers(&buf[..len.min(buf.len())], port, id)
                     && Kind::of(v6, icmp_type, code) == Some(Kind::TimeExceeded)
                 {
                     return Some(from);
@@ -208,10 +214,10 @@ impl RawUdp {
         }
     }
 
-    /// Whether a quoted datagram is this flow's `id`.
-    fn answers(&self, quote: &[u8], id: u32) -> bool {
+    /// Whether a quoted datagram is `id` of the flow from `port`.
+    fn answers(&self, quote: &[u8], port: u16, id: u32) -> bool {
         if quote.len() < 4
-            || quote[0..2] != self.source.port().to_be_bytes()
+            || quote[0..2] != port.to_be_bytes()
             || quote[2..4] != self.to.port().to_be_bytes()
         {
             return false;

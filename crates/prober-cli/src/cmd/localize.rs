@@ -31,7 +31,7 @@ pub(crate) async fn localize(args: &LocalizeArgs) -> anyhow::Result<ExitCode> {
     };
     let ranked = prober_localize::rank(&got.flows, settings);
     let named = ranked.iter().filter(|s| s.named).count();
-    let lossy = got.flows.iter().filter(|f| f.lost >= 0.5).count();
+    let lossy = got.flows.iter().filter(|f| f.lossy()).count();
     let shown: Vec<_> = ranked.iter().take(args.top).collect();
     if args.output == Output::Json {
         let v = serde_json::json!({

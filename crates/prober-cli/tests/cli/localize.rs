@@ -154,22 +154,26 @@ fn stand_in(s: Series, queries: usize) -> String {
 /// The five queries a localize makes.
 const QUERIES: usize = 5;
 
-#[test]
-fn the_lossy_link_is_named_first() {
-    let url = stand_in(
-        Mesh {
-            bad: Some((2, 1, 0.01)),
-        }
-        .series(),
-        QUERIES,
-    );
-    let out = run(&["localize", "--prometheus", &url, "-o", "json"]);
+/// `prober localize` with `args` against a stand-in serving `mesh`'s
+/// series: its output, once its exit status is `code`.
+fn localize(mesh: Mesh, args: &[&str], code: i32) -> std::process::Output {
+    let url = stand_in(mesh.series(), QUERIES);
+    let out = run(&[&["localize", "--prometheus", &url][..], args].concat());
     assert_eq!(
         out.status.code(),
-        Some(1),
+        Some(code),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    out
+}
+
+#[test]
+fn the_lossy_link_is_named_first() {
+    let lossy = || Mesh {
+        bad: Some((2, 1, 0.01)),
+    };
+    let out = localize(lossy(), &["-o", "json"], 1);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["flows"], 60);
     assert_eq!(v["lossy_flows"], 8, "{v}");
@@ -183,14 +187,7 @@ fn the_lossy_link_is_named_first() {
     assert!((top["loss"].as_f64().unwrap() - 0.01).abs() < 1e-9);
 
     // The table says the same.
-    let url = stand_in(
-        Mesh {
-            bad: Some((2, 1, 0.01)),
-        }
-        .series(),
-        QUERIES,
-    );
-    let out = run(&["localize", "--prometheus", &url]);
+    let out = localize(lossy(), &[], 1);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.starts_with("60 flows over 5m (8 lossy, 0 without a followed path); 1 links named"),
@@ -205,14 +202,7 @@ fn the_lossy_link_is_named_first() {
 
 #[test]
 fn a_healthy_mesh_names_nothing() {
-    let url = stand_in(Mesh { bad: None }.series(), QUERIES);
-    let out = run(&["localize", "--prometheus", &url, "-o", "json"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = localize(Mesh { bad: None }, &["-o", "json"], 0);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
         (v["named"].as_u64(), v["lossy_flows"].as_u64()),
