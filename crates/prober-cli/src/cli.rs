@@ -93,7 +93,8 @@ Exit status:
      --lossy-flows lossy flows that no link ranked before it explains)
   2  an error: bad arguments, Prometheus unreachable or refusing a query,
      no flow with a followed path (no daemon with trace_every and
-     trace_hops)";
+     trace_hops), or --listen's address taken
+With --listen it serves until stopped, and exits 0.";
 
 #[derive(Debug, Args)]
 pub(crate) struct LocalizeArgs {
@@ -104,6 +105,12 @@ pub(crate) struct LocalizeArgs {
     /// The window of loss to explain, as Prometheus reads a duration.
     #[arg(long, default_value = "5m", value_name = "DURATION")]
     pub(crate) window: String,
+
+    /// The window's end, for a look back at an incident: RFC 3339
+    /// (2026-11-29T02:02:05Z) or Unix seconds, as Prometheus reads a
+    /// query's time; now unless given.
+    #[arg(long, value_name = "TIME")]
+    pub(crate) at: Option<String>,
 
     /// The jobs whose flows count (a regular expression of the `probe`
     /// label).
@@ -127,6 +134,12 @@ pub(crate) struct LocalizeArgs {
     /// A table, or one JSON object.
     #[arg(short, long, value_enum, default_value_t = Output::Human)]
     pub(crate) output: Output,
+
+    /// Serve the ranking as a page (`/`) and JSON (`/localize.json`) on
+    /// this address instead, each request read afresh from Prometheus
+    /// (`?window=` another window), until SIGINT or SIGTERM.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) listen: Option<String>,
 }
 
 /// Exit codes of `prober report`.

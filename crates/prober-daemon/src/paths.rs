@@ -281,6 +281,7 @@ pub(crate) async fn run(paths: Arc<Paths>, host: String, stop: CancellationToken
         }
         let settings = prober_trace::Settings {
             to: t.to,
+            method: prober_trace::Method::Udp,
             max_ttl: 30,
             max_flows: 64,
             timeout: Duration::from_secs(1),

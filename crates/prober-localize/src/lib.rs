@@ -14,6 +14,8 @@
 //!
 //! - [`vote`]: the ranking, with each link's evidence and confidence.
 //! - [`prometheus`]: the queries that gather the flows.
+//! - [`report`]: one localization as a table, JSON or a page, and the
+//!   page and JSON served over HTTP (`prober localize --listen`).
 //!
 //! May use: no prober crate.
 //! May not: probe, parse a command line, or print.
@@ -21,6 +23,8 @@
 #![forbid(unsafe_code)]
 
 pub mod prometheus;
+pub mod report;
 pub mod vote;
 
+pub use report::{Ask, Report, localize, serve};
 pub use vote::{Flow, Link, Settings, Suspect, rank};

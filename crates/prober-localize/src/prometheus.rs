@@ -69,11 +69,25 @@ impl Prometheus {
         })
     }
 
-    /// An instant query's vector.
+    /// The URL it was given.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// An instant query's vector, now.
     ///
     /// # Errors
     /// Unreachable, a refused query, or not a vector.
     pub async fn query(&self, expr: &str) -> Result<Vec<Sample>, Error> {
+        self.query_at(expr, None).await
+    }
+
+    /// An instant query's vector at `at` (RFC 3339 or Unix seconds, as
+    /// Prometheus reads its `time` parameter), or now.
+    ///
+    /// # Errors
+    /// Unreachable, a refused query, or not a vector.
+    pub async fn query_at(&self, expr: &str, at: Option<&str>) -> Result<Vec<Sample>, Error> {
         let reach = |why: String| Error::Reach {
             url: self.url.clone(),
             why,
@@ -82,9 +96,16 @@ impl Prometheus {
             query: expr.to_owned(),
             why,
         };
-        let body = form_urlencoded::Serializer::new(String::new())
-            .append_pair("query", expr)
-            .finish();
+        // Built in a block: the serializer is not Sync, and must not be
+        // held across an await.
+        let body = {
+            let mut form = form_urlencoded::Serializer::new(String::new());
+            form.append_pair("query", expr);
+            if let Some(at) = at {
+                form.append_pair("time", at);
+            }
+            form.finish()
+        };
         let request = http::Request::post(format!("{}/api/v1/query", self.prefix))
             .header(http::header::HOST, &self.authority)
             .header(
@@ -155,24 +176,35 @@ pub struct Gathered {
 }
 
 /// The flows of the jobs matching `probe` (a regular expression of the
-/// `probe` label), their loss over `window` (a Prometheus duration).
+/// `probe` label), their loss over `window` (a Prometheus duration) up to
+/// `at` (as [`Prometheus::query_at`]; now if `None`), and their paths then.
 ///
 /// # Errors
 /// As [`Prometheus::query`].
-pub async fn gather(p: &Prometheus, probe: &str, window: &str) -> Result<Gathered, Error> {
+pub async fn gather(
+    p: &Prometheus,
+    probe: &str,
+    window: &str,
+    at: Option<&str>,
+) -> Result<Gathered, Error> {
     let sel = format!("probe=~{}", quote(probe));
-    let hops = p.query(&format!("prober_path_hop_info{{{sel}}}")).await?;
-    let flows = p.query(&format!("prober_path_flow{{{sel}}}")).await?;
+    let hops = p
+        .query_at(&format!("prober_path_hop_info{{{sel}}}"), at)
+        .await?;
+    let flows = p
+        .query_at(&format!("prober_path_flow{{{sel}}}"), at)
+        .await?;
     let by = "sum by (instance, target)";
     let sent = p
-        .query(&format!(
-            "{by} (increase(prober_probes_sent_total{{{sel}}}[{window}]))"
-        ))
+        .query_at(
+            &format!("{by} (increase(prober_probes_sent_total{{{sel}}}[{window}]))"),
+            at,
+        )
         .await?;
     let mut lost = BTreeMap::new();
     for metric in ["prober_probes_timeout_total", "prober_probes_error_total"] {
         for (l, v) in p
-            .query(&format!("{by} (increase({metric}{{{sel}}}[{window}]))"))
+            .query_at(&format!("{by} (increase({metric}{{{sel}}}[{window}]))"), at)
             .await?
         {
             *lost.entry(key(&l)).or_insert(0.0) += v;

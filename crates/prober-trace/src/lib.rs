@@ -1,8 +1,9 @@
 //! Paths for prober: which way through the network a target's probes go,
 //! hop by hop, and every ECMP branch of it (docs/path.md).
 //!
-//! - [`flow`]: one flow's UDP socket; ICMP errors come back on its error
-//!   queue (`IP_RECVERR`), so tracing needs no privilege.
+//! - [`flow`]: one flow's socket: UDP (ICMP errors come back on its error
+//!   queue, `IP_RECVERR`, so it needs no privilege), or a raw socket for
+//!   TCP SYN and ICMP echo probes.
 //! - [`follow`]: which branch one of the mesh's own probe flows takes,
 //!   from TTL-limited datagrams with its 5-tuple (a raw socket).
 //! - [`mda`]: the Multipath Detection Algorithm's stopping rule: how many
@@ -21,7 +22,7 @@ pub mod mda;
 pub mod report;
 pub mod trace;
 
-pub use flow::Kind;
+pub use flow::{Kind, Method};
 pub use trace::{Branch, HopStats, Level, Phase, ProbeRecord, Settings, Trace, trace};
 
 /// The UDP port traces go to unless told (traceroute's first port): a

@@ -11,9 +11,12 @@ pub fn human(t: &Trace) -> String {
     let n = t.paths.len();
     let _ = writeln!(
         out,
-        "trace {} port {}: {} {} ({} flows tried; {})",
+        "trace {} {}: {} {} ({} flows tried; {})",
         t.to.ip(),
-        t.to.port(),
+        match t.method {
+            crate::Method::Icmp => "icmp echo".to_owned(),
+            m => format!("{} port {}", m.name(), t.to.port()),
+        },
         n,
         if n == 1 { "path" } else { "paths (ECMP)" },
         t.flows,
@@ -24,7 +27,7 @@ pub fn human(t: &Trace) -> String {
         },
     );
     for (i, b) in t.paths.iter().enumerate() {
-        branch(&mut out, i, n, b);
+        branch(&mut out, i, n, b, t.method);
     }
     if t.user_timed > 0 {
         let _ = writeln!(
@@ -43,14 +46,19 @@ pub fn human(t: &Trace) -> String {
     out
 }
 
-fn branch(out: &mut String, i: usize, n: usize, b: &Branch) {
+fn branch(out: &mut String, i: usize, n: usize, b: &Branch, method: crate::Method) {
     let ports: Vec<String> = b.flows.iter().map(u16::to_string).collect();
     let _ = writeln!(
         out,
-        "\npath {} of {n}: {} flow{} (source ports {}){}",
+        "\npath {} of {n}: {} flow{} ({} {}){}",
         i + 1,
         b.flows.len(),
         if b.flows.len() == 1 { "" } else { "s" },
+        if method == crate::Method::Icmp {
+            "echo identifiers"
+        } else {
+            "source ports"
+        },
         ports.join(", "),
         if b.reached {
             ""

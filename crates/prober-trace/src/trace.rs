@@ -11,15 +11,18 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use crate::flow::{Flow, Heard, Kind, now_ns};
+use crate::flow::{Flow, Heard, Kind, Method, now_ns};
 use crate::mda::flows_needed;
 
 /// How to trace.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// Where to: the destination and the UDP port probes go to (a closed
-    /// port answers Port Unreachable: traceroute's 33434).
+    /// Where to: the destination and the port probes go to (for UDP a
+    /// closed port, which answers Port Unreachable: traceroute's 33434;
+    /// for TCP an open or a closed one; ICMP has none).
     pub to: SocketAddr,
+    /// UDP, TCP SYN or ICMP echo probes.
+    pub method: Method,
     /// The last TTL tried.
     pub max_ttl: u8,
     /// The most flows (source ports) tried to find branches.
@@ -145,6 +148,8 @@ pub struct Trace {
     pub kind_of_record: &'static str,
     /// The destination.
     pub to: SocketAddr,
+    /// How it was probed.
+    pub method: Method,
     /// Every branch found.
     pub paths: Vec<Branch>,
     /// Every TTL explored.
@@ -189,6 +194,9 @@ struct Pending {
 /// The flows, their listeners, and what they heard.
 struct Prober {
     to: SocketAddr,
+    method: Method,
+    /// The first TCP or ICMP flow's identifier; each next flow's is one more.
+    first_id: u16,
     timeout: Duration,
     flows: Vec<Arc<Flow>>,
     /// Per flow, the probe number of each datagram sent, in order (the
@@ -205,10 +213,16 @@ struct Prober {
 }
 
 impl Prober {
-    fn new(to: SocketAddr, timeout: Duration) -> Self {
+    fn new(to: SocketAddr, method: Method, timeout: Duration) -> Self {
         let (tell, heard) = mpsc::unbounded_channel();
+        // Source ports or echo identifiers from the top of the ephemeral
+        // range, starting where the clock says, so two traces at once
+        // rarely share one.
+        let first_id = 40_000 + u16::try_from(now_ns() / 1000 % 20_000).unwrap_or(0);
         Self {
             to,
+            method,
+            first_id,
             timeout,
             flows: Vec::new(),
             sent: Vec::new(),
@@ -223,8 +237,11 @@ impl Prober {
     }
 
     fn add_flow(&mut self) -> io::Result<usize> {
-        let flow = Arc::new(Flow::open(self.to)?);
         let i = self.flows.len();
+        let id = self
+            .first_id
+            .wrapping_add(u16::try_from(i).unwrap_or(u16::MAX));
+        let flow = Arc::new(Flow::open(self.to, self.method, id)?);
         let (f, tell) = (Arc::clone(&flow), self.tell.clone());
         self.listeners.spawn(async move { f.listen(i, tell).await });
         self.flows.push(flow);
@@ -335,7 +352,7 @@ struct Explored {
 /// # Errors
 /// A socket that cannot be opened or sent on.
 pub async fn trace(s: &Settings, mut record: impl FnMut(&ProbeRecord)) -> io::Result<Trace> {
-    let mut p = Prober::new(s.to, s.timeout);
+    let mut p = Prober::new(s.to, s.method, s.timeout);
     let mut paths: Vec<Explored> = Vec::new();
     let mut capped = false;
     let mut silent_run = 0u8;
@@ -447,6 +464,7 @@ pub async fn trace(s: &Settings, mut record: impl FnMut(&ProbeRecord)) -> io::Re
     Ok(Trace {
         kind_of_record: "trace",
         to: s.to,
+        method: s.method,
         paths: paths_out,
         levels,
         flows: u32::try_from(paths.len()).unwrap_or(u32::MAX),

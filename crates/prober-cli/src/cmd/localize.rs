@@ -1,11 +1,11 @@
 //! `prober localize`: the links the mesh's lossy flows have in common,
 //! ranked (prober-localize does the work; this reads the flags and
-//! prints).
+//! prints, or serves the page).
 
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::bail;
+use anyhow::{Context as _, bail};
 
 use crate::cli::{LocalizeArgs, Output};
 
@@ -17,62 +17,48 @@ pub(crate) async fn localize(args: &LocalizeArgs) -> anyhow::Result<ExitCode> {
         bail!("--output csv: localize writes a table (human) or JSON");
     }
     let p = prober_localize::prometheus::Prometheus::new(&args.prometheus, QUERY_TIMEOUT)?;
-    let got = prober_localize::prometheus::gather(&p, &args.probe, &args.window).await?;
-    if got.flows.is_empty() {
-        bail!(
-            "no probe flow with a followed path in {} (jobs matching {:?}): the daemons' udp:// jobs need trace_every and trace_hops = true, and a trace done (docs/path.md)",
-            args.prometheus,
-            args.probe
-        );
-    }
-    let settings = prober_localize::Settings {
-        confidence: args.confidence / 100.0,
-        lossy_flows: args.lossy_flows,
+    let ask = prober_localize::Ask {
+        probe: args.probe.clone(),
+        window: args.window.clone(),
+        at: args.at.clone(),
+        settings: prober_localize::Settings {
+            confidence: args.confidence / 100.0,
+            lossy_flows: args.lossy_flows,
+        },
+        top: args.top,
     };
-    let ranked = prober_localize::rank(&got.flows, settings);
-    let named = ranked.iter().filter(|s| s.named).count();
-    let lossy = got.flows.iter().filter(|f| f.lossy()).count();
-    let shown: Vec<_> = ranked.iter().take(args.top).collect();
-    if args.output == Output::Json {
-        let v = serde_json::json!({
-            "type": "localize",
-            "window": args.window,
-            "flows": got.flows.len(),
-            "lossy_flows": lossy,
-            "unmapped_flows": got.unmapped,
-            "named": named,
-            "links": shown,
-        });
-        println!("{v}");
-    } else {
-        println!(
-            "{} flows over {} ({} lossy, {} without a followed path); {} links named",
-            got.flows.len(),
-            args.window,
-            lossy,
-            got.unmapped,
-            named
+    if let Some(addr) = &args.listen {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("--listen {addr}: cannot listen"))?;
+        let at = listener.local_addr()?;
+        eprintln!(
+            "prober localize: the page at http://{at}/, its JSON at http://{at}/localize.json"
         );
-        if !shown.is_empty() {
-            println!(
-                "{:>4}  {:<36} {:>8} {:>6} {:>6} {:>8} {:>8} {:>7}  named",
-                "rank", "link", "votes", "lossy", "clean", "loss%", "others%", "conf%"
-            );
-        }
-        for s in &shown {
-            println!(
-                "{:>4}  {:<36} {:>8.1} {:>6} {:>6} {:>8.3} {:>8.3} {:>7.3}  {}",
-                s.rank,
-                s.link.to_string(),
-                s.votes,
-                s.lossy_flows,
-                s.clean_flows,
-                s.loss * 100.0,
-                s.others_loss * 100.0,
-                s.confidence * 100.0,
-                if s.named { "yes" } else { "" }
-            );
-        }
+        prober_localize::serve(listener, p, ask, stopped()).await?;
+        return Ok(ExitCode::SUCCESS);
     }
-    Ok(ExitCode::from(u8::from(named > 0)))
+    let r = prober_localize::localize(&p, &ask).await?;
+    if args.output == Output::Json {
+        println!("{}", serde_json::to_string(&r)?);
+    } else {
+        print!("{}", r.table());
+    }
+    Ok(ExitCode::from(u8::from(r.named > 0)))
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn stopped() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = term => {}
+    }
 }

@@ -11,37 +11,48 @@ use anyhow::{Context as _, anyhow, bail};
 
 use crate::cli::{Output, RunArgs};
 
-/// The destination a `--trace` target names: `HOST`, `HOST:PORT`,
-/// `[V6]:PORT`, or the same after `udp://` or `trace://`; the port is
-/// [`prober_trace::DEFAULT_PORT`] unless given.
-pub(crate) fn destination(text: &str) -> anyhow::Result<(String, u16)> {
-    let rest = match text.split_once("://") {
-        Some(("udp" | "trace", rest)) => rest,
+/// The way a `--trace` target says to probe, and the port it names or
+/// the way's own: `HOST`, `HOST:PORT` or `[V6]:PORT`, alone or after
+/// `udp://` or `trace://` (UDP, port [`prober_trace::DEFAULT_PORT`]),
+/// `tcp://` (SYN, port 80 as tcptraceroute's and `mtr -T`'s) or `icmp://`
+/// (echo, no port).
+pub(crate) fn destination(text: &str) -> anyhow::Result<(prober_trace::Method, String, u16)> {
+    use prober_trace::Method;
+    let (method, rest) = match text.split_once("://") {
+        Some(("udp" | "trace", rest)) => (Method::Udp, rest),
+        Some(("tcp", rest)) => (Method::Tcp, rest),
+        Some(("icmp", rest)) => (Method::Icmp, rest),
         Some((scheme, _)) => bail!(
-            "--trace traces UDP paths (udp://HOST[:PORT], trace://HOST[:PORT] or HOST), not {scheme}:// (TCP and ICMP traces are not built yet)"
+            "--trace probes with udp://, tcp:// or icmp:// (or trace://, UDP), not {scheme}://"
         ),
-        None => text,
+        None => (Method::Udp, text),
+    };
+    let default = match method {
+        Method::Udp => prober_trace::DEFAULT_PORT,
+        Method::Tcp => 80,
+        Method::Icmp => 0,
     };
     let rest = rest.trim_end_matches('/');
-    if let Ok(ip) = rest.parse::<IpAddr>() {
-        return Ok((ip.to_string(), prober_trace::DEFAULT_PORT));
-    }
-    if let Ok(sa) = rest.parse::<SocketAddr>() {
-        return Ok((sa.ip().to_string(), sa.port()));
-    }
-    match rest.rsplit_once(':') {
-        Some((host, port)) if !host.contains(':') => {
-            let port = port.parse::<u16>().map_err(|_| {
-                anyhow!("--trace {text}: the port {port:?} is not a number up to 65535")
-            })?;
-            Ok((host.trim_matches(['[', ']']).to_owned(), port))
+    let (host, port) = if let Ok(ip) = rest.parse::<IpAddr>() {
+        (ip.to_string(), default)
+    } else if let Ok(sa) = rest.parse::<SocketAddr>() {
+        (sa.ip().to_string(), sa.port())
+    } else {
+        match rest.rsplit_once(':') {
+            Some((host, port)) if !host.contains(':') => {
+                let port = port.parse::<u16>().map_err(|_| {
+                    anyhow!("--trace {text}: the port {port:?} is not a number up to 65535")
+                })?;
+                (host.trim_matches(['[', ']']).to_owned(), port)
+            }
+            _ if rest.is_empty() => bail!("--trace {text}: no host"),
+            _ => (rest.trim_matches(['[', ']']).to_owned(), default),
         }
-        _ if rest.is_empty() => bail!("--trace {text}: no host"),
-        _ => Ok((
-            rest.trim_matches(['[', ']']).to_owned(),
-            prober_trace::DEFAULT_PORT,
-        )),
+    };
+    if method == Method::Icmp && port != 0 {
+        bail!("--trace {text}: an ICMP echo trace has no port");
     }
+    Ok((method, host, port))
 }
 
 /// Runs the trace `args` asks for: exit 0 when every path reached the
@@ -71,7 +82,7 @@ pub(crate) async fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             bail!("--trace does not take {flag}");
         }
     }
-    let (host, port) = destination(text)?;
+    let (method, host, port) = destination(text)?;
     let to = tokio::net::lookup_host((host.as_str(), port))
         .await
         .with_context(|| format!("cannot resolve host {host:?}"))?
@@ -79,6 +90,7 @@ pub(crate) async fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         .ok_or_else(|| anyhow!("host {host:?} has no address of the family asked for"))?;
     let settings = prober_trace::Settings {
         to,
+        method,
         max_ttl: args.max_ttl,
         max_flows: args.trace_flows,
         timeout: args.timeout,
@@ -95,7 +107,10 @@ pub(crate) async fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         }
     })
     .await
-    .with_context(|| format!("tracing {to}"))?;
+    .with_context(|| match method {
+        prober_trace::Method::Icmp => format!("tracing {}", to.ip()),
+        _ => format!("tracing {to}"),
+    })?;
     if json {
         serde_json::to_writer(&mut out, &trace)?;
         out.write_all(b"\n")?;
@@ -116,19 +131,24 @@ mod tests {
 
     #[test]
     fn a_trace_target_is_a_host_and_a_port() {
+        use prober_trace::Method::{Icmp, Tcp, Udp};
         let d = |t: &str| destination(t).map_err(|e| e.to_string());
-        assert_eq!(d("10.0.0.1").unwrap(), ("10.0.0.1".to_owned(), 33434));
+        assert_eq!(d("10.0.0.1").unwrap(), (Udp, "10.0.0.1".to_owned(), 33434));
         assert_eq!(
             d("udp://10.0.0.1:8707").unwrap(),
-            ("10.0.0.1".to_owned(), 8707)
+            (Udp, "10.0.0.1".to_owned(), 8707)
         );
         assert_eq!(
             d("trace://h.example").unwrap(),
-            ("h.example".to_owned(), 33434)
+            (Udp, "h.example".to_owned(), 33434)
         );
-        assert_eq!(d("[::1]:7").unwrap(), ("::1".to_owned(), 7));
-        assert_eq!(d("::1").unwrap(), ("::1".to_owned(), 33434));
-        assert!(d("tcp://h:1").unwrap_err().contains("not tcp://"));
+        assert_eq!(d("[::1]:7").unwrap(), (Udp, "::1".to_owned(), 7));
+        assert_eq!(d("::1").unwrap(), (Udp, "::1".to_owned(), 33434));
+        assert_eq!(d("tcp://h").unwrap(), (Tcp, "h".to_owned(), 80));
+        assert_eq!(d("tcp://[::1]:443").unwrap(), (Tcp, "::1".to_owned(), 443));
+        assert_eq!(d("icmp://h").unwrap(), (Icmp, "h".to_owned(), 0));
+        assert!(d("icmp://h:7").unwrap_err().contains("has no port"));
+        assert!(d("http://h").unwrap_err().contains("not http://"));
         assert!(d("h:port").unwrap_err().contains("not a number"));
     }
 }

@@ -127,6 +127,16 @@ fn stand_in(s: Series, queries: usize) -> String {
             let mut body = vec![0; len];
             r.read_exact(&mut body).unwrap();
             let body = String::from_utf8(body).unwrap();
+            // A query at a time Prometheus cannot read, refused as it does.
+            if body.contains("time=bad") {
+                let answer = r#"{"status":"error","errorType":"bad_data","error":"invalid parameter \"time\": cannot parse \"bad\" to a valid timestamp"}"#;
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
+                    answer.len()
+                );
+                continue;
+            }
             let result = if body.contains("prober_path_hop_info") {
                 &s.hops
             } else if body.contains("prober_path_flow") {
@@ -185,6 +195,22 @@ fn the_lossy_link_is_named_first() {
     assert_eq!(top["named"], true);
     assert_eq!(top["clean_flows"], 0);
     assert!((top["loss"].as_f64().unwrap() - 0.01).abs() < 1e-9);
+
+    // A look back: the window's end goes to Prometheus as the queries'
+    // time, and the report says it.
+    let out = localize(lossy(), &["-o", "json", "--at", "1796004125"], 1);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["at"], "1796004125", "{v}");
+    fails(
+        &[
+            "localize",
+            "--prometheus",
+            &stand_in(lossy().series(), 1),
+            "--at",
+            "bad",
+        ],
+        "cannot parse \"bad\"",
+    );
 
     // The table says the same.
     let out = localize(lossy(), &[], 1);
@@ -249,5 +275,90 @@ fn its_errors_are_one_line() {
             &stand_in(Series::default(), QUERIES),
         ],
         "trace_hops = true",
+    );
+}
+
+/// One HTTP GET of `path` from `addr`: the status line and the body.
+fn get(addr: &str, path: &str) -> (String, String) {
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        c,
+        "GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    c.read_to_string(&mut text).unwrap();
+    let status = text.lines().next().unwrap_or("").to_owned();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|x| x.1)
+        .unwrap_or("")
+        .to_owned();
+    (status, body)
+}
+
+/// `--listen` serves the page and the JSON, each read afresh, another
+/// window on asking, a 400 for a window that is not one and a 502 that
+/// says why when Prometheus is gone; SIGTERM ends it with 0.
+#[test]
+fn the_page_and_the_json_are_served() {
+    let url = stand_in(
+        Mesh {
+            bad: Some((2, 1, 0.01)),
+        }
+        .series(),
+        2 * QUERIES,
+    );
+    let mut child = crate::support::prober()
+        .args(["localize", "--prometheus", &url, "--listen", "127.0.0.1:0"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_owned();
+    let (status, body) = get(&addr, "/localize.json");
+    assert!(status.contains(" 200 "), "{status}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["type"], "localize");
+    assert_eq!(v["links"][0]["link"]["from"], "10.2.0.1", "{v:#}");
+    assert_eq!(v["links"][0]["named"], true, "{v:#}");
+    let (status, page) = get(&addr, "/?window=15m");
+    assert!(status.contains(" 200 "), "{status}");
+    assert!(page.contains("60 flows over 15m (8 lossy"), "{page}");
+    assert!(
+        page.contains("<tr class=named><td>1</td><td>10.2.0.1 &gt; 10.9.1.2</td>"),
+        "{page}"
+    );
+    let (status, body) = get(&addr, "/?window=5x");
+    assert!(
+        status.contains(" 400 ") && body.contains("not a Prometheus duration"),
+        "{status} {body}"
+    );
+    let (status, _) = get(&addr, "/other");
+    assert!(status.contains(" 404 "), "{status}");
+    // The stand-in has answered all it will: Prometheus is gone.
+    let (status, body) = get(&addr, "/localize.json");
+    assert!(status.contains(" 502 "), "{status}");
+    assert!(body.contains("cannot reach Prometheus"), "{body}");
+    crate::support::sigterm(child.id());
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    // An address already taken: one line, exit 2.
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    fails(
+        &[
+            "localize",
+            "--prometheus",
+            "http://127.0.0.1:1",
+            "--listen",
+            &taken.local_addr().unwrap().to_string(),
+        ],
+        "cannot listen",
     );
 }

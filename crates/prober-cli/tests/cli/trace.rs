@@ -64,7 +64,7 @@ fn a_trace_on_loopback_reaches_in_one_hop() {
     }
     // What cannot be traced says so in one line, exit 2.
     for (args, why) in [
-        (&["run", "--trace", "tcp://127.0.0.1:1"][..], "not tcp://"),
+        (&["run", "--trace", "http://127.0.0.1:1"][..], "not http://"),
         (&["run", "--trace", "127.0.0.1", "127.0.0.2"], "one target"),
         (&["run", "--trace", "127.0.0.1", "-o", "csv"], "not CSV"),
         (&["run", "--trace", "127.0.0.1", "--flows", "4"], "--flows"),
@@ -351,6 +351,170 @@ fn a_trace_finds_both_ecmp_branches_and_agrees_with_mtr() {
             "the destination answers all: {text}"
         );
     }
+}
+
+/// A TCP SYN trace (`tcp://`) and an ICMP echo trace (`icmp://`), from
+/// raw sockets (root): on loopback an open port answers with a SYN-ACK
+/// and ICMP with an echo reply; through the fabric the SYN flows' source
+/// ports spread over both branches, the closed port answers with a reset,
+/// and mtr's TCP mode saw every hop of each branch.
+#[test]
+fn tcp_and_icmp_traces_reach_and_find_the_branches() {
+    let Some(f) = Fabric::new("trtcp") else {
+        return;
+    };
+    let open = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = open.local_addr().unwrap().port().to_string();
+    let open6 = std::net::TcpListener::bind("[::1]:0").ok();
+    let mut cases = vec![
+        (
+            format!("tcp://127.0.0.1:{port}"),
+            "127.0.0.1",
+            "reply",
+            "tcp",
+        ),
+        ("icmp://127.0.0.1".to_owned(), "127.0.0.1", "reply", "icmp"),
+    ];
+    if let Some(l) = &open6 {
+        let p6 = l.local_addr().unwrap().port();
+        cases.push((format!("tcp://[::1]:{p6}"), "::1", "reply", "tcp"));
+        cases.push(("icmp://::1".to_owned(), "::1", "reply", "icmp"));
+    }
+    for (target, host, answer, method) in &cases {
+        let out = Command::new(env!("CARGO_BIN_EXE_prober"))
+            .args([
+                "run", "--trace", target, "-c", "3", "-i", "10ms", "-W", "500ms", "-o", "json",
+            ])
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{target}: {}", stderr(&out));
+        let t = summary(&stdout(&out));
+        assert_eq!(t["method"], *method, "{t}");
+        let hops = t["paths"][0]["hops"].as_array().unwrap();
+        assert_eq!(t["paths"].as_array().unwrap().len(), 1, "{t}");
+        assert_eq!(hops.len(), 1, "{t}");
+        assert_eq!(hops[0]["addr"], *host, "{t}");
+        assert_eq!(hops[0]["answer"], *answer, "{target}: {t}");
+        assert_eq!(hops[0]["received"], 3, "{t}");
+    }
+
+    // Through the fabric: r0 hashes the SYNs' ports, so the flows spread
+    // over both branches; nothing listens on port 80 of the destination.
+    let out = f.a.prober(
+        &[],
+        &[
+            "run",
+            "--trace",
+            &format!("tcp://{DEST}"),
+            "-c",
+            "5",
+            "-i",
+            "20ms",
+            "-W",
+            "300ms",
+            "-o",
+            "json",
+            "--trace-confidence",
+            "99.999",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let t = summary(&stdout(&out));
+    let paths = t["paths"].as_array().unwrap();
+    assert_eq!(paths.len(), 2, "{t}");
+    let mut middle: Vec<&str> = Vec::new();
+    for p in paths {
+        let hops = p["hops"].as_array().unwrap();
+        assert_eq!(hops.len(), 3, "{t}");
+        assert_eq!(hops[0]["addr"], R0, "{t}");
+        middle.push(hops[1]["addr"].as_str().unwrap());
+        assert_eq!(hops[2]["addr"], DEST, "{t}");
+        assert_eq!(hops[2]["answer"], "port_unreachable", "a reset: {t}");
+        for h in hops {
+            assert_eq!(h["loss_pct"], 0.0, "{t}");
+        }
+    }
+    middle.sort_unstable();
+    assert_eq!(middle, [R1, R2], "{t}");
+    // mtr's TCP mode on the same path: its SYNs leave from a new source
+    // port each (-L holds only UDP's), so it walks both branches at the
+    // middle hop; every hop of each of prober's branches is one it saw.
+    if crate::support::require_tools(&["mtr"], "the mtr check (.ci/run installs mtr-tiny)") {
+        let out = Command::new("ip")
+            .args([
+                "netns", "exec", &f.a.name, "mtr", "--report", "-n", "-c", "10", "-i", "0.1",
+            ])
+            .args(["--tcp", "-P", "80", DEST])
+            .output()
+            .unwrap();
+        let report = stdout(&out);
+        assert!(out.status.success(), "{report}{}", stderr(&out));
+        // Each hop's addresses: its line's, and the lines under it that
+        // name only an address.
+        let mut seen: Vec<Vec<String>> = Vec::new();
+        for l in report.lines() {
+            if let Some((_, r)) = l.split_once("|--") {
+                seen.push(vec![r.split_whitespace().next().unwrap_or("").to_owned()]);
+            } else {
+                let words: Vec<&str> = l.split_whitespace().collect();
+                if let (Some(last), [addr]) = (seen.last_mut(), words.as_slice())
+                    && addr.parse::<std::net::IpAddr>().is_ok()
+                {
+                    last.push((*addr).to_owned());
+                }
+            }
+        }
+        for p in paths {
+            for (i, h) in p["hops"].as_array().unwrap().iter().enumerate() {
+                let addr = h["addr"].as_str().unwrap();
+                assert!(
+                    seen.get(i).is_some_and(|s| s.iter().any(|a| a == addr)),
+                    "mtr --tcp saw no {addr} at hop {}:\n{report}\nprober: {t}",
+                    i + 1
+                );
+            }
+        }
+    }
+
+    // ICMP echo through the fabric reaches the destination over r0 and one
+    // of r1, r2: a Linux router hashes an echo on its addresses alone, so
+    // every identifier takes one branch.
+    let out = f.a.prober(
+        &[],
+        &[
+            "run",
+            "--trace",
+            &format!("icmp://{DEST}"),
+            "-c",
+            "5",
+            "-i",
+            "20ms",
+            "-W",
+            "300ms",
+            "-o",
+            "json",
+            "--trace-confidence",
+            "99.999",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let t = summary(&stdout(&out));
+    assert_eq!(t["method"], "icmp", "{t}");
+    // 18 identifiers (99.999 %), each with a checksum of its own, and one
+    // branch: r0 hashed none of them apart.
+    assert_eq!(t["paths"].as_array().unwrap().len(), 1, "{t}");
+    assert!(t["flows"].as_u64().unwrap() >= 18, "{t}");
+    for p in t["paths"].as_array().unwrap() {
+        let hops = p["hops"].as_array().unwrap();
+        assert_eq!(hops.len(), 3, "{t}");
+        assert_eq!(hops[0]["addr"], R0, "{t}");
+        assert!([R1, R2].contains(&hops[1]["addr"].as_str().unwrap()), "{t}");
+        assert_eq!(hops[2]["addr"], DEST, "{t}");
+        assert_eq!(hops[2]["answer"], "reply", "{t}");
+        assert_eq!(hops[2]["received"], 5, "{t}");
+    }
+    drop(open);
 }
 
 /// A job with `trace_every` traces the path to each of its udp:// targets
