@@ -14,6 +14,8 @@ SPINES/LEAVES/HOSTS. PROBER is the binary (default: target/release/prober).
 SPEED (default 10) compresses time: probes go SPEED times as often as a
 fleet's 1 s, and the shipped alerts' windows and `for:` are divided by it,
 so a loss alert sees as many probes as in a fleet, in 1/SPEED of the time.
+LAB_RUST_LOG sets the daemons' RUST_LOG (default warn; e.g.
+warn,prober_daemon::paths=debug logs each trace's time and outcome).
 Every address is in 198.18.0.0/15 (RFC 2544's benchmark range) and exists
 only inside the lab's namespaces and on the two links from this host's root
 namespace to the spines, which Prometheus scrapes through.
@@ -83,6 +85,15 @@ def nsx(ns, cmd, check=True):
 def dur(seconds):
     """Seconds as a Prometheus duration (whole milliseconds)."""
     return f"{max(1, round(seconds * 1000))}ms"
+
+
+def seconds(text):
+    """A duration as the daemon's config writes it (`15s`, `2m`, `500ms`)
+    in seconds."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m|h)", text.strip())
+    if not m:
+        raise SystemExit(f"lab: {text!r} is not a duration (15s, 2m)")
+    return float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[m.group(2)]
 
 
 # ---------------------------------------------------------------- topology
@@ -401,7 +412,7 @@ def start_daemon(h):
     path = os.path.join(DIR, f"{h.name}.toml")
     open(path, "w").write(daemon_config(h))
     out = open(os.path.join(DIR, f"{h.name}.log"), "a")
-    env = dict(os.environ, NODE_NAME=h.name, RACK=h.rack, RUST_LOG="warn")
+    env = dict(os.environ, NODE_NAME=h.name, RACK=h.rack, RUST_LOG=os.environ.get("LAB_RUST_LOG", "warn"))
     h.proc = subprocess.Popen(
         ["ip", "netns", "exec", h.ns, prober_bin(), "serve", "--config", path],
         stdout=out,

@@ -19,7 +19,7 @@ import time
 
 import lab
 from faults import Run
-from lab import PREFIX, log, nsx
+from lab import PREFIX, log, nsx, sh
 
 TRIALS = int(os.environ.get("TRIALS", "10"))
 LOSS = float(os.environ.get("LOSS", "1"))
@@ -78,9 +78,18 @@ def reroute(r, leaf=2, spine=1):
             continue
         hops = " ".join(f"nexthop via 198.19.{sp}.{4 * other + 1}" for sp in others)
         nsx(f"{PREFIX}l{other}", f"ip route add 198.18.{leaf}.0/24 {hops}")
+    # Prometheus scrapes from the root namespace over every spine: the
+    # leaf's daemons too, over the others (else a daemon whose scrape
+    # hashed onto the spine goes unseen, and its changes with it).
+    hops = " ".join(f"nexthop via 198.19.255.{4 * sp + 2}" for sp in others)
+    sh(f"ip route add 198.18.{leaf}.0/24 {hops}")
     log(f"reroute: leaf{leaf}-spine{spine} down, {len(crossing)} pairs crossed it")
     seen = {}
-    while time.time() - t0 < 4 * WINDOW and len(seen) < len(crossing):
+    period = lab.seconds(lab.TRACE_EVERY)
+    # Two periods at least: one for each target's trace to come round,
+    # and slack for a round of traces that overruns.
+    wait = max(4 * WINDOW, 2 * period + 30)
+    while time.time() - t0 < wait and len(seen) < len(crossing):
         now = changes()
         for p in crossing:
             if p not in seen and now.get(p, 0) > before.get(p, 0):
@@ -96,18 +105,19 @@ def reroute(r, leaf=2, spine=1):
     for other in range(1, lab.LEAVES + 1):
         if other != leaf:
             nsx(f"{PREFIX}l{other}", f"ip route del 198.18.{leaf}.0/24", check=False)
+    sh(f"ip route del 198.18.{leaf}.0/24", check=False)
     nsx(f"{PREFIX}l{leaf}", f"ip link set s{spine} up")
     nsx(f"{PREFIX}s{spine}", f"ip link set l{leaf} up")
     # A link that went down took its routes with it: as lab.build() made them.
     nsx(f"{PREFIX}s{spine}", f"ip route replace 198.18.{leaf}.0/24 via 198.19.{spine}.{4 * leaf + 2}")
     hops = " ".join(f"nexthop via 198.19.{sp}.{4 * leaf + 1}" for sp in range(1, lab.SPINES + 1))
     nsx(f"{PREFIX}l{leaf}", f"ip route replace default {hops}")
-    period = lab.TRACE_EVERY
     def at(s):
         return sum(1 for t in times if t <= s)
-    print(f"\nreroute: {link} down; trace_every {period}; {len(crossing)} pairs crossed it")
-    print(f"pairs that counted a path change: {at(15)} by 15 s, {at(30)} by 30 s, {at(60)} by 60 s, {len(times)} by {4 * WINDOW:.0f} s"
-          + (f"; median {times[len(times) // 2]:.0f} s" if times else ""))
+    print(f"\nreroute: {link} down; trace_every {lab.TRACE_EVERY}; {len(crossing)} pairs crossed it")
+    print(f"pairs that counted a path change: {at(15)} by 15 s, {at(30)} by 30 s, {at(60)} by 60 s, "
+          f"{at(period)} within one trace period ({period:.0f} s), {len(times)} by {wait:.0f} s"
+          + (f"; median {times[len(times) // 2]:.0f} s, last {times[-1]:.0f} s" if times else ""))
     print(f"localize over the {WINDOW:.0f} s after it: names {named or 'nothing'}; {link} "
           + (f"ranked {ranked.index(link) + 1}" if link in ranked else "not ranked")
           + f"; top 3 {ranked[:3]}")

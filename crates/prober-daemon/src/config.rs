@@ -126,6 +126,9 @@ pub struct Job {
     pub trace_every: Option<Duration>,
     /// Its traced branches' hops are exported as series.
     pub trace_hops: bool,
+    /// Each traced branch measured this many times, hop by hop, for the
+    /// hop RTT and loss series (0: not measured).
+    pub trace_rounds: u32,
 }
 
 impl Job {
@@ -372,6 +375,7 @@ async fn job(
         refresh_at,
         trace_every: s.trace_every,
         trace_hops: s.trace_hops,
+        trace_rounds: s.trace_rounds,
     })
 }
 
@@ -733,26 +737,41 @@ mod tests {
         assert!(e.to_string().contains("labels.node"), "{e}");
     }
 
-    /// `trace_every` in `[defaults]` traces the jobs that have udp://
-    /// targets and leaves the others be; a job's own is refused without one.
+    /// `trace_every` in `[defaults]` traces the jobs that have udp://,
+    /// tcp:// or icmp:// targets and leaves the others be; a job's own is
+    /// refused without one. `trace_rounds` needs `trace_hops`, and is
+    /// bounded.
     #[tokio::test]
-    async fn trace_every_needs_udp_targets_only_where_a_job_names_it() {
+    async fn trace_every_needs_traceable_targets_only_where_a_job_names_it() {
         let c = literals_only(
-            "[defaults]\ntrace_every = \"5m\"\n[[job]]\nname = \"u\"\ntargets = [\"udp://10.0.0.1:7\"]\n[[job]]\nname = \"t\"\ntargets = [\"tcp://10.0.0.1:7\"]\n",
+            "[defaults]\ntrace_every = \"5m\"\n[[job]]\nname = \"u\"\ntargets = [\"udp://10.0.0.1:7\"]\n[[job]]\nname = \"t\"\ntargets = [\"tcp://10.0.0.1:7\"]\n[[job]]\nname = \"d\"\ntargets = [\"tcp-connect://10.0.0.1:53\"]\n",
         )
         .await
         .unwrap();
         assert_eq!(c.jobs[0].trace_every, Some(Duration::from_secs(300)));
+        assert_eq!(c.jobs[1].trace_every, Some(Duration::from_secs(300)));
         let e = literals_only(
-            "[[job]]\nname = \"t\"\ntrace_every = \"5m\"\ntargets = [\"tcp://10.0.0.1:7\"]\n",
+            "[[job]]\nname = \"d\"\ntrace_every = \"5m\"\ntargets = [\"tcp-connect://10.0.0.1:53\"]\n",
         )
         .await
         .unwrap_err()
         .to_string();
         assert!(
-            e.contains("trace_every: traces the paths to udp:// targets"),
+            e.contains("trace_every: traces the paths to udp://, tcp:// and icmp:// targets"),
             "{e}"
         );
+        for (keys, want) in [
+            ("trace_rounds = 3", "set trace_hops = true too"),
+            ("trace_hops = true\ntrace_rounds = 21", "at most 20"),
+        ] {
+            let e = literals_only(&format!(
+                "[[job]]\nname = \"u\"\ntrace_every = \"5m\"\n{keys}\ntargets = [\"udp://10.0.0.1:7\"]\n"
+            ))
+            .await
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains(want), "{keys}: {e}");
+        }
         // A job that discovers its targets may have none yet (its DNS
         // down, as the fleet lab's node added while DNS is stopped): it
         // must still start.

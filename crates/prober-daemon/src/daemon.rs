@@ -350,13 +350,15 @@ impl Sink for DaemonSinks {
     }
 }
 
-/// The targets whose paths are traced: every `udp://` target (each flow
-/// of one once) with an address, of the jobs with `trace_every`. A trace
-/// goes to the target's host on port 33434, where nothing listens and the
-/// host answers Port Unreachable: prober's responder, on the target's
-/// port, answers a trace's probes with nothing, so the last hop would stay
-/// silent. Between two hosts the ECMP branches are the same whatever the
-/// port (a port changes which branch a flow hashes to, not which exist).
+/// The targets whose paths are traced: every `udp://`, `tcp://` and
+/// `icmp://` target (each flow of one once) with an address, of the jobs
+/// with `trace_every`. A UDP trace goes to the target's host on port
+/// 33434, where nothing listens and the host answers Port Unreachable:
+/// prober's responder, on the target's port, answers a trace's probes with
+/// nothing, so the last hop would stay silent. Between two hosts the ECMP
+/// branches are the same whatever the port (a port changes which branch a
+/// flow hashes to, not which exist). A TCP trace's SYNs go to the target's
+/// own port: the responder's kernel answers a SYN-ACK, which ends it.
 fn traced(cfg: &Config) -> Vec<crate::paths::Traced> {
     let mut out: Vec<crate::paths::Traced> = Vec::new();
     for job in &cfg.jobs {
@@ -365,9 +367,17 @@ fn traced(cfg: &Config) -> Vec<crate::paths::Traced> {
         };
         for t in &job.targets {
             let Ok(to) = t.addr else { continue };
-            if t.target.scheme.name != "udp" {
-                continue;
-            }
+            let (method, dest) = match t.target.scheme.name {
+                "udp" => (
+                    prober_trace::Method::Udp,
+                    SocketAddr::new(to.ip(), prober_trace::DEFAULT_PORT),
+                ),
+                // SYNs to the port the probes use: a firewall that lets
+                // them through lets the trace through.
+                "tcp" => (prober_trace::Method::Tcp, to),
+                "icmp" => (prober_trace::Method::Icmp, SocketAddr::new(to.ip(), 0)),
+                _ => continue,
+            };
             let mut base = t.target.clone();
             base.flow = None;
             let target = base.to_string();
@@ -383,10 +393,12 @@ fn traced(cfg: &Config) -> Vec<crate::paths::Traced> {
             out.push(crate::paths::Traced {
                 job: job.name.clone(),
                 target,
-                to: SocketAddr::new(to.ip(), prober_trace::DEFAULT_PORT),
+                to: dest,
+                method,
                 probed: to,
                 every,
                 hops: job.trace_hops,
+                rounds: job.trace_rounds,
                 labels,
             });
         }

@@ -1,5 +1,5 @@
 //! Paths in the daemon: a job with `trace_every` traces the path to each of
-//! its `udp://` targets on that slow schedule, spread over it (every ECMP
+//! its `udp://`, `tcp://` and `icmp://` targets on that slow schedule, spread over it (every ECMP
 //! branch, as `prober run --trace` finds them; prober-trace), and exports
 //! how many branches each has, how many hops, and how often they changed
 //! (docs/path.md). Traces run one at a time: every router answers one
@@ -26,8 +26,12 @@ pub(crate) struct Traced {
     pub(crate) job: String,
     /// Its URL without a flow (`udp://h:p`): every flow of it is one trace.
     pub(crate) target: String,
-    /// Where traces go (its host, [`prober_trace::DEFAULT_PORT`]).
+    /// Where traces go: for a `udp://` target its host, port
+    /// [`prober_trace::DEFAULT_PORT`]; for `tcp://` its address (SYNs to
+    /// the port its probes use); for `icmp://` its host.
     pub(crate) to: SocketAddr,
+    /// How: UDP, TCP SYN or ICMP echo, as its probes go.
+    pub(crate) method: prober_trace::Method,
     /// Where its flows' probes go: a flow is followed to this address
     /// and port.
     pub(crate) probed: SocketAddr,
@@ -35,6 +39,9 @@ pub(crate) struct Traced {
     pub(crate) every: Duration,
     /// Its branches' hops are exported as series (`trace_hops`).
     pub(crate) hops: bool,
+    /// Each branch measured this many times after a trace, hop by hop
+    /// (`trace_rounds`, mtr's `-c`): RTT and loss series per hop.
+    pub(crate) rounds: u32,
     /// Its series' labels beside `probe` and `target` (the job's).
     pub(crate) labels: Vec<(String, String)>,
 }
@@ -59,6 +66,18 @@ struct State {
     /// Each flow's (its target, `udp://h:p#flow=I`) source address and
     /// branch (an index into `branches`), where following it told.
     flows: BTreeMap<String, (IpAddr, usize)>,
+    /// The last trace's measures of each branch it found (`trace_rounds`):
+    /// the branch's hops, then each hop's.
+    measured: Vec<(Vec<Option<IpAddr>>, Vec<HopMeasure>)>,
+}
+
+/// One hop of a branch, as its measuring rounds saw it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct HopMeasure {
+    /// Mean RTT of its answers, seconds (`None`: no answer).
+    rtt: Option<f64>,
+    /// Share of its probes unanswered.
+    loss: f64,
 }
 
 /// The traced targets, their paths, and what to trace next.
@@ -129,6 +148,14 @@ impl Paths {
         let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let s = state.get(&(t.job.clone(), t.target.clone()))?;
         s.conclusive.then(|| s.branches.clone())
+    }
+
+    /// Files the hop measures of a trace's branches.
+    fn file_measures(&self, t: &Traced, measured: Vec<(Vec<Option<IpAddr>>, Vec<HopMeasure>)>) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(s) = state.get_mut(&(t.job.clone(), t.target.clone())) {
+            s.measured = measured;
+        }
     }
 
     /// Files which branch each flow took.
@@ -254,6 +281,10 @@ pub(crate) async fn run(paths: Arc<Paths>, host: String, stop: CancellationToken
     let mut due: BTreeMap<(String, String), tokio::time::Instant> = BTreeMap::new();
     // Following flows needs a raw socket: said once.
     let mut warned = false;
+    // Jobs whose traces the kernel refused a raw socket: said once each.
+    let mut refused: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+    // Jobs whose traces fell a whole period behind: said once each.
+    let mut behind: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     loop {
         let targets = wanted.borrow_and_update().clone();
         due.retain(|k, _| targets.iter().any(|t| (&t.job, &t.target) == (&k.0, &k.1)));
@@ -279,9 +310,22 @@ pub(crate) async fn run(paths: Arc<Paths>, host: String, stop: CancellationToken
             r = wanted.changed() => { if r.is_err() { return } continue }
             () = tokio::time::sleep_until(at) => {}
         }
+        // Traces run one after another: when a round of them takes longer
+        // than the period, each starts late, and a path is checked less
+        // often than asked.
+        let late = tokio::time::Instant::now().saturating_duration_since(at);
+        if late > t.every && behind.insert(t.job.clone()) {
+            tracing::warn!(
+                job = %t.job,
+                "traces fall behind trace_every = {:?}: a trace started {:.0} s late, so paths are checked less often than asked (each trace waits on the routers' ICMP limits; raise trace_every, docs/path.md)",
+                t.every,
+                late.as_secs_f64()
+            );
+        }
+        let began = tokio::time::Instant::now();
         let settings = prober_trace::Settings {
             to: t.to,
-            method: prober_trace::Method::Udp,
+            method: t.method,
             max_ttl: 30,
             max_flows: 64,
             timeout: Duration::from_secs(1),
@@ -290,9 +334,12 @@ pub(crate) async fn run(paths: Arc<Paths>, host: String, stop: CancellationToken
             // and count it as a change; 99.9 % sends 11 flows through a
             // hop with one next hop seen, 20 with two.
             confidence: 0.999,
-            // The branches only: measuring them is `prober run --trace`'s.
-            count: 0,
-            interval: Duration::from_secs(1),
+            // The branches, then each measured `trace_rounds` times (none
+            // by default): a probe at every hop each round, 200 ms apart,
+            // so that a router's ICMP burst (Linux: 6) covers a few
+            // rounds.
+            count: if t.hops { t.rounds } else { 0 },
+            interval: Duration::from_millis(200),
         };
         let traced = tokio::select! {
             () = stop.cancelled() => return,
@@ -305,6 +352,31 @@ pub(crate) async fn run(paths: Arc<Paths>, host: String, stop: CancellationToken
                     .iter()
                     .map(|b| b.hops.iter().map(|h| h.addr).collect())
                     .collect();
+                tracing::debug!(
+                    job = %t.job, target = %t.target,
+                    secs = began.elapsed().as_secs_f64(), branches = branches.len(),
+                    reached = trace.reached(), flows = trace.flows,
+                    "traced"
+                );
+                if t.rounds > 0 && t.hops {
+                    let measured = trace
+                        .paths
+                        .iter()
+                        .map(|b| {
+                            (
+                                b.hops.iter().map(|h| h.addr).collect(),
+                                b.hops
+                                    .iter()
+                                    .map(|h| HopMeasure {
+                                        rtt: h.avg_ms.map(|ms| ms / 1e3),
+                                        loss: h.loss_pct / 100.0,
+                                    })
+                                    .collect(),
+                            )
+                        })
+                        .collect();
+                    paths.file_measures(&t, measured);
+                }
                 if let Some((old, new)) = paths.file(&t, branches, trace.reached()) {
                     tracing::info!(
                         job = %t.job, target = %t.target,
@@ -312,11 +384,17 @@ pub(crate) async fn run(paths: Arc<Paths>, host: String, stop: CancellationToken
                     );
                 }
             }
+            Err(error) if error.kind() == std::io::ErrorKind::PermissionDenied => {
+                // TCP and ICMP traces need a raw socket: said once a job.
+                if refused.insert(t.job.clone()) {
+                    tracing::warn!(job = %t.job, %error, "cannot trace (tcp:// and icmp:// traces need root or CAP_NET_RAW)");
+                }
+            }
             Err(error) => {
                 tracing::warn!(job = %t.job, target = %t.target, %error, "trace failed");
             }
         }
-        if t.hops {
+        if t.hops && t.method == prober_trace::Method::Udp {
             tokio::select! {
                 () = stop.cancelled() => return,
                 () = follow(&paths, &t, &mut warned) => {}
@@ -442,6 +520,36 @@ impl Collector for PathCollector {
                 }
             }
         }
+        if state.values().any(|s| !s.measured.is_empty()) {
+            for (name, help, read) in [
+                (
+                    "prober_path_hop_rtt_seconds",
+                    "Mean RTT of each hop of each branch over the last trace's measuring rounds (trace_rounds), seconds: path and hop as prober_path_hop_info's",
+                    (|m: &HopMeasure| m.rtt) as fn(&HopMeasure) -> Option<f64>,
+                ),
+                (
+                    "prober_path_hop_loss_ratio",
+                    "Share of each hop's probes unanswered over the last trace's measuring rounds (trace_rounds); a hop that loses more than a hop after it is its router limiting ICMP, not loss on the path",
+                    |m: &HopMeasure| Some(m.loss),
+                ),
+            ] {
+                let mut m = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+                for (k, s) in state.iter().filter(|(_, s)| s.hops) {
+                    for (b, hops) in s.branches.iter().enumerate() {
+                        let Some((_, measures)) = s.measured.iter().find(|(h, _)| h == hops) else {
+                            continue;
+                        };
+                        for (h, v) in measures.iter().enumerate() {
+                            let Some(v) = read(v) else { continue };
+                            let mut l = labels(k, s);
+                            l.push(("path".to_owned(), (b + 1).to_string()));
+                            l.push(("hop".to_owned(), (h + 1).to_string()));
+                            ConstGauge::new(v).encode(m.encode_family(&l)?)?;
+                        }
+                    }
+                }
+            }
+        }
         let mut m = encoder.encode_descriptor(
             "prober_path_flow",
             "Which branch each probe flow of a traced target takes, 1 a flow (trace_hops): its target (with #flow=I), the branch number of prober_path_hop_info, and the address it leaves from",
@@ -506,9 +614,11 @@ mod tests {
             job: "j".to_owned(),
             target: "udp://10.0.9.9:7".to_owned(),
             to: "10.0.9.9:7".parse().unwrap(),
+            method: prober_trace::Method::Udp,
             probed: "10.0.9.9:8707".parse().unwrap(),
             every: Duration::from_secs(300),
             hops: false,
+            rounds: 0,
             labels: Vec::new(),
         };
         assert!(

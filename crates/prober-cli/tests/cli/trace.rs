@@ -530,6 +530,7 @@ name = "mesh"
 interval = "100ms"
 trace_every = "1s"
 trace_hops = true
+trace_rounds = 3
 labels = { zone = "z1" }
 targets = ["udp://RESPONDER"]
 "#,
@@ -567,6 +568,19 @@ targets = ["udp://RESPONDER"]
             && hop.ends_with(" 1"),
         "{hop}"
     );
+    // trace_rounds: the hop measured three times a trace, all answered.
+    let rtt = series("prober_path_hop_rtt_seconds");
+    assert!(
+        rtt.contains(&want) && rtt.contains("path=\"1\",hop=\"1\""),
+        "{rtt}"
+    );
+    let secs: f64 = rtt.split_whitespace().last().unwrap().parse().unwrap();
+    assert!(secs > 0.0 && secs < 0.1, "{rtt}");
+    let loss = series("prober_path_hop_loss_ratio");
+    assert!(
+        loss.contains("path=\"1\",hop=\"1\"") && loss.ends_with(" 0.0"),
+        "{loss}"
+    );
     // The probe flow (the target itself: one flow) on the one branch.
     let flow = series("prober_path_flow");
     assert!(
@@ -589,7 +603,7 @@ targets = ["udp://RESPONDER"]
     let files = crate::support::Files::new("paths-refused");
     let cfg = files.write(
         "c.toml",
-        "[[job]]\nname = \"web\"\ntrace_every = \"5m\"\ntargets = [\"tcp://127.0.0.1:1\"]\n",
+        "[[job]]\nname = \"web\"\ntrace_every = \"5m\"\ntargets = [\"http://127.0.0.1:1\"]\n",
     );
     let out = Command::new(env!("CARGO_BIN_EXE_prober"))
         .args(["serve", "--config", &cfg, "--check-config"])
@@ -599,7 +613,46 @@ targets = ["udp://RESPONDER"]
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
-        err.contains("trace_every: traces the paths to udp:// targets"),
+        err.contains("trace_every: traces the paths to udp://, tcp:// and icmp:// targets"),
+        "{err}"
+    );
+}
+
+/// A job's `tcp://` and `icmp://` targets are traced with their own
+/// protocol (raw sockets: root): the responder's port answers the SYNs,
+/// the host the echoes.
+#[test]
+fn the_daemon_traces_tcp_and_icmp_targets_too() {
+    if !crate::support::require_root("tcp:// and icmp:// traces need raw sockets (root)") {
+        return;
+    }
+    let d = crate::daemon::Daemon::start(
+        "paths-tcp",
+        r#"
+[[job]]
+name = "web"
+interval = "100ms"
+trace_every = "1s"
+targets = ["tcp://RESPONDER", "icmp://127.0.0.1"]
+"#,
+    );
+    let text = d.scrape_until("a trace of each target", Duration::from_secs(30), &|t| {
+        t.lines()
+            .filter(|l| l.starts_with("prober_path_traces_total{") && !l.ends_with(" 0"))
+            .count()
+            >= 2
+    });
+    for target in [format!("tcp://{}", d.udp), "icmp://127.0.0.1".to_owned()] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("prober_paths{") && l.contains(&format!("target=\"{target}\"")))
+            .unwrap_or_else(|| panic!("no prober_paths for {target}:\n{text}"));
+        assert!(line.ends_with(" 1"), "{line}");
+    }
+    let (code, err) = d.stop();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        !err.contains("trace failed") && !err.contains("cannot trace"),
         "{err}"
     );
 }

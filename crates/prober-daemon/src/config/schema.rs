@@ -265,6 +265,9 @@ job_settings! {
     trace_every: Option<String>,
     /// Export each traced branch's hops as series (`prober_path_hop_info`).
     trace_hops: Option<bool>,
+    /// Measure each traced branch this many times after a trace, for the
+    /// hops' RTT and loss series (needs `trace_hops`).
+    trace_rounds: Option<u32>,
 }
 
 /// A firewall mark as TOML gives it: a number, or text such as "0x2a".

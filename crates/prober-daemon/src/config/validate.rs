@@ -455,7 +455,11 @@ pub(super) struct Settings {
     /// that inherits it, or discovers its targets, may have none.
     pub(super) trace_own: bool,
     pub(super) trace_hops: bool,
+    pub(super) trace_rounds: u32,
 }
+
+/// The most measuring rounds a trace may take (`trace_rounds`).
+const MAX_TRACE_ROUNDS: u32 = 20;
 
 /// Checks job `i`'s settings, each its own or `defaults`'; `env` reads the
 /// environment for `${NAME}` in label values. No await, no socket: what
@@ -579,6 +583,18 @@ pub(super) fn settings(
             Some(d)
         }
     };
+    let trace_hops = s.trace_hops.or(defaults.trace_hops) == Some(true);
+    let trace_rounds = s.trace_rounds.or(defaults.trace_rounds).unwrap_or(0);
+    if trace_rounds > 0 && !trace_hops {
+        bail!(
+            "{key}.trace_rounds: measures the hops that trace_hops exports: set trace_hops = true too"
+        );
+    }
+    if trace_rounds > MAX_TRACE_ROUNDS {
+        bail!(
+            "{key}.trace_rounds: at most {MAX_TRACE_ROUNDS} (each round probes every hop of every branch, and routers limit their ICMP)"
+        );
+    }
     Ok(Settings {
         trace_every,
         // A job whose targets come from discovery may have none for now
@@ -587,7 +603,8 @@ pub(super) fn settings(
             && j.targets_file.is_none()
             && j.file_sd.is_empty()
             && j.dns_sd.is_empty(),
-        trace_hops: s.trace_hops.or(defaults.trace_hops) == Some(true),
+        trace_hops,
+        trace_rounds,
         run,
         size: s.size.or(defaults.size),
         marks,
@@ -664,9 +681,13 @@ pub(super) fn targets(
             size,
         });
     }
-    if s.trace_own && !targets.iter().any(|c| c.target.scheme.name == "udp") {
+    if s.trace_own
+        && !targets
+            .iter()
+            .any(|c| matches!(c.target.scheme.name, "udp" | "tcp" | "icmp"))
+    {
         bail!(
-            "{key}.trace_every: traces the paths to udp:// targets (TCP and ICMP traces are not built yet), and this job has none"
+            "{key}.trace_every: traces the paths to udp://, tcp:// and icmp:// targets, and this job has none"
         );
     }
     Ok((targets, over))
