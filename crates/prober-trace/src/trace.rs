@@ -346,7 +346,7 @@ struct Explored {
     ended: bool,
 }
 
-/// Traces `s.to`: finds every branch (the MDA's stopping rule per TTL),
+/// Traces `s.to`: finds every branch (the MDA's stopping rule per router),
 /// then measures each branch `s.count` times. `record` gets every probe.
 ///
 /// # Errors
@@ -389,27 +389,18 @@ pub async fn trace(s: &Settings, mut record: impl FnMut(&ProbeRecord)) -> io::Re
                 e.hops.push(a);
                 e.ended = a.is_some_and(|a| a.kind.ends());
             }
-            // The stopping rule at every TTL so far: enough flows through
-            // each for the addresses seen there.
-            let needed = (1..=ttl)
-                .map(|t| {
-                    let seen = distinct(&paths, t).len();
-                    usize::try_from(flows_needed(
-                        u32::try_from(seen).unwrap_or(u32::MAX),
-                        s.confidence,
-                    ))
-                    .unwrap_or(usize::MAX)
-                })
-                .max()
-                .unwrap_or(0);
-            if paths.len() >= needed {
+            // The stopping rule at every TTL so far, per vertex: enough
+            // flows through each router for the next hops seen after it.
+            let short = flows_short(&paths, ttl, s.confidence);
+            if short == 0 {
                 break;
             }
             if paths.len() >= max_flows {
                 capped = true;
                 break;
             }
-            while paths.len() < needed.min(max_flows) {
+            let want = paths.len().saturating_add(short).min(max_flows);
+            while paths.len() < want {
                 p.add_flow()?;
                 paths.push(Explored::default());
             }
@@ -571,6 +562,60 @@ fn merge(branches: Vec<Branch>) -> Vec<Branch> {
         }
     }
     out
+}
+
+/// How many more flows the MDA's stopping rule asks for, applied per
+/// vertex as the MDA does: at each TTL `t` up to `ttl`, every router that
+/// answered at `t - 1` (the source, at the first) must have sent `n_k` of
+/// the flows through it on to `t`, `k` the next hops they met there. A
+/// router short by `d` flows, through which a share `s` of all the flows
+/// goes, asks for `d / s` more, rounded up: a flow's hash picks its router,
+/// so only that share of the flows added will pass it. Each TTL on its
+/// own would undercount a router that few flows reach (a branch taken by
+/// one flow in ten would have its next hops judged by the others).
+fn flows_short(paths: &[Explored], ttl: u8, confidence: f64) -> usize {
+    let need = |seen: usize| {
+        usize::try_from(flows_needed(
+            u32::try_from(seen).unwrap_or(u32::MAX),
+            confidence,
+        ))
+        .unwrap_or(usize::MAX)
+    };
+    let total = paths.len().max(1) as f64;
+    let mut short = 0usize;
+    for t in 1..=usize::from(ttl) {
+        // The flows probed at t, by the router they passed at t - 1.
+        let mut by_vertex: BTreeMap<Option<IpAddr>, Vec<&Explored>> = BTreeMap::new();
+        for e in paths.iter().filter(|e| e.hops.len() >= t) {
+            let vertex = if t == 1 {
+                None
+            } else {
+                match e.hops[t - 2] {
+                    Some(a) if !a.kind.ends() => match a.from {
+                        Some(v) => Some(v),
+                        None => continue,
+                    },
+                    // Silent there, or ended: no router to count it under.
+                    _ => continue,
+                }
+            };
+            by_vertex.entry(vertex).or_default().push(e);
+        }
+        for flows in by_vertex.values() {
+            let mut next: Vec<IpAddr> = flows
+                .iter()
+                .filter_map(|e| e.hops[t - 1].and_then(|a| a.from))
+                .collect();
+            next.sort();
+            next.dedup();
+            let deficit = need(next.len()).saturating_sub(flows.len());
+            if deficit > 0 {
+                let share = flows.len() as f64 / total;
+                short = short.max((deficit as f64 / share).ceil() as usize);
+            }
+        }
+    }
+    short
 }
 
 /// The addresses that answered at `ttl`, each once, in order.
@@ -754,6 +799,57 @@ pub(crate) fn mark_rate_limited(hops: &mut [HopStats]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A flow through these routers (`None`: silent), the last one the
+    /// destination.
+    fn flow(hops: &[Option<&str>]) -> Explored {
+        let n = hops.len();
+        Explored {
+            hops: hops
+                .iter()
+                .enumerate()
+                .map(|(i, h)| {
+                    h.map(|a| Answer {
+                        from: Some(a.parse().unwrap()),
+                        kind: if i + 1 == n {
+                            Kind::PortUnreachable
+                        } else {
+                            Kind::TimeExceeded
+                        },
+                        rtt_ns: 1,
+                    })
+                })
+                .collect(),
+            ended: true,
+        }
+    }
+
+    /// The stopping rule counts flows per router: an even split over two
+    /// routers, each with one next hop, has enough at 95 % (6 through
+    /// each); a router that few flows reach asks for more in proportion.
+    #[test]
+    fn the_stopping_rule_is_applied_per_router() {
+        fn via(r: &'static str, n: usize) -> impl Iterator<Item = Explored> {
+            (0..n).map(move |_| flow(&[Some("10.0.0.1"), Some(r), Some("10.0.9.9")]))
+        }
+        let even: Vec<Explored> = via("10.0.1.1", 8).chain(via("10.0.2.1", 8)).collect();
+        // TTL 2: two next hops after 10.0.0.1 (n_2 = 11 of 16); TTL 3: one
+        // after each router, 8 >= n_1 = 6.
+        assert_eq!(flows_short(&even, 3, 0.95), 0);
+        // 18 flows one way, 2 the other: 10.0.2.1 is 4 short of n_1, and a
+        // tenth of the flows pass it, so 40 more.
+        let uneven: Vec<Explored> = via("10.0.1.1", 18).chain(via("10.0.2.1", 2)).collect();
+        assert_eq!(flows_short(&uneven, 3, 0.95), 40);
+        // A TTL per se has enough (20 flows, one address at TTL 3).
+        assert_eq!(flows_short(&uneven, 2, 0.95), 0);
+        // Silent at the router before: counted under none.
+        let mut silent = even.clone();
+        silent.push(flow(&[Some("10.0.0.1"), None, Some("10.0.9.9")]));
+        assert_eq!(flows_short(&silent, 3, 0.95), 0);
+        // Too few flows at the first hop: n_1 - 3.
+        let few: Vec<Explored> = via("10.0.1.1", 3).collect();
+        assert_eq!(flows_short(&few, 1, 0.95), 3);
+    }
 
     fn hop(ttl: u8, loss: f64) -> HopStats {
         HopStats {
