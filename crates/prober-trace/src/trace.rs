@@ -579,28 +579,33 @@ fn flows_short(paths: &[Explored], ttl: u8, confidence: f64) -> usize {
             u32::try_from(seen).unwrap_or(u32::MAX),
             confidence,
         ))
-        .unwrap_or(usize::MAX)
+        .unwrap_or(usize::MAX) as f64
     };
     let total = paths.len().max(1) as f64;
-    let mut short = 0usize;
+    let mut short = 0.0f64;
     for t in 1..=usize::from(ttl) {
-        // The flows probed at t, by the router they passed at t - 1.
+        // The flows probed at t, by the router they passed at t - 1; those
+        // silent there (a router's ICMP limit) are counted with each router
+        // in its share, as they most likely split: counting them nowhere
+        // would ask for flows that the limit leaves silent too.
         let mut by_vertex: BTreeMap<Option<IpAddr>, Vec<&Explored>> = BTreeMap::new();
+        let mut silent = 0usize;
         for e in paths.iter().filter(|e| e.hops.len() >= t) {
             let vertex = if t == 1 {
                 None
             } else {
                 match e.hops[t - 2] {
-                    Some(a) if !a.kind.ends() => match a.from {
-                        Some(v) => Some(v),
-                        None => continue,
-                    },
-                    // Silent there, or ended: no router to count it under.
-                    _ => continue,
+                    Some(a) if !a.kind.ends() => a.from,
+                    Some(_) => continue,
+                    None => {
+                        silent += 1;
+                        continue;
+                    }
                 }
             };
             by_vertex.entry(vertex).or_default().push(e);
         }
+        let known: usize = by_vertex.values().map(Vec::len).sum();
         for flows in by_vertex.values() {
             let mut next: Vec<IpAddr> = flows
                 .iter()
@@ -608,14 +613,14 @@ fn flows_short(paths: &[Explored], ttl: u8, confidence: f64) -> usize {
                 .collect();
             next.sort();
             next.dedup();
-            let deficit = need(next.len()).saturating_sub(flows.len());
-            if deficit > 0 {
-                let share = flows.len() as f64 / total;
-                short = short.max((deficit as f64 / share).ceil() as usize);
+            let through = flows.len() as f64 * (1.0 + silent as f64 / known.max(1) as f64);
+            let deficit = need(next.len()) - through;
+            if deficit > 0.0 {
+                short = short.max(deficit / (through / total));
             }
         }
     }
-    short
+    short.ceil() as usize
 }
 
 /// The addresses that answered at `ttl`, each once, in order.
@@ -842,9 +847,10 @@ mod tests {
         assert_eq!(flows_short(&uneven, 3, 0.95), 40);
         // A TTL per se has enough (20 flows, one address at TTL 3).
         assert_eq!(flows_short(&uneven, 2, 0.95), 0);
-        // Silent at the router before: counted under none.
-        let mut silent = even.clone();
-        silent.push(flow(&[Some("10.0.0.1"), None, Some("10.0.9.9")]));
+        // Silent at the router before: counted with each router in its
+        // share. 4 and 4 answered, 8 silent: as if 8 and 8, enough.
+        let mut silent: Vec<Explored> = via("10.0.1.1", 4).chain(via("10.0.2.1", 4)).collect();
+        silent.extend((0..8).map(|_| flow(&[Some("10.0.0.1"), None, Some("10.0.9.9")])));
         assert_eq!(flows_short(&silent, 3, 0.95), 0);
         // Too few flows at the first hop: n_1 - 3.
         let few: Vec<Explored> = via("10.0.1.1", 3).collect();
