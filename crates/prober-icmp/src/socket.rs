@@ -10,7 +10,7 @@ use nix::sys::socket::{
     ControlMessageOwned, MsgFlags, SockaddrStorage, recvmsg, setsockopt, sockopt,
 };
 use prober_sys::rx;
-use socket2::{Domain, Protocol, SockFilter, Socket, Type};
+use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
 
@@ -160,7 +160,7 @@ impl IcmpSocket {
         {
             tracing::debug!(%error, "cannot set ICMP_FILTER");
         }
-        if raw && let Err(error) = sock.attach_filter(&raw_filter(v6, ident)) {
+        if raw && let Err(error) = sock.attach_filter(&prober_sys::icmp::echo_filter(v6, ident)) {
             // Filtering in user space still works, at the cost of wake-ups.
             tracing::debug!(%error, "cannot attach the icmp socket filter");
         }
@@ -274,47 +274,6 @@ impl IcmpSocket {
 fn set_icmp_filter(sock: &Socket) -> io::Result<()> {
     // Echo reply, destination unreachable, time exceeded.
     prober_sys::icmp::set_filter(sock.as_fd(), &[0, 3, 11])
-}
-
-/// A classic BPF program for raw ICMP sockets, which otherwise receive every
-/// ICMP packet on the host, our own echo requests on loopback included: keep
-/// echo replies with our identifier, and destination unreachable and time
-/// exceeded errors; drop the rest in the kernel, before they wake us up.
-fn raw_filter(v6: bool, ident: u16) -> Vec<SockFilter> {
-    const LDX_B_MSH: u16 = 0xb1; // X = 4 * ([k] & 0xf): the IPv4 header length
-    const LD_B_IND: u16 = 0x50; // A = [X + k] (byte)
-    const LD_H_IND: u16 = 0x48; // A = [X + k] (half word)
-    const LD_B_ABS: u16 = 0x30; // A = [k] (byte)
-    const LD_H_ABS: u16 = 0x28; // A = [k] (half word)
-    const JEQ: u16 = 0x15; // if A == k
-    const RET: u16 = 0x06;
-    let ident = u32::from(ident);
-    let f = SockFilter::new;
-    if v6 {
-        // Raw ICMPv6 sockets deliver the ICMPv6 message without the IPv6 header.
-        vec![
-            f(LD_B_ABS, 0, 0, 0),
-            f(JEQ, 0, 2, 129), // echo reply?
-            f(LD_H_ABS, 0, 0, 4),
-            f(JEQ, 3, 2, ident),
-            f(JEQ, 2, 0, 1), // destination unreachable
-            f(JEQ, 1, 0, 3), // time exceeded
-            f(RET, 0, 0, 0),
-            f(RET, 0, 0, u32::MAX),
-        ]
-    } else {
-        vec![
-            f(LDX_B_MSH, 0, 0, 0),
-            f(LD_B_IND, 0, 0, 0),
-            f(JEQ, 0, 2, 0), // echo reply?
-            f(LD_H_IND, 0, 0, 4),
-            f(JEQ, 3, 2, ident),
-            f(JEQ, 2, 0, 3),  // destination unreachable
-            f(JEQ, 1, 0, 11), // time exceeded
-            f(RET, 0, 0, 0),
-            f(RET, 0, 0, u32::MAX),
-        ]
-    }
 }
 
 fn ip_of(a: &SockaddrStorage) -> Option<IpAddr> {

@@ -186,9 +186,16 @@ impl Flow {
         };
         s.bind(&SocketAddr::new(from, 0).into())?;
         // ICMP flows read errors as the ICMP messages they are; the others
-        // from the error queue.
-        if method != Method::Icmp {
-            prober_sys::rx::enable_recv_errors(s.as_fd(), v6)?;
+        // from the error queue. A raw socket is given a copy of every TCP
+        // segment or ICMP message to its address: a filter keeps the
+        // flow's own (the host's other traffic would wake every flow).
+        match method {
+            Method::Udp => prober_sys::rx::enable_recv_errors(s.as_fd(), v6)?,
+            Method::Tcp => {
+                prober_sys::rx::enable_recv_errors(s.as_fd(), v6)?;
+                s.attach_filter(&prober_sys::icmp::tcp_port_filter(v6, id))?;
+            }
+            Method::Icmp => s.attach_filter(&prober_sys::icmp::echo_filter(v6, id))?,
         }
         // Stamps are a refinement: without them, RTTs are read in user space.
         let _ = prober_sys::rx::enable_timestamps(s.as_fd());
