@@ -157,22 +157,17 @@ impl Fabric {
     }
 }
 
-/// Both branches are found, each with the flows (source ports) that take
-/// it; mtr, held to one of those ports, walks the same hops; and a router
-/// that limits its ICMP shows as rate-limited, not as loss.
-#[test]
-fn a_trace_finds_both_ecmp_branches_and_agrees_with_mtr() {
-    let Some(f) = Fabric::new("trace") else {
-        return;
-    };
+/// A trace of `target` from the fabric's client at 99.999 % (the test
+/// must not be the one run in twenty that the default 95 % allows to miss
+/// a branch), which must find both branches, three hops each, the
+/// destination answering `end`, no hop losing or limited; its summary.
+fn two_branches(f: &Fabric, target: &str, end: &str) -> serde_json::Value {
     let out = f.a.prober(
         &[],
-        // 99.999 %: the test must not be the one run in twenty that the
-        // default 95 % allows to miss a branch (n_1 = 18 flows).
         &[
             "run",
             "--trace",
-            DEST,
+            target,
             "-c",
             "5",
             "-i",
@@ -185,7 +180,7 @@ fn a_trace_finds_both_ecmp_branches_and_agrees_with_mtr() {
             "99.999",
         ],
     );
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(0), "{target}: {}", stderr(&out));
     let t = summary(&stdout(&out));
     let paths = t["paths"].as_array().unwrap();
     assert_eq!(paths.len(), 2, "{t}");
@@ -196,7 +191,7 @@ fn a_trace_finds_both_ecmp_branches_and_agrees_with_mtr() {
         assert_eq!(hops[0]["addr"], R0, "{t}");
         middle.push(hops[1]["addr"].as_str().unwrap());
         assert_eq!(hops[2]["addr"], DEST, "{t}");
-        assert_eq!(hops[2]["answer"], "port_unreachable", "{t}");
+        assert_eq!(hops[2]["answer"], end, "{t}");
         for h in hops {
             assert_eq!(h["loss_pct"], 0.0, "{t}");
             assert_eq!(h["rate_limited"], false, "{t}");
@@ -205,6 +200,20 @@ fn a_trace_finds_both_ecmp_branches_and_agrees_with_mtr() {
     }
     middle.sort_unstable();
     assert_eq!(middle, [R1, R2], "{t}");
+    t
+}
+
+/// Both branches are found, each with the flows (source ports) that take
+/// it; mtr, held to one of those ports, walks the same hops; and a router
+/// that limits its ICMP shows as rate-limited, not as loss.
+#[test]
+fn a_trace_finds_both_ecmp_branches_and_agrees_with_mtr() {
+    let Some(f) = Fabric::new("trace") else {
+        return;
+    };
+    // The answer at the end: Port Unreachable (nothing listens on 33434).
+    let t = two_branches(&f, DEST, "port_unreachable");
+    let paths = t["paths"].as_array().unwrap();
     // Enough flows for 99.999 % at two next hops (the MDA's rule).
     assert!(t["flows"].as_u64().unwrap() >= 30, "{t}");
     assert_eq!(t["capped"], false, "{t}");
@@ -405,42 +414,9 @@ fn tcp_and_icmp_traces_reach_and_find_the_branches() {
 
     // Through the fabric: r0 hashes the SYNs' ports, so the flows spread
     // over both branches; nothing listens on port 80 of the destination.
-    let out = f.a.prober(
-        &[],
-        &[
-            "run",
-            "--trace",
-            &format!("tcp://{DEST}"),
-            "-c",
-            "5",
-            "-i",
-            "20ms",
-            "-W",
-            "300ms",
-            "-o",
-            "json",
-            "--trace-confidence",
-            "99.999",
-        ],
-    );
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let t = summary(&stdout(&out));
+    let t = two_branches(&f, &format!("tcp://{DEST}"), "port_unreachable");
     let paths = t["paths"].as_array().unwrap();
-    assert_eq!(paths.len(), 2, "{t}");
-    let mut middle: Vec<&str> = Vec::new();
-    for p in paths {
-        let hops = p["hops"].as_array().unwrap();
-        assert_eq!(hops.len(), 3, "{t}");
-        assert_eq!(hops[0]["addr"], R0, "{t}");
-        middle.push(hops[1]["addr"].as_str().unwrap());
-        assert_eq!(hops[2]["addr"], DEST, "{t}");
-        assert_eq!(hops[2]["answer"], "port_unreachable", "a reset: {t}");
-        for h in hops {
-            assert_eq!(h["loss_pct"], 0.0, "{t}");
-        }
-    }
-    middle.sort_unstable();
-    assert_eq!(middle, [R1, R2], "{t}");
+
     // mtr's TCP mode on the same path: its SYNs leave from a new source
     // port each (-L holds only UDP's), so it walks both branches at the
     // middle hop; every hop of each of prober's branches is one it saw.
