@@ -335,10 +335,10 @@ pub(crate) async fn run(paths: Arc<Paths>, host: String, stop: CancellationToken
             // hop with one next hop seen, 20 with two.
             confidence: 0.999,
             // The branches, then each measured `trace_rounds` times (none
-            // by default): a probe at every hop each round, 200 ms apart,
+            // by default; the config allows it only with trace_hops): a probe at every hop each round, 200 ms apart,
             // so that a router's ICMP burst (Linux: 6) covers a few
             // rounds.
-            count: if t.hops { t.rounds } else { 0 },
+            count: t.rounds,
             interval: Duration::from_millis(200),
         };
         let traced = tokio::select! {
@@ -358,7 +358,7 @@ pub(crate) async fn run(paths: Arc<Paths>, host: String, stop: CancellationToken
                     reached = trace.reached(), flows = trace.flows,
                     "traced"
                 );
-                if t.rounds > 0 && t.hops {
+                if t.rounds > 0 {
                     let measured = trace
                         .paths
                         .iter()
@@ -460,6 +460,13 @@ impl Collector for PathCollector {
             l.extend(s.labels.iter().cloned());
             l
         };
+        // A hop's: its target's, its branch's number and its own (1 up).
+        let hop_labels = |k: &(String, String), s: &State, branch: usize, hop: usize| {
+            let mut l = labels(k, s);
+            l.push(("path".to_owned(), (branch + 1).to_string()));
+            l.push(("hop".to_owned(), (hop + 1).to_string()));
+            l
+        };
         let mut m = encoder.encode_descriptor(
             "prober_paths",
             "ECMP branches the last trace of a target found (trace_every)",
@@ -512,9 +519,7 @@ impl Collector for PathCollector {
             for (b, hops) in s.branches.iter().enumerate() {
                 for (h, addr) in hops.iter().enumerate() {
                     let Some(addr) = addr else { continue };
-                    let mut l = labels(k, s);
-                    l.push(("path".to_owned(), (b + 1).to_string()));
-                    l.push(("hop".to_owned(), (h + 1).to_string()));
+                    let mut l = hop_labels(k, s, b, h);
                     l.push(("addr".to_owned(), addr.to_string()));
                     ConstGauge::new(1).encode(m.encode_family(&l)?)?;
                 }
@@ -541,10 +546,7 @@ impl Collector for PathCollector {
                         };
                         for (h, v) in measures.iter().enumerate() {
                             let Some(v) = read(v) else { continue };
-                            let mut l = labels(k, s);
-                            l.push(("path".to_owned(), (b + 1).to_string()));
-                            l.push(("hop".to_owned(), (h + 1).to_string()));
-                            ConstGauge::new(v).encode(m.encode_family(&l)?)?;
+                            ConstGauge::new(v).encode(m.encode_family(&hop_labels(k, s, b, h))?)?;
                         }
                     }
                 }

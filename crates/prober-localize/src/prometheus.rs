@@ -74,20 +74,12 @@ impl Prometheus {
         &self.url
     }
 
-    /// An instant query's vector, now.
-    ///
-    /// # Errors
-    /// Unreachable, a refused query, or not a vector.
-    pub async fn query(&self, expr: &str) -> Result<Vec<Sample>, Error> {
-        self.query_at(expr, None).await
-    }
-
     /// An instant query's vector at `at` (RFC 3339 or Unix seconds, as
     /// Prometheus reads its `time` parameter), or now.
     ///
     /// # Errors
     /// Unreachable, a refused query, or not a vector.
-    pub async fn query_at(&self, expr: &str, at: Option<&str>) -> Result<Vec<Sample>, Error> {
+    pub async fn query(&self, expr: &str, at: Option<&str>) -> Result<Vec<Sample>, Error> {
         let reach = |why: String| Error::Reach {
             url: self.url.clone(),
             why,
@@ -177,7 +169,7 @@ pub struct Gathered {
 
 /// The flows of the jobs matching `probe` (a regular expression of the
 /// `probe` label), their loss over `window` (a Prometheus duration) up to
-/// `at` (as [`Prometheus::query_at`]; now if `None`), and their paths then.
+/// `at` (as [`Prometheus::query`]; now if `None`), and their paths then.
 ///
 /// # Errors
 /// As [`Prometheus::query`].
@@ -189,14 +181,12 @@ pub async fn gather(
 ) -> Result<Gathered, Error> {
     let sel = format!("probe=~{}", quote(probe));
     let hops = p
-        .query_at(&format!("prober_path_hop_info{{{sel}}}"), at)
+        .query(&format!("prober_path_hop_info{{{sel}}}"), at)
         .await?;
-    let flows = p
-        .query_at(&format!("prober_path_flow{{{sel}}}"), at)
-        .await?;
+    let flows = p.query(&format!("prober_path_flow{{{sel}}}"), at).await?;
     let by = "sum by (instance, target)";
     let sent = p
-        .query_at(
+        .query(
             &format!("{by} (increase(prober_probes_sent_total{{{sel}}}[{window}]))"),
             at,
         )
@@ -204,7 +194,7 @@ pub async fn gather(
     let mut lost = BTreeMap::new();
     for metric in ["prober_probes_timeout_total", "prober_probes_error_total"] {
         for (l, v) in p
-            .query_at(&format!("{by} (increase({metric}{{{sel}}}[{window}]))"), at)
+            .query(&format!("{by} (increase({metric}{{{sel}}}[{window}]))"), at)
             .await?
         {
             *lost.entry(key(&l)).or_insert(0.0) += v;

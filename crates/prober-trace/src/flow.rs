@@ -146,10 +146,12 @@ pub(crate) struct Flow {
 }
 
 impl Flow {
-    /// A socket for a new flow to `to`, its errors and stamps on. A TCP or
+    /// A socket for a new flow to `to`, bound to `from` (for TCP and ICMP
+    /// [`source_for`]'s address: a TCP checksum covers it, and the raw
+    /// socket then hears only its own), its errors and stamps on. A TCP or
     /// ICMP flow is named `id` (a port, an echo identifier): the caller
     /// gives each flow of a trace its own.
-    pub(crate) fn open(to: SocketAddr, method: Method, id: u16) -> io::Result<Self> {
+    pub(crate) fn open(to: SocketAddr, from: IpAddr, method: Method, id: u16) -> io::Result<Self> {
         let v6 = to.is_ipv6();
         let domain = socket2::Domain::for_address(to);
         let (kind, proto) = match method {
@@ -172,18 +174,6 @@ impl Flow {
             }
         })?;
         s.set_nonblocking(true)?;
-        let from = match method {
-            Method::Udp => {
-                if v6 {
-                    std::net::Ipv6Addr::UNSPECIFIED.into()
-                } else {
-                    std::net::Ipv4Addr::UNSPECIFIED.into()
-                }
-            }
-            // The address the route to `to` leaves from: a TCP checksum
-            // covers it, and the raw socket then hears only its own.
-            _ => source_for(to)?,
-        };
         s.bind(&SocketAddr::new(from, 0).into())?;
         // ICMP flows read errors as the ICMP messages they are; the others
         // from the error queue. A raw socket is given a copy of every TCP
@@ -340,23 +330,13 @@ impl Flow {
                         if from != Some(self.to.ip()) {
                             return Ok(None);
                         }
-                        let segment = if self.to.is_ipv6() {
-                            Some(packet)
-                        } else {
-                            past_ipv4_header(packet)
-                        };
-                        segment
+                        self.payload(packet)
                             .and_then(|t| tcp_answer(t, self.port, self.to.port()))
                             .map(|(id, kind)| heard(Some(id), kind))
                     }
                     Method::Icmp => {
                         let v6 = self.to.is_ipv6();
-                        let message = if v6 {
-                            Some(packet)
-                        } else {
-                            past_ipv4_header(packet)
-                        };
-                        match message.map(|m| icmp_answer(m, v6, self.port)) {
+                        match self.payload(packet).map(|m| icmp_answer(m, v6, self.port)) {
                             Some(Some((Quoted::Mine(id), kind))) => Some(heard(Some(id), kind)),
                             Some(Some((Quoted::Short, kind))) => Some(heard(None, kind)),
                             _ => None,
@@ -370,16 +350,22 @@ impl Flow {
             Err(e) => Err(e),
         }
     }
+
+    /// What a raw socket's packet carries: an IPv4 one comes with its IP
+    /// header, an IPv6 one without.
+    fn payload<'a>(&self, packet: &'a [u8]) -> Option<&'a [u8]> {
+        if self.to.is_ipv6() {
+            Some(packet)
+        } else {
+            past_ipv4_header(packet)
+        }
+    }
 }
 
 /// The address this host sends to `to` from (the route's choice): what a
 /// connected UDP socket is bound to. No packet is sent.
-fn source_for(to: SocketAddr) -> io::Result<IpAddr> {
-    let any: SocketAddr = if to.is_ipv6() {
-        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
-    } else {
-        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
-    };
+pub(crate) fn source_for(to: SocketAddr) -> io::Result<IpAddr> {
+    let any = prober_sys::mark::bind_addr(&Default::default(), to.is_ipv6());
     let u = std::net::UdpSocket::bind(any)?;
     u.connect(SocketAddr::new(to.ip(), 9))?;
     Ok(u.local_addr()?.ip())

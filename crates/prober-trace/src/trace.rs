@@ -194,6 +194,8 @@ struct Pending {
 /// The flows, their listeners, and what they heard.
 struct Prober {
     to: SocketAddr,
+    /// The address every flow is bound to.
+    from: IpAddr,
     method: Method,
     /// The first TCP or ICMP flow's identifier; each next flow's is one more.
     first_id: u16,
@@ -213,14 +215,21 @@ struct Prober {
 }
 
 impl Prober {
-    fn new(to: SocketAddr, method: Method, timeout: Duration) -> Self {
+    fn new(to: SocketAddr, method: Method, timeout: Duration) -> io::Result<Self> {
         let (tell, heard) = mpsc::unbounded_channel();
+        // Every flow leaves from one address: for raw sockets the one the
+        // route to `to` takes, asked once.
+        let from = match method {
+            Method::Udp => prober_sys::mark::bind_addr(&Default::default(), to.is_ipv6()).ip(),
+            Method::Tcp | Method::Icmp => crate::flow::source_for(to)?,
+        };
         // Source ports or echo identifiers from the top of the ephemeral
         // range, starting where the clock says, so two traces at once
         // rarely share one.
         let first_id = 40_000 + u16::try_from(now_ns() / 1000 % 20_000).unwrap_or(0);
-        Self {
+        Ok(Self {
             to,
+            from,
             method,
             first_id,
             timeout,
@@ -233,7 +242,7 @@ impl Prober {
             unmatched: 0,
             user_timed: 0,
             late_tx: HashMap::new(),
-        }
+        })
     }
 
     fn add_flow(&mut self) -> io::Result<usize> {
@@ -241,7 +250,7 @@ impl Prober {
         let id = self
             .first_id
             .wrapping_add(u16::try_from(i).unwrap_or(u16::MAX));
-        let flow = Arc::new(Flow::open(self.to, self.method, id)?);
+        let flow = Arc::new(Flow::open(self.to, self.from, self.method, id)?);
         let (f, tell) = (Arc::clone(&flow), self.tell.clone());
         self.listeners.spawn(async move { f.listen(i, tell).await });
         self.flows.push(flow);
@@ -352,7 +361,7 @@ struct Explored {
 /// # Errors
 /// A socket that cannot be opened or sent on.
 pub async fn trace(s: &Settings, mut record: impl FnMut(&ProbeRecord)) -> io::Result<Trace> {
-    let mut p = Prober::new(s.to, s.method, s.timeout);
+    let mut p = Prober::new(s.to, s.method, s.timeout)?;
     let mut paths: Vec<Explored> = Vec::new();
     let mut capped = false;
     let mut silent_run = 0u8;
@@ -607,12 +616,7 @@ fn flows_short(paths: &[Explored], ttl: u8, confidence: f64) -> usize {
         }
         let known: usize = by_vertex.values().map(Vec::len).sum();
         for flows in by_vertex.values() {
-            let mut next: Vec<IpAddr> = flows
-                .iter()
-                .filter_map(|e| e.hops[t - 1].and_then(|a| a.from))
-                .collect();
-            next.sort();
-            next.dedup();
+            let next = distinct(flows.iter().copied(), u8::try_from(t).unwrap_or(u8::MAX));
             let through = flows.len() as f64 * (1.0 + silent as f64 / known.max(1) as f64);
             let deficit = need(next.len()) - through;
             if deficit > 0.0 {
@@ -623,10 +627,10 @@ fn flows_short(paths: &[Explored], ttl: u8, confidence: f64) -> usize {
     short.ceil() as usize
 }
 
-/// The addresses that answered at `ttl`, each once, in order.
-fn distinct(paths: &[Explored], ttl: u8) -> Vec<IpAddr> {
+/// The addresses that answered the flows at `ttl`, each once, in order.
+fn distinct<'a>(paths: impl IntoIterator<Item = &'a Explored>, ttl: u8) -> Vec<IpAddr> {
     let mut seen: Vec<IpAddr> = paths
-        .iter()
+        .into_iter()
         .filter_map(|e| e.hops.get(usize::from(ttl) - 1).copied().flatten())
         .filter_map(|a| a.from)
         .collect();

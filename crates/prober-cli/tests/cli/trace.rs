@@ -159,9 +159,8 @@ impl Fabric {
 
 /// A trace of `target` from the fabric's client at 99.999 % (the test
 /// must not be the one run in twenty that the default 95 % allows to miss
-/// a branch), which must find both branches, three hops each, the
-/// destination answering `end`, no hop losing or limited; its summary.
-fn two_branches(f: &Fabric, target: &str, end: &str) -> serde_json::Value {
+/// a branch), five rounds: its summary, once it exited 0.
+fn fabric_trace(f: &Fabric, target: &str) -> serde_json::Value {
     let out = f.a.prober(
         &[],
         &[
@@ -181,7 +180,13 @@ fn two_branches(f: &Fabric, target: &str, end: &str) -> serde_json::Value {
         ],
     );
     assert_eq!(out.status.code(), Some(0), "{target}: {}", stderr(&out));
-    let t = summary(&stdout(&out));
+    summary(&stdout(&out))
+}
+
+/// [`fabric_trace`], which must find both branches, three hops each, the
+/// destination answering `end`, no hop losing or limited.
+fn two_branches(f: &Fabric, target: &str, end: &str) -> serde_json::Value {
+    let t = fabric_trace(f, target);
     let paths = t["paths"].as_array().unwrap();
     assert_eq!(paths.len(), 2, "{t}");
     let mut middle: Vec<&str> = Vec::new();
@@ -460,26 +465,7 @@ fn tcp_and_icmp_traces_reach_and_find_the_branches() {
     // ICMP echo through the fabric reaches the destination over r0 and one
     // of r1, r2: a Linux router hashes an echo on its addresses alone, so
     // every identifier takes one branch.
-    let out = f.a.prober(
-        &[],
-        &[
-            "run",
-            "--trace",
-            &format!("icmp://{DEST}"),
-            "-c",
-            "5",
-            "-i",
-            "20ms",
-            "-W",
-            "300ms",
-            "-o",
-            "json",
-            "--trace-confidence",
-            "99.999",
-        ],
-    );
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let t = summary(&stdout(&out));
+    let t = fabric_trace(&f, &format!("icmp://{DEST}"));
     assert_eq!(t["method"], "icmp", "{t}");
     // 18 identifiers (99.999 %), each with a checksum of its own, and one
     // branch: r0 hashed none of them apart.
