@@ -22,6 +22,7 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::dense::DenseBuckets;
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
 
 use crate::native_bounds::BOUNDS;
@@ -57,12 +58,13 @@ pub struct Histogram {
     bounds: Arc<[f64]>,
     sum: f64,
     count: u64,
-    /// The classic buckets' own counts, not cumulative, +Inf's last; then,
-    /// with native buckets, the positive ones' counts from bucket
-    /// `native_lo` up, one a bucket.
-    buf: Vec<u64>,
-    /// The index of the first positive native bucket in `buf`.
-    native_lo: i32,
+    /// The classic buckets' own counts, not cumulative, +Inf's last.
+    classic: Box<[u64]>,
+    /// The positive native buckets' counts, dense from the lowest seen to
+    /// the highest (durations fill the buckets between theirs), in 32 bits
+    /// until one passes it: what a target's histograms cost grows with the
+    /// spread of its values (BENCHMARKS.md, "Memory at 10,000 targets").
+    positive: DenseBuckets<u32, u64>,
     /// Native buckets: their schema (`None`: classic buckets only).
     schema: Option<i8>,
     /// The native zero bucket, zero-wide: exact zeros only.
@@ -96,8 +98,8 @@ impl Histogram {
             bounds.iter().copied().filter(|b| b.is_finite()).collect()
         };
         Self {
-            buf: vec![0; bounds.len() + 1],
-            native_lo: 0,
+            classic: vec![0; bounds.len() + 1].into_boxed_slice(),
+            positive: DenseBuckets::default(),
             bounds,
             sum: 0.0,
             count: 0,
@@ -118,7 +120,7 @@ impl Histogram {
         } else {
             self.bounds.partition_point(|b| *b < v)
         };
-        self.buf[i] += 1;
+        self.classic[i] += 1;
         let Some(schema) = self.schema else { return };
         if v.is_nan() {
         } else if v == 0.0 {
@@ -131,42 +133,8 @@ impl Histogram {
                     Err(at) => self.negative.insert(at, (index, 1)),
                 }
             } else {
-                self.count_positive(index);
+                self.positive.add(index);
             }
-        }
-    }
-
-    /// Counts one value in positive native bucket `index`. They are kept
-    /// dense, from the lowest bucket seen to the highest (8 bytes a
-    /// bucket; durations fill the buckets between theirs), where (index,
-    /// count) pairs were 16: what a target's histograms cost grows with the
-    /// spread of its values (BENCHMARKS.md, "Memory at 10,000 targets").
-    fn count_positive(&mut self, index: i32) {
-        let start = self.bounds.len() + 1;
-        let len = self.buf.len() - start;
-        if len == 0 {
-            self.native_lo = index;
-            self.buf.reserve_exact(1);
-            self.buf.push(1);
-            return;
-        }
-        let lo = self.native_lo;
-        let offset = i64::from(index) - i64::from(lo);
-        // Room grows by what is needed, not double: there are 30,000 of
-        // these at 10,000 targets.
-        if offset < 0 {
-            let more = usize::try_from(-offset).unwrap_or(usize::MAX);
-            self.buf.reserve_exact(more);
-            self.buf.splice(start..start, std::iter::repeat_n(0, more));
-            self.native_lo = index;
-            self.buf[start] = 1;
-        } else {
-            let at = usize::try_from(offset).unwrap_or(usize::MAX);
-            if at >= len {
-                self.buf.reserve_exact(at + 1 - len);
-                self.buf.resize(start + at + 1, 0);
-            }
-            self.buf[start + at] += 1;
         }
     }
 
@@ -177,25 +145,17 @@ impl Histogram {
 
     /// The classic buckets' own counts, +Inf's last.
     fn classic(&self) -> &[u64] {
-        &self.buf[..=self.bounds.len()]
+        &self.classic
     }
 
     /// The positive native buckets that hold anything: (index, count), by
     /// rising index.
     fn positive(&self) -> impl Iterator<Item = (i32, u64)> + '_ {
-        let lo = i64::from(self.native_lo);
-        self.buf[self.bounds.len() + 1..]
-            .iter()
-            .enumerate()
-            .filter(|(_, n)| **n > 0)
-            .map(move |(i, n)| {
-                let index = lo + i64::try_from(i).unwrap_or(i64::MAX);
-                (i32::try_from(index).unwrap_or(i32::MAX), *n)
-            })
+        self.positive.iter()
     }
 
     fn has_positive(&self) -> bool {
-        self.buf.len() > self.bounds.len() + 1
+        !self.positive.is_empty()
     }
 }
 

@@ -29,6 +29,7 @@
 #![forbid(unsafe_code)]
 
 pub mod csv;
+mod dense;
 pub mod exposition;
 pub mod fields;
 pub mod file_config;
