@@ -11,6 +11,7 @@
 #                                         # probes, as a reference (the ratio)
 #   PROBER_ARGS="--threads 4" bash benches/scale/run.sh   # more runtime threads
 #   PROBER=/tmp/prober-old bash benches/scale/run.sh      # another build (A/B)
+#   KEEP=1 bash benches/scale/run.sh      # keep the run's directory (probe lines)
 #   RECEIVE=async bash benches/scale/run.sh   # [receive] mode = "async" (adaptive is
 #                                              # the default here: no [serve])
 #   SINK=none bash benches/scale/run.sh   # Prometheus only: CPU and RSS as usually
@@ -51,7 +52,8 @@ cleanup() {
   # The daemon and its cgroup go too when the script stops early.
   if [ -n "$pid" ]; then kill -TERM "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true; fi
   if [ -n "$cg" ]; then rmdir "$cg" 2>/dev/null || true; fi
-  rm -rf "$work"
+  # KEEP=1: the run's files (config, probe lines, scrapes) stay for a look.
+  if [ -n "${KEEP:-}" ]; then echo "kept               $work"; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
 

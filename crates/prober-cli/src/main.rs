@@ -82,6 +82,8 @@ fn one_line(rendered: &str) -> String {
 }
 
 fn main() -> ExitCode {
+    // Before any thread (the log writer's, the runtime's): see its docs.
+    prober_sys::one_malloc_arena();
     let command = Cli::command()
         .mut_subcommand("run", |c| {
             cli::with_protocol_flags(c, &protocols::PROTOCOLS)

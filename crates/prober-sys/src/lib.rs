@@ -16,6 +16,7 @@
 //!   interface's hooks.
 //! - [`syntap`]: the same from a packet socket, where BPF is not allowed.
 //! - [`host`]: this machine's host name and kernel, for results.
+//! - [`one_malloc_arena`]: glibc's allocator in one arena for the process.
 //!
 //! What it may not do: know a protocol. It opens no connection of its own
 //! except the sockets its stampers need, and depends on `prober-core` only
@@ -42,5 +43,28 @@ pub fn host() -> (String, String) {
             u.release().to_string_lossy().into_owned(),
         ),
         Err(_) => ("unknown".to_owned(), "unknown".to_owned()),
+    }
+}
+
+/// Asks glibc's allocator for one arena for the whole process, as
+/// `MALLOC_ARENA_MAX=1` does; call it before any thread starts. With an
+/// arena a thread, the daemon's probing thread and its HTTP side each kept
+/// the other's freed memory out of reach: at 10,000 targets its peak RSS
+/// was 10-16 MiB higher, and moved by as much from run to run, for no CPU
+/// saved (BENCHMARKS.md, "Memory at 10,000 targets, third pass"). Small
+/// allocations still come from each thread's own cache (tcache) without
+/// the arena's lock. `false` where the allocator is not glibc's or it
+/// refused.
+#[allow(unsafe_code)]
+pub fn one_malloc_arena() -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: `mallopt` takes two integers and touches only the
+        // allocator's own settings; it is called before other threads exist.
+        unsafe { nix::libc::mallopt(nix::libc::M_ARENA_MAX, 1) == 1 }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        false
     }
 }
