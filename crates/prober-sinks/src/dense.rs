@@ -159,61 +159,47 @@ fn nonzero<C: Count>(lo: i32, v: &[C]) -> impl Iterator<Item = (i32, u64)> + '_ 
     })
 }
 
-/// Bucket counts that no longer change, in a few bytes: varints of the
-/// lowest index (zigzag), then for each bucket from it up either its count
-/// (`2c`) or a run of empty ones (`2(k - 1) + 1`). A count under 64 takes
-/// a byte, so an hour's 5-minute slot of RTTs at 1 Hz spread over five
-/// decades (133 buckets) takes about as many bytes, where 16-bit dense
-/// counts took twice that.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Packed(Box<[u8]>);
-
-impl Packed {
-    /// `counts` ((index, count) by rising index, counts above zero).
-    pub(crate) fn new(counts: impl Iterator<Item = (i32, u64)>) -> Self {
-        use prost::encoding::encode_varint;
-        let mut out = Vec::new();
-        let mut next: Option<i64> = None;
-        for (index, count) in counts {
-            let index = i64::from(index);
-            match next {
-                None => encode_varint(zigzag(index), &mut out),
-                Some(n) if index > n => encode_varint(2 * (index - n - 1) as u64 + 1, &mut out),
-                Some(_) => {}
-            }
-            encode_varint(count.saturating_mul(2), &mut out);
-            next = Some(index + 1);
+/// Appends bucket counts that no longer change to `out` in a few bytes:
+/// varints of the lowest index (zigzag), then for each bucket from it up
+/// either its count (`2c`) or a run of empty ones (`2(k - 1) + 1`). A count
+/// under 64 takes a byte, so an hour's 5-minute slot of RTTs at 1 Hz
+/// spread over five decades (133 buckets) takes about as many bytes, where
+/// 16-bit dense counts took twice that. [`unpack`] reads them back.
+pub(crate) fn pack(counts: impl Iterator<Item = (i32, u64)>, out: &mut Vec<u8>) {
+    use prost::encoding::encode_varint;
+    let mut next: Option<i64> = None;
+    for (index, count) in counts {
+        let index = i64::from(index);
+        match next {
+            None => encode_varint(zigzag(index), out),
+            Some(n) if index > n => encode_varint(2 * (index - n - 1) as u64 + 1, out),
+            Some(_) => {}
         }
-        Self(out.into_boxed_slice())
+        encode_varint(count.saturating_mul(2), out);
+        next = Some(index + 1);
     }
+}
 
-    /// Bytes kept.
-    #[cfg(test)]
-    pub(crate) fn bytes(&self) -> usize {
-        self.0.len()
-    }
-
-    /// What [`Packed::new`] was given.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (i32, u64)> + '_ {
-        use prost::encoding::decode_varint;
-        let mut rest: &[u8] = &self.0;
-        let mut at: Option<i64> = None;
-        std::iter::from_fn(move || {
-            loop {
-                let v = decode_varint(&mut rest).ok()?;
-                let Some(index) = at else {
-                    at = Some(unzigzag(v));
-                    continue;
-                };
-                if v & 1 == 1 {
-                    at = Some(index + i64::try_from(v >> 1).ok()? + 1);
-                    continue;
-                }
-                at = Some(index + 1);
-                return Some((i32::try_from(index).ok()?, v >> 1));
+/// The (index, count) pairs [`pack`] wrote as `bytes`.
+pub(crate) fn unpack(bytes: &[u8]) -> impl Iterator<Item = (i32, u64)> + '_ {
+    use prost::encoding::decode_varint;
+    let mut rest = bytes;
+    let mut at: Option<i64> = None;
+    std::iter::from_fn(move || {
+        loop {
+            let v = decode_varint(&mut rest).ok()?;
+            let Some(index) = at else {
+                at = Some(unzigzag(v));
+                continue;
+            };
+            if v & 1 == 1 {
+                at = Some(index + i64::try_from(v >> 1).ok()? + 1);
+                continue;
             }
-        })
-    }
+            at = Some(index + 1);
+            return Some((i32::try_from(index).ok()?, v >> 1));
+        }
+    })
 }
 
 fn zigzag(v: i64) -> u64 {
@@ -268,11 +254,13 @@ mod tests {
             vec![(i32::MIN, 1), (i32::MAX, 2)],
         ];
         for counts in cases {
-            let p = Packed::new(counts.iter().copied());
-            assert_eq!(p.iter().collect::<Vec<_>>(), counts);
+            let mut bytes = Vec::new();
+            pack(counts.iter().copied(), &mut bytes);
+            assert_eq!(unpack(&bytes).collect::<Vec<_>>(), counts);
         }
         // Dense small counts are a byte each, and the first index one or two.
-        let p = Packed::new((100..233).map(|i| (i, 3)));
-        assert_eq!(p.0.len(), 2 + 133);
+        let mut bytes = Vec::new();
+        pack((100..233).map(|i| (i, 3)), &mut bytes);
+        assert_eq!(bytes.len(), 2 + 133);
     }
 }

@@ -4,26 +4,41 @@
 //! A window is a ring of slots (a minute: 6 of 10 s; an hour: 12 of 5 min).
 //! Each slot counts lost probes and keeps its RTTs as a histogram with
 //! Prometheus's schema-3 buckets (2^(1/8), 9 % wide): while it is open,
-//! dense 16-bit counts; once closed, packed ([`crate::dense::Packed`]), a
-//! byte or so a bucket, where a list of RTTs would cost 4 bytes per probe
+//! dense 16-bit counts; once closed, packed ([`crate::dense::pack`]) with
+//! the window's other closed slots in one buffer, a byte or so a bucket, where a list of RTTs would cost 4 bytes per probe
 //! (14 kB per target-hour at 1 Hz). A quantile is read as the geometric
 //! middle of its bucket, so it is within 4.5 % of the true one.
 
-use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use crate::dense::{DenseBuckets, Packed};
+use prost::encoding::{decode_varint, encode_varint};
+
+use crate::dense::{DenseBuckets, pack, unpack};
 
 /// Buckets per power of two.
 const PER_OCTAVE: f64 = 8.0;
 
-/// A slot that has closed: it takes no more probes.
-#[derive(Debug, Clone)]
-struct Slot {
+/// A slot that has closed, read from [`Window::closed`].
+struct Closed<'a> {
     /// Which slot of time this is (time since the window's origin / slot).
     number: u64,
-    lost: u32,
-    rtts: Packed,
+    lost: u64,
+    rtts: &'a [u8],
+}
+
+/// The closed slots in `bytes` (see [`Window::closed`]), oldest first, each
+/// with the offset of the one after it.
+fn closed_slots(bytes: &[u8]) -> impl Iterator<Item = (Closed<'_>, usize)> + '_ {
+    let mut rest = bytes;
+    std::iter::from_fn(move || {
+        let number = decode_varint(&mut rest).ok()?;
+        let lost = decode_varint(&mut rest).ok()?;
+        let len = usize::try_from(decode_varint(&mut rest).ok()?).ok()?;
+        let rtts = rest.get(..len)?;
+        rest = &rest[len..];
+        let slot = Closed { number, lost, rtts };
+        Some((slot, bytes.len() - rest.len()))
+    })
 }
 
 /// The slot probes are counted in now: its RTTs dense, in 16 bits while
@@ -42,8 +57,12 @@ pub struct Window {
     origin: Instant,
     slot: Duration,
     slots: usize,
-    /// Closed slots, oldest first.
-    ring: VecDeque<Slot>,
+    /// Closed slots, oldest first, one after another: varints of the slot's
+    /// number, its lost probes and the length of its packed RTTs, then
+    /// those ([`pack`]). One buffer a window, where a buffer a slot cost
+    /// an allocation and a slot's header each (BENCHMARKS.md, "Memory at
+    /// 10,000 targets, third pass").
+    closed: Vec<u8>,
     /// `None` before the first probe. Its room is kept from slot to slot:
     /// no allocation per slot per target once the spread is seen.
     open: Option<Open>,
@@ -80,7 +99,7 @@ impl Window {
             origin,
             slot,
             slots,
-            ring: VecDeque::new(),
+            closed: Vec::new(),
             open: None,
         }
     }
@@ -113,16 +132,17 @@ impl Window {
         if open.number < n {
             // The open slot closes: packed, if it is still in the window.
             if open.number + self.slots as u64 > n {
-                if self.ring.len() == self.ring.capacity() {
-                    // Grown a slot at a time up to the slots it keeps: by
-                    // doubling, an hour's twelve took room for sixteen.
-                    self.ring.reserve_exact(1);
-                }
-                self.ring.push_back(Slot {
-                    number: open.number,
-                    lost: open.lost,
-                    rtts: Packed::new(open.rtts.iter()),
-                });
+                let mut rtts = Vec::new();
+                pack(open.rtts.iter(), &mut rtts);
+                let mut head = Vec::with_capacity(16);
+                encode_varint(open.number, &mut head);
+                encode_varint(u64::from(open.lost), &mut head);
+                encode_varint(rtts.len() as u64, &mut head);
+                // Grown by what the slot needs: once the window is full,
+                // the room of the slots that left holds the new one.
+                self.closed.reserve_exact(head.len() + rtts.len());
+                self.closed.extend_from_slice(&head);
+                self.closed.extend_from_slice(&rtts);
             }
             open.number = n;
             open.lost = 0;
@@ -133,9 +153,11 @@ impl Window {
             Some(us) => open.rtts.add(bucket(us)),
         }
         let slots = self.slots as u64;
-        while self.ring.front().is_some_and(|s| s.number + slots <= n) {
-            self.ring.pop_front();
-        }
+        let gone = closed_slots(&self.closed)
+            .take_while(|(s, _)| s.number + slots <= n)
+            .last()
+            .map_or(0, |(_, end)| end);
+        self.closed.drain(..gone);
     }
 
     /// The probes in the window at `now`.
@@ -151,9 +173,9 @@ impl Window {
                 }
             }
         };
-        for s in self.ring.iter().filter(|s| self.live(s.number, n)) {
-            lost += u64::from(s.lost);
-            merge(&mut s.rtts.iter());
+        for (s, _) in closed_slots(&self.closed).filter(|(s, _)| self.live(s.number, n)) {
+            lost += s.lost;
+            merge(&mut unpack(s.rtts));
         }
         if let Some(open) = self.open.as_ref().filter(|o| self.live(o.number, n)) {
             lost += u64::from(open.lost);
@@ -209,7 +231,7 @@ mod tests {
         let s = w.stats(t0 + Duration::from_secs(3600));
         assert_eq!((s.probes, s.lost), (1, 0));
         assert!((s.p50_us.unwrap() / 7.0 - 1.0).abs() < 0.045);
-        assert!(w.ring.is_empty());
+        assert!(w.closed.is_empty());
     }
 
     #[test]
@@ -229,8 +251,11 @@ mod tests {
         assert_eq!((closed.probes, closed.lost), (301, 1));
         assert_eq!((closed.p50_us, closed.p99_us), (open.p50_us, open.p99_us));
         // 54 buckets of about 6 RTTs: a byte each, and the first index.
-        assert_eq!(w.ring[0].rtts.iter().count(), 54);
-        assert_eq!(w.ring[0].rtts.bytes(), 55);
+        // 54 buckets of about 6 RTTs: a byte each, the first index's one,
+        // and the slot's number, lost count and length.
+        let (slot, end) = closed_slots(&w.closed).next().unwrap();
+        assert_eq!(unpack(slot.rtts).count(), 54);
+        assert_eq!((slot.rtts.len(), end), (55, 55 + 3));
         // A count past 16 bits widens the open slot, and reads back.
         let mut w = Window::new(t0, Duration::from_secs(10), 6);
         for _ in 0..70_000 {
