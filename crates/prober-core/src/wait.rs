@@ -379,6 +379,41 @@ impl std::fmt::Debug for Sleeper {
     }
 }
 
+/// A wait of a [`Sleeper`]. A wait on the shared timer (a daemon's
+/// targets) is held inline; any other is boxed, one allocation a wait. The
+/// wait lives in each target's task for all its life, and as an `async fn`
+/// holding every kind of wait it was 304 bytes of it (BENCHMARKS.md,
+/// "Memory at 10,000 targets, third pass").
+pub enum Wait<'a> {
+    /// All of it on the shared timer.
+    Shared(SharedSleep<'a>),
+    /// The tokio timer, a timerfd of its own, a spin, or some of each.
+    Other(std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'a>>),
+}
+
+impl std::fmt::Debug for Wait<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Shared(_) => "Wait::Shared",
+            Self::Other(_) => "Wait::Other",
+        })
+    }
+}
+
+impl Future for Wait<'_> {
+    type Output = ();
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        match self.get_mut() {
+            Self::Shared(s) => std::pin::Pin::new(s).poll(cx),
+            Self::Other(f) => f.as_mut().poll(cx),
+        }
+    }
+}
+
 impl Sleeper {
     /// A sleeper for `pacing`, for deadlines `interval` apart. With
     /// `precise`, waits end on a timerfd; without (or if no timerfd can be
@@ -416,7 +451,26 @@ impl Sleeper {
     }
 
     /// Waits until `deadline`. Returns at once if it has passed.
-    pub async fn wait_until(&mut self, deadline: Instant) {
+    pub fn wait_until(&mut self, deadline: Instant) -> Wait<'_> {
+        if self.pacing == Pacing::Timer && self.timer.is_none() {
+            self.wait_plain(deadline)
+        } else {
+            Wait::Other(Box::pin(self.wait_other(deadline)))
+        }
+    }
+
+    /// Timer pacing without a timerfd of its own: the shared timer's, or
+    /// else tokio's.
+    fn wait_plain(&self, deadline: Instant) -> Wait<'_> {
+        match &self.shared {
+            Some(shared) => Wait::Shared(shared.sleep_until(deadline)),
+            None => Wait::Other(Box::pin(tokio::time::sleep_until(deadline))),
+        }
+    }
+
+    /// [`Sleeper::wait_until`] where the wait is not all on the shared
+    /// timer.
+    async fn wait_other(&mut self, deadline: Instant) {
         match self.pacing {
             Pacing::Timer => self.sleep_until(deadline).await,
             Pacing::Spin => spin_until(deadline).await,

@@ -893,12 +893,14 @@ fn encode_known(
     }
 }
 
-/// A counter family per definition, with a series per item.
-fn encode_counter_defs<T>(w: &mut Writer, defs: &[CounterDef<T>], items: &[(&SeriesLabels, T)]) {
+/// A counter family per definition, with a series per target.
+fn encode_counter_defs(w: &mut Writer, defs: &[CounterDef<Tally>], series: &[Exported]) {
+    // Read from the snapshot in place: a copy of every target's tally for
+    // it was 1.4 MB a scrape at 10,000 targets.
     for (name, help, get) in defs {
         w.family(name, help, Kind::Counter);
-        for (labels, item) in items {
-            w.value(labels, None, Value::U64(get(item)));
+        for s in series {
+            w.value(&s.labels, None, Value::U64(get(&s.tally)));
         }
     }
 }
@@ -938,9 +940,7 @@ fn encode_counts(w: &mut Writer, series: &[Exported]) {
             |t| t.error,
         ),
     ];
-    let tallies: Vec<(&SeriesLabels, Tally)> =
-        series.iter().map(|s| (&*s.labels, s.tally)).collect();
-    encode_counter_defs(w, &counters, &tallies);
+    encode_counter_defs(w, &counters, series);
     w.family(
         "prober_probe_errors",
         "Failed probes by reason (refused, unreachable, reset, tls, protocol, timeout, local, status, content, too_large, truncated, other)",
