@@ -239,8 +239,13 @@ struct Exported {
     labels: Arc<SeriesLabels>,
     tally: Tally,
     anomalies: AnomalyReader,
-    /// Loss bursts that ended (copied from the core's sequence tracker).
-    bursts: LossBursts,
+    /// Scheduled time lost to loss bursts that ended, seconds (copied from
+    /// the core's sequence tracker).
+    outage_s: f64,
+    /// The bursts themselves, only where `prober_loss_burst_length` is
+    /// exported (off by default): 160 bytes a target, kept and copied at
+    /// every scrape, for a family nobody reads.
+    bursts: Option<Box<LossBursts>>,
     /// RFC 3550 jitter, ns; `None` before two consecutive answers.
     jitter: Option<f64>,
     /// Whether the last probe was answered; `None` before the first.
@@ -440,7 +445,8 @@ impl PrometheusSink {
                 labels: Arc::new(SeriesLabels::new(series_labels(info))),
                 tally: t.stats.tally,
                 anomalies: t.anomaly_reader(),
-                bursts: t.stats.seq.bursts,
+                outage_s: t.stats.seq.bursts.outage_s,
+                bursts: f.loss_burst.on().then(|| Box::new(t.stats.seq.bursts)),
                 jitter: None,
                 up: None,
                 split_missing: None,
@@ -562,7 +568,10 @@ impl Sink for PrometheusSink {
             m.tally = t.stats.tally;
             m.up = Some(matches!(s.outcome, Outcome::Ok(_)));
             let seq = &t.stats.seq;
-            m.bursts = seq.bursts;
+            m.outage_s = seq.bursts.outage_s;
+            if let Some(b) = &mut m.bursts {
+                **b = seq.bursts;
+            }
             if seq.ipdv.count > 0 {
                 m.jitter = Some(seq.ipdv.rfc3550);
             }
@@ -1062,7 +1071,7 @@ fn encode_bursts(w: &mut Writer, series: &[Exported]) {
     );
     let mut buckets = [(0.0, 0); BURST_BUCKETS];
     for s in series {
-        let b = &s.bursts;
+        let Some(b) = &s.bursts else { continue };
         // Bucket i holds bursts of 2^i to 2^(i+1) - 1 probes; the last is
         // open-ended (+Inf).
         for (i, slot) in buckets.iter_mut().enumerate() {
@@ -1085,7 +1094,7 @@ fn encode_outage_and_jitter(w: &mut Writer, series: &[Exported]) {
         Kind::Counter,
     );
     for s in series {
-        w.value(&s.labels, None, Value::F64(s.bursts.outage_s));
+        w.value(&s.labels, None, Value::F64(s.outage_s));
     }
     // What blackbox users alert on (`probe_success == 0`): a gauge, where
     // the counters need a rate over a window.
