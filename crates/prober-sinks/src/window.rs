@@ -4,8 +4,8 @@
 //! A window is a ring of slots (a minute: 6 of 10 s; an hour: 12 of 5 min).
 //! Each slot counts lost probes and keeps its RTTs as a histogram with
 //! Prometheus's schema-3 buckets (2^(1/8), 9 % wide): while it is open,
-//! dense 16-bit counts; once closed, packed ([`crate::dense::pack`]) with
-//! the window's other closed slots in one buffer, a byte or so a bucket, where a list of RTTs would cost 4 bytes per probe
+//! dense 16-bit counts; once closed, packed as varints with the window's
+//! other closed slots in one buffer, a byte or so a bucket, where a list of RTTs would cost 4 bytes per probe
 //! (14 kB per target-hour at 1 Hz). A quantile is read as the geometric
 //! middle of its bucket, so it is within 4.5 % of the true one.
 

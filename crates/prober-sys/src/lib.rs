@@ -50,8 +50,8 @@ pub fn host() -> (String, String) {
 /// `MALLOC_ARENA_MAX=1` does; call it before any thread starts. With an
 /// arena a thread, the daemon's probing thread and its HTTP side each kept
 /// the other's freed memory out of reach: at 10,000 targets its peak RSS
-/// was 10-16 MiB higher, and moved by as much from run to run, for no CPU
-/// saved (BENCHMARKS.md, "Memory at 10,000 targets, third pass"). Small
+/// was higher, and moved from run to run, for no CPU saved (BENCHMARKS.md,
+/// "Memory at 10,000 targets, third pass"). Small
 /// allocations still come from each thread's own cache (tcache) without
 /// the arena's lock. `false` where the allocator is not glibc's or it
 /// refused.
