@@ -46,45 +46,42 @@ pub fn set_filter(fd: BorrowedFd<'_>, keep: &[u8]) -> io::Result<()> {
 
 /// Classic BPF opcodes the filters below use.
 const LDX_B_MSH: u16 = 0xb1; // X = 4 * ([k] & 0xf): the IPv4 header length
+const LDX_IMM: u16 = 0x01; // X = k
 const LD_B_IND: u16 = 0x50; // A = [X + k] (byte)
 const LD_H_IND: u16 = 0x48; // A = [X + k] (half word)
-const LD_B_ABS: u16 = 0x30; // A = [k] (byte)
-const LD_H_ABS: u16 = 0x28; // A = [k] (half word)
 const JEQ: u16 = 0x15; // if A == k
 const RET: u16 = 0x06;
+
+/// X = where the packet's payload starts, so that one program serves both
+/// families: an IPv4 raw socket's filter sees the IP header first, an IPv6
+/// one the payload alone.
+fn payload_start(v6: bool) -> socket2::SockFilter {
+    if v6 {
+        socket2::SockFilter::new(LDX_IMM, 0, 0, 0)
+    } else {
+        socket2::SockFilter::new(LDX_B_MSH, 0, 0, 0)
+    }
+}
 
 /// A filter for a raw ICMP socket that keeps echo replies with identifier
 /// `ident` and every Destination Unreachable and Time Exceeded (whose
 /// quote the reader checks): the host's other echo replies (another
-/// prober's, ping's) never wake it. An IPv4 raw socket's filter sees the
-/// IP header first, an IPv6 one the ICMPv6 message.
+/// prober's, ping's) never wake it.
 pub fn echo_filter(v6: bool, ident: u16) -> Vec<socket2::SockFilter> {
     let ident = u32::from(ident);
+    let (echo_reply, unreachable, time_exceeded) = if v6 { (129, 1, 3) } else { (0, 3, 11) };
     let f = socket2::SockFilter::new;
-    if v6 {
-        vec![
-            f(LD_B_ABS, 0, 0, 0),
-            f(JEQ, 0, 2, 129), // echo reply?
-            f(LD_H_ABS, 0, 0, 4),
-            f(JEQ, 3, 2, ident),
-            f(JEQ, 2, 0, 1), // destination unreachable
-            f(JEQ, 1, 0, 3), // time exceeded
-            f(RET, 0, 0, 0),
-            f(RET, 0, 0, u32::MAX),
-        ]
-    } else {
-        vec![
-            f(LDX_B_MSH, 0, 0, 0),
-            f(LD_B_IND, 0, 0, 0),
-            f(JEQ, 0, 2, 0), // echo reply?
-            f(LD_H_IND, 0, 0, 4),
-            f(JEQ, 3, 2, ident),
-            f(JEQ, 2, 0, 3),  // destination unreachable
-            f(JEQ, 1, 0, 11), // time exceeded
-            f(RET, 0, 0, 0),
-            f(RET, 0, 0, u32::MAX),
-        ]
-    }
+    vec![
+        payload_start(v6),
+        f(LD_B_IND, 0, 0, 0), // the ICMP type
+        f(JEQ, 0, 2, echo_reply),
+        f(LD_H_IND, 0, 0, 4), // the echo identifier
+        f(JEQ, 3, 2, ident),
+        f(JEQ, 2, 0, unreachable),
+        f(JEQ, 1, 0, time_exceeded),
+        f(RET, 0, 0, 0),
+        f(RET, 0, 0, u32::MAX),
+    ]
 }
 
 /// A filter for a raw TCP socket that keeps only the segments to local
@@ -94,20 +91,11 @@ pub fn echo_filter(v6: bool, ident: u16) -> Vec<socket2::SockFilter> {
 pub fn tcp_port_filter(v6: bool, port: u16) -> Vec<socket2::SockFilter> {
     let port = u32::from(port);
     let f = socket2::SockFilter::new;
-    if v6 {
-        vec![
-            f(LD_H_ABS, 0, 0, 2), // destination port
-            f(JEQ, 0, 1, port),
-            f(RET, 0, 0, u32::MAX),
-            f(RET, 0, 0, 0),
-        ]
-    } else {
-        vec![
-            f(LDX_B_MSH, 0, 0, 0),
-            f(LD_H_IND, 0, 0, 2), // destination port
-            f(JEQ, 0, 1, port),
-            f(RET, 0, 0, u32::MAX),
-            f(RET, 0, 0, 0),
-        ]
-    }
+    vec![
+        payload_start(v6),
+        f(LD_H_IND, 0, 0, 2), // the destination port
+        f(JEQ, 0, 1, port),
+        f(RET, 0, 0, u32::MAX),
+        f(RET, 0, 0, 0),
+    ]
 }
