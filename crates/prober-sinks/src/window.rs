@@ -11,7 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use prost::encoding::{decode_varint, encode_varint};
+use prost::encoding::{decode_varint, encode_varint, encoded_len_varint};
 
 use crate::dense::{DenseBuckets, pack, unpack};
 
@@ -130,18 +130,25 @@ impl Window {
             ..Open::default()
         });
         if open.number < n {
+            // A new slot: the closed ones that have left the window go
+            // first, so that their room holds the one closing now.
+            let slots = self.slots as u64;
+            let gone = closed_slots(&self.closed)
+                .take_while(|(s, _)| s.number + slots <= n)
+                .last()
+                .map_or(0, |(_, end)| end);
+            self.closed.drain(..gone);
             // The open slot closes: packed, if it is still in the window.
-            if open.number + self.slots as u64 > n {
+            if open.number + slots > n {
                 let mut rtts = Vec::new();
                 pack(open.rtts.iter(), &mut rtts);
-                let mut head = Vec::with_capacity(16);
-                encode_varint(open.number, &mut head);
-                encode_varint(u64::from(open.lost), &mut head);
-                encode_varint(rtts.len() as u64, &mut head);
-                // Grown by what the slot needs: once the window is full,
-                // the room of the slots that left holds the new one.
-                self.closed.reserve_exact(head.len() + rtts.len());
-                self.closed.extend_from_slice(&head);
+                let head = [open.number, u64::from(open.lost), rtts.len() as u64];
+                // Grown by what the slot needs, no more.
+                let len: usize = head.iter().map(|v| encoded_len_varint(*v)).sum();
+                self.closed.reserve_exact(len + rtts.len());
+                for v in head {
+                    encode_varint(v, &mut self.closed);
+                }
                 self.closed.extend_from_slice(&rtts);
             }
             open.number = n;
@@ -152,12 +159,6 @@ impl Window {
             None => open.lost += 1,
             Some(us) => open.rtts.add(bucket(us)),
         }
-        let slots = self.slots as u64;
-        let gone = closed_slots(&self.closed)
-            .take_while(|(s, _)| s.number + slots <= n)
-            .last()
-            .map_or(0, |(_, end)| end);
-        self.closed.drain(..gone);
     }
 
     /// The probes in the window at `now`.
