@@ -335,9 +335,9 @@ pub(crate) async fn run(paths: Arc<Paths>, host: String, stop: CancellationToken
             // hop with one next hop seen, 20 with two.
             confidence: 0.999,
             // The branches, then each measured `trace_rounds` times (none
-            // by default; the config allows it only with trace_hops): a probe at every hop each round, 200 ms apart,
-            // so that a router's ICMP burst (Linux: 6) covers a few
-            // rounds.
+            // by default; the config allows it only with trace_hops): a
+            // probe at every hop each round, 200 ms apart, so that a
+            // router's ICMP burst (Linux: 6) covers a few rounds.
             count: t.rounds,
             interval: Duration::from_millis(200),
         };
