@@ -276,11 +276,17 @@ async fn open_loop<P: Probe>(
     let mut in_flight = FuturesUnordered::new();
     // Answered probes whose split comes later (`Probe::settle`): apart from
     // `in_flight`, so that they do not count against `max_in_flight` (the
-    // next probe may be what brings their stamp).
-    let mut settling = FuturesUnordered::new();
-    // Room for the one sample that usually waits here: an empty deque's
-    // first push reserves four (1.7 kB a target at 10,000 targets).
-    let mut finished = std::collections::VecDeque::with_capacity(1);
+    // next probe may be what brings their stamp). Made at the first such
+    // probe: most protocols never settle, and an empty set is two
+    // allocations a target (BENCHMARKS.md, "Memory at 10,000 targets,
+    // fourth pass").
+    let mut settling = None;
+    // Samples the collector had no room for yet, in order. A sample goes
+    // straight to the collector when none waits here and it has room (see
+    // `hand_over`), so this stays empty and unallocated: a sample is 456
+    // bytes, and room for one kept by every target was 4.5 MB at 10,000
+    // targets (BENCHMARKS.md, "Memory at 10,000 targets, fourth pass").
+    let mut finished = std::collections::VecDeque::new();
     let start = Instant::now() + phase;
     let end = cfg.duration.map(|d| start + d);
     let mut pacer = Pacer::new(start, cfg.interval);
@@ -312,13 +318,17 @@ async fn open_loop<P: Probe>(
                 () = &mut cancelled => break 'schedule,
                 Some(sample) = in_flight.next(), if !in_flight.is_empty() => {
                     if unsettled(&sample) {
-                        settling.push(Box::pin(settled(&**probe, sample)));
-                    } else {
-                        finished.push_back(sample);
+                        settling
+                            .get_or_insert_with(FuturesUnordered::new)
+                            .push(Box::pin(settled(&**probe, sample)));
+                    } else if hand_over(events, &mut finished, sample).is_err() {
+                        break 'schedule;
                     }
                 }
-                Some(sample) = settling.next(), if !settling.is_empty() => {
-                    finished.push_back(sample);
+                Some(sample) = next_of(&mut settling), if settling.as_ref().is_some_and(|s: &FuturesUnordered<_>| !s.is_empty()) => {
+                    if hand_over(events, &mut finished, sample).is_err() {
+                        break 'schedule;
+                    }
                 }
                 // Hand samples to the collector only as it has room, so a slow
                 // sink never stalls the schedule; they queue here meanwhile.
@@ -372,12 +382,14 @@ async fn open_loop<P: Probe>(
     Box::pin(async move {
         while let Some(sample) = in_flight.next().await {
             if unsettled(&sample) {
-                settling.push(Box::pin(settled(&**probe, sample)));
+                settling
+                    .get_or_insert_with(FuturesUnordered::new)
+                    .push(Box::pin(settled(&**probe, sample)));
             } else {
                 finished.push_back(sample);
             }
         }
-        while let Some(sample) = settling.next().await {
+        while let Some(sample) = next_of(&mut settling).await {
             finished.push_back(sample);
         }
         for sample in finished {
@@ -480,6 +492,37 @@ async fn closed_loop<P: Probe>(
         });
     }
     while lanes.join_next().await.is_some() {}
+}
+
+/// Gives `sample` to the collector now if none is queued in `finished`
+/// before it and the collector has room, else queues it there; `Err` when
+/// the collector has gone.
+fn hand_over(
+    events: &mpsc::Sender<Event>,
+    finished: &mut std::collections::VecDeque<Sample>,
+    sample: Sample,
+) -> Result<(), ()> {
+    if finished.is_empty() {
+        match events.try_reserve() {
+            Ok(permit) => permit.send(Event::Sample(sample)),
+            Err(mpsc::error::TrySendError::Full(())) => finished.push_back(sample),
+            Err(mpsc::error::TrySendError::Closed(())) => return Err(()),
+        }
+    } else {
+        finished.push_back(sample);
+    }
+    Ok(())
+}
+
+/// The next of `set`'s futures to finish; `None` at once when there is no
+/// set (or it is empty).
+fn next_of<F: Future>(
+    set: &mut Option<FuturesUnordered<F>>,
+) -> impl Future<Output = Option<F::Output>> + '_ {
+    std::future::poll_fn(move |cx| match set.as_mut() {
+        Some(set) => set.poll_next_unpin(cx),
+        None => std::task::Poll::Ready(None),
+    })
 }
 
 /// True when part of the sample's split comes after its reply.

@@ -162,7 +162,7 @@ fn nonzero<C: Count>(lo: i32, v: &[C]) -> impl Iterator<Item = (i32, u64)> + '_ 
 /// Appends bucket counts that no longer change to `out` in a few bytes:
 /// varints of the lowest index (zigzag), then for each bucket from it up
 /// either its count (`2c`) or a run of empty ones (`2(k - 1) + 1`). A count
-/// under 64 takes a byte, so an hour's 5-minute slot of RTTs at 1 Hz
+/// under 64 takes a byte, so an hour's 10-minute slot of RTTs at 1 Hz
 /// spread over five decades (133 buckets) takes about as many bytes, where
 /// 16-bit dense counts took twice that. [`unpack`] reads them back.
 pub(crate) fn pack(counts: impl Iterator<Item = (i32, u64)>, out: &mut Vec<u8>) {

@@ -290,7 +290,7 @@ struct Series {
     recent: std::collections::VecDeque<f32>,
     /// The last error, and how many probes ago.
     last_error: Option<String>,
-    /// The last minute (6 slots of 10 s) and hour (12 of 5 min), for the
+    /// The last minute (6 slots of 10 s) and hour (6 of 10 min), for the
     /// status page.
     minute: Window,
     hour: Window,
@@ -315,7 +315,7 @@ pub struct StatusRow {
     /// The last [`RECENT`] probes, oldest first: RTT in µs, or `None` if
     /// lost (for a sparkline and the last result).
     pub recent_rtts: Vec<Option<f32>>,
-    /// The last minute and the last hour (whole slots: 10 s and 5 min).
+    /// The last minute and the last hour (whole slots: 10 s and 10 min).
     pub minute: WindowStats,
     /// See `minute`.
     pub hour: WindowStats,
@@ -463,7 +463,12 @@ impl PrometheusSink {
             recent: std::collections::VecDeque::with_capacity(RECENT),
             last_error: None,
             minute: Window::new(origin, Duration::from_secs(10), 6),
-            hour: Window::new(origin, Duration::from_secs(300), 12),
+            // Six slots of 10 minutes, not twelve of 5: a closed slot packs
+            // to about as many bytes whatever its length, so this halves
+            // what an hour of a wide spread of RTTs holds (BENCHMARKS.md,
+            // "Memory at 10,000 targets, fourth pass"), for an hour that
+            // slides by 10 minutes.
+            hour: Window::new(origin, Duration::from_secs(600), 6),
             last_parts: [None; 7],
         };
         state.series.insert(info.id, Box::new(series));

@@ -1,7 +1,7 @@
 //! Loss and RTT quantiles over a sliding window of time (the status page's
 //! "last minute" and "last hour"), small enough for 10,000 targets.
 //!
-//! A window is a ring of slots (a minute: 6 of 10 s; an hour: 12 of 5 min).
+//! A window is a ring of slots (a minute: 6 of 10 s; an hour: 6 of 10 min).
 //! Each slot counts lost probes and keeps its RTTs as a histogram with
 //! Prometheus's schema-3 buckets (2^(1/8), 9 % wide): while it is open,
 //! dense 16-bit counts; once closed, packed as varints with the window's
@@ -42,7 +42,7 @@ fn closed_slots(bytes: &[u8]) -> impl Iterator<Item = (Closed<'_>, usize)> + '_ 
 }
 
 /// The slot probes are counted in now: its RTTs dense, in 16 bits while
-/// every count fits (a 5-minute slot below 218 probes a second to one
+/// every count fits (a 10-minute slot below 109 probes a second to one
 /// bucket), else 32.
 #[derive(Debug, Clone, Default)]
 struct Open {
