@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use futures_util::FutureExt as _;
 use futures_util::StreamExt as _;
+use futures_util::future::OptionFuture;
 use futures_util::stream::FuturesUnordered;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -332,7 +333,9 @@ async fn open_loop<P: Probe>(
                 }
                 // Hand samples to the collector only as it has room, so a slow
                 // sink never stalls the schedule; they queue here meanwhile.
-                permit = events.reserve(), if !finished.is_empty() => match permit {
+                // Boxed, and made only while samples wait: inline, the wait
+                // for room was carried by every target's task for life.
+                Some(permit) = OptionFuture::from((!finished.is_empty()).then(|| Box::pin(events.reserve()))) => match permit {
                     Ok(permit) => {
                         if let Some(sample) = finished.pop_front() {
                             permit.send(Event::Sample(sample));
