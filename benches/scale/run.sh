@@ -48,9 +48,26 @@ PROBER=${PROBER:-target/release/prober}
 [ -x "$PROBER" ] || cargo build --release -p prober-cli
 work=$(mktemp -d /tmp/prober-scale.XXXXXX)
 pid= cg=
+# What is left in the daemon's cgroup once it was stopped: the daemon
+# itself where PROBER is a wrapper (heaptrack, perf) that went first. Asked
+# to stop, then killed after 5 s, so that no daemon outlives the run and
+# runs beside the next one.
+stop_cgroup() {
+  [ -n "$cg" ] || return 0
+  local left i
+  for i in $(seq 50); do
+    left=$(cat "$cg/cgroup.procs" 2>/dev/null || true)
+    [ -z "$left" ] && return 0
+    [ "$i" = 1 ] && kill -TERM $left 2>/dev/null
+    sleep 0.1
+  done
+  echo 1 > "$cg/cgroup.kill" 2>/dev/null || kill -KILL $left 2>/dev/null || true
+  sleep 0.2
+}
 cleanup() {
   # The daemon and its cgroup go too when the script stops early.
   if [ -n "$pid" ]; then kill -TERM "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true; fi
+  stop_cgroup
   if [ -n "$cg" ]; then rmdir "$cg" 2>/dev/null || true; fi
   # KEEP=1: the run's files (config, probe lines, scrapes) stay for a look.
   if [ -n "${KEEP:-}" ]; then echo "kept               $work"; else rm -rf "$work"; fi
@@ -200,6 +217,7 @@ echo "text scrape        ${text_s} s, $(stat -c %s "$work/text.out") bytes, $ser
 kill -TERM "$pid"
 wait "$pid" || true
 pid=
+stop_cgroup
 if [ -n "$cg" ]; then
   awk -v u0="$u0" -v u1="$u1" -v s0="$s0" -v s1="$s1" 'BEGIN {
     printf "cpu (cgroup)       %.4f cores (every ns the daemon ran; the line below is sampled on ticks)\n", (u1 - u0) / 1e6 / (s1 - s0) }'
