@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use prober_core::{
@@ -482,11 +482,40 @@ impl Conn {
 }
 
 /// `grpc://host:port` (and `grpcs://`): unary `Ping` on one HTTP/2 channel
-/// per target, reused for every probe.
+/// per target, reused for every probe, and a second once probes overlap.
+///
+/// HTTP/2 multiplexes calls, so a call that begins while another (or an
+/// ask for a send part) is open on the connection gets no kernel stamps:
+/// on a loaded host, where a round trip can outlast the interval, whole
+/// runs of probes lost their split that way (benches/stamps/under_load.sh).
+/// Once two probes have been under way at once, a spare connection is
+/// opened after a reply, off any probe's clock, and a probe that finds the
+/// first busy and the spare idle goes on the spare, as an HTTP/1 client
+/// takes another kept connection.
 #[derive(Debug)]
 pub struct GrpcProbe {
     conn: Conn,
+    /// The second connection, made once probes overlapped.
+    spare: std::sync::OnceLock<Box<Conn>>,
+    /// Probes under way now, and the most seen at once.
+    in_flight: Arc<AtomicU32>,
+    peak: AtomicU32,
+    /// Probes sent on the spare whose send part may still come: settled
+    /// there, since a responder keeps send parts by connection.
+    on_spare: std::sync::Mutex<std::collections::VecDeque<u64>>,
     payload: Vec<u8>,
+}
+
+/// Seqs remembered as sent on the spare: more than can be settling at once.
+const ON_SPARE: usize = 64;
+
+/// Counts a probe under way until dropped.
+struct InFlight(Arc<AtomicU32>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl GrpcProbe {
@@ -495,8 +524,39 @@ impl GrpcProbe {
         let payload = vec![0u8; cfg.size];
         Self {
             conn: Conn::new(cfg, true),
+            spare: std::sync::OnceLock::new(),
+            in_flight: Arc::default(),
+            peak: AtomicU32::new(0),
+            on_spare: std::sync::Mutex::default(),
             payload,
         }
+    }
+
+    /// The spare and its channel, when it is connected (never waits: a
+    /// probe does not connect it on its own clock).
+    fn spare_channel(&self) -> Option<(&Conn, Channel)> {
+        let spare = self.spare.get()?;
+        let channel = spare.state.try_lock().ok()?.channel.clone()?;
+        Some((spare, channel))
+    }
+
+    /// Once probes have overlapped, connects the spare (or reconnects it
+    /// after a failure), after a reply and not on any probe's clock.
+    async fn keep_spare(&self) {
+        if self.peak.load(Ordering::Relaxed) < 2 {
+            return;
+        }
+        let spare = self
+            .spare
+            .get_or_init(|| Box::new(Conn::new(self.conn.cfg.clone(), true)));
+        // A failure waits out its backoff; the next reply tries again.
+        let _ = spare.channel().await;
+    }
+
+    fn spare_seqs(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<u64>> {
+        self.on_spare
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -504,24 +564,36 @@ impl Probe for GrpcProbe {
     async fn probe_at(&self, seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
         // The runner's timeout counts from about now.
         let limit = Instant::now() + self.conn.cfg.timeout.saturating_sub(FOLLOW_UP_MARGIN);
-        let mut client = EchoClient::new(self.conn.channel().await?);
+        let first = self.conn.channel().await?;
+        let spare = self.spare_channel();
         let req = self.conn.request(self.conn.ping(seq, &self.payload));
+        let now = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        let _in_flight = InFlight(Arc::clone(&self.in_flight));
+        self.peak.fetch_max(now, Ordering::Relaxed);
         self.conn.settle_runtime().await;
         gate.pass().await;
-        let interleave = self.conn.interleave();
+        // The first connection unless a call is open on it and the spare
+        // has none.
+        let (conn, channel) = match spare {
+            Some((s, ch)) if !self.conn.stamps.idle() && s.stamps.idle() => (s, ch),
+            _ => (&self.conn, first),
+        };
+        let on_spare = !std::ptr::eq(conn, &self.conn);
+        let mut client = EchoClient::new(channel);
+        let interleave = conn.interleave();
         let sent = Instant::now();
         let t1 = unix_now_ns();
-        let window = self.conn.stamps.begin();
+        let window = conn.stamps.begin();
         let res = client.ping(req).await;
         let received = Instant::now();
         let t4 = unix_now_ns();
         match res {
             Ok(resp) => {
                 let window = window.end();
-                self.conn.stamps.record_rtt(received - sent);
-                self.conn.replied(sent, received);
+                conn.stamps.record_rtt(received - sent);
+                conn.replied(sent, received);
                 let r = resp.into_inner();
-                Conn::file_prev(&self.conn.follow, &r);
+                Conn::file_prev(&conn.follow, &r);
                 if r.seq != seq {
                     return Err(ProbeError::protocol(format!(
                         "reply for seq {} to request {seq}",
@@ -535,9 +607,18 @@ impl Probe for GrpcProbe {
                     responder_times(&r),
                     r.payload.len(),
                 );
-                Ok(self.conn.complete(seq, reply, interleave, limit).await)
+                let reply = conn.complete(seq, reply, interleave, limit).await;
+                if on_spare && reply.stamps.responder.is_some_and(|r| r.send_later) {
+                    let mut seqs = self.spare_seqs();
+                    if seqs.len() == ON_SPARE {
+                        seqs.pop_front();
+                    }
+                    seqs.push_back(seq);
+                }
+                self.keep_spare().await;
+                Ok(reply)
             }
-            Err(status) => Err(self.conn.status_error(&status).await),
+            Err(status) => Err(conn.status_error(&status).await),
         }
     }
 
@@ -546,11 +627,33 @@ impl Probe for GrpcProbe {
     }
 
     async fn settle(&self, seq: u64, reply: Reply) -> Reply {
-        self.conn.settle(seq, reply).await
+        let on_spare = {
+            let mut seqs = self.spare_seqs();
+            seqs.iter()
+                .position(|s| *s == seq)
+                .and_then(|at| seqs.remove(at))
+                .is_some()
+        };
+        match self.spare.get() {
+            Some(spare) if on_spare => spare.settle(seq, reply).await,
+            _ => self.conn.settle(seq, reply).await,
+        }
     }
 
     fn anomalies(&self) -> Anomalies {
-        self.conn.anomalies()
+        let mut a = self.conn.anomalies();
+        if let Some(spare) = self.spare.get() {
+            let b = spare.anomalies();
+            a.reconnects += b.reconnects;
+            a.spin = match (a.spin, b.spin) {
+                (Some(mut x), Some(y)) => {
+                    x += y;
+                    Some(x)
+                }
+                (x, y) => x.or(y),
+            };
+        }
+        a
     }
 }
 

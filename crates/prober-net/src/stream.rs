@@ -266,6 +266,12 @@ impl ChannelStamps {
         }
     }
 
+    /// No probe's window and no ask is open on the connection: a probe
+    /// that begins now has it to itself.
+    pub fn idle(&self) -> bool {
+        self.lock().open == 0
+    }
+
     /// What adaptive receive spent, if it is on.
     pub fn spin_count(&self) -> Option<SpinCount> {
         self.spin.as_ref().map(|_| self.lock().spun)

@@ -499,6 +499,74 @@ fn tcp_through_the_relay_delay_stall_and_closed_connections() {
     assert!(n(&s["ok"]) >= 190, "{s}");
 }
 
+/// gRPC through the TCP relay with a 3 ms reply delay (RTTs of 5 to 6 ms
+/// in a debug build), probed every 4 ms: each probe is still under way
+/// when the next goes out. On one HTTP/2
+/// connection neither would have stamps of its own; the second connection
+/// kept once probes overlap carries the next, and a probe that shared its
+/// time with one other probe at most has its six parts. (Three at once,
+/// from a loaded machine's longer RTTs, rightly spoil one another: those
+/// are not judged.)
+#[test]
+fn grpc_probes_that_overlap_in_pairs_keep_their_split() {
+    use crate::relay::{TcpImpair, TcpRelay};
+    use std::time::Duration;
+    let _machine = crate::support::times_things();
+    let server = Server::start(&[]);
+    let relay = TcpRelay::start(
+        &server.grpc,
+        TcpImpair {
+            delay: Duration::from_millis(3),
+            ..TcpImpair::default()
+        },
+    );
+    let target = format!("grpc://{}", relay.addr);
+    let (code, lines, err) = run_json(&["run", "-o", "json", "-c", "200", "-i", "4ms", &target]);
+    assert_eq!(code, Some(0), "{err}");
+    let probes = of_type(&lines, "probe");
+    let six = prober_core::Parts::NAMES.map(|n| format!("{n}_ns"));
+    let has_six = |p: &serde_json::Value| six.iter().all(|k| p["parts"][k].is_u64());
+    let spans = crate::support::Exchanges::of(&probes);
+    let all = spans.all();
+    let overlaps = |a: &(u64, u64, u64), b: &(u64, u64, u64)| a.1 < b.2 && b.1 < a.2;
+    let (mut paired, mut judged, mut full) = (0, 0, 0);
+    let mut partial = Vec::new();
+    for p in &probes {
+        let seq = p["seq"].as_u64().unwrap();
+        let me = all.iter().find(|e| e.0 == seq).unwrap();
+        let others: Vec<_> = all
+            .iter()
+            .filter(|e| e.0 != seq && overlaps(e, me))
+            .collect();
+        // Never more than one other under way beside it.
+        let pairs_only = others
+            .iter()
+            .enumerate()
+            .all(|(i, a)| others[i + 1..].iter().all(|b| !overlaps(a, b)));
+        if !pairs_only {
+            continue;
+        }
+        judged += 1;
+        paired += usize::from(!others.is_empty());
+        if has_six(p) {
+            full += 1;
+        } else {
+            partial.push(format!(
+                "{seq} {} {} {}",
+                p["rtt_ns"], p["split_missing"], p["parts"]
+            ));
+        }
+    }
+    assert!(
+        paired >= 50,
+        "the probes overlap (the relay's 3 ms and the rest of the round trip against 4 ms apart): {paired} of {judged}"
+    );
+    assert!(
+        judged >= 100 && full * 10 >= judged * 9,
+        "{full} of {judged} probes with one other under way at most have six parts; the others: {partial:#?}"
+    );
+}
+
 /// gRPC through the TCP relay with a 4 ms reply delay (RTTs of about 5
 /// ms), probed every 7 ms: an ask for the send part right after each reply
 /// would still be open when the next probe starts, and spoil its stamps.
