@@ -615,7 +615,9 @@ impl Probe for GrpcProbe {
                     }
                     seqs.push_back(seq);
                 }
-                self.keep_spare().await;
+                // Within the probe's time: an answered probe must not
+                // become a timeout while the spare connects.
+                let _ = tokio::time::timeout_at(limit, self.keep_spare()).await;
                 Ok(reply)
             }
             Err(status) => Err(conn.status_error(&status).await),

@@ -466,8 +466,14 @@ impl HumanSink {
         }
         self.write_table(&rows)?;
         // ping's own number differs from the table's RTT: say so once, under
-        // the table, where a ping user compares them.
-        if let Some(p) = summaries.iter().find_map(|s| s.ping_rtt.as_ref()) {
+        // the table, where a ping user compares them. Only for ICMP targets:
+        // other protocols have a ping RTT too (to their reply's kernel
+        // stamp), but no ping to compare with.
+        if let Some(p) = summaries
+            .iter()
+            .filter(|s| s.protocol == "icmp")
+            .find_map(|s| s.ping_rtt.as_ref())
+        {
             writeln!(
                 self.out,
                 "ICMP rtt runs to the user receive, as every protocol's; ping prints less, to the kernel's receive stamp: p50 {} here (ping rtt above, or --fields ping.p50)",

@@ -499,9 +499,9 @@ fn tcp_through_the_relay_delay_stall_and_closed_connections() {
     assert!(n(&s["ok"]) >= 190, "{s}");
 }
 
-/// gRPC through the TCP relay with a 3 ms reply delay (RTTs of 5 to 6 ms
-/// in a debug build), probed every 4 ms: each probe is still under way
-/// when the next goes out. On one HTTP/2
+/// gRPC through the TCP relay with a 4 ms reply delay, probed every 3 ms:
+/// each probe is still under way when the next goes out, and three are
+/// under way at once only where a round trip passes 6 ms. On one HTTP/2
 /// connection neither would have stamps of its own; the second connection
 /// kept once probes overlap carries the next, and a probe that shared its
 /// time with one other probe at most has its six parts. (Three at once,
@@ -516,12 +516,12 @@ fn grpc_probes_that_overlap_in_pairs_keep_their_split() {
     let relay = TcpRelay::start(
         &server.grpc,
         TcpImpair {
-            delay: Duration::from_millis(3),
+            delay: Duration::from_millis(4),
             ..TcpImpair::default()
         },
     );
     let target = format!("grpc://{}", relay.addr);
-    let (code, lines, err) = run_json(&["run", "-o", "json", "-c", "200", "-i", "4ms", &target]);
+    let (code, lines, err) = run_json(&["run", "-o", "json", "-c", "200", "-i", "3ms", &target]);
     assert_eq!(code, Some(0), "{err}");
     let probes = of_type(&lines, "probe");
     let six = prober_core::Parts::NAMES.map(|n| format!("{n}_ns"));
@@ -559,7 +559,7 @@ fn grpc_probes_that_overlap_in_pairs_keep_their_split() {
     }
     assert!(
         paired >= 50,
-        "the probes overlap (the relay's 3 ms and the rest of the round trip against 4 ms apart): {paired} of {judged}"
+        "the probes overlap (the relay's 4 ms against 3 ms apart): {paired} of {judged}"
     );
     assert!(
         judged >= 100 && full * 10 >= judged * 9,
