@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use prober_core::{
@@ -488,8 +488,8 @@ impl Conn {
 /// ask for a send part) is open on the connection gets no kernel stamps:
 /// on a loaded host, where a round trip can outlast the interval, whole
 /// runs of probes lost their split that way (benches/stamps/under_load.sh).
-/// Once two probes have been under way at once, a spare connection is
-/// opened after a reply, off any probe's clock, and a probe that finds the
+/// Once a probe found a call open on the first connection, a spare
+/// connection is opened after a reply, off any probe's clock, and a probe that finds the
 /// first busy and the spare idle goes on the spare, as an HTTP/1 client
 /// takes another kept connection.
 #[derive(Debug)]
@@ -497,9 +497,8 @@ pub struct GrpcProbe {
     conn: Conn,
     /// The second connection, made once probes overlapped.
     spare: std::sync::OnceLock<Box<Conn>>,
-    /// Probes under way now, and the most seen at once.
-    in_flight: Arc<AtomicU32>,
-    peak: AtomicU32,
+    /// A probe found a call open on the first connection.
+    overlapped: AtomicBool,
     /// Probes sent on the spare whose send part may still come: settled
     /// there, since a responder keeps send parts by connection.
     on_spare: std::sync::Mutex<std::collections::VecDeque<u64>>,
@@ -509,15 +508,6 @@ pub struct GrpcProbe {
 /// Seqs remembered as sent on the spare: more than can be settling at once.
 const ON_SPARE: usize = 64;
 
-/// Counts a probe under way until dropped.
-struct InFlight(Arc<AtomicU32>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 impl GrpcProbe {
     /// A probe for `cfg`; connects on [`Probe::prepare`] or the first probe.
     pub fn new(cfg: ClientConfig) -> Self {
@@ -525,8 +515,7 @@ impl GrpcProbe {
         Self {
             conn: Conn::new(cfg, true),
             spare: std::sync::OnceLock::new(),
-            in_flight: Arc::default(),
-            peak: AtomicU32::new(0),
+            overlapped: AtomicBool::new(false),
             on_spare: std::sync::Mutex::default(),
             payload,
         }
@@ -540,10 +529,10 @@ impl GrpcProbe {
         Some((spare, channel))
     }
 
-    /// Once probes have overlapped, connects the spare (or reconnects it
+    /// Once a probe found the first connection busy, connects the spare (or reconnects it
     /// after a failure), after a reply and not on any probe's clock.
     async fn keep_spare(&self) {
-        if self.peak.load(Ordering::Relaxed) < 2 {
+        if !self.overlapped.load(Ordering::Relaxed) {
             return;
         }
         let spare = self
@@ -567,15 +556,16 @@ impl Probe for GrpcProbe {
         let first = self.conn.channel().await?;
         let spare = self.spare_channel();
         let req = self.conn.request(self.conn.ping(seq, &self.payload));
-        let now = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
-        let _in_flight = InFlight(Arc::clone(&self.in_flight));
-        self.peak.fetch_max(now, Ordering::Relaxed);
         self.conn.settle_runtime().await;
         gate.pass().await;
         // The first connection unless a call is open on it and the spare
         // has none.
+        let busy = !self.conn.stamps.idle();
+        if busy {
+            self.overlapped.store(true, Ordering::Relaxed);
+        }
         let (conn, channel) = match spare {
-            Some((s, ch)) if !self.conn.stamps.idle() && s.stamps.idle() => (s, ch),
+            Some((s, ch)) if busy && s.stamps.idle() => (s, ch),
             _ => (&self.conn, first),
         };
         let on_spare = !std::ptr::eq(conn, &self.conn);

@@ -499,6 +499,29 @@ fn tcp_through_the_relay_delay_stall_and_closed_connections() {
     assert!(n(&s["ok"]) >= 190, "{s}");
 }
 
+/// `prober run -o json -c 200 -i INTERVAL` of a gRPC target behind the
+/// TCP relay holding every reply 4 ms: its JSON lines.
+fn grpc_through_a_4ms_relay(interval: &str) -> Vec<serde_json::Value> {
+    use crate::relay::{TcpImpair, TcpRelay};
+    let server = Server::start(&[]);
+    let relay = TcpRelay::start(
+        &server.grpc,
+        TcpImpair {
+            delay: std::time::Duration::from_millis(4),
+            ..TcpImpair::default()
+        },
+    );
+    let target = format!("grpc://{}", relay.addr);
+    crate::support::run_json_ok(&["run", "-o", "json", "-c", "200", "-i", interval, &target])
+}
+
+/// Whether a probe line has all six parts of its split.
+fn has_six(p: &serde_json::Value) -> bool {
+    prober_core::Parts::NAMES
+        .iter()
+        .all(|n| p["parts"][format!("{n}_ns")].is_u64())
+}
+
 /// gRPC through the TCP relay with a 4 ms reply delay, probed every 3 ms:
 /// each probe is still under way when the next goes out, and three are
 /// under way at once only where a round trip passes 6 ms. On one HTTP/2
@@ -509,23 +532,9 @@ fn tcp_through_the_relay_delay_stall_and_closed_connections() {
 /// are not judged.)
 #[test]
 fn grpc_probes_that_overlap_in_pairs_keep_their_split() {
-    use crate::relay::{TcpImpair, TcpRelay};
-    use std::time::Duration;
     let _machine = crate::support::times_things();
-    let server = Server::start(&[]);
-    let relay = TcpRelay::start(
-        &server.grpc,
-        TcpImpair {
-            delay: Duration::from_millis(4),
-            ..TcpImpair::default()
-        },
-    );
-    let target = format!("grpc://{}", relay.addr);
-    let (code, lines, err) = run_json(&["run", "-o", "json", "-c", "200", "-i", "3ms", &target]);
-    assert_eq!(code, Some(0), "{err}");
+    let lines = grpc_through_a_4ms_relay("3ms");
     let probes = of_type(&lines, "probe");
-    let six = prober_core::Parts::NAMES.map(|n| format!("{n}_ns"));
-    let has_six = |p: &serde_json::Value| six.iter().all(|k| p["parts"][k].is_u64());
     let spans = crate::support::Exchanges::of(&probes);
     let all = spans.all();
     let overlaps = |a: &(u64, u64, u64), b: &(u64, u64, u64)| a.1 < b.2 && b.1 < a.2;
@@ -577,25 +586,11 @@ fn grpc_probes_that_overlap_in_pairs_keep_their_split() {
 /// themselves.)
 #[test]
 fn grpc_through_a_slow_path_keeps_its_split() {
-    use crate::relay::{TcpImpair, TcpRelay};
-    use std::time::Duration;
     let _machine = crate::support::times_things();
-    let server = Server::start(&[]);
-    let relay = TcpRelay::start(
-        &server.grpc,
-        TcpImpair {
-            delay: Duration::from_millis(4),
-            ..TcpImpair::default()
-        },
-    );
-    let target = format!("grpc://{}", relay.addr);
     // 200 probes: on a slow, loaded VM only about a quarter had the
     // connection to themselves (23 of 100 once), too few to judge by.
-    let (code, lines, err) = run_json(&["run", "-o", "json", "-c", "200", "-i", "7ms", &target]);
-    assert_eq!(code, Some(0), "{err}");
+    let lines = grpc_through_a_4ms_relay("7ms");
     let probes = of_type(&lines, "probe");
-    let six = prober_core::Parts::NAMES.map(|n| format!("{n}_ns"));
-    let has_six = |p: &serde_json::Value| six.iter().all(|k| p["parts"][k].is_u64());
     // Probes that had the connection to themselves: answered before the
     // next one went out, after the one before was answered. On a loaded
     // machine the relay's RTTs reach 11 ms, and probes that overlap rightly
