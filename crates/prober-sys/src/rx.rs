@@ -414,12 +414,20 @@ impl KeyedTxStamps {
 
     /// Reads the error queue without blocking and files each stamp under
     /// its probe's seq.
+    ///
+    /// The lock is held from the first read of the queue to the last
+    /// filing: a reader thread draining beside a probe that found its stamp
+    /// missing may have taken the stamp off the queue and not filed it yet,
+    /// and the probe's own drain would then find the queue empty and its
+    /// stamp nowhere (two busy-polled TCP probes in 100 lost their client
+    /// send part so in a CI run). Held, the probe's drain waits until the
+    /// stamp is filed.
     pub fn drain(&self, fd: BorrowedFd<'_>) {
+        let mut keys = self
+            .keys
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         drain_tx_stamps_id(fd, 64, |key, stamp| {
-            let mut keys = self
-                .keys
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
             if let Some(at) = keys.iter().position(|k| k.0 == key)
                 && let Some((_, seq)) = keys.remove(at)
             {
@@ -534,6 +542,57 @@ mod tests {
         } else {
             assert_eq!(kinds, [true]);
         }
+    }
+
+    /// A probe that finds its transmit stamp missing and drains the queue
+    /// itself finds it, even while a reader thread drains the same queue
+    /// without pause (as the busy-poll reader does): a stamp the reader
+    /// took off the queue is filed before the probe's drain returns.
+    #[test]
+    fn a_stamp_drained_by_another_thread_is_never_lost() {
+        use std::net::{TcpListener, TcpStream};
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut server, _) = listener.accept().unwrap();
+        client.set_nodelay(true).unwrap();
+        client.set_nonblocking(true).unwrap();
+        enable_tx_timestamps_id(client.as_fd()).unwrap();
+        let stamps = std::sync::Arc::new(KeyedTxStamps::default());
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let reader = {
+            let (stamps, stop) = (stamps.clone(), stop.clone());
+            let fd = client.try_clone().unwrap();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    stamps.drain(fd.as_fd());
+                }
+            })
+        };
+        // Bounded: 20,000 one-byte writes, or 10 s.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let (mut lost, mut sent) = (0u32, 0u32);
+        let mut sink = [0u8; 1];
+        for seq in 0..20_000u64 {
+            if std::time::Instant::now() > deadline {
+                break;
+            }
+            stamps.expect(sent, seq);
+            client.write_all(b"x").unwrap();
+            sent += 1;
+            // As a probe takes its stamp once the reply is in: the byte
+            // has arrived, so it was sent and its stamp raised.
+            std::io::Read::read_exact(&mut server, &mut sink).unwrap();
+            let found = stamps.take(seq).or_else(|| {
+                stamps.drain(client.as_fd());
+                stamps.take(seq)
+            });
+            lost += u32::from(found.is_none());
+        }
+        stop.store(true, Ordering::Relaxed);
+        reader.join().unwrap();
+        assert!(sent > 1000, "only {sent} writes in 10 s");
+        assert_eq!(lost, 0, "{lost} of {sent} stamps lost");
     }
 
     #[test]
