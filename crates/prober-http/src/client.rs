@@ -855,7 +855,10 @@ impl Probe for HttpProbe {
                 handshake: None,
             };
             if keep {
-                self.keep_spare().await;
+                // Within the probe's time: an answered probe must not
+                // become a timeout while the spare connects (a server slow
+                // to accept, or one that stopped answering SYNs).
+                let _ = tokio::time::timeout_at(limit, self.keep_spare()).await;
             }
             return Ok(Reply {
                 sent,
