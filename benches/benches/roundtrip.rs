@@ -45,6 +45,7 @@ fn roundtrips(c: &mut Criterion) {
         size: 64,
         tx_stamps: true,
         receive: prober_core::spin::Receive::Event,
+        spare: true,
     };
     let unary = GrpcProbe::new(grpc_cfg.clone());
     rt.block_on(unary.prepare()).expect("grpc channel");

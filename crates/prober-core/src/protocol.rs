@@ -198,6 +198,11 @@ pub use crate::shared::Shared;
 pub struct BuildEnv {
     /// `--busy-poll`.
     pub busy_poll: bool,
+    /// `-b` above 1: the run overlaps probes on purpose, pipelined on one
+    /// connection as netperf's `-b` does, so a protocol that keeps a second
+    /// connection for probes that overlap by accident (TCP, gRPC) keeps
+    /// none.
+    pub pipelined: bool,
     /// `--receive`: how probes that support it wait for replies (UDP, ICMP, TCP, gRPC).
     pub receive: crate::spin::Receive,
     /// `--ttl`.

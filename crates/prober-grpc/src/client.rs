@@ -62,6 +62,9 @@ pub struct ClientConfig {
     /// `adaptive`, its reads spin while a probe waits for its response
     /// (see [`prober_net::stream`]).
     pub receive: prober_core::spin::Receive,
+    /// Keep a second connection once probes overlap (see [`GrpcProbe`]);
+    /// off where they overlap on purpose (`-b`).
+    pub spare: bool,
 }
 
 #[derive(Debug)]
@@ -491,7 +494,8 @@ impl Conn {
 /// Once a probe found a call open on the first connection, a spare
 /// connection is opened after a reply, off any probe's clock, and a probe that finds the
 /// first busy and the spare idle goes on the spare, as an HTTP/1 client
-/// takes another kept connection.
+/// takes another kept connection. Not with `-b` above 1
+/// ([`ClientConfig::spare`]), where the run overlaps calls on purpose.
 #[derive(Debug)]
 pub struct GrpcProbe {
     conn: Conn,
@@ -532,7 +536,7 @@ impl GrpcProbe {
     /// Once a probe found the first connection busy, connects the spare (or reconnects it
     /// after a failure), after a reply and not on any probe's clock.
     async fn keep_spare(&self) {
-        if !self.overlapped.load(Ordering::Relaxed) {
+        if !self.conn.cfg.spare || !self.overlapped.load(Ordering::Relaxed) {
             return;
         }
         let spare = self

@@ -43,6 +43,7 @@ fn config(spec: &ProbeSpec<'_>, env: &BuildEnv) -> Result<ClientConfig, BuildErr
         size: spec.size,
         tx_stamps: env.tx_stamps,
         receive: env.receive.clone(),
+        spare: !env.pipelined,
     })
 }
 

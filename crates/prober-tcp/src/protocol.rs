@@ -18,6 +18,7 @@ fn build_tcp<'a>(spec: ProbeSpec<'a>, env: &'a BuildEnv) -> BuildFuture<'a> {
     Box::pin(async move {
         Ok(runnable(
             TcpProbe::with_busy_poll(spec.addr, spec.size, env.busy_poll)
+                .with_spare(!env.pipelined)
                 .with_stamps(env.tx_stamps, spec.timeout)
                 .with_marks(env.marks.clone())
                 .with_receive(&env.receive),

@@ -5,9 +5,10 @@ use std::io;
 use std::net::SocketAddr;
 
 use prober_core::protocol::Marks;
+use std::collections::VecDeque;
 use std::os::fd::AsFd;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use prober_core::clock::unix_now_ns;
@@ -30,14 +31,27 @@ use prober_sys::syntap::Handshake;
 
 use crate::wire::{self, HEADER_LEN, Header, Kind, MAX_TCP_FRAME};
 
+/// Seqs remembered as sent on the spare: more than can be settling at once.
+const ON_SPARE: usize = 64;
+
 /// `tcp://host:port`: request/response over one persistent connection with
-/// TCP_NODELAY, like netperf TCP_RR. Requests are pipelined when the interval
-/// is shorter than the RTT; replies are matched by seq. A dead connection is
-/// re-opened by the next probe and counted as a reconnect.
+/// TCP_NODELAY, like netperf TCP_RR; replies are matched by seq. With `-b`
+/// above 1 requests are pipelined on it, as netperf's `-b` does. A dead
+/// connection is re-opened by the next probe and counted as a reconnect.
 ///
 /// Each connection has its own [`Matcher`]: when a connection dies, only
 /// the probes sent on it fail, never those already waiting on its
 /// replacement. Their anomaly counts are added up in [`Probe::anomalies`].
+///
+/// Once a probe went out with a reply still due, a second connection is
+/// kept, opened after a reply and off any probe's clock; a probe that
+/// finds a reply still due on the first and none on the second goes on
+/// the second. On one connection, a reply the reader takes after the next
+/// one arrived has been merged with it by TCP, and its receive stamp is
+/// lost (`client_receive_stamp`): on a loaded host, where a round trip can
+/// outlast the interval, that cost a share of the splits (BENCHMARKS.md,
+/// "The split under load on this host"). Not with busy-poll, whose reader
+/// is a spinning thread for each connection, nor with `-b` above 1.
 #[derive(Debug)]
 pub struct TcpProbe {
     addr: SocketAddr,
@@ -46,6 +60,18 @@ pub struct TcpProbe {
     matchers: MatcherSet<Arrival>,
     conn: Mutex<Option<Arc<Conn>>>,
     connected_once: AtomicBool,
+    /// The second connection, and when it may next be tried after a
+    /// failed connect.
+    spare: Mutex<Option<Arc<Conn>>>,
+    spare_retry: std::sync::Mutex<Option<Instant>>,
+    /// Whether a spare may be kept at all: not where probes overlap on
+    /// purpose (`-b`, pipelined on one connection as netperf's is).
+    spare_on: bool,
+    /// A probe went out while a reply was still due.
+    overlapped: AtomicBool,
+    /// Probes sent on the spare whose follow-up may be asked for later:
+    /// asked there, since a responder keeps follow-ups by connection.
+    on_spare: std::sync::Mutex<VecDeque<u64>>,
     busy_poll: bool,
     /// Ask the kernel for transmit stamps (the client send part).
     tx_stamps: bool,
@@ -67,7 +93,8 @@ pub struct TcpProbe {
 #[derive(Debug, Default)]
 struct Stamped {
     tx: prober_sys::rx::KeyedTxStamps,
-    follow: FollowUps,
+    /// By seq, shared by the target's connections.
+    follow: Arc<FollowUps>,
 }
 
 #[derive(Debug)]
@@ -78,6 +105,8 @@ struct Conn {
     matcher: Arc<Matcher<Arrival>>,
     /// The kernel gives transmit stamps on this connection.
     tx_on: bool,
+    /// What its reader files: its transmit stamps, the follow-ups.
+    stamps: Arc<Stamped>,
     /// A duplicate of the socket, to read `TCP_INFO` from.
     info: Option<socket2::Socket>,
     _reader: Reader,
@@ -100,6 +129,11 @@ impl TcpProbe {
             matchers: MatcherSet::new(),
             conn: Mutex::new(None),
             connected_once: AtomicBool::new(false),
+            spare: Mutex::new(None),
+            spare_retry: std::sync::Mutex::new(None),
+            spare_on: true,
+            overlapped: AtomicBool::new(false),
+            on_spare: std::sync::Mutex::default(),
             busy_poll,
             tx_stamps: false,
             timeout: Duration::from_secs(1),
@@ -108,6 +142,14 @@ impl TcpProbe {
             spin: None,
             cadence: Cadence::default(),
         }
+    }
+
+    /// Whether to keep a second connection once probes overlap (on unless
+    /// the run overlaps them on purpose, `-b`).
+    #[must_use]
+    pub fn with_spare(mut self, on: bool) -> Self {
+        self.spare_on = on;
+        self
     }
 
     /// Waits for replies as `receive` says: with `adaptive`, after each
@@ -162,6 +204,64 @@ impl TcpProbe {
             return Ok(Arc::clone(conn));
         }
         *slot = None;
+        let reconnect = self.connected_once.swap(true, Ordering::Relaxed);
+        let conn = self.open(Arc::clone(&self.stamps), reconnect).await?;
+        *slot = Some(Arc::clone(&conn));
+        Ok(conn)
+    }
+
+    /// The spare, if it is open (never waits: a probe does not connect it
+    /// on its own clock, nor wait for one who does).
+    fn spare_now(&self) -> Option<Arc<Conn>> {
+        let slot = self.spare.try_lock().ok()?;
+        alive(&slot).cloned()
+    }
+
+    /// Once probes overlapped, opens the spare (again, after it
+    /// died), after a reply and not on any probe's clock; a failed connect
+    /// is tried again a second later.
+    async fn keep_spare(&self) {
+        if !self.spare_on || self.busy_poll || !self.overlapped.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut slot = self.spare.lock().await;
+        if alive(&slot).is_some() {
+            return;
+        }
+        {
+            let retry = self
+                .spare_retry
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if retry.is_some_and(|at| Instant::now() < at) {
+                return;
+            }
+        }
+        let stamps = Arc::new(Stamped {
+            tx: prober_sys::rx::KeyedTxStamps::default(),
+            follow: Arc::clone(&self.stamps.follow),
+        });
+        let reconnect = slot.is_some();
+        match self.open(stamps, reconnect).await {
+            Ok(conn) => *slot = Some(conn),
+            Err(_) => {
+                *slot = None;
+                *self
+                    .spare_retry
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) =
+                    Some(Instant::now() + Duration::from_secs(1));
+            }
+        }
+    }
+
+    fn spare_seqs(&self) -> std::sync::MutexGuard<'_, VecDeque<u64>> {
+        self.on_spare.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Connects, and starts the connection's reader filing into `stamps`;
+    /// `reconnect` counts one.
+    async fn open(&self, stamps: Arc<Stamped>, reconnect: bool) -> Result<Arc<Conn>, ProbeError> {
         let stream = new_socket(self.addr, &self.marks)?
             .connect(self.addr)
             .await
@@ -177,7 +277,6 @@ impl TcpProbe {
         let tx_on =
             self.tx_stamps && prober_sys::rx::tx_timestamps_id_or_notice(stream.as_fd(), "tcp");
         let info = SockRef::from(&stream).try_clone().ok();
-        let reconnect = self.connected_once.swap(true, Ordering::Relaxed);
         let matcher = self.matchers.next(reconnect);
         let alive = Arc::new(AtomicBool::new(true));
         let spin_clone = match self.busy_poll {
@@ -203,7 +302,7 @@ impl TcpProbe {
                     (nonce, size),
                     flag,
                     tx_on,
-                    Arc::clone(&self.stamps),
+                    Arc::clone(&stamps),
                 )
                 .map_err(|e| ProbeError::io("starting the busy-poll thread", &e))?,
             ),
@@ -213,19 +312,18 @@ impl TcpProbe {
                 (nonce, size),
                 flag,
                 tx_on,
-                Arc::clone(&self.stamps),
+                Arc::clone(&stamps),
             )))),
         };
-        let conn = Arc::new(Conn {
+        Ok(Arc::new(Conn {
             writer: Mutex::new((writer, Vec::with_capacity(self.size), 0)),
             alive,
             matcher,
             tx_on,
+            stamps,
             info,
             _reader: reader,
-        });
-        *slot = Some(Arc::clone(&conn));
-        Ok(conn)
+        }))
     }
 }
 
@@ -472,7 +570,17 @@ impl Probe for TcpProbe {
         // The runner's timeout started no earlier than this; waiting for a
         // follow-up must not turn an answered probe into a timeout.
         let limit = Instant::now() + self.timeout.saturating_sub(FOLLOW_UP_MARGIN);
-        let conn = self.connection().await?;
+        let first = self.connection().await?;
+        // The first connection, unless a reply is still due on it and none
+        // on the spare.
+        let due = first.matcher.pending() > 0;
+        if due {
+            self.overlapped.store(true, Ordering::Relaxed);
+        }
+        let (conn, on_spare) = match self.spare_now() {
+            Some(s) if due && s.matcher.pending() == 0 => (s, true),
+            _ => (first, false),
+        };
         let mut waiter = conn.matcher.register(seq);
         let (sent, t1) = {
             let mut guard = conn.writer.lock().await;
@@ -497,7 +605,7 @@ impl Probe for TcpProbe {
             *written += buf.len() as u64;
             if conn.tx_on {
                 #[allow(clippy::cast_possible_truncation)] // OPT_ID keys are 32-bit
-                self.stamps.tx.expect((*written - 1) as u32, seq);
+                conn.stamps.tx.expect((*written - 1) as u32, seq);
             }
             gate.pass().await;
             let sent = Instant::now();
@@ -533,11 +641,18 @@ impl Probe for TcpProbe {
         // The reader has not had the stamp's wake yet: the error queue is
         // read here, through the socket's duplicate (not the writer, whose
         // lock another probe may hold with its write).
-        reply.stamps.t1k = self.stamps.tx.take(seq).or_else(|| {
+        reply.stamps.t1k = conn.stamps.tx.take(seq).or_else(|| {
             let dup = conn.info.as_ref().filter(|_| conn.tx_on)?;
-            self.stamps.tx.drain(dup.as_fd());
-            self.stamps.tx.take(seq)
+            conn.stamps.tx.drain(dup.as_fd());
+            conn.stamps.tx.take(seq)
         });
+        if on_spare && got.interleaved {
+            let mut seqs = self.spare_seqs();
+            if seqs.len() == ON_SPARE {
+                seqs.pop_front();
+            }
+            seqs.push_back(seq);
+        }
         // The response has been read: now the follow-up cannot be merged
         // into it by TCP (which would lend the response its stamp). The ask
         // waits for the writer no longer than the follow-up may be waited
@@ -555,6 +670,9 @@ impl Probe for TcpProbe {
         if follow_up && let Some(r) = reply.stamps.responder.as_mut() {
             r.send = self.stamps.follow.wait(seq, limit, extra).await;
         }
+        // Within the probe's time: an answered probe must not become a
+        // timeout while the spare connects.
+        let _ = tokio::time::timeout_at(limit, self.keep_spare()).await;
         Ok(reply)
     }
 
@@ -565,11 +683,23 @@ impl Probe for TcpProbe {
             reply,
             INTERLEAVED_WAIT,
             || async {
-                // On the connection in use: after a reconnect the responder
-                // has nothing for this seq, and the wait ends unanswered.
+                // On the connection it went on: after a reconnect the
+                // responder has nothing for this seq, and the wait ends
+                // unanswered.
+                let on_spare = {
+                    let mut seqs = self.spare_seqs();
+                    seqs.iter()
+                        .position(|s| *s == seq)
+                        .and_then(|at| seqs.remove(at))
+                        .is_some()
+                };
                 let asked = async {
                     let conn = {
-                        let slot = self.conn.lock().await;
+                        let slot = if on_spare {
+                            self.spare.lock().await
+                        } else {
+                            self.conn.lock().await
+                        };
                         Arc::clone(alive(&slot)?)
                     };
                     Some(self.ask(&conn, seq).await)

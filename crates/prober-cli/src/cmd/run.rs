@@ -315,7 +315,8 @@ pub(crate) async fn run(
     let busy_poll = busy_poll_for(args.busy_poll, cfg.pacing);
     let receive = args.receive.run_receive(!self_test)?;
     let flags = probe_flags(&args);
-    let env = flags.env(busy_poll, receive.clone());
+    let mut env = flags.env(busy_poll, receive.clone());
+    env.pipelined = args.burst > 1;
     if !self_test {
         flags.seed(&targets, &env)?;
     }

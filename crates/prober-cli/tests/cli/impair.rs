@@ -534,7 +534,13 @@ fn has_six(p: &serde_json::Value) -> bool {
 fn grpc_probes_that_overlap_in_pairs_keep_their_split() {
     let _machine = crate::support::times_things();
     let lines = grpc_through_a_4ms_relay("3ms");
-    let probes = of_type(&lines, "probe");
+    judge_pairs(&lines);
+}
+
+/// Judges the probes that shared their time with one other probe at most:
+/// enough of them overlapped one, and 9 in 10 have their six parts.
+fn judge_pairs(lines: &[serde_json::Value]) {
+    let probes = of_type(lines, "probe");
     let spans = crate::support::Exchanges::of(&probes);
     let all = spans.all();
     let overlaps = |a: &(u64, u64, u64), b: &(u64, u64, u64)| a.1 < b.2 && b.1 < a.2;
@@ -574,6 +580,47 @@ fn grpc_probes_that_overlap_in_pairs_keep_their_split() {
         judged >= 100 && full * 10 >= judged * 9,
         "{full} of {judged} probes with one other under way at most have six parts; the others: {partial:#?}"
     );
+}
+
+/// TCP through the same relay, probed every 3 ms: once probes overlapped,
+/// a second connection carries the probe that finds a reply due on the
+/// first, so that a reply is not read with the next one queued behind it
+/// on its socket (TCP merges the two, and the first's receive stamp is
+/// the later arrival's: on a loaded host, where round trips outlast the
+/// interval, that cost TCP a share of its splits). The relay sees two
+/// connections, and the probes that overlapped in pairs keep their six
+/// parts, their send parts settled on the connection each went on. With
+/// `-b 2` the run overlaps probes on purpose: pipelined on one
+/// connection, as netperf's `-b` does.
+#[test]
+fn tcp_probes_that_overlap_go_on_a_second_connection_unless_pipelined() {
+    use crate::relay::{TcpImpair, TcpRelay};
+    let _machine = crate::support::times_things();
+    let server = Server::start(&[]);
+    for (args, connections) in [(&["-i", "3ms"][..], 2), (&["-i", "6ms", "-b", "2"], 1)] {
+        let relay = TcpRelay::start(
+            &server.tcp,
+            TcpImpair {
+                delay: std::time::Duration::from_millis(4),
+                ..TcpImpair::default()
+            },
+        );
+        let target = format!("tcp://{}", relay.addr);
+        let mut run = vec!["run", "-o", "json", "-c", "200"];
+        run.extend(args);
+        run.push(&target);
+        let lines = crate::support::run_json_ok(&run);
+        let s = of_type(&lines, "summary")[0];
+        assert_eq!(s["ok"], 200, "{args:?}: {s}");
+        assert_eq!(
+            relay.accepted.load(std::sync::atomic::Ordering::Relaxed),
+            connections,
+            "{args:?}: {s}"
+        );
+        if connections == 2 {
+            judge_pairs(&lines);
+        }
+    }
 }
 
 /// gRPC through the TCP relay with a 4 ms reply delay (RTTs of about 5

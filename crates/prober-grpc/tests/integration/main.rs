@@ -75,6 +75,7 @@ pub(crate) fn client(addr: SocketAddr, tls: Option<ClientTls>) -> ClientConfig {
         size: 64,
         tx_stamps: true,
         receive: prober_core::spin::Receive::Event,
+        spare: true,
     }
 }
 
