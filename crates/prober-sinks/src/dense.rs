@@ -1,18 +1,28 @@
 //! Counts of exponential buckets, kept dense from the lowest bucket seen to
-//! the highest, in the narrower of two integer widths while every count
+//! the highest, in the narrowest of three integer widths that every count
 //! fits: what a target's histograms and windows cost grows with the spread
 //! of its values, and at 10,000 targets that spread is most of the daemon's
 //! memory after a long run (BENCHMARKS.md, "Memory at 10,000 targets").
+//! Spread evenly over five decades (133 buckets at schema 3), a 1 Hz
+//! target's bucket passes 16 bits after 100 days; a count that passes its
+//! width widens every count one step, once, so a target whose values sit
+//! in a few buckets pays the wider width only for those.
 //!
 //! Durations fill the buckets between theirs, so dense counts beat (index,
 //! count) pairs once a histogram has seen a few values; the room grows by
 //! what is needed, not by doubling, since there are tens of thousands of
 //! these.
 
-/// An unsigned count of one of the two widths.
+/// An unsigned count of one of the three widths.
 pub(crate) trait Count: Copy + Default + Into<u64> + TryFrom<u64> {
     /// This plus one, or `None` past the width.
     fn succ(self) -> Option<Self>;
+}
+
+impl Count for u8 {
+    fn succ(self) -> Option<Self> {
+        self.checked_add(1)
+    }
 }
 
 impl Count for u16 {
@@ -34,20 +44,21 @@ impl Count for u64 {
 }
 
 #[derive(Debug, Clone)]
-enum Counts<N, W> {
+enum Counts<N, M, W> {
     Narrow(Vec<N>),
+    Mid(Vec<M>),
     Wide(Vec<W>),
 }
 
 /// Bucket counts from bucket `lo` up, one a bucket, each an `N` until one
-/// would pass `N`'s width, then all a `W`.
+/// would pass `N`'s width, then all an `M`, then all a `W`.
 #[derive(Debug, Clone)]
-pub(crate) struct DenseBuckets<N, W> {
+pub(crate) struct DenseBuckets<N, M, W> {
     lo: i32,
-    counts: Counts<N, W>,
+    counts: Counts<N, M, W>,
 }
 
-impl<N: Count, W: Count> Default for DenseBuckets<N, W> {
+impl<N: Count, M: Count, W: Count> Default for DenseBuckets<N, M, W> {
     fn default() -> Self {
         Self {
             lo: 0,
@@ -86,36 +97,49 @@ fn bump<C: Count>(v: &mut Vec<C>, lo: &mut i32, index: i32) -> bool {
     }
 }
 
-impl<N: Count, W: Count> DenseBuckets<N, W> {
+/// `v`'s counts in the next width up.
+fn widen<A: Count, B: Count>(v: &[A]) -> Vec<B> {
+    let mut wide = Vec::with_capacity(v.len());
+    wide.extend(v.iter().map(|c| {
+        B::try_from((*c).into()).unwrap_or_else(|_| unreachable!("a count fits the next width"))
+    }));
+    wide
+}
+
+impl<N: Count, M: Count, W: Count> DenseBuckets<N, M, W> {
     /// Counts one value in bucket `index`.
     pub(crate) fn add(&mut self, index: i32) {
-        let narrow = match &mut self.counts {
+        let lo = &mut self.lo;
+        let widened = match &mut self.counts {
             Counts::Narrow(v) => {
-                if bump(v, &mut self.lo, index) {
+                if bump(v, lo, index) {
                     return;
                 }
-                std::mem::take(v)
+                Counts::Mid(widen(v))
+            }
+            Counts::Mid(v) => {
+                if bump(v, lo, index) {
+                    return;
+                }
+                Counts::Wide(widen(v))
             }
             Counts::Wide(v) => {
                 // A `W` that overflows would take 2^64 values: saturate.
-                let _ = bump(v, &mut self.lo, index);
+                let _ = bump(v, lo, index);
                 return;
             }
         };
-        // A count passed the narrow width: every count widens, once.
-        let mut wide: Vec<W> = Vec::with_capacity(narrow.len());
-        wide.extend(narrow.iter().map(|c| {
-            W::try_from((*c).into())
-                .unwrap_or_else(|_| unreachable!("a narrow count fits a wide one"))
-        }));
-        let _ = bump(&mut wide, &mut self.lo, index);
-        self.counts = Counts::Wide(wide);
+        // A count passed its width: every count widened one step, once,
+        // and the value is counted in the wider ones.
+        self.counts = widened;
+        self.add(index);
     }
 
     /// No bucket counted.
     pub(crate) fn is_empty(&self) -> bool {
         match &self.counts {
             Counts::Narrow(v) => v.is_empty(),
+            Counts::Mid(v) => v.is_empty(),
             Counts::Wide(v) => v.is_empty(),
         }
     }
@@ -124,26 +148,33 @@ impl<N: Count, W: Count> DenseBuckets<N, W> {
     pub(crate) fn clear(&mut self) {
         match &mut self.counts {
             Counts::Narrow(v) => v.clear(),
+            Counts::Mid(v) => v.clear(),
             Counts::Wide(v) => v.clear(),
         }
     }
 
-    /// Whether the counts are kept in the wide form.
+    /// Bytes a count takes now (1, 2, 4 or 8).
     #[cfg(test)]
-    pub(crate) fn is_wide(&self) -> bool {
-        matches!(self.counts, Counts::Wide(_))
+    pub(crate) fn width(&self) -> usize {
+        match &self.counts {
+            Counts::Narrow(_) => size_of::<N>(),
+            Counts::Mid(_) => size_of::<M>(),
+            Counts::Wide(_) => size_of::<W>(),
+        }
     }
 
     /// (bucket index, count) of every bucket that holds anything, by rising
     /// index.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (i32, u64)> + '_ {
-        let (narrow, wide) = match &self.counts {
-            Counts::Narrow(v) => (Some(nonzero(self.lo, v)), None),
-            Counts::Wide(v) => (None, Some(nonzero(self.lo, v))),
+        let (narrow, mid, wide) = match &self.counts {
+            Counts::Narrow(v) => (Some(nonzero(self.lo, v)), None, None),
+            Counts::Mid(v) => (None, Some(nonzero(self.lo, v)), None),
+            Counts::Wide(v) => (None, None, Some(nonzero(self.lo, v))),
         };
         narrow
             .into_iter()
             .flatten()
+            .chain(mid.into_iter().flatten())
             .chain(wide.into_iter().flatten())
     }
 }
@@ -216,7 +247,7 @@ mod tests {
 
     #[test]
     fn dense_counts_grow_both_ways_and_widen_when_a_count_would_overflow() {
-        let mut d: DenseBuckets<u16, u32> = DenseBuckets::default();
+        let mut d: DenseBuckets<u8, u16, u32> = DenseBuckets::default();
         assert!(d.is_empty() && d.iter().next().is_none());
         for i in [5, 3, 9, 5, -2] {
             d.add(i);
@@ -225,15 +256,32 @@ mod tests {
             d.iter().collect::<Vec<_>>(),
             [(-2, 1), (3, 1), (5, 2), (9, 1)]
         );
-        assert!(!d.is_wide());
+        assert_eq!(d.width(), 1);
+        for _ in 0..300 {
+            d.add(3);
+        }
+        assert_eq!(d.width(), 2);
+        assert_eq!(
+            d.iter().collect::<Vec<_>>(),
+            [(-2, 1), (3, 301), (5, 2), (9, 1)]
+        );
         for _ in 0..70_000 {
             d.add(3);
         }
-        assert!(d.is_wide());
+        assert_eq!(d.width(), 4);
+        // A new lowest bucket in the widest form.
+        d.add(-4);
         assert_eq!(
             d.iter().collect::<Vec<_>>(),
-            [(-2, 1), (3, 70_001), (5, 2), (9, 1)]
+            [(-4, 1), (-2, 1), (3, 70_301), (5, 2), (9, 1)]
         );
+        // The widest saturates.
+        let mut s: DenseBuckets<u8, u8, u8> = DenseBuckets::default();
+        for _ in 0..300 {
+            s.add(0);
+        }
+        s.add(1);
+        assert_eq!(s.iter().collect::<Vec<_>>(), [(0, 255), (1, 1)]);
         d.clear();
         assert!(d.is_empty());
         d.add(i32::MAX);

@@ -61,10 +61,11 @@ pub struct Histogram {
     /// The classic buckets' own counts, not cumulative, +Inf's last.
     classic: Box<[u64]>,
     /// The positive native buckets' counts, dense from the lowest seen to
-    /// the highest (durations fill the buckets between theirs), in 32 bits
-    /// until one passes it: what a target's histograms cost grows with the
-    /// spread of its values (BENCHMARKS.md, "Memory at 10,000 targets").
-    positive: DenseBuckets<u32, u64>,
+    /// the highest (durations fill the buckets between theirs), in 16 bits
+    /// until one passes it, then 32, then 64: what a target's histograms
+    /// cost grows with the spread of its values (BENCHMARKS.md, "Memory at
+    /// 10,000 targets").
+    positive: DenseBuckets<u16, u32, u64>,
     /// Native buckets: their schema (`None`: classic buckets only).
     schema: Option<i8>,
     /// The native zero bucket, zero-wide: exact zeros only.
