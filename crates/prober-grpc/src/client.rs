@@ -504,13 +504,10 @@ pub struct GrpcProbe {
     /// A probe found a call open on the first connection.
     overlapped: AtomicBool,
     /// Probes sent on the spare whose send part may still come: settled
-    /// there, since a responder keeps send parts by connection.
-    on_spare: std::sync::Mutex<std::collections::VecDeque<u64>>,
+    /// there.
+    on_spare: prober_net::follow::OnSpare,
     payload: Vec<u8>,
 }
-
-/// Seqs remembered as sent on the spare: more than can be settling at once.
-const ON_SPARE: usize = 64;
 
 impl GrpcProbe {
     /// A probe for `cfg`; connects on [`Probe::prepare`] or the first probe.
@@ -520,7 +517,7 @@ impl GrpcProbe {
             conn: Conn::new(cfg, true),
             spare: std::sync::OnceLock::new(),
             overlapped: AtomicBool::new(false),
-            on_spare: std::sync::Mutex::default(),
+            on_spare: prober_net::follow::OnSpare::default(),
             payload,
         }
     }
@@ -544,12 +541,6 @@ impl GrpcProbe {
             .get_or_init(|| Box::new(Conn::new(self.conn.cfg.clone(), true)));
         // A failure waits out its backoff; the next reply tries again.
         let _ = spare.channel().await;
-    }
-
-    fn spare_seqs(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<u64>> {
-        self.on_spare
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -603,11 +594,7 @@ impl Probe for GrpcProbe {
                 );
                 let reply = conn.complete(seq, reply, interleave, limit).await;
                 if on_spare && reply.stamps.responder.is_some_and(|r| r.send_later) {
-                    let mut seqs = self.spare_seqs();
-                    if seqs.len() == ON_SPARE {
-                        seqs.pop_front();
-                    }
-                    seqs.push_back(seq);
+                    self.on_spare.remember(seq);
                 }
                 // Within the probe's time: an answered probe must not
                 // become a timeout while the spare connects.
@@ -623,13 +610,7 @@ impl Probe for GrpcProbe {
     }
 
     async fn settle(&self, seq: u64, reply: Reply) -> Reply {
-        let on_spare = {
-            let mut seqs = self.spare_seqs();
-            seqs.iter()
-                .position(|s| *s == seq)
-                .and_then(|at| seqs.remove(at))
-                .is_some()
-        };
+        let on_spare = self.on_spare.take(seq);
         match self.spare.get() {
             Some(spare) if on_spare => spare.settle(seq, reply).await,
             _ => self.conn.settle(seq, reply).await,

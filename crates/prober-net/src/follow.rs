@@ -22,6 +22,40 @@ pub const FOLLOW_UP_WAIT: Duration = Duration::from_millis(25);
 /// How long before the probe's timeout the wait for a follow-up gives up.
 pub const FOLLOW_UP_MARGIN: Duration = Duration::from_micros(500);
 
+/// The probes that went on a target's second connection and whose send
+/// part may still be asked for: asked there, since a responder keeps send
+/// parts by connection. Bounded, to more than can be settling at once.
+#[derive(Debug, Default)]
+pub struct OnSpare(std::sync::Mutex<std::collections::VecDeque<u64>>);
+
+impl OnSpare {
+    const KEPT: usize = 64;
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<u64>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Probe `seq` went on the spare.
+    pub fn remember(&self, seq: u64) {
+        let mut seqs = self.lock();
+        if seqs.len() == Self::KEPT {
+            seqs.pop_front();
+        }
+        seqs.push_back(seq);
+    }
+
+    /// Whether probe `seq` went on the spare; forgotten from now.
+    pub fn take(&self, seq: u64) -> bool {
+        let mut seqs = self.lock();
+        seqs.iter()
+            .position(|s| *s == seq)
+            .and_then(|at| seqs.remove(at))
+            .is_some()
+    }
+}
+
 /// Follow-up frames by seq: the responder send part (t3k − t3, `None` when
 /// the responder's kernel gave no stamp), kept until their probe takes it.
 #[derive(Debug, Default)]

@@ -5,7 +5,6 @@ use std::io;
 use std::net::SocketAddr;
 
 use prober_core::protocol::Marks;
-use std::collections::VecDeque;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError};
@@ -23,16 +22,14 @@ use tokio_util::task::AbortOnDropHandle;
 
 use crate::reader::{Arrival, Got, RxStamp, await_got, recv_stamped};
 use prober_net::follow::{
-    Cadence, FOLLOW_UP_MARGIN, FOLLOW_UP_WAIT, FollowUps, INTERLEAVED_WAIT, settle_interleaved,
+    Cadence, FOLLOW_UP_MARGIN, FOLLOW_UP_WAIT, FollowUps, INTERLEAVED_WAIT, OnSpare,
+    settle_interleaved,
 };
 use prober_sys::busy::{Reader, SpinThread, Step};
 use prober_sys::synbpf::Stamper;
 use prober_sys::syntap::Handshake;
 
 use crate::wire::{self, HEADER_LEN, Header, Kind, MAX_TCP_FRAME};
-
-/// Seqs remembered as sent on the spare: more than can be settling at once.
-const ON_SPARE: usize = 64;
 
 /// `tcp://host:port`: request/response over one persistent connection with
 /// TCP_NODELAY, like netperf TCP_RR; replies are matched by seq. With `-b`
@@ -71,7 +68,7 @@ pub struct TcpProbe {
     overlapped: AtomicBool,
     /// Probes sent on the spare whose follow-up may be asked for later:
     /// asked there, since a responder keeps follow-ups by connection.
-    on_spare: std::sync::Mutex<VecDeque<u64>>,
+    on_spare: OnSpare,
     busy_poll: bool,
     /// Ask the kernel for transmit stamps (the client send part).
     tx_stamps: bool,
@@ -133,7 +130,7 @@ impl TcpProbe {
             spare_retry: std::sync::Mutex::new(None),
             spare_on: true,
             overlapped: AtomicBool::new(false),
-            on_spare: std::sync::Mutex::default(),
+            on_spare: OnSpare::default(),
             busy_poll,
             tx_stamps: false,
             timeout: Duration::from_secs(1),
@@ -253,10 +250,6 @@ impl TcpProbe {
                     Some(Instant::now() + Duration::from_secs(1));
             }
         }
-    }
-
-    fn spare_seqs(&self) -> std::sync::MutexGuard<'_, VecDeque<u64>> {
-        self.on_spare.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Connects, and starts the connection's reader filing into `stamps`;
@@ -647,11 +640,7 @@ impl Probe for TcpProbe {
             conn.stamps.tx.take(seq)
         });
         if on_spare && got.interleaved {
-            let mut seqs = self.spare_seqs();
-            if seqs.len() == ON_SPARE {
-                seqs.pop_front();
-            }
-            seqs.push_back(seq);
+            self.on_spare.remember(seq);
         }
         // The response has been read: now the follow-up cannot be merged
         // into it by TCP (which would lend the response its stamp). The ask
@@ -686,13 +675,7 @@ impl Probe for TcpProbe {
                 // On the connection it went on: after a reconnect the
                 // responder has nothing for this seq, and the wait ends
                 // unanswered.
-                let on_spare = {
-                    let mut seqs = self.spare_seqs();
-                    seqs.iter()
-                        .position(|s| *s == seq)
-                        .and_then(|at| seqs.remove(at))
-                        .is_some()
-                };
+                let on_spare = self.on_spare.take(seq);
                 let asked = async {
                     let conn = {
                         let slot = if on_spare {

@@ -502,17 +502,22 @@ fn tcp_through_the_relay_delay_stall_and_closed_connections() {
 /// `prober run -o json -c 200 -i INTERVAL` of a gRPC target behind the
 /// TCP relay holding every reply 4 ms: its JSON lines.
 fn grpc_through_a_4ms_relay(interval: &str) -> Vec<serde_json::Value> {
-    use crate::relay::{TcpImpair, TcpRelay};
     let server = Server::start(&[]);
-    let relay = TcpRelay::start(
-        &server.grpc,
+    let relay = relay_4ms(&server.grpc);
+    let target = format!("grpc://{}", relay.addr);
+    crate::support::run_json_ok(&["run", "-o", "json", "-c", "200", "-i", interval, &target])
+}
+
+/// The TCP relay in front of `upstream`, holding every reply 4 ms.
+fn relay_4ms(upstream: &str) -> crate::relay::TcpRelay {
+    use crate::relay::{TcpImpair, TcpRelay};
+    TcpRelay::start(
+        upstream,
         TcpImpair {
             delay: std::time::Duration::from_millis(4),
             ..TcpImpair::default()
         },
-    );
-    let target = format!("grpc://{}", relay.addr);
-    crate::support::run_json_ok(&["run", "-o", "json", "-c", "200", "-i", interval, &target])
+    )
 }
 
 /// Whether a probe line has all six parts of its split.
@@ -594,17 +599,10 @@ fn judge_pairs(lines: &[serde_json::Value]) {
 /// connection, as netperf's `-b` does.
 #[test]
 fn tcp_probes_that_overlap_go_on_a_second_connection_unless_pipelined() {
-    use crate::relay::{TcpImpair, TcpRelay};
     let _machine = crate::support::times_things();
     let server = Server::start(&[]);
     for (args, connections) in [(&["-i", "3ms"][..], 2), (&["-i", "6ms", "-b", "2"], 1)] {
-        let relay = TcpRelay::start(
-            &server.tcp,
-            TcpImpair {
-                delay: std::time::Duration::from_millis(4),
-                ..TcpImpair::default()
-            },
-        );
+        let relay = relay_4ms(&server.tcp);
         let target = format!("tcp://{}", relay.addr);
         let mut run = vec!["run", "-o", "json", "-c", "200"];
         run.extend(args);
