@@ -170,6 +170,8 @@ pub struct HttpProbe {
     /// Probes under way now, and the most there have been at once.
     in_flight: Arc<AtomicUsize>,
     peak: AtomicUsize,
+    /// When the next try to open a spare may begin.
+    spare_retry: prober_net::follow::SpareRetry,
 }
 
 /// Counts a probe under way for as long as it lives (a timed-out probe's
@@ -239,6 +241,7 @@ impl HttpProbe {
             live: Arc::default(),
             in_flight: Arc::default(),
             peak: AtomicUsize::new(0),
+            spare_retry: prober_net::follow::SpareRetry::default(),
         }
     }
 
@@ -303,13 +306,19 @@ impl HttpProbe {
     /// probes seen under way at once, opened after a reply and not on any
     /// probe's clock: a probe that finds every kept connection busy must
     /// open its own, and its round trip then holds a handshake, so it has
-    /// no kernel split. A target whose probes never overlap keeps one.
+    /// no kernel split. A target whose probes never overlap keeps one. A
+    /// try that did not open one (failed, or cut off at the probe's time
+    /// limit) is made again a second later at the soonest.
     async fn keep_spare(&self) {
         let peak = self.peak.load(Ordering::Relaxed);
-        if peak < 2 || self.live.load(Ordering::Relaxed) > peak.min(POOL - 1) {
+        if peak < 2
+            || self.live.load(Ordering::Relaxed) > peak.min(POOL - 1)
+            || !self.spare_retry.begin()
+        {
             return;
         }
         if let Ok((conn, _)) = self.open(&self.origin, false).await {
+            self.spare_retry.opened();
             self.give_back(conn);
         }
     }

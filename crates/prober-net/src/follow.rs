@@ -22,6 +22,41 @@ pub const FOLLOW_UP_WAIT: Duration = Duration::from_millis(25);
 /// How long before the probe's timeout the wait for a follow-up gives up.
 pub const FOLLOW_UP_MARGIN: Duration = Duration::from_micros(500);
 
+/// When a target may next try to open its spare connection: a try at most
+/// a second, counted from its start, so that a connect that hangs (a
+/// server whose queue is full drops SYNs) and is cut off at the probe's
+/// time limit holds one answered probe a second, not every one.
+#[derive(Debug, Default)]
+pub struct SpareRetry(std::sync::Mutex<Option<std::time::Instant>>);
+
+impl SpareRetry {
+    /// The least time between two tries that did not open the spare.
+    pub const EVERY: Duration = Duration::from_secs(1);
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<std::time::Instant>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether a try may begin now; if so, the next waits [`Self::EVERY`]
+    /// unless this one opens the spare.
+    pub fn begin(&self) -> bool {
+        let now = std::time::Instant::now();
+        let mut next = self.lock();
+        if next.is_some_and(|at| now < at) {
+            return false;
+        }
+        *next = Some(now + Self::EVERY);
+        true
+    }
+
+    /// The spare opened: once it dies, the next try may begin at once.
+    pub fn opened(&self) {
+        *self.lock() = None;
+    }
+}
+
 /// The probes that went on a target's second connection and whose send
 /// part may still be asked for: asked there, since a responder keeps send
 /// parts by connection. Bounded, to more than can be settling at once.

@@ -558,10 +558,17 @@ mod tests {
         client.set_nodelay(true).unwrap();
         client.set_nonblocking(true).unwrap();
         enable_tx_timestamps_id(client.as_fd()).unwrap();
+        /// Stops the reader thread however the test ends.
+        struct Stop(std::sync::Arc<AtomicBool>);
+        impl Drop for Stop {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
         let stamps = std::sync::Arc::new(KeyedTxStamps::default());
-        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let stop = Stop(std::sync::Arc::new(AtomicBool::new(false)));
         let reader = {
-            let (stamps, stop) = (stamps.clone(), stop.clone());
+            let (stamps, stop) = (stamps.clone(), stop.0.clone());
             let fd = client.try_clone().unwrap();
             std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
@@ -571,7 +578,7 @@ mod tests {
         };
         // Bounded: 20,000 one-byte writes, or 10 s.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        let (mut lost, mut sent) = (0u32, 0u32);
+        let (mut lost, mut sent, mut filed_by_reader) = (0u32, 0u32, 0u32);
         let mut sink = [0u8; 1];
         for seq in 0..20_000u64 {
             if std::time::Instant::now() > deadline {
@@ -583,15 +590,19 @@ mod tests {
             // As a probe takes its stamp once the reply is in: the byte
             // has arrived, so it was sent and its stamp raised.
             std::io::Read::read_exact(&mut server, &mut sink).unwrap();
-            let found = stamps.take(seq).or_else(|| {
+            let found = stamps.take(seq);
+            filed_by_reader += u32::from(found.is_some());
+            let found = found.or_else(|| {
                 stamps.drain(client.as_fd());
                 stamps.take(seq)
             });
             lost += u32::from(found.is_none());
         }
-        stop.store(true, Ordering::Relaxed);
+        drop(stop);
         reader.join().unwrap();
         assert!(sent > 1000, "only {sent} writes in 10 s");
+        // The two drained the same queue: the reader filed some stamps.
+        assert!(filed_by_reader > 0, "the reader filed none of {sent}");
         assert_eq!(lost, 0, "{lost} of {sent} stamps lost");
     }
 

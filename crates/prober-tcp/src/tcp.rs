@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 
 use prober_core::protocol::Marks;
 use std::os::fd::AsFd;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use prober_core::clock::unix_now_ns;
@@ -22,7 +22,7 @@ use tokio_util::task::AbortOnDropHandle;
 
 use crate::reader::{Arrival, Got, RxStamp, await_got, recv_stamped};
 use prober_net::follow::{
-    Cadence, FOLLOW_UP_MARGIN, FOLLOW_UP_WAIT, FollowUps, INTERLEAVED_WAIT, OnSpare,
+    Cadence, FOLLOW_UP_MARGIN, FOLLOW_UP_WAIT, FollowUps, INTERLEAVED_WAIT, OnSpare, SpareRetry,
     settle_interleaved,
 };
 use prober_sys::busy::{Reader, SpinThread, Step};
@@ -33,8 +33,10 @@ use crate::wire::{self, HEADER_LEN, Header, Kind, MAX_TCP_FRAME};
 
 /// `tcp://host:port`: request/response over one persistent connection with
 /// TCP_NODELAY, like netperf TCP_RR; replies are matched by seq. With `-b`
-/// above 1 requests are pipelined on it, as netperf's `-b` does. A dead
-/// connection is re-opened by the next probe and counted as a reconnect.
+/// above 1 requests are pipelined on it, as netperf's `-b` does (and
+/// without, where more probes are under way than the two connections
+/// below take one at a time). A dead connection is re-opened by the next
+/// probe and counted as a reconnect.
 ///
 /// Each connection has its own [`Matcher`]: when a connection dies, only
 /// the probes sent on it fail, never those already waiting on its
@@ -60,7 +62,7 @@ pub struct TcpProbe {
     /// The second connection, and when it may next be tried after a
     /// failed connect.
     spare: Mutex<Option<Arc<Conn>>>,
-    spare_retry: std::sync::Mutex<Option<Instant>>,
+    spare_retry: SpareRetry,
     /// Whether a spare may be kept at all: not where probes overlap on
     /// purpose (`-b`, pipelined on one connection as netperf's is).
     spare_on: bool,
@@ -127,7 +129,7 @@ impl TcpProbe {
             conn: Mutex::new(None),
             connected_once: AtomicBool::new(false),
             spare: Mutex::new(None),
-            spare_retry: std::sync::Mutex::new(None),
+            spare_retry: SpareRetry::default(),
             spare_on: true,
             overlapped: AtomicBool::new(false),
             on_spare: OnSpare::default(),
@@ -215,24 +217,19 @@ impl TcpProbe {
     }
 
     /// Once probes overlapped, opens the spare (again, after it
-    /// died), after a reply and not on any probe's clock; a failed connect
-    /// is tried again a second later.
+    /// died), after a reply (its RTT is taken) and within the probe's time
+    /// limit, never behind another probe's connect; a try that did not
+    /// open it (failed, or cut off at the limit) is made again a second
+    /// later at the soonest ([`SpareRetry`]).
     async fn keep_spare(&self) {
         if !self.spare_on || self.busy_poll || !self.overlapped.load(Ordering::Relaxed) {
             return;
         }
-        let mut slot = self.spare.lock().await;
-        if alive(&slot).is_some() {
+        let Ok(mut slot) = self.spare.try_lock() else {
             return;
-        }
-        {
-            let retry = self
-                .spare_retry
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            if retry.is_some_and(|at| Instant::now() < at) {
-                return;
-            }
+        };
+        if alive(&slot).is_some() || !self.spare_retry.begin() {
+            return;
         }
         let stamps = Arc::new(Stamped {
             tx: prober_sys::rx::KeyedTxStamps::default(),
@@ -240,15 +237,11 @@ impl TcpProbe {
         });
         let reconnect = slot.is_some();
         match self.open(stamps, reconnect).await {
-            Ok(conn) => *slot = Some(conn),
-            Err(_) => {
-                *slot = None;
-                *self
-                    .spare_retry
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner) =
-                    Some(Instant::now() + Duration::from_secs(1));
+            Ok(conn) => {
+                *slot = Some(conn);
+                self.spare_retry.opened();
             }
+            Err(_) => *slot = None,
         }
     }
 
@@ -666,6 +659,9 @@ impl Probe for TcpProbe {
     }
 
     async fn settle(&self, seq: u64, reply: Reply) -> Reply {
+        // Taken now, whether or not an ask follows: a send part the next
+        // response carried leaves nothing to remember.
+        let on_spare = self.on_spare.take(seq);
         settle_interleaved(
             &self.stamps.follow,
             seq,
@@ -675,7 +671,6 @@ impl Probe for TcpProbe {
                 // On the connection it went on: after a reconnect the
                 // responder has nothing for this seq, and the wait ends
                 // unanswered.
-                let on_spare = self.on_spare.take(seq);
                 let asked = async {
                     let conn = {
                         let slot = if on_spare {

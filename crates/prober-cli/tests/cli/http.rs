@@ -634,7 +634,7 @@ fn one_connection_server(first: Duration) -> (String, std::sync::Arc<AtomicUsize
     std::thread::spawn(move || {
         let Ok((mut c, _)) = l.accept() else { return };
         // Held until the client goes: the queue stays full.
-        let _filler = std::net::TcpStream::connect(addr);
+        let _filler = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2));
         let mut head = Vec::new();
         let mut b = [0u8; 4096];
         loop {
