@@ -502,7 +502,7 @@ class Run:
         shot = os.path.join(DIR, "status-dead-node.png")
         try:
             subprocess.run(
-                ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,1000", f"--screenshot={shot}", url],
+                ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--run-all-compositor-stages-before-draw", "--window-size=1280,1000", f"--screenshot={shot}", url],
                 capture_output=True,
                 timeout=60,
             )

@@ -581,9 +581,11 @@ fn handshake_split_agrees_with_a_packet_capture() {
                 // stall between the two handings moves them apart (a CI
                 // run had one 13 µs below; a CI run on a fresh machine, its
                 // tests running side by side, had 4 of 300 8-18 µs below,
-                // the capture's SYN-ACK stamped late each time). At most
-                // 3 % may be more than 1 µs below: a probe matched with the
-                // wrong packets would put about half of them below.
+                // the capture's SYN-ACK stamped late each time; another
+                // here, on a VM whose send lag was ten times its usual that
+                // hour, 11 of 300 3-25 µs below). At most 10 % may be more
+                // than 1 µs below: a probe matched with the wrong packets
+                // would put about half of them below.
                 let kernel = p["kernel_rtt_ns"].as_i64().expect("a kernel rtt");
                 if kernel + 1000 < wire {
                     eprintln!("kernel rtt {kernel} below the wire's {wire}: {p}");
@@ -616,7 +618,7 @@ fn handshake_split_agrees_with_a_packet_capture() {
             excess.push(kernel - exchange);
         }
         assert!(
-            below * 100 <= probes.len() * 3,
+            below * 100 <= probes.len() * 10,
             "{scheme}: {below} of {} kernel RTTs more than 1 µs below the capture's",
             probes.len()
         );

@@ -66,6 +66,10 @@ pub(crate) fn headless_sized(
             "--headless",
             "--no-sandbox",
             "--disable-gpu",
+            // A screenshot of a frame whose every stage was drawn: a CI run
+            // here caught the status page with its table's header painted
+            // and its rows not yet (238 coloured pixels), the DOM whole.
+            "--run-all-compositor-stages-before-draw",
             "--hide-scrollbars",
             "--no-first-run",
             "--enable-logging=stderr",
