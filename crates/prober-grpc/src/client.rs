@@ -492,9 +492,9 @@ impl Conn {
 /// on a loaded host, where a round trip can outlast the interval, whole
 /// runs of probes lost their split that way (benches/stamps/under_load.sh).
 /// Once a probe found a call open on the first connection, a spare
-/// connection is opened after a reply, off any probe's clock, and a probe that finds the
-/// first busy and the spare idle goes on the spare, as an HTTP/1 client
-/// takes another kept connection. Not with `-b` above 1
+/// connection is opened after a reply, off any probe's clock, and a probe
+/// that finds the first busy and the spare idle goes on the spare, as an
+/// HTTP/1 client takes another kept connection. Not with `-b` above 1
 /// ([`ClientConfig::spare`]), where the run overlaps calls on purpose.
 #[derive(Debug)]
 pub struct GrpcProbe {

@@ -59,8 +59,7 @@ pub struct TcpProbe {
     matchers: MatcherSet<Arrival>,
     conn: Mutex<Option<Arc<Conn>>>,
     connected_once: AtomicBool,
-    /// The second connection, and when it may next be tried after a
-    /// failed connect.
+    /// The second connection, and when it may next be tried.
     spare: Mutex<Option<Arc<Conn>>>,
     spare_retry: SpareRetry,
     /// Whether a spare may be kept at all: not where probes overlap on
@@ -76,8 +75,9 @@ pub struct TcpProbe {
     tx_stamps: bool,
     /// The run's per-probe timeout, which bounds the wait for follow-ups.
     timeout: Duration,
-    /// Transmit stamps (t1k) and follow-up frames (t3k − t3) by seq.
-    stamps: Arc<Stamped>,
+    /// Follow-up frames (t3k − t3) by seq, filed by every connection's
+    /// reader.
+    follow: Arc<FollowUps>,
     /// Its packets' TOS byte and source address.
     marks: Marks,
     /// Adaptive receive's budget (`--receive adaptive`); `None`: park.
@@ -89,7 +89,7 @@ pub struct TcpProbe {
 /// What a connection's reader files for the probes: transmit stamps by
 /// seq, found by the byte offset of each request's last byte, and the
 /// follow-up frames.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Stamped {
     tx: prober_sys::rx::KeyedTxStamps,
     /// By seq, shared by the target's connections.
@@ -136,7 +136,7 @@ impl TcpProbe {
             busy_poll,
             tx_stamps: false,
             timeout: Duration::from_secs(1),
-            stamps: Arc::default(),
+            follow: Arc::default(),
             marks: Marks::default(),
             spin: None,
             cadence: Cadence::default(),
@@ -204,7 +204,7 @@ impl TcpProbe {
         }
         *slot = None;
         let reconnect = self.connected_once.swap(true, Ordering::Relaxed);
-        let conn = self.open(Arc::clone(&self.stamps), reconnect).await?;
+        let conn = self.open(reconnect).await?;
         *slot = Some(Arc::clone(&conn));
         Ok(conn)
     }
@@ -231,12 +231,8 @@ impl TcpProbe {
         if alive(&slot).is_some() || !self.spare_retry.begin() {
             return;
         }
-        let stamps = Arc::new(Stamped {
-            tx: prober_sys::rx::KeyedTxStamps::default(),
-            follow: Arc::clone(&self.stamps.follow),
-        });
         let reconnect = slot.is_some();
-        match self.open(stamps, reconnect).await {
+        match self.open(reconnect).await {
             Ok(conn) => {
                 *slot = Some(conn);
                 self.spare_retry.opened();
@@ -245,9 +241,14 @@ impl TcpProbe {
         }
     }
 
-    /// Connects, and starts the connection's reader filing into `stamps`;
-    /// `reconnect` counts one.
-    async fn open(&self, stamps: Arc<Stamped>, reconnect: bool) -> Result<Arc<Conn>, ProbeError> {
+    /// Connects, and starts the connection's reader filing into stamps of
+    /// its own (its transmit stamps are keyed by its own bytes) and the
+    /// target's follow-ups; `reconnect` counts one.
+    async fn open(&self, reconnect: bool) -> Result<Arc<Conn>, ProbeError> {
+        let stamps = Arc::new(Stamped {
+            tx: prober_sys::rx::KeyedTxStamps::default(),
+            follow: Arc::clone(&self.follow),
+        });
         let stream = new_socket(self.addr, &self.marks)?
             .connect(self.addr)
             .await
@@ -650,7 +651,7 @@ impl Probe for TcpProbe {
         // Asked: a round trip away; twice this one's RTT covers it.
         let extra = if ask { 2 * reply.rtt() } else { Duration::ZERO };
         if follow_up && let Some(r) = reply.stamps.responder.as_mut() {
-            r.send = self.stamps.follow.wait(seq, limit, extra).await;
+            r.send = self.follow.wait(seq, limit, extra).await;
         }
         // Within the probe's time: an answered probe must not become a
         // timeout while the spare connects.
@@ -662,33 +663,27 @@ impl Probe for TcpProbe {
         // Taken now, whether or not an ask follows: a send part the next
         // response carried leaves nothing to remember.
         let on_spare = self.on_spare.take(seq);
-        settle_interleaved(
-            &self.stamps.follow,
-            seq,
-            reply,
-            INTERLEAVED_WAIT,
-            || async {
-                // On the connection it went on: after a reconnect the
-                // responder has nothing for this seq, and the wait ends
-                // unanswered.
-                let asked = async {
-                    let conn = {
-                        let slot = if on_spare {
-                            self.spare.lock().await
-                        } else {
-                            self.conn.lock().await
-                        };
-                        Arc::clone(alive(&slot)?)
+        settle_interleaved(&self.follow, seq, reply, INTERLEAVED_WAIT, || async {
+            // On the connection it went on: after a reconnect the
+            // responder has nothing for this seq, and the wait ends
+            // unanswered.
+            let asked = async {
+                let conn = {
+                    let slot = if on_spare {
+                        self.spare.lock().await
+                    } else {
+                        self.conn.lock().await
                     };
-                    Some(self.ask(&conn, seq).await)
+                    Arc::clone(alive(&slot)?)
                 };
-                tokio::time::timeout(FOLLOW_UP_WAIT, asked)
-                    .await
-                    .ok()
-                    .flatten()
-                    .unwrap_or(false)
-            },
-        )
+                Some(self.ask(&conn, seq).await)
+            };
+            tokio::time::timeout(FOLLOW_UP_WAIT, asked)
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or(false)
+        })
         .await
     }
 

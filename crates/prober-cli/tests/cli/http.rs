@@ -664,9 +664,9 @@ fn an_answered_probe_is_never_lost_to_a_spare_connection_that_hangs() {
     // The first answer comes after two more probes began: each finds the
     // kept connection busy and opens its own, whose SYN the full queue
     // drops, so those two time out. Probes have then overlapped, and after
-    // each answer the client opens a spare connection, off any probe's
-    // clock, which hangs the same way: it must not hold the answered probe
-    // past its timeout. Every answer the server wrote is a probe answered.
+    // an answer the client opens a spare connection, off any probe's clock
+    // (a try a second at most), which hangs the same way: it must not hold
+    // the answered probe past its timeout. Every answer the server wrote is a probe answered.
     let (addr, answered) = one_connection_server(Duration::from_millis(50));
     let t = format!("http://{addr}/");
     let (code, lines, err) = run_json(&[
