@@ -57,6 +57,8 @@ struct Family {
     /// Sends whose transmit stamp has not been read from the error queue
     /// yet: a send drains the queue first only when this is above zero.
     queued: Arc<AtomicU64>,
+    /// Held by each reader of the error queue from its read to its filing.
+    drains: Arc<prober_sys::rx::DrainLock>,
     _reader: Reader,
     _errors: Option<AbortOnDropHandle<()>>,
 }
@@ -163,17 +165,20 @@ impl IcmpClient {
         // its own after its reply (`drain_tx`): on a raw socket no task is
         // woken per stamp (that cost 25 % more CPU with 10,000 targets).
         let queued = Arc::new(AtomicU64::new(0));
+        let drains = Arc::new(prober_sys::rx::DrainLock::default());
         let errors = (!socket.raw).then(|| {
             tokio::spawn(read_error_queue(
                 Arc::clone(&socket),
                 Arc::clone(&registry),
                 Arc::clone(&queued),
+                Arc::clone(&drains),
             ))
         });
         let fam = Arc::new(Family {
             socket,
             registry,
             queued,
+            drains,
             _reader: reader,
             _errors: errors.map(AbortOnDropHandle::new),
         });
@@ -319,9 +324,12 @@ fn deliver_tx(registry: &Registry, frame: &[u8], t1k: u64) {
 /// drains before it sends, so stamps of probes that never got a reply (which
 /// count against the socket's receive buffer) cannot pile up.
 /// Returns when `until` (a slot and seq) has its stamp, when the queue is
-/// empty, or after 256 entries.
+/// empty, or after 256 entries. The socket is shared by every target, and
+/// another worker's probe or the error task may be reading the queue too:
+/// the drain lock is held throughout.
 fn drain_tx(fam: &Family, until: Option<(&Slot, u64)>) {
     let mut buf = vec![0u8; MAX_PAYLOAD + 128];
+    let _held = fam.drains.hold();
     for _ in 0..256 {
         match fam.socket.try_recv_error(&mut buf) {
             Ok((n, Some(queued))) => {
@@ -374,18 +382,26 @@ fn on_queued(socket: &IcmpSocket, registry: &Registry, bytes: &[u8], queued: Que
     }
 }
 
-async fn read_error_queue(socket: Arc<IcmpSocket>, registry: Arc<Registry>, count: Arc<AtomicU64>) {
+async fn read_error_queue(
+    socket: Arc<IcmpSocket>,
+    registry: Arc<Registry>,
+    count: Arc<AtomicU64>,
+    drains: Arc<prober_sys::rx::DrainLock>,
+) {
     let mut buf = vec![0u8; MAX_PAYLOAD + 128];
     loop {
-        match socket.recv_error(&mut buf).await {
-            Ok((n, queued)) => {
+        let read = socket
+            .recv_error_with(&drains, &mut buf, |bytes, queued| {
                 if matches!(queued, Queued::TxStamp(_)) {
                     let _ = count.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |q| {
                         Some(q.saturating_sub(1))
                     });
                 }
-                on_queued(&socket, &registry, &buf[..n.min(buf.len())], queued);
-            }
+                on_queued(&socket, &registry, bytes, queued);
+            })
+            .await;
+        match read {
+            Ok(()) => {}
             Err(error) => {
                 tracing::debug!(%error, "icmp error queue");
                 tokio::time::sleep(Duration::from_millis(10)).await;

@@ -193,18 +193,26 @@ impl IcmpSocket {
             .await
     }
 
-    /// Reads one entry of the error queue: an ICMP error (datagram sockets)
-    /// or a transmit stamp, with the bytes queued.
-    pub(crate) async fn recv_error(&self, buf: &mut [u8]) -> io::Result<(usize, Queued)> {
-        loop {
-            let res = self
-                .sock
-                .async_io(Interest::ERROR, || self.try_recv_error(&mut *buf))
-                .await?;
-            if let (n, Some(e)) = res {
-                return Ok((n, e));
-            }
-        }
+    /// Waits for the error queue and reads one entry: an ICMP error
+    /// (datagram sockets) or a transmit stamp, handed with the bytes queued
+    /// to `file` while `drains` is held, so that a probe draining the queue
+    /// beside this read never finds it empty before the entry is filed.
+    pub(crate) async fn recv_error_with(
+        &self,
+        drains: &prober_sys::rx::DrainLock,
+        buf: &mut [u8],
+        mut file: impl FnMut(&[u8], Queued),
+    ) -> io::Result<()> {
+        self.sock
+            .async_io(Interest::ERROR, || {
+                let _held = drains.hold();
+                let (n, queued) = self.try_recv_error(&mut *buf)?;
+                if let Some(queued) = queued {
+                    file(&buf[..n.min(buf.len())], queued);
+                }
+                Ok(())
+            })
+            .await
     }
 
     /// Reads one entry of the error queue without blocking (`WouldBlock`

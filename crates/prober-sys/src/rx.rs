@@ -388,6 +388,29 @@ pub fn drain_tx_stamps_id_until(
     }
 }
 
+/// Keeps the readers of one socket's error queue apart: held by a drain
+/// from its first read of the queue to its last filing.
+///
+/// A probe that finds its transmit stamp missing drains the queue itself,
+/// while another reader (a busy-poll thread, another probe on another
+/// worker, an error-queue task) may be draining too. Without the lock, the
+/// other reader can have taken the stamp off the queue and not filed it
+/// yet: the probe's drain then finds the queue empty and its stamp nowhere
+/// (two busy-polled TCP probes in 100 lost their client send part so in a
+/// CI run). Held, the probe's drain waits until the stamp is filed.
+/// One per socket; [`KeyedTxStamps`] holds its keys' lock the same way.
+#[derive(Debug, Default)]
+pub struct DrainLock(std::sync::Mutex<()>);
+
+impl DrainLock {
+    /// Holds the queue until the guard drops. Never across an `.await`.
+    pub fn hold(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 /// Transmit stamps the kernel numbers ([`enable_tx_timestamps_id`]: by
 /// byte on TCP, by datagram on UDP), filed under the seq of the probe each
 /// number belongs to.
@@ -415,13 +438,9 @@ impl KeyedTxStamps {
     /// Reads the error queue without blocking and files each stamp under
     /// its probe's seq.
     ///
-    /// The lock is held from the first read of the queue to the last
-    /// filing: a reader thread draining beside a probe that found its stamp
-    /// missing may have taken the stamp off the queue and not filed it yet,
-    /// and the probe's own drain would then find the queue empty and its
-    /// stamp nowhere (two busy-polled TCP probes in 100 lost their client
-    /// send part so in a CI run). Held, the probe's drain waits until the
-    /// stamp is filed.
+    /// The keys' lock is held from the first read of the queue to the last
+    /// filing, as a [`DrainLock`] would be: a second drain waits until the
+    /// stamps the first took off the queue are filed.
     pub fn drain(&self, fd: BorrowedFd<'_>) {
         let mut keys = self
             .keys

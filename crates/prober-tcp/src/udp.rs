@@ -55,11 +55,9 @@ pub struct UdpProbe {
 struct TxStamps {
     on: bool,
     kept: prober_sys::rx::TxStamps,
-    /// Held by a drain from its first read of the error queue to its last
-    /// filing: a probe that finds its stamp missing drains too, and must
-    /// not find the queue emptied by the reader's drain before the reader
-    /// has filed what it took (`prober_sys::rx::KeyedTxStamps::drain`).
-    draining: std::sync::Mutex<()>,
+    /// A probe that finds its stamp missing drains too, beside the
+    /// reader's drain.
+    draining: prober_sys::rx::DrainLock,
 }
 
 impl TxStamps {
@@ -74,10 +72,7 @@ impl TxStamps {
         if !self.on {
             return;
         }
-        let _draining = self
-            .draining
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _draining = self.draining.hold();
         let mut buf = [0u8; 512];
         for _ in 0..64 {
             let Ok((n, Some(t1k))) = prober_sys::rx::recv_tx_stamp(fd, &mut buf) else {

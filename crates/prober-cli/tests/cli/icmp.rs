@@ -121,6 +121,51 @@ fn raw_socket_on_loopback_v4_and_v6() {
     }
 }
 
+/// Sixteen targets share one raw socket, and two runtime workers drain its
+/// error queue: a probe whose transmit stamp another worker had just read
+/// and not filed found the queue empty and lost its client send part (about
+/// 2 % of these probes did, before the queue's readers took a lock).
+#[test]
+fn every_probe_keeps_its_send_stamp_when_workers_share_the_socket() {
+    if !crate::support::require_root("raw ICMP sockets need root or CAP_NET_RAW") {
+        return;
+    }
+    let hosts: Vec<String> = (1..=16).map(|i| format!("127.0.0.{i}")).collect();
+    let mut args = vec![
+        "--threads",
+        "2",
+        "run",
+        "-c",
+        "1500",
+        "-i",
+        "300us",
+        "--icmp-socket",
+        "raw",
+        "-o",
+        "json",
+    ];
+    args.extend(hosts.iter().map(String::as_str));
+    let lines = run_json_ok(&args);
+    let probes = of_type(&lines, "probe");
+    let ok: Vec<_> = probes.iter().filter(|p| p["outcome"] == "ok").collect();
+    assert!(
+        ok.len() >= 12_000,
+        "{} of {} answered",
+        ok.len(),
+        probes.len()
+    );
+    let lost = ok
+        .iter()
+        .filter(|p| p["parts"]["client_send_ns"].as_u64().is_none())
+        .count();
+    assert_eq!(
+        lost,
+        0,
+        "{lost} of {} answered probes lost their send stamp",
+        ok.len()
+    );
+}
+
 #[test]
 fn datagram_socket_where_the_namespace_allows_it() {
     let Some(ns) = Netns::new("dgram") else {
