@@ -270,6 +270,13 @@ async fn open_loop<P: Probe>(
     events: &mpsc::Sender<Event>,
     (stop, abandon): (&CancellationToken, Option<&CancellationToken>),
 ) -> u64 {
+    // On the shared timer, slot 0 falls on its grid: every slot is then due
+    // at one of its wake-ups, not between two (see `SHARED_GRID`).
+    let start = Instant::now() + phase;
+    let start = match &timer {
+        Some(t) if !cfg.precise_timer => t.align(start),
+        _ => start,
+    };
     let mut sleeper = Sleeper::new(cfg.pacing, cfg.precise_timer, cfg.interval).with_shared(timer);
     // Probes in flight are polled by this task, not spawned: the request
     // goes out the moment its slot is due, without a hand-off to another
@@ -288,7 +295,6 @@ async fn open_loop<P: Probe>(
     // bytes, and room for one kept by every target was 4.5 MB at 10,000
     // targets (BENCHMARKS.md, "Memory at 10,000 targets, fourth pass").
     let mut finished = std::collections::VecDeque::new();
-    let start = Instant::now() + phase;
     let end = cfg.duration.map(|d| start + d);
     let mut pacer = Pacer::new(start, cfg.interval);
     // Pacing that spins starts each probe a little early, behind a gate that

@@ -125,14 +125,27 @@ impl AsRawFd for Tfd {
     }
 }
 
-/// The soonest a [`SharedTimer`] fires again after it fired, so it wakes
-/// the thread at most 1,333 times a second however many schedules share it
-/// (10,000 targets at 1 Hz are due every 100 µs on average), and each
-/// firing sends a batch. Each wake-up of an idle vCPU costs about 25 µs of
-/// CPU here: at 10,000 targets (benches/scale, alternating runs), a 500 µs
-/// gap gave send lag p50 308 µs for +0.05 cores over the tokio timer, a
-/// 1 ms gap 585 µs for +0.02.
+/// The soonest a [`SharedTimer`] fires again after its last wake-up was
+/// due, so it wakes the thread at most 1,333 times a second however many
+/// schedules share it (10,000 targets at 1 Hz are due every 100 µs on
+/// average), and each firing sends a batch: each wake-up of an idle vCPU
+/// costs CPU, and a shorter gap bought less send lag for more of it
+/// (BENCHMARKS.md, "The daemon's pacing at a 10 ms interval"). At most
+/// [`SHARED_GRID`], so that a wake-up falls on every grid point that has a
+/// deadline.
 pub const SHARED_MIN_GAP: Duration = Duration::from_micros(750);
+
+/// The grid a [`SharedTimer`]'s schedules start on ([`SharedTimer::align`]).
+/// The timer wakes the thread at most every [`SHARED_MIN_GAP`], and a
+/// deadline that falls between two wake-ups waits for the later one: with
+/// deadlines anywhere, that wait was most of the daemon's send lag
+/// (BENCHMARKS.md, "Schedules on the shared timer's grid"). Schedules whose
+/// slots fall on a grid the wake-ups keep to are sent at their wake-up.
+/// A millisecond divides every whole-millisecond interval, and is no
+/// shorter than the gap.
+pub const SHARED_GRID: Duration = Duration::from_millis(1);
+
+const _: () = assert!(SHARED_MIN_GAP.as_nanos() <= SHARED_GRID.as_nanos());
 
 /// One high-resolution timer (a timerfd) for many schedules: the daemon's
 /// thousands of targets finish their waits on it instead of on the tokio
@@ -217,6 +230,17 @@ impl SharedTimer {
         Ok(Self(shared))
     }
 
+    /// The first point of the timer's grid ([`SHARED_GRID`], counted from
+    /// when the timer was made) at or after `at`: where a schedule that
+    /// waits on this timer starts, so that, its interval a multiple of the
+    /// grid, each of its slots is due at one of the timer's wake-ups.
+    pub fn align(&self, at: Instant) -> Instant {
+        let grid = SHARED_GRID.as_nanos();
+        let since = at.saturating_duration_since(self.0.base).as_nanos();
+        let ns = since.div_ceil(grid).saturating_mul(grid);
+        self.0.base + Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+    }
+
     /// Waits until `deadline` (at once if it has passed).
     pub fn sleep_until(&self, deadline: Instant) -> SharedSleep<'_> {
         SharedSleep {
@@ -257,7 +281,10 @@ async fn drive(s: Arc<Shared>) {
         drop(ready);
         let mut state = lock(&s.state);
         let now = Instant::now();
-        state.armed = None;
+        // The gap counts from when this wake-up was due, not from now: a
+        // wake-up that came late, or a batch that took long, must not push
+        // the next one off the grid its deadlines are on.
+        let fired = state.armed.take().map_or(now, |a| a.min(now));
         while let Some(&Reverse(key)) = state.heap.peek() {
             let (at, id) = heap_unkey(s.base, key);
             if at > now {
@@ -269,7 +296,7 @@ async fn drive(s: Arc<Shared>) {
             }
         }
         if let Some(&Reverse(key)) = state.heap.peek() {
-            let at = heap_unkey(s.base, key).0.max(now + SHARED_MIN_GAP);
+            let at = heap_unkey(s.base, key).0.max(fired + SHARED_MIN_GAP);
             if arm(&s.fd, at).is_ok() {
                 state.armed = Some(at);
             } else {
@@ -733,6 +760,24 @@ mod tests {
             "the dropped wait is still registered while alive"
         );
         assert_eq!(lock(&timer.0.state).wakers.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn align_rounds_up_to_the_grid_from_the_timers_start() {
+        let timer = SharedTimer::new().unwrap();
+        let base = timer.0.base;
+        let grid = SHARED_GRID;
+        assert_eq!(timer.align(base), base);
+        assert_eq!(timer.align(base + grid), base + grid);
+        assert_eq!(timer.align(base + Duration::from_nanos(1)), base + grid);
+        assert_eq!(
+            timer.align(base + grid * 7 - Duration::from_nanos(1)),
+            base + grid * 7
+        );
+        // Before the timer was made: its start, which is past.
+        if let Some(before) = base.checked_sub(Duration::from_millis(5)) {
+            assert_eq!(timer.align(before), base);
+        }
     }
 
     #[tokio::test]

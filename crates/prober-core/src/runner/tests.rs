@@ -515,3 +515,63 @@ fn burst_above_the_in_flight_cap_is_rejected() {
     };
     assert!(c.validate().is_err());
 }
+
+/// Targets that finish their waits on the daemon's shared timer start on
+/// its grid, wherever their phase puts them: every slot is then due at one
+/// of the timer's wake-ups rather than between two (where it waited for
+/// the next, most of the daemon's send lag).
+#[tokio::test]
+async fn schedules_on_the_shared_timer_fall_on_its_grid() {
+    let timer = crate::SharedTimer::new().unwrap();
+    let (tx, mut rx) = mpsc::channel(EVENT_CHANNEL);
+    let mut set = JoinSet::new();
+    let launched = Instant::now();
+    let phases_us = [300, 1_700, 4_321];
+    for (id, us) in phases_us.into_iter().enumerate() {
+        let probe = ScriptedProbe::new(|_| Some(Ok(Duration::ZERO)));
+        let launch = Launch {
+            id,
+            cfg: cfg(10, 3),
+            phase: Duration::from_micros(us),
+            events: tx.clone(),
+            stop: CancellationToken::new(),
+            turnstile: None,
+            abandon: None,
+            timer: Some(timer.clone()),
+        };
+        let _ = runnable(SharedProbe(probe)).launch(&mut set, launch);
+    }
+    drop(tx);
+    let mut scheduled = Vec::new();
+    while let Some(ev) = rx.recv().await {
+        if let Event::Sample(s) = ev {
+            scheduled.push((s.target, s.scheduled));
+        }
+    }
+    while set.join_next().await.is_some() {}
+    assert_eq!(scheduled.len(), 9, "{scheduled:?}");
+    let first = scheduled[0].1;
+    for &(target, at) in &scheduled {
+        // Never before where its phase put it...
+        assert!(
+            at >= launched + Duration::from_micros(phases_us[target]),
+            "target {target} due before its phase"
+        );
+        // ...and on the same grid as every other.
+        let apart = if at >= first { at - first } else { first - at };
+        assert_eq!(
+            apart.as_nanos() % crate::wait::SHARED_GRID.as_nanos(),
+            0,
+            "target {target}'s slot is {apart:?} from another's"
+        );
+    }
+}
+
+/// A [`ScriptedProbe`] behind an `Arc`, as [`runnable`] takes a probe by value.
+struct SharedProbe(Arc<ScriptedProbe>);
+
+impl Probe for SharedProbe {
+    async fn probe_at(&self, seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
+        self.0.probe_at(seq, gate).await
+    }
+}
