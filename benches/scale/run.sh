@@ -32,7 +32,9 @@
 #
 # Both scrape /metrics and fetch the status page every 5 s (as Prometheus
 # and a person at a browser would) and report the slowest answers;
-# SCRAPE=0 does neither, to compare the send lag without them.
+# SCRAPE=0 does neither, to compare the send lag without them; SCRAPE=metrics
+# or SCRAPE=page only the one. The send lag is printed for the slots of
+# that loop, and apart for those of the end's text scrape and page.
 #
 #   PROBE_LOAD=20 bash benches/scale/run.sh   # and blackbox's /probe asked
 #                                         # 20 times a second (ICMP to other
@@ -191,12 +193,21 @@ end=$(( $(date +%s) + D ))
 while [ "$(date +%s)" -lt "$end" ]; do
   # SCRAPE=0: no scrapes, to see what they cost the probes.
   if [ "${SCRAPE:-1}" = 0 ]; then sleep 1; continue; fi
-  curl -s -o "$work/scrape.out" -H "Accept: $accept" -w '%{time_total}\n' \
-    "http://127.0.0.1:$mport/metrics" >> "$work/scrapes" || echo fail >> "$work/scrapes"
-  curl -s -o "$work/status.html" -w '%{time_total}\n' \
-    "http://127.0.0.1:$mport/" >> "$work/pages" || echo fail >> "$work/pages"
+  # SCRAPE=metrics or page: only that one, to see which of the two costs.
+  if [ "${SCRAPE:-1}" != page ]; then
+    curl -s -o "$work/scrape.out" -H "Accept: $accept" -w '%{time_total}\n' \
+      "http://127.0.0.1:$mport/metrics" >> "$work/scrapes" || echo fail >> "$work/scrapes"
+  fi
+  if [ "${SCRAPE:-1}" != metrics ]; then
+    curl -s -o "$work/status.html" -w '%{time_total}\n' \
+      "http://127.0.0.1:$mport/" >> "$work/pages" || echo fail >> "$work/pages"
+  fi
   sleep 5
 done
+# The send lag is reported for the slots before this (the scrapes every
+# 5 s the goal names) and, apart, for those of the fetches below (a text
+# scrape of every series, to count them, and the status page).
+loop_end_ns=$(date +%s%N)
 if [ -n "${PROBE_LOAD:-}" ]; then wait "$load_pid" || true; cat "$work/probe_load"; fi
 status_s=$(curl -s -o "$work/status.html" -w '%{time_total}' "http://127.0.0.1:$mport/")
 # Series per target as a text scrape has them (every line a series); the
@@ -258,18 +269,19 @@ if [ "${SINK:-jsonl}" != jsonl ]; then
     printf "peak RSS           %.1f MiB\n", hwm / 1024 }'
   exit 0
 fi
-python3 - "$work/scale.jsonl" "$N" "$t0" "$t1" "$s0" "$s1" "$clk" "$hwm" "$D" <<'PY'
+python3 - "$work/scale.jsonl" "$N" "$t0" "$t1" "$s0" "$s1" "$clk" "$hwm" "$D" "$loop_end_ns" <<'PY'
 import json, sys
-path, n, t0, t1, s0, s1, clk, hwm, d = sys.argv[1:]
-n, clk, d = int(n), int(clk), float(d)
+path, n, t0, t1, s0, s1, clk, hwm, d, loop_end = sys.argv[1:]
+n, clk, d, loop_end = int(n), int(clk), float(d), int(loop_end)
+late_lags = []
 cores = (int(t1) - int(t0)) / clk / (float(s1) - float(s0))
 lags, rtts, outcomes, per_target = [], [], {}, {}
 first, worst = None, (0, 0)
 with open(path) as f:
     for line in f:
         p = json.loads(line)
-        lags.append(p["send_lag_ns"])
         at = p["scheduled_unix_ns"]
+        (lags if at < loop_end else late_lags).append(p["send_lag_ns"])
         first = at if first is None else min(first, at)
         worst = max(worst, (p["send_lag_ns"], at))
         if p.get("rtt_ns") is not None:
@@ -278,7 +290,7 @@ with open(path) as f:
         per_target[p["target"]] = max(per_target.get(p["target"], -1), p["seq"])
 lags.sort()
 q = lambda x: lags[min(len(lags) - 1, int(x * len(lags)))] / 1e3
-sent = len(lags)
+sent = len(lags) + len(late_lags)
 # Every seq from 0 to the last one sent must be present: a gap is a missed slot.
 missed = sum(last + 1 for last in per_target.values()) - sent
 print(f"targets            {n}")
@@ -289,7 +301,13 @@ print(f"probes             {sent} ({outcomes})")
 print(f"targets that sent  {len(per_target)}")
 print(f"missed slots       {missed}")
 print(f"send lag p50/p99/max  {q(0.5):.0f} / {q(0.99):.0f} / {lags[-1] / 1e3:.0f} µs"
-      f" (the max {(worst[1] - first) / 1e9:.2f} s after the first slot)")
+      f" ({len(lags)} slots before the end's fetches)")
+late_lags.sort()
+if late_lags:
+    e = lambda x: late_lags[min(len(late_lags) - 1, int(x * len(late_lags)))] / 1e3
+    print(f"  at the end's text scrape and page: {e(0.5):.0f} / {e(0.99):.0f} / {late_lags[-1] / 1e3:.0f} µs"
+          f" ({len(late_lags)} slots)")
+print(f"the largest lag    {worst[0] / 1e3:.0f} µs, {(worst[1] - first) / 1e9:.2f} s after the first slot")
 rtts.sort()
 if rtts:
     r = lambda x: rtts[min(len(rtts) - 1, int(x * len(rtts)))] / 1e3
