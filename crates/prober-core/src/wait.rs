@@ -126,13 +126,16 @@ impl AsRawFd for Tfd {
 }
 
 /// The soonest a [`SharedTimer`] fires again after its last wake-up was
-/// due, so it wakes the thread at most 1,333 times a second however many
+/// due, so it wakes the thread about 1,333 times a second at most (on
+/// average: a wake-up that came late may be followed sooner) however many
 /// schedules share it (10,000 targets at 1 Hz are due every 100 µs on
 /// average), and each firing sends a batch: each wake-up of an idle vCPU
 /// costs CPU, and a shorter gap bought less send lag for more of it
 /// (BENCHMARKS.md, "The daemon's pacing at a 10 ms interval"). At most
 /// [`SHARED_GRID`], so that a wake-up falls on every grid point that has a
-/// deadline.
+/// deadline while every deadline on the timer is on the grid (one that is
+/// not, of a schedule the grid does not fit, may push the next wake-up
+/// past a grid point).
 pub const SHARED_MIN_GAP: Duration = Duration::from_micros(750);
 
 /// The grid a [`SharedTimer`]'s schedules start on ([`SharedTimer::align`]).
@@ -276,11 +279,19 @@ async fn drive(s: Arc<Shared>) {
             return;
         };
         // Reading the expiry count clears readiness; EAGAIN is a spurious
-        // wake-up, but the heap is looked at anyway.
-        let _ = ready.try_io(|t| t.get_ref().0.wait().map_err(std::io::Error::from));
+        // wake-up.
+        let spurious = ready
+            .try_io(|t| t.get_ref().0.wait().map_err(std::io::Error::from))
+            .is_err();
         drop(ready);
         let mut state = lock(&s.state);
         let now = Instant::now();
+        // Still armed for later: nothing is due before it (a waiter due
+        // sooner arms it sooner), and re-arming from now could move the
+        // wake-up off the grid.
+        if spurious && state.armed.is_some_and(|a| a > now) {
+            continue;
+        }
         // The gap counts from when this wake-up was due, not from now: a
         // wake-up that came late, or a batch that took long, must not push
         // the next one off the grid its deadlines are on.

@@ -552,12 +552,21 @@ async fn schedules_on_the_shared_timer_fall_on_its_grid() {
     assert_eq!(scheduled.len(), 9, "{scheduled:?}");
     let first = scheduled[0].1;
     for &(target, at) in &scheduled {
-        // Never before where its phase put it...
+        // Never before where its phase put it, nor more than a grid step
+        // after (and the few ms its task may take to first run)...
+        let phase = launched + Duration::from_micros(phases_us[target]);
+        assert!(at >= phase, "target {target} due before its phase");
+        let slot = u32::try_from(at.saturating_duration_since(phase).as_millis() / 10).unwrap();
         assert!(
-            at >= launched + Duration::from_micros(phases_us[target]),
-            "target {target} due before its phase"
+            at < phase
+                + Duration::from_millis(10) * slot
+                + crate::wait::SHARED_GRID
+                + Duration::from_millis(250),
+            "target {target} due {:?} after its phase",
+            at - phase
         );
-        // ...and on the same grid as every other.
+        // ...and on the timer's grid, as every other.
+        assert_eq!(timer.align(at), at, "target {target} off the grid");
         let apart = if at >= first { at - first } else { first - at };
         assert_eq!(
             apart.as_nanos() % crate::wait::SHARED_GRID.as_nanos(),
@@ -573,5 +582,55 @@ struct SharedProbe(Arc<ScriptedProbe>);
 impl Probe for SharedProbe {
     async fn probe_at(&self, seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
         self.0.probe_at(seq, gate).await
+    }
+}
+
+/// Off the grid where the grid does not fit: an interval of 2.5 ms, or
+/// hybrid pacing (its wait ends a margin before the deadline), starts where
+/// its phase says.
+#[tokio::test]
+async fn schedules_the_grid_does_not_fit_start_at_their_phase() {
+    let timer = crate::SharedTimer::new().unwrap();
+    for (interval, pacing) in [
+        (Duration::from_micros(2_500), Pacing::Timer),
+        (Duration::from_millis(10), Pacing::Hybrid),
+    ] {
+        let (tx, mut rx) = mpsc::channel(EVENT_CHANNEL);
+        let mut set = JoinSet::new();
+        let launched = Instant::now();
+        let launch = Launch {
+            id: 0,
+            cfg: RunConfig {
+                interval,
+                pacing,
+                ..cfg(10, 1)
+            },
+            phase: Duration::from_micros(300),
+            events: tx,
+            stop: CancellationToken::new(),
+            turnstile: None,
+            abandon: None,
+            timer: Some(timer.clone()),
+        };
+        let _ = runnable(SharedProbe(ScriptedProbe::new(|_| {
+            Some(Ok(Duration::ZERO))
+        })))
+        .launch(&mut set, launch);
+        let mut at = None;
+        while let Some(ev) = rx.recv().await {
+            if let Event::Sample(s) = ev {
+                at = Some(s.scheduled);
+            }
+        }
+        while set.join_next().await.is_some() {}
+        let at = at.expect("one slot");
+        assert!(at >= launched + Duration::from_micros(300));
+        // Where its task first ran plus its phase: on the grid only by a
+        // chance of one in a million.
+        assert_ne!(
+            timer.align(at),
+            at,
+            "{interval:?} {pacing}: put on the grid"
+        );
     }
 }
