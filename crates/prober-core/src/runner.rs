@@ -270,26 +270,10 @@ async fn open_loop<P: Probe>(
     events: &mpsc::Sender<Event>,
     (stop, abandon): (&CancellationToken, Option<&CancellationToken>),
 ) -> u64 {
-    // On the shared timer, slot 0 falls on its grid: every slot is then due
-    // at one of its wake-ups, not between two (see `SHARED_GRID`). Only
-    // where the whole wait ends on it (timer pacing: hybrid's ends a
-    // margin early, spin's not on it at all) and the interval keeps to
-    // the grid; an off-grid deadline would only delay the start.
-    let start = Instant::now() + phase;
-    let start = match &timer {
-        Some(t)
-            if !cfg.precise_timer
-                && matches!(cfg.pacing, Pacing::Timer)
-                && cfg
-                    .interval
-                    .as_nanos()
-                    .is_multiple_of(crate::wait::SHARED_GRID.as_nanos()) =>
-        {
-            t.align(start)
-        }
-        _ => start,
-    };
     let mut sleeper = Sleeper::new(cfg.pacing, cfg.precise_timer, cfg.interval).with_shared(timer);
+    // On the shared timer, slot 0 falls on its grid: every slot is then due
+    // at one of its wake-ups, not between two (see `SHARED_GRID`).
+    let start = sleeper.start_at(Instant::now() + phase, cfg.interval);
     // Probes in flight are polled by this task, not spawned: the request
     // goes out the moment its slot is due, without a hand-off to another
     // worker thread (which costs a wake-up of tens of µs on an idle vCPU).

@@ -488,6 +488,24 @@ impl Sleeper {
         self
     }
 
+    /// Where a schedule of deadlines `interval` apart that would start at
+    /// `at` starts: on the shared timer's grid ([`SharedTimer::align`])
+    /// where every wait ends on that timer (timer pacing: hybrid's ends a
+    /// margin early, spin's not on it at all) and `interval` keeps to the
+    /// grid, so each deadline is due at one of its wake-ups; else `at` (an
+    /// off-grid deadline would only be delayed).
+    pub fn start_at(&self, at: Instant, interval: Duration) -> Instant {
+        match &self.shared {
+            Some(timer)
+                if self.pacing == Pacing::Timer
+                    && interval.as_nanos().is_multiple_of(SHARED_GRID.as_nanos()) =>
+            {
+                timer.align(at)
+            }
+            _ => at,
+        }
+    }
+
     /// Waits until `deadline`. Returns at once if it has passed.
     pub fn wait_until(&mut self, deadline: Instant) -> Wait<'_> {
         if self.pacing == Pacing::Timer && self.timer.is_none() {

@@ -516,29 +516,27 @@ fn burst_above_the_in_flight_cap_is_rejected() {
     assert!(c.validate().is_err());
 }
 
-/// Targets that finish their waits on the daemon's shared timer start on
-/// its grid, wherever their phase puts them: every slot is then due at one
-/// of the timer's wake-ups rather than between two (where it waited for
-/// the next, most of the daemon's send lag).
-#[tokio::test]
-async fn schedules_on_the_shared_timer_fall_on_its_grid() {
-    let timer = crate::SharedTimer::new().unwrap();
+/// Runs targets of `cfg` at these phases on `timer`, each probe answered
+/// at once: (target, scheduled time) of every slot.
+async fn on_shared_timer(
+    timer: &crate::SharedTimer,
+    cfg: &RunConfig,
+    phases: &[Duration],
+) -> Vec<(usize, Instant)> {
     let (tx, mut rx) = mpsc::channel(EVENT_CHANNEL);
     let mut set = JoinSet::new();
-    let launched = Instant::now();
-    let phases_us = [300, 1_700, 4_321];
-    for (id, us) in phases_us.into_iter().enumerate() {
-        let probe = ScriptedProbe::new(|_| Some(Ok(Duration::ZERO)));
+    for (id, phase) in phases.iter().enumerate() {
         let launch = Launch {
             id,
-            cfg: cfg(10, 3),
-            phase: Duration::from_micros(us),
+            cfg: cfg.clone(),
+            phase: *phase,
             events: tx.clone(),
             stop: CancellationToken::new(),
             turnstile: None,
             abandon: None,
             timer: Some(timer.clone()),
         };
+        let probe = ScriptedProbe::new(|_| Some(Ok(Duration::ZERO)));
         let _ = runnable(SharedProbe(probe)).launch(&mut set, launch);
     }
     drop(tx);
@@ -549,12 +547,34 @@ async fn schedules_on_the_shared_timer_fall_on_its_grid() {
         }
     }
     while set.join_next().await.is_some() {}
+    scheduled
+}
+
+/// A [`ScriptedProbe`] behind an `Arc`, as [`runnable`] takes a probe by value.
+struct SharedProbe(Arc<ScriptedProbe>);
+
+impl Probe for SharedProbe {
+    async fn probe_at(&self, seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
+        self.0.probe_at(seq, gate).await
+    }
+}
+
+/// Targets that finish their waits on the daemon's shared timer start on
+/// its grid, wherever their phase puts them: every slot is then due at one
+/// of the timer's wake-ups rather than between two (where it waited for
+/// the next, most of the daemon's send lag).
+#[tokio::test]
+async fn schedules_on_the_shared_timer_fall_on_its_grid() {
+    let timer = crate::SharedTimer::new().unwrap();
+    let launched = Instant::now();
+    let phases = [300, 1_700, 4_321].map(Duration::from_micros);
+    let scheduled = on_shared_timer(&timer, &cfg(10, 3), &phases).await;
     assert_eq!(scheduled.len(), 9, "{scheduled:?}");
     let first = scheduled[0].1;
     for &(target, at) in &scheduled {
         // Never before where its phase put it, nor more than a grid step
         // after (and the few ms its task may take to first run)...
-        let phase = launched + Duration::from_micros(phases_us[target]);
+        let phase = launched + phases[target];
         assert!(at >= phase, "target {target} due before its phase");
         let slot = u32::try_from(at.saturating_duration_since(phase).as_millis() / 10).unwrap();
         assert!(
@@ -576,15 +596,6 @@ async fn schedules_on_the_shared_timer_fall_on_its_grid() {
     }
 }
 
-/// A [`ScriptedProbe`] behind an `Arc`, as [`runnable`] takes a probe by value.
-struct SharedProbe(Arc<ScriptedProbe>);
-
-impl Probe for SharedProbe {
-    async fn probe_at(&self, seq: u64, gate: Gate) -> Result<Reply, ProbeError> {
-        self.0.probe_at(seq, gate).await
-    }
-}
-
 /// Off the grid where the grid does not fit: an interval of 2.5 ms, or
 /// hybrid pacing (its wait ends a margin before the deadline), starts where
 /// its phase says.
@@ -595,36 +606,16 @@ async fn schedules_the_grid_does_not_fit_start_at_their_phase() {
         (Duration::from_micros(2_500), Pacing::Timer),
         (Duration::from_millis(10), Pacing::Hybrid),
     ] {
-        let (tx, mut rx) = mpsc::channel(EVENT_CHANNEL);
-        let mut set = JoinSet::new();
         let launched = Instant::now();
-        let launch = Launch {
-            id: 0,
-            cfg: RunConfig {
-                interval,
-                pacing,
-                ..cfg(10, 1)
-            },
-            phase: Duration::from_micros(300),
-            events: tx,
-            stop: CancellationToken::new(),
-            turnstile: None,
-            abandon: None,
-            timer: Some(timer.clone()),
+        let cfg = RunConfig {
+            interval,
+            pacing,
+            ..cfg(10, 1)
         };
-        let _ = runnable(SharedProbe(ScriptedProbe::new(|_| {
-            Some(Ok(Duration::ZERO))
-        })))
-        .launch(&mut set, launch);
-        let mut at = None;
-        while let Some(ev) = rx.recv().await {
-            if let Event::Sample(s) = ev {
-                at = Some(s.scheduled);
-            }
-        }
-        while set.join_next().await.is_some() {}
-        let at = at.expect("one slot");
-        assert!(at >= launched + Duration::from_micros(300));
+        let phase = Duration::from_micros(300);
+        let scheduled = on_shared_timer(&timer, &cfg, &[phase]).await;
+        let at = scheduled.first().expect("one slot").1;
+        assert!(at >= launched + phase);
         // Where its task first ran plus its phase: on the grid only by a
         // chance of one in a million.
         assert_ne!(
