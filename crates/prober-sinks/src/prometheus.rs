@@ -418,22 +418,33 @@ impl PrometheusSink {
     /// Every target's exported state, in the order of their ids.
     fn snapshot(&self) -> Vec<Exported> {
         // Copied under the lock, encoded without it: the sink records on
-        // the probing thread and must not wait for a scrape. A few hundred
-        // targets a hold, as the status page: all 10,000 in one hold was
-        // milliseconds, every record waiting it out (and longer when the
-        // render thread was preempted holding it).
-        let ids: Vec<usize> = lock(&self.state).series.keys().copied().collect();
-        let mut series: Vec<(usize, Exported)> = Vec::with_capacity(ids.len());
-        for chunk in ids.chunks(STATUS_CHUNK) {
-            let state = lock(&self.state);
-            series.extend(
-                chunk
-                    .iter()
-                    .filter_map(|id| Some((*id, state.series.get(id)?.m.clone()))),
-            );
-        }
+        // the probing thread and must not wait for a scrape.
+        let mut series = self.each_of(&self.ids(), |id, s| (id, s.m.clone()));
         series.sort_unstable_by_key(|(id, _)| *id);
         series.into_iter().map(|(_, m)| m).collect()
+    }
+
+    /// The ids of every target now.
+    fn ids(&self) -> Vec<usize> {
+        lock(&self.state).series.keys().copied().collect()
+    }
+
+    /// `f` of each target of `ids` still here, in that order, taking the
+    /// sink's lock for [`LOCK_CHUNK`] targets at a time: the probing thread
+    /// records through the same lock, and all 10,000 targets in one hold
+    /// kept it waiting for milliseconds (longer when the thread holding it
+    /// was preempted).
+    fn each_of<T>(&self, ids: &[usize], mut f: impl FnMut(usize, &Series) -> T) -> Vec<T> {
+        let mut out = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(LOCK_CHUNK) {
+            let state = lock(&self.state);
+            out.extend(
+                chunk
+                    .iter()
+                    .filter_map(|id| Some(f(*id, state.series.get(id)?))),
+            );
+        }
+        out
     }
 
     /// Removes a target's series now (a reload restarts it under a new id),
@@ -487,20 +498,12 @@ impl PrometheusSink {
     /// a full row of every target was 12 MB at 10,000 targets, for a page
     /// that shows 200 (BENCHMARKS.md, "Memory at 10,000 targets").
     pub fn status_index(&self) -> Vec<StatusKey> {
-        let mut keys: Vec<StatusKey> = Vec::new();
-        let ids: Vec<usize> = lock(&self.state).series.keys().copied().collect();
-        for chunk in ids.chunks(STATUS_CHUNK) {
-            let state = lock(&self.state);
-            keys.extend(chunk.iter().filter_map(|id| {
-                let s = state.series.get(id)?;
-                Some(StatusKey {
-                    id: *id,
-                    labels: Arc::clone(&s.m.labels),
-                    recent: s.recent.len(),
-                    lost: s.recent.iter().filter(|us| us.is_nan()).count(),
-                })
-            }));
-        }
+        let mut keys = self.each_of(&self.ids(), |id, s| StatusKey {
+            id,
+            labels: Arc::clone(&s.m.labels),
+            recent: s.recent.len(),
+            lost: s.recent.iter().filter(|us| us.is_nan()).count(),
+        });
         keys.sort_by(|a, b| a.labels.pairs.cmp(&b.labels.pairs));
         keys
     }
@@ -508,39 +511,32 @@ impl PrometheusSink {
     /// The status lines of the targets `ids`, in that order; a target
     /// removed since is left out.
     pub fn status_rows(&self, ids: &[usize]) -> Vec<StatusRow> {
-        let mut rows: Vec<StatusRow> = Vec::with_capacity(ids.len());
-        for chunk in ids.chunks(STATUS_CHUNK) {
-            let state = lock(&self.state);
-            let now = std::time::Instant::now();
-            let live = chunk.iter().filter_map(|id| state.series.get(id));
-            rows.extend(live.map(|s| {
-                StatusRow {
-                    labels: s.m.labels.pairs.clone(),
-                    tally: s.m.tally,
-                    last_error: s.last_error.clone(),
-                    recent_rtts: s
-                        .recent
-                        .iter()
-                        .map(|us| (!us.is_nan()).then_some(*us))
-                        .collect(),
-                    minute: s.minute.stats(now),
-                    hour: s.hour.stats(now),
-                    last_parts: prober_core::Parts::ALL_NAMES
-                        .iter()
-                        .zip(s.last_parts)
-                        .filter_map(|(n, v)| Some((*n, v?)))
-                        .collect(),
-                }
-            }));
-        }
-        rows
+        let now = std::time::Instant::now();
+        self.each_of(ids, |_, s| StatusRow {
+            labels: s.m.labels.pairs.clone(),
+            tally: s.m.tally,
+            last_error: s.last_error.clone(),
+            recent_rtts: s
+                .recent
+                .iter()
+                .map(|us| (!us.is_nan()).then_some(*us))
+                .collect(),
+            minute: s.minute.stats(now),
+            hour: s.hour.stats(now),
+            last_parts: prober_core::Parts::ALL_NAMES
+                .iter()
+                .zip(s.last_parts)
+                .filter_map(|(n, v)| Some((*n, v?)))
+                .collect(),
+        })
     }
 }
 
-/// A few hundred targets per hold of the lock: the windows' quantiles cost
-/// some µs a target, and the probing thread records through the same lock
-/// (10,000 targets in one hold stalled it; BENCHMARKS.md).
-const STATUS_CHUNK: usize = 256;
+/// A few hundred targets per hold of the sink's lock ([`PrometheusSink::each_of`]):
+/// a status row's window quantiles cost some µs a target, and the probing
+/// thread records through the same lock (10,000 targets in one hold
+/// stalled it; BENCHMARKS.md).
+const LOCK_CHUNK: usize = 256;
 
 /// A target on the status page, before its row is made.
 #[derive(Debug, Clone)]
