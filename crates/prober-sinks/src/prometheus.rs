@@ -24,6 +24,8 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use parking_lot::RwLock;
+
 use prober_core::sequence::{BURST_BUCKETS, LossBursts};
 use prober_core::stats::Tally;
 use std::time::Duration;
@@ -329,8 +331,9 @@ struct State {
     /// were 7 KB each; finding a target's series on every sample went
     /// through several of them (about half of `record`'s own time at 10,000
     /// targets, from perf). A hash map finds it with one probe; a scrape
-    /// sorts the series by id, the status page its rows by labels.
-    series: prober_core::IdMap<Box<Series>>,
+    /// sorts the series by id, the status page its rows by labels. Each
+    /// has a lock of its own ([`PrometheusSink::each_of`]).
+    series: prober_core::IdMap<Box<parking_lot::Mutex<Series>>>,
     /// Where the windows count their slots from.
     origin: std::time::Instant,
 }
@@ -344,8 +347,16 @@ impl Default for State {
     }
 }
 
-fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
-    state.lock().unwrap_or_else(PoisonError::into_inner)
+/// The sink's targets, shared: the probing thread records one target's
+/// series under its own lock, and a scrape reads them the same way, so
+/// neither waits for the other unless both are at the same target.
+fn read(state: &RwLock<State>) -> parking_lot::RwLockReadGuard<'_, State> {
+    state.read()
+}
+
+/// The sink's targets, to add or remove one.
+fn write(state: &RwLock<State>) -> parking_lot::RwLockWriteGuard<'_, State> {
+    state.write()
 }
 
 /// The labels of a target's series, in this order: `probe` (its job),
@@ -364,7 +375,7 @@ pub fn series_labels(info: &prober_core::TargetInfo) -> Vec<(String, String)> {
 /// Feeds the series that `/metrics` reads ([`scrape`]).
 #[derive(Clone, Default)]
 pub struct PrometheusSink {
-    state: Arc<Mutex<State>>,
+    state: Arc<RwLock<State>>,
     buckets: Buckets,
     /// The size of the last scrape, to reserve as much for the next.
     last_size: Arc<AtomicUsize>,
@@ -373,7 +384,7 @@ pub struct PrometheusSink {
 impl std::fmt::Debug for PrometheusSink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PrometheusSink")
-            .field("targets", &lock(&self.state).series.len())
+            .field("targets", &read(&self.state).series.len())
             .finish()
     }
 }
@@ -426,23 +437,30 @@ impl PrometheusSink {
 
     /// The ids of every target now.
     fn ids(&self) -> Vec<usize> {
-        lock(&self.state).series.keys().copied().collect()
+        read(&self.state).series.keys().copied().collect()
     }
 
-    /// `f` of each target of `ids` still here, in that order, taking the
-    /// sink's lock for [`LOCK_CHUNK`] targets at a time: the probing thread
-    /// records through the same lock, and all 10,000 targets in one hold
-    /// kept it waiting for milliseconds (longer when the thread holding it
-    /// was preempted).
+    /// `f` of each target of `ids` still here, in that order, each under
+    /// its own series' lock: the probing thread, recording, waits only for
+    /// the one target being read, never for the whole.
+    ///
+    /// With one lock for every series, taken [`LOCK_CHUNK`] targets at a
+    /// time, `perf` saw the probing thread sleep on it forty times in a
+    /// row at every scrape at 10,000 targets: woken at each chunk's end, it
+    /// ran only after this thread had taken the lock back for the next
+    /// (BENCHMARKS.md, "A scrape's snapshot and the probing thread").
+    /// The targets' map is still read a chunk at a time, and handed fairly
+    /// to a reload waiting to add or remove targets.
     fn each_of<T>(&self, ids: &[usize], mut f: impl FnMut(usize, &Series) -> T) -> Vec<T> {
         let mut out = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(LOCK_CHUNK) {
-            let state = lock(&self.state);
+            let state = read(&self.state);
             out.extend(
                 chunk
                     .iter()
-                    .filter_map(|id| Some(f(*id, state.series.get(id)?))),
+                    .filter_map(|id| Some(f(*id, &state.series.get(id)?.lock()))),
             );
+            parking_lot::RwLockReadGuard::unlock_fair(state);
         }
         out
     }
@@ -450,11 +468,11 @@ impl PrometheusSink {
     /// Removes a target's series now (a reload restarts it under a new id),
     /// while its last samples may still arrive; they are ignored here.
     pub fn forget(&self, id: usize) {
-        lock(&self.state).series.remove(&id);
+        write(&self.state).series.remove(&id);
     }
 
     fn add(&self, t: &TargetEntry) {
-        let mut state = lock(&self.state);
+        let mut state = write(&self.state);
         let origin = state.origin;
         let info = &t.info;
         let f = self.buckets.families;
@@ -489,7 +507,9 @@ impl PrometheusSink {
             hour: Window::new(origin, Duration::from_secs(600), 6),
             last_parts: [None; 7],
         };
-        state.series.insert(info.id, Box::new(series));
+        state
+            .series
+            .insert(info.id, Box::new(parking_lot::Mutex::new(series)));
     }
 
     /// Every target's place on the status page, in the order of their
@@ -532,10 +552,10 @@ impl PrometheusSink {
     }
 }
 
-/// A few hundred targets per hold of the sink's lock ([`PrometheusSink::each_of`]):
-/// a status row's window quantiles cost some µs a target, and the probing
-/// thread records through the same lock (10,000 targets in one hold
-/// stalled it; BENCHMARKS.md).
+/// A few hundred targets per read of the sink's map of targets
+/// ([`PrometheusSink::each_of`]): a reload that adds or removes targets
+/// waits for at most that many (a status row's window quantiles cost some
+/// µs a target).
 const LOCK_CHUNK: usize = 256;
 
 /// A target on the status page, before its row is made.
@@ -565,13 +585,14 @@ impl Sink for PrometheusSink {
     }
 
     fn target_removed(&mut self, _cx: &Context<'_>, t: &TargetEntry) -> std::io::Result<()> {
-        lock(&self.state).series.remove(&t.info.id);
+        write(&self.state).series.remove(&t.info.id);
         Ok(())
     }
 
     fn record(&mut self, _cx: &Context<'_>, t: &TargetEntry, s: &Sample) -> std::io::Result<()> {
-        let mut state = lock(&self.state);
-        if let Some(series) = state.series.get_mut(&t.info.id) {
+        let state = read(&self.state);
+        if let Some(series) = state.series.get(&t.info.id) {
+            let series = &mut *series.lock();
             let m = &mut series.m;
             m.tally = t.stats.tally;
             m.up = Some(matches!(s.outcome, Outcome::Ok(_)));
@@ -1342,6 +1363,59 @@ mod tests {
             "too few pieces to tell"
         );
         assert_eq!(held.load(Ordering::Relaxed), 0, "a spill held recording");
+    }
+
+    #[test]
+    fn a_scrape_never_holds_a_recorder_of_another_target() {
+        use std::sync::mpsc;
+        // Two chunks' worth; a target of the second chunk is answered
+        // while the scrape reads the first.
+        const TARGETS: usize = 2 * LOCK_CHUNK;
+        let sink = PrometheusSink::new();
+        let reader = sink.clone();
+        let meta = RunMeta::new("test", &RunConfig::default());
+        let mut c = CoreCollector::new(meta, Clock::now(), sink, true);
+        for id in 0..TARGETS {
+            let info = TargetInfo::new(id, &format!("udp://h:{id}"), "udp", "h:1", Some(64));
+            c.add_target(info, Arc::new(Anomalies::default)).unwrap();
+        }
+        c.start().unwrap();
+        let answer = |target| {
+            let now = Instant::now();
+            Sample {
+                target,
+                seq: 0,
+                scheduled: now,
+                sent: now,
+                outcome: Outcome::Ok(reply(now, 100, prober_core::sample::Stamps::default())),
+                bytes: 64,
+            }
+        };
+        for id in 0..TARGETS {
+            c.event(Event::Sample(answer(id))).unwrap();
+        }
+        let mut ids = reader.ids();
+        ids.sort_unstable();
+        let (first, second) = (ids[0], ids[LOCK_CHUNK]);
+        let (go, gone) = mpsc::channel::<()>();
+        let (done, finished) = mpsc::channel::<()>();
+        let recorder = std::thread::spawn(move || {
+            gone.recv().unwrap();
+            c.event(Event::Sample(answer(second))).unwrap();
+            done.send(()).unwrap();
+        });
+        let mut held = false;
+        let answers = reader.each_of(&ids, |id, s| {
+            if id == first {
+                go.send(()).unwrap();
+                held = finished.recv_timeout(Duration::from_secs(2)).is_err();
+            }
+            (id == second).then_some(s.recent.len())
+        });
+        recorder.join().unwrap();
+        assert!(!held, "the recorder waited for the scrape");
+        let seen = answers.into_iter().flatten().collect::<Vec<_>>();
+        assert_eq!(seen, [2], "the recorder's answer is not in the scrape");
     }
 
     #[test]
