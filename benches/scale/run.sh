@@ -12,6 +12,7 @@
 #   PROBER_ARGS="--threads 4" bash benches/scale/run.sh   # more runtime threads
 #   PROBER=/tmp/prober-old bash benches/scale/run.sh      # another build (A/B)
 #   KEEP=1 bash benches/scale/run.sh      # keep the run's directory (probe lines)
+#   REALTIME=10 bash benches/scale/run.sh  # [probing] realtime_priority = 10
 #   RECEIVE=async bash benches/scale/run.sh   # [receive] mode = "async" (adaptive is
 #                                              # the default here: no [serve])
 #   SINK=none bash benches/scale/run.sh   # Prometheus only: CPU and RSS as usually
@@ -133,6 +134,12 @@ fi
 if [ -n "${RECEIVE:-}" ]; then
   # A top-level table, so before the others.
   { printf '[receive]\nmode = "%s"\n\n' "$RECEIVE"; cat "$work/prober.toml"; } > "$work/p2" &&
+    mv "$work/p2" "$work/prober.toml"
+fi
+
+if [ -n "${REALTIME:-}" ]; then
+  # [probing] realtime_priority: the probing thread under SCHED_FIFO.
+  { printf '[probing]\nrealtime_priority = %s\n\n' "$REALTIME"; cat "$work/prober.toml"; } > "$work/p2" &&
     mv "$work/p2" "$work/prober.toml"
 fi
 

@@ -294,6 +294,9 @@ pub struct Config {
     pub tx_stamps: bool,
     /// `[receive]`, read at start only.
     pub receive: prober_core::spin::Receive,
+    /// `[probing] realtime_priority`: the probing thread's `SCHED_FIFO`
+    /// priority, read at start only.
+    pub realtime_priority: Option<u8>,
     /// Whether the file chose the receive mode (or set a spin setting),
     /// rather than leaving it to the default (see [`Config::receive_for`]).
     pub receive_chosen: bool,
@@ -602,6 +605,20 @@ pub async fn parse_with(
         },
         tx_stamps: raw.stamps.transmit,
         receive: raw.receive.receive()?,
+        realtime_priority: match raw.probing.realtime_priority {
+            None => None,
+            Some(p) => Some(
+                u8::try_from(p)
+                    .ok()
+                    .filter(|p| (1..=prober_sys::sched::MAX_PRIORITY).contains(p))
+                    .ok_or_else(|| {
+                        DaemonError::Config(format!(
+                            "probing.realtime_priority must be 1 to {} (a SCHED_FIFO priority), not {p}",
+                            prober_sys::sched::MAX_PRIORITY
+                        ))
+                    })?,
+            ),
+        },
         receive_chosen: raw.receive.mode.is_some()
             || raw.receive.spin_budget.is_some()
             || raw.receive.cpu_share.is_some(),

@@ -612,6 +612,28 @@ impl Daemon {
 }
 
 /// Runs the daemon until [`Control::Stop`] (or until `control` closes).
+/// `[probing] realtime_priority`: the probing thread, this one on the
+/// daemon's one-thread runtime, under `SCHED_FIFO` (docs/config.md). Not
+/// allowed, or the probes on several runtime threads (`--threads`), it
+/// probes at ordinary priority and says why: never a reason not to start.
+fn probe_at_realtime(priority: Option<u8>) {
+    let Some(p) = priority else { return };
+    if tokio::runtime::Handle::current().runtime_flavor()
+        != tokio::runtime::RuntimeFlavor::CurrentThread
+    {
+        tracing::warn!(
+            "probing.realtime_priority is not applied with --threads above 1 (the probes run on several threads): probing at ordinary priority"
+        );
+        return;
+    }
+    match prober_sys::sched::realtime(p) {
+        Ok(()) => tracing::info!("the probing thread runs at realtime priority {p} (SCHED_FIFO)"),
+        Err(e) => tracing::warn!(
+            "cannot run the probing thread at realtime priority {p}: {e} (it needs root or CAP_SYS_NICE, and under systemd RestrictRealtime=no): probing at ordinary priority"
+        ),
+    }
+}
+
 /// `listening` is told every address bound (responders, metrics).
 ///
 /// # Errors
@@ -749,6 +771,9 @@ pub async fn run(
             listeners_stop.clone(),
         ));
     }
+    // After the metrics thread has started: it, and the blocking pool
+    // started from here later, stay ordinary.
+    probe_at_realtime(cfg.realtime_priority);
     let (events, mut rx) = mpsc::channel(EVENT_CHANNEL);
     let root = CancellationToken::new();
     let mut meta = RunMeta::new(&opts.version, &RunConfig::default())
@@ -772,6 +797,7 @@ pub async fn run(
             tx_stamps: cfg.tx_stamps,
             receive: receive.clone(),
             receive_chosen: cfg.receive_chosen,
+            realtime_priority: cfg.realtime_priority,
             jobs: Vec::new(),
             discovery: cfg.discovery.clone(),
             refresh_at: None,

@@ -15,6 +15,7 @@
 //! - [`synbpf`]: kernel stamps of TCP handshakes, from a BPF program on the
 //!   interface's hooks.
 //! - [`syntap`]: the same from a packet socket, where BPF is not allowed.
+//! - [`sched`]: the probing thread at realtime priority (`SCHED_FIFO`).
 //! - [`host`]: this machine's host name and kernel, for results.
 //! - [`one_malloc_arena`]: glibc's allocator in one arena for the process.
 //!
@@ -30,6 +31,7 @@ pub mod icmp;
 pub mod mark;
 pub mod pm_qos;
 pub mod rx;
+pub mod sched;
 pub mod synbpf;
 pub mod syntap;
 pub mod tcpinfo;

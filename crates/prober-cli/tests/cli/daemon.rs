@@ -1465,3 +1465,88 @@ fn keep_alive_get(c: &mut std::io::BufReader<std::net::TcpStream>, path: &str) -
         c.read_exact(&mut chunk).ok()?;
     }
 }
+
+/// A thread's scheduling policy and realtime priority, from
+/// `/proc/PID/task/TID/stat` (fields 41 and 40).
+fn sched_of(pid: u32, tid: &str) -> (u32, u32) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).unwrap();
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    // Field 3 (the state) is the first after the name.
+    (
+        fields[41 - 3].parse().unwrap(),
+        fields[40 - 3].parse().unwrap(),
+    )
+}
+
+/// `[probing] realtime_priority`: the probing thread under SCHED_FIFO, and
+/// nothing else of the daemon; a priority out of range refused by
+/// `--check-config` and at start with the key's name.
+#[test]
+fn the_probing_thread_runs_at_the_realtime_priority_asked_for() {
+    if !crate::support::require_root("SCHED_FIFO needs root or CAP_SYS_NICE") {
+        return;
+    }
+    let d = Daemon::start(
+        "realtime",
+        &format!("[probing]\nrealtime_priority = 3\n{JOBS}"),
+    );
+    d.scrape_until("probes counted", Duration::from_secs(20), &|t| {
+        t.contains("prober_probes_sent_total{")
+    });
+    let pid = d.child.id();
+    const SCHED_FIFO: u32 = 1;
+    // The main thread sends and receives the probes (a one-thread runtime).
+    assert_eq!(sched_of(pid, &pid.to_string()), (SCHED_FIFO, 3));
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    for task in tasks {
+        let tid = task.unwrap().file_name().into_string().unwrap();
+        let name = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).unwrap();
+        if tid != pid.to_string() {
+            assert_eq!(sched_of(pid, &tid).0, 0, "{} is realtime too", name.trim());
+        }
+    }
+    let (code, err) = d.stop();
+    assert_eq!(code, Some(0), "{err}");
+
+    // Not allowed (no CAP_SYS_NICE): it says so, and probes.
+    let files = crate::support::Files::new("daemon-realtime-range");
+    let cfg = files.write(
+        "c.toml",
+        "[probing]\nrealtime_priority = 3\n[metrics]\nlisten = \"127.0.0.1:0\"\n[[job]]\nname = \"x\"\ntargets = [\"udp://127.0.0.1:9\"]\n",
+    );
+    let out = Command::new("timeout")
+        .args(["3", "setpriv", "--bounding-set", "-sys_nice"])
+        .arg(env!("CARGO_BIN_EXE_prober"))
+        .env_remove("RUST_LOG")
+        .args(["serve", "--quiet", "--config", &cfg])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "cannot run the probing thread at realtime priority 3: Operation not permitted"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("daemon started targets=1"), "{err}");
+    for bad in ["0", "100", "-1"] {
+        let cfg = files.write("c.toml", &format!("[probing]\nrealtime_priority = {bad}\n"));
+        for check in [true, false] {
+            let out = Command::new("timeout")
+                .args(["20", env!("CARGO_BIN_EXE_prober")])
+                .env_remove("RUST_LOG")
+                .args(["serve", "--quiet", "--config", &cfg])
+                .args(check.then_some("--check-config"))
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{bad} (check {check}): {err}");
+            assert!(
+                err.contains(&format!(
+                    "probing.realtime_priority must be 1 to 99 (a SCHED_FIFO priority), not {bad}"
+                )),
+                "{bad} (check {check}): {err}"
+            );
+        }
+    }
+}

@@ -27,6 +27,8 @@ pub(super) struct FileConfig {
     #[serde(default)]
     pub(super) receive: ReceiveSection,
     #[serde(default)]
+    pub(super) probing: ProbingSection,
+    #[serde(default)]
     pub(super) discovery: DiscoverySection,
     pub(super) otlp: Option<OtlpSection>,
     pub(super) blackbox: Option<BlackboxSection>,
@@ -159,6 +161,15 @@ pub(super) struct DiscoverySection {
 pub(super) struct StampsSection {
     #[serde(default)]
     pub(super) transmit: bool,
+}
+
+/// `[probing]`: the thread that sends and receives the probes; read at
+/// start only.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ProbingSection {
+    /// Its `SCHED_FIFO` priority, 1 to 99 (off by default).
+    pub(super) realtime_priority: Option<i64>,
 }
 
 /// `[receive]`: how UDP, ICMP, TCP and gRPC probes wait for replies, as `prober
