@@ -613,7 +613,7 @@ pub async fn parse_with(
                     .filter(|p| (1..=prober_sys::sched::MAX_PRIORITY).contains(p))
                     .ok_or_else(|| {
                         DaemonError::Config(format!(
-                            "probing.realtime_priority must be 1 to {} (a SCHED_FIFO priority), not {p}",
+                            "probing.realtime_priority: must be 1 to {} (a SCHED_FIFO priority), not {p}",
                             prober_sys::sched::MAX_PRIORITY
                         ))
                     })?,

@@ -611,7 +611,6 @@ impl Daemon {
     }
 }
 
-/// Runs the daemon until [`Control::Stop`] (or until `control` closes).
 /// `[probing] realtime_priority`: the probing thread, this one on the
 /// daemon's one-thread runtime, under `SCHED_FIFO` (docs/config.md). Not
 /// allowed, or the probes on several runtime threads (`--threads`), it
@@ -622,7 +621,7 @@ fn probe_at_realtime(priority: Option<u8>) {
         != tokio::runtime::RuntimeFlavor::CurrentThread
     {
         tracing::warn!(
-            "probing.realtime_priority is not applied with --threads above 1 (the probes run on several threads): probing at ordinary priority"
+            "probing.realtime_priority is applied only with --threads 1, the default (the probes run on several threads): probing at ordinary priority"
         );
         return;
     }
@@ -634,6 +633,7 @@ fn probe_at_realtime(priority: Option<u8>) {
     }
 }
 
+/// Runs the daemon until [`Control::Stop`] (or until `control` closes).
 /// `listening` is told every address bound (responders, metrics).
 ///
 /// # Errors
@@ -771,8 +771,8 @@ pub async fn run(
             listeners_stop.clone(),
         ));
     }
-    // After the metrics thread has started: it, and the blocking pool
-    // started from here later, stay ordinary.
+    // The threads this one starts from now on (the metrics thread, the
+    // blocking pool) start ordinary: `SCHED_RESET_ON_FORK`.
     probe_at_realtime(cfg.realtime_priority);
     let (events, mut rx) = mpsc::channel(EVENT_CHANNEL);
     let root = CancellationToken::new();

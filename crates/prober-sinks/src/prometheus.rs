@@ -18,8 +18,8 @@
 //! the figures of both. prometheus-client still serves the daemon's own
 //! families.
 //!
-//! A scrape runs on the blocking pool, with the series lock released, so
-//! probing does not wait for it.
+//! A scrape runs on the blocking pool and takes each target's series lock
+//! only to copy it, so probing waits for it only at that one target.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -234,8 +234,8 @@ pub const RESERVED_LABELS: [&str; 12] = [
 ];
 
 /// What `/metrics` reads of a target: cheap to copy (the histograms are
-/// a shared handle), so a scrape copies every target's under the lock and
-/// encodes with the lock released.
+/// a shared handle), so a scrape copies each target's under its series'
+/// lock and encodes with the lock released.
 #[derive(Clone)]
 struct Exported {
     labels: Arc<SeriesLabels>,
@@ -445,10 +445,10 @@ impl PrometheusSink {
     /// the one target being read, never for the whole.
     ///
     /// With one lock for every series, taken [`LOCK_CHUNK`] targets at a
-    /// time, `perf` saw the probing thread sleep on it forty times in a
-    /// row at every scrape at 10,000 targets: woken at each chunk's end, it
-    /// ran only after this thread had taken the lock back for the next
-    /// (BENCHMARKS.md, "A scrape's snapshot and the probing thread").
+    /// time, `perf` saw the probing thread sleep on it chunk after chunk
+    /// for a whole snapshot: woken at each chunk's end, it ran only after
+    /// this thread had taken the lock back for the next (BENCHMARKS.md,
+    /// "A scrape's snapshot and the probing thread").
     /// The targets' map is still read a chunk at a time, and handed fairly
     /// to a reload waiting to add or remove targets.
     fn each_of<T>(&self, ids: &[usize], mut f: impl FnMut(usize, &Series) -> T) -> Vec<T> {
@@ -1158,7 +1158,7 @@ fn encode_outage_and_jitter(w: &mut Writer, series: &[Exported]) {
 }
 
 /// A target's histograms, locked. The probing thread takes this lock for
-/// every answer, while holding the sink's own: a scrape holds it only to
+/// every answer, while holding the target's series lock: a scrape holds it only to
 /// copy a histogram, never to encode one. Encoding under it (the writer's
 /// buffer growing, the render thread preempted by another) blocked the
 /// probing thread for milliseconds at every scrape at 10,000 targets
@@ -1265,6 +1265,37 @@ mod tests {
         }
     }
 
+    /// A collector recording into a sink (and a reader of that sink) with
+    /// `targets` targets, `udp://h:ID`, each answered once.
+    fn answered_targets(targets: usize) -> (CoreCollector<PrometheusSink>, PrometheusSink) {
+        let sink = PrometheusSink::new();
+        let reader = sink.clone();
+        let meta = RunMeta::new("test", &RunConfig::default());
+        let mut c = CoreCollector::new(meta, Clock::now(), sink, true);
+        for id in 0..targets {
+            let info = TargetInfo::new(id, &format!("udp://h:{id}"), "udp", "h:1", Some(64));
+            c.add_target(info, Arc::new(Anomalies::default)).unwrap();
+        }
+        c.start().unwrap();
+        for id in 0..targets {
+            c.event(Event::Sample(answer(id))).unwrap();
+        }
+        (c, reader)
+    }
+
+    /// An answer from `target`, 100 µs after now.
+    fn answer(target: usize) -> Sample {
+        let now = Instant::now();
+        Sample {
+            target,
+            seq: 0,
+            scheduled: now,
+            sent: now,
+            outcome: Outcome::Ok(reply(now, 100, prober_core::sample::Stamps::default())),
+            bytes: 64,
+        }
+    }
+
     fn sample(outcome: Outcome) -> Sample {
         let now = Instant::now();
         Sample {
@@ -1303,30 +1334,7 @@ mod tests {
     fn a_stalled_scrape_reader_never_holds_recording() {
         use std::sync::mpsc;
         const TARGETS: usize = 8;
-        let sink = PrometheusSink::new();
-        let reader = sink.clone();
-        let meta = RunMeta::new("test", &RunConfig::default());
-        let mut c = CoreCollector::new(meta, Clock::now(), sink, true);
-        for id in 0..TARGETS {
-            let info = TargetInfo::new(id, &format!("udp://h:{id}"), "udp", "h:1", Some(64));
-            c.add_target(info, Arc::new(Anomalies::default)).unwrap();
-        }
-        c.start().unwrap();
-        let answer = |target| {
-            let now = Instant::now();
-            let stamps = prober_core::sample::Stamps::default();
-            Sample {
-                target,
-                seq: 0,
-                scheduled: now,
-                sent: now,
-                outcome: Outcome::Ok(reply(now, 100, stamps)),
-                bytes: 64,
-            }
-        };
-        for id in 0..TARGETS {
-            c.event(Event::Sample(answer(id))).unwrap();
-        }
+        let (mut c, reader) = answered_targets(TARGETS);
         // On each go, an answer for every target, then done.
         let (go, gone) = mpsc::channel::<()>();
         let (done, finished) = mpsc::channel::<()>();
@@ -1371,29 +1379,7 @@ mod tests {
         // Two chunks' worth; a target of the second chunk is answered
         // while the scrape reads the first.
         const TARGETS: usize = 2 * LOCK_CHUNK;
-        let sink = PrometheusSink::new();
-        let reader = sink.clone();
-        let meta = RunMeta::new("test", &RunConfig::default());
-        let mut c = CoreCollector::new(meta, Clock::now(), sink, true);
-        for id in 0..TARGETS {
-            let info = TargetInfo::new(id, &format!("udp://h:{id}"), "udp", "h:1", Some(64));
-            c.add_target(info, Arc::new(Anomalies::default)).unwrap();
-        }
-        c.start().unwrap();
-        let answer = |target| {
-            let now = Instant::now();
-            Sample {
-                target,
-                seq: 0,
-                scheduled: now,
-                sent: now,
-                outcome: Outcome::Ok(reply(now, 100, prober_core::sample::Stamps::default())),
-                bytes: 64,
-            }
-        };
-        for id in 0..TARGETS {
-            c.event(Event::Sample(answer(id))).unwrap();
-        }
+        let (mut c, reader) = answered_targets(TARGETS);
         let mut ids = reader.ids();
         ids.sort_unstable();
         let (first, second) = (ids[0], ids[LOCK_CHUNK]);

@@ -1,9 +1,8 @@
 //! The scheduling class of the thread that sends and receives probes.
 //!
 //! On a machine whose CPUs are busy, a probe's send waits for the
-//! scheduler: at 10,000 targets with a scrape every 5 s, the daemon's send
-//! lag p99 was two to three times its p99 without scrapes, the probing
-//! thread runnable but behind the scrape's encoder and its reader.
+//! scheduler: with scrapes, the daemon's probing thread was runnable but
+//! behind the scrape's encoder and its reader, and its send lag grew.
 //! `SCHED_FIFO` puts it ahead of every ordinary thread (BENCHMARKS.md,
 //! "The probing thread at realtime priority"). Opt-in: a monitor that
 //! takes realtime priority by default would also be ahead of the
