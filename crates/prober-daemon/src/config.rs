@@ -605,20 +605,7 @@ pub async fn parse_with(
         },
         tx_stamps: raw.stamps.transmit,
         receive: raw.receive.receive()?,
-        realtime_priority: match raw.probing.realtime_priority {
-            None => None,
-            Some(p) => Some(
-                u8::try_from(p)
-                    .ok()
-                    .filter(|p| (1..=prober_sys::sched::MAX_PRIORITY).contains(p))
-                    .ok_or_else(|| {
-                        DaemonError::Config(format!(
-                            "probing.realtime_priority: must be 1 to {} (a SCHED_FIFO priority), not {p}",
-                            prober_sys::sched::MAX_PRIORITY
-                        ))
-                    })?,
-            ),
-        },
+        realtime_priority: raw.probing.realtime_priority()?,
         receive_chosen: raw.receive.mode.is_some()
             || raw.receive.spin_budget.is_some()
             || raw.receive.cpu_share.is_some(),

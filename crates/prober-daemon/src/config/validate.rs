@@ -12,10 +12,26 @@ use prober_sinks::prometheus::RESERVED_LABELS;
 
 use super::schema::{
     DiscoverySection, FwMark, JobSection, JobSettings, LIMIT_KEYS, MetricsSection, OtlpSection,
-    ReceiveSection, ServeSection,
+    ProbingSection, ReceiveSection, ServeSection,
 };
 use super::{JobTarget, MetricsAuth, OtlpConfig, Result, WithKey};
 use crate::error::{DaemonError, bail};
+
+impl ProbingSection {
+    /// `realtime_priority`, a `SCHED_FIFO` priority (1 to 99), if set.
+    pub(super) fn realtime_priority(&self) -> Result<Option<u8>> {
+        let Some(p) = self.realtime_priority else {
+            return Ok(None);
+        };
+        match u8::try_from(p) {
+            Ok(p) if (1..=prober_sys::sched::MAX_PRIORITY).contains(&p) => Ok(Some(p)),
+            _ => bail!(
+                "probing.realtime_priority: must be 1 to {} (a SCHED_FIFO priority), not {p}",
+                prober_sys::sched::MAX_PRIORITY
+            ),
+        }
+    }
+}
 
 impl OtlpSection {
     pub(super) fn settings(&self) -> Result<OtlpConfig> {
