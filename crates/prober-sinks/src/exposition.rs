@@ -454,9 +454,9 @@ impl Writer {
     /// Hands `out` over once it is full: called only between samples and
     /// families, so every piece ends at a line (text) or a message. The
     /// spill may wait for the reader (a scrape streams as it is read), so
-    /// it must never be called under a lock the probing thread takes: see
-    /// [`Writer::histogram`], which leaves it to its caller.
-    pub(crate) fn spill_if_full(&mut self) {
+    /// nothing may be written under a lock the probing thread takes: a
+    /// scrape encodes copies (`prometheus::lock_hists`).
+    fn spill_if_full(&mut self) {
         if let Some((chunk, spill)) = &mut self.spill
             && self.out.len() >= *chunk
         {
@@ -609,17 +609,14 @@ impl Writer {
         }
     }
 
-    /// A histogram's sample. Never spills: it is written under the
-    /// target's histogram lock, which the probing thread takes for every
-    /// answer, and a spill waits for the scrape's reader, so a slow reader
-    /// held the probing thread (10 ms and more at 10,000 targets). The
-    /// caller calls [`Writer::spill_if_full`] once the lock is dropped.
+    /// A histogram's sample.
     pub(crate) fn histogram(
         &mut self,
         labels: &SeriesLabels,
         extra: Option<(&str, &str)>,
         h: &Histogram,
     ) {
+        self.spill_if_full();
         let d = h;
         match self.format {
             Format::Protobuf => {

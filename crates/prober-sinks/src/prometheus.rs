@@ -899,8 +899,6 @@ fn encode_targets(w: &mut Writer, series: &[Exported]) {
             if let Some(h) = h {
                 w.histogram(&s.labels, None, &h);
             }
-            // A spill waits for the scrape's reader: never under the lock.
-            w.spill_if_full();
         }
     }
     encode_sequence(w, series, f.loss_burst.on());
@@ -1219,8 +1217,6 @@ fn encode_by_label(
                 w.histogram(&s.labels, Some((label, name)), h);
             }
         }
-        // A spill waits for the scrape's reader: never under the lock.
-        w.spill_if_full();
     }
 }
 
