@@ -295,8 +295,10 @@ with open(path) as f:
             rtts.append(p["rtt_ns"])
         outcomes[p["outcome"]] = outcomes.get(p["outcome"], 0) + 1
         per_target[p["target"]] = max(per_target.get(p["target"], -1), p["seq"])
+def pct(xs, x):
+    """The x quantile of sorted ns values, in µs."""
+    return xs[min(len(xs) - 1, int(x * len(xs)))] / 1e3
 lags.sort()
-q = lambda x: lags[min(len(lags) - 1, int(x * len(lags)))] / 1e3
 sent = len(lags) + len(late_lags)
 # Every seq from 0 to the last one sent must be present: a gap is a missed slot.
 missed = sum(last + 1 for last in per_target.values()) - sent
@@ -307,16 +309,14 @@ print(f"peak RSS           {int(hwm) / 1024:.1f} MiB")
 print(f"probes             {sent} ({outcomes})")
 print(f"targets that sent  {len(per_target)}")
 print(f"missed slots       {missed}")
-print(f"send lag p50/p99/max  {q(0.5):.0f} / {q(0.99):.0f} / {lags[-1] / 1e3:.0f} µs"
+print(f"send lag p50/p99/max  {pct(lags, 0.5):.0f} / {pct(lags, 0.99):.0f} / {lags[-1] / 1e3:.0f} µs"
       f" ({len(lags)} slots before the end's fetches)")
 late_lags.sort()
 if late_lags:
-    e = lambda x: late_lags[min(len(late_lags) - 1, int(x * len(late_lags)))] / 1e3
-    print(f"  at the end's text scrape and page: {e(0.5):.0f} / {e(0.99):.0f} / {late_lags[-1] / 1e3:.0f} µs"
+    print(f"  at the end's text scrape and page: {pct(late_lags, 0.5):.0f} / {pct(late_lags, 0.99):.0f} / {late_lags[-1] / 1e3:.0f} µs"
           f" ({len(late_lags)} slots)")
 print(f"the largest lag    {worst[0] / 1e3:.0f} µs, {(worst[1] - first) / 1e9:.2f} s after the first slot")
 rtts.sort()
 if rtts:
-    r = lambda x: rtts[min(len(rtts) - 1, int(x * len(rtts)))] / 1e3
-    print(f"rtt p50/p99           {r(0.5):.1f} / {r(0.99):.1f} µs")
+    print(f"rtt p50/p99           {pct(rtts, 0.5):.1f} / {pct(rtts, 0.99):.1f} µs")
 PY
