@@ -585,7 +585,7 @@ impl Sink for PrometheusSink {
     }
 
     fn target_removed(&mut self, _cx: &Context<'_>, t: &TargetEntry) -> std::io::Result<()> {
-        write(&self.state).series.remove(&t.info.id);
+        self.forget(t.info.id);
         Ok(())
     }
 
