@@ -299,24 +299,22 @@ async fn busy_poll_probes_and_responder() {
 
 /// A responder that holds every reply 300 µs, so replies come after the
 /// send returns, while the probe spins (on loopback the send alone can
-/// outlast an answer), and adaptive receive with room to spin 20 ms.
-async fn delayed_responder() -> (crate::support::Responder, prober_core::spin::Receive) {
-    let r = responder(ResponderConfig {
+/// outlast an answer), and adaptive receive with room to spin 20 ms. Apart
+/// from the probes' runtime, which their spins hold.
+fn delayed_responder() -> (crate::support::Responder, prober_core::spin::Receive) {
+    let r = crate::support::responder_apart(ResponderConfig {
         delay_every: Some(1),
         delay: Duration::from_micros(300),
         ..Default::default()
-    })
-    .await;
+    });
     let pool = prober_core::spin::SpinPool::new(20 * MS, 1000);
     (r, prober_core::spin::Receive::Adaptive(pool))
 }
 
-// Two workers: the responder runs in this process, and must answer while
-// the probe spins on the other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn adaptive_receive_spins_for_replies_and_gives_up_on_silence() {
     use prober_core::spin::{Receive, SpinPool};
-    let (r, receive) = delayed_responder().await;
+    let (r, receive) = delayed_responder();
     let probe = UdpProbe::connect(r.udp, 64)
         .await
         .unwrap()
@@ -354,7 +352,7 @@ async fn adaptive_receive_spins_for_replies_and_gives_up_on_silence() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn adaptive_receive_on_tcp_spins_until_the_reply_is_readable() {
-    let (r, receive) = delayed_responder().await;
+    let (r, receive) = delayed_responder();
     // Transmit stamps on, as `prober run` has them.
     let probe = TcpProbe::new(r.tcp, 64)
         .with_stamps(true, Duration::from_secs(1))
