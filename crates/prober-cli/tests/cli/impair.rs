@@ -484,13 +484,21 @@ fn tcp_through_the_relay_delay_stall_and_closed_connections() {
         s["timeout"],
         s["error"]
     );
-    assert_eq!(Counts::get(&closing.reset), 1);
-    assert!(n(&s["reconnects"]) >= 1, "{s}");
-    assert_eq!(
-        n(&s["reconnects"]) + 1,
-        Counts::get(&closing.accepted),
-        "{s}"
-    );
+    // Every connection is counted: the first, each reopened one (a
+    // reconnect), and the spare's first, if it had one. A spare is opened
+    // only once probes overlapped, which a loaded machine's late replies
+    // can make happen (a probe's latency past the interval, or a timeout);
+    // without that there is none. The relay closed every connection it had
+    // then: the first, and the spare if it was open by then.
+    let (accepted, reset) = (Counts::get(&closing.accepted), Counts::get(&closing.reset));
+    let reconnects = n(&s["reconnects"]);
+    assert!(reconnects >= 1, "{s}");
+    let spare = accepted
+        .checked_sub(reconnects + 1)
+        .unwrap_or_else(|| panic!("{reconnects} reconnects of {accepted} accepted: {s}"));
+    let overlapped = n(&s["timeout"]) > 0 || n(&s["latency"]["max"]) >= 5_000_000;
+    assert!(spare <= u64::from(overlapped), "{spare} spares: {s}");
+    assert!((1..=1 + spare).contains(&reset), "{reset} closed: {s}");
     assert_eq!(n(&s["sent"]), 200);
     assert_eq!(
         n(&s["sent"]),
