@@ -60,6 +60,8 @@ struct State {
     traces: u64,
     /// A conclusive trace has been filed.
     conclusive: bool,
+    /// Conclusive traces filed.
+    conclusive_traces: u64,
     labels: Vec<(String, String)>,
     /// Export the branches' hops.
     hops: bool,
@@ -206,8 +208,14 @@ impl Paths {
             }
             return None;
         }
-        let changed = s.conclusive && !same(&s.branches, &branches);
+        // The first conclusive trace had no path before it to hold its
+        // routers to (`known`, in `trace_paths`): it may have missed a
+        // branch by chance. A second that finds all of its branches and
+        // more completes it; it is no change.
+        let completes = s.conclusive_traces == 1 && grows(&s.branches, &branches);
+        let changed = s.conclusive && !same(&s.branches, &branches) && !completes;
         s.conclusive = true;
+        s.conclusive_traces += 1;
         let old = std::mem::replace(&mut s.branches, branches);
         if changed {
             s.changes += 1;
@@ -244,16 +252,24 @@ impl Paths {
     }
 }
 
+/// Whether two branches can be the same (a hop without an answer matches
+/// any address).
+fn fits(x: &[Option<IpAddr>], y: &[Option<IpAddr>]) -> bool {
+    x.len() == y.len()
+        && x.iter()
+            .zip(y)
+            .all(|(p, q)| p.is_none() || q.is_none() || p == q)
+}
+
 /// Whether two traces found the same branches, in whatever order (a hop
 /// without an answer matches any address).
 pub(crate) fn same(a: &Branches, b: &Branches) -> bool {
-    let fits = |x: &Vec<Option<IpAddr>>, y: &Vec<Option<IpAddr>>| {
-        x.len() == y.len()
-            && x.iter()
-                .zip(y)
-                .all(|(p, q)| p.is_none() || q.is_none() || p == q)
-    };
     a.len() == b.len() && a.iter().all(|x| b.iter().any(|y| fits(x, y)))
+}
+
+/// Whether `new` has every branch of `old`, and more.
+fn grows(old: &Branches, new: &Branches) -> bool {
+    new.len() > old.len() && old.iter().all(|x| new.iter().any(|y| fits(x, y)))
 }
 
 /// A branch as a log line shows it: `10.0.0.1 > ??? > 10.0.0.9`.
@@ -340,6 +356,10 @@ pub(crate) async fn run(paths: Arc<Paths>, host: String, stop: CancellationToken
             // router's ICMP burst (Linux: 6) covers a few rounds.
             count: t.rounds,
             interval: Duration::from_millis(200),
+            // A branch seemingly gone is taken for gone only after as many
+            // flows as would have found it: one missed by chance would be
+            // counted as a change, and another when the next trace finds it.
+            known: paths.branches_of(&t).unwrap_or_default(),
         };
         let traced = tokio::select! {
             () = stop.cancelled() => return,
@@ -638,6 +658,29 @@ mod tests {
             paths.state.lock().unwrap()[&("j".to_owned(), t.target.clone())].changes,
             1
         );
+        // A first trace that missed a branch: the second, finding it and
+        // the first's, completes the path. After that, a branch gone is a
+        // change, and so is a first trace's branch not found again.
+        let t2 = Traced {
+            target: "udp://10.0.9.9:8".to_owned(),
+            ..t.clone()
+        };
+        assert!(paths.file(&t2, one.clone(), true).is_none());
+        assert!(
+            paths.file(&t2, two.clone(), true).is_none(),
+            "a second trace that finds more completes the first"
+        );
+        assert!(paths.file(&t2, one.clone(), true).is_some());
+        let t3 = Traced {
+            target: "udp://10.0.9.9:9".to_owned(),
+            ..t.clone()
+        };
+        let elsewhere = b(&[
+            &[Some("10.0.3.1"), Some("10.0.9.9")],
+            &[Some("10.0.2.1"), Some("10.0.9.9")],
+        ]);
+        assert!(paths.file(&t3, one.clone(), true).is_none());
+        assert!(paths.file(&t3, elsewhere, true).is_some());
         // A reload that drops the target forgets its path.
         paths.want(Vec::new());
         assert!(paths.state.lock().unwrap().is_empty());

@@ -97,6 +97,7 @@ pub(crate) async fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         confidence: args.trace_confidence / 100.0,
         count: u32::try_from(args.count.unwrap_or(10)).unwrap_or(u32::MAX),
         interval: args.interval.unwrap_or(Duration::from_secs(1)),
+        known: Vec::new(),
     };
     let json = args.output == Output::Json;
     let mut out = std::io::stdout().lock();
