@@ -230,11 +230,222 @@ impl RotatingFile {
     }
 }
 
+/// Batches queued for a [`ThreadedFile`]'s thread before a write waits:
+/// at most 256 × 64 KiB, so memory stays bounded and no line is dropped.
+pub const FILE_QUEUE: usize = 256;
+
+/// What a [`ThreadedFile`]'s thread is handed, in order.
+enum ToFile {
+    Bytes(Vec<u8>),
+    /// Flush, and file the result as the file's state.
+    Flush,
+    /// Flush, then go on in a new file if the path was moved away.
+    Reopen,
+    /// Flush, and answer with the result once everything before is
+    /// written.
+    Drain(std::sync::mpsc::Sender<io::Result<()>>),
+}
+
+/// A [`RotatingFile`] written by a thread of its own: its lines are made
+/// on the caller's thread and handed over in batches, and the thread does
+/// the writes, the flushes, the rotations and the reopens. The daemon's
+/// collector runs on the thread that sends the probes, and a write can
+/// wait in the kernel for milliseconds (ext4 taking its allocation lock
+/// while writeback holds it: the largest send lags of the 10,000-target
+/// benchmark, BENCHMARKS.md); here that wait holds up this thread only.
+///
+/// A flush hands the batch over and reports the state of the file as of
+/// the thread's last flush (failing or not), so a failure or a recovery
+/// shows one flush later than it happens. [`ThreadedFile::drain`] waits
+/// for everything to be written; dropping it does too.
+pub struct ThreadedFile {
+    path: PathBuf,
+    tx: Option<std::sync::mpsc::SyncSender<ToFile>>,
+    batch: Vec<u8>,
+    /// The result of the thread's last flush (the error's kind and text).
+    state: std::sync::Arc<std::sync::Mutex<Result<(), (io::ErrorKind, String)>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for ThreadedFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadedFile")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A batch is handed over once it holds this much (or at the next flush).
+const BATCH: usize = 64 * 1024;
+
+impl ThreadedFile {
+    /// `file`, written from now on by a thread of its own.
+    ///
+    /// # Errors
+    /// The thread cannot be started.
+    pub fn start(mut file: RotatingFile) -> io::Result<Self> {
+        let path = file.path().to_owned();
+        let (tx, rx) = std::sync::mpsc::sync_channel::<ToFile>(FILE_QUEUE);
+        let state = std::sync::Arc::new(std::sync::Mutex::new(Ok(())));
+        let on_thread = std::sync::Arc::clone(&state);
+        let thread = std::thread::Builder::new()
+            .name("prober-file".to_owned())
+            .spawn(move || {
+                // A failed write's error, until the next flush files it.
+                let mut failed: Option<io::Error> = None;
+                let file_state = |failed: &mut Option<io::Error>, flushed: io::Result<()>| {
+                    let res = match (failed.take(), flushed) {
+                        (Some(e), _) | (None, Err(e)) => Err(e),
+                        (None, Ok(())) => Ok(()),
+                    };
+                    *on_thread
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = res
+                        .as_ref()
+                        .map(|_| ())
+                        .map_err(|e| (e.kind(), e.to_string()));
+                    res
+                };
+                for msg in rx {
+                    match msg {
+                        ToFile::Bytes(bytes) => {
+                            if let Err(e) = file.write_all(&bytes) {
+                                failed.get_or_insert(e);
+                            }
+                        }
+                        ToFile::Flush => {
+                            let flushed = file.flush();
+                            let _ = file_state(&mut failed, flushed);
+                        }
+                        ToFile::Reopen => {
+                            let reopened =
+                                file.flush().and_then(|()| file.reopen_if_moved().map(drop));
+                            let _ = file_state(&mut failed, reopened);
+                        }
+                        ToFile::Drain(done) => {
+                            let flushed = file.flush();
+                            let _ = done.send(file_state(&mut failed, flushed));
+                        }
+                    }
+                }
+                let _ = file.flush();
+            })?;
+        Ok(Self {
+            path,
+            tx: Some(tx),
+            batch: Vec::new(),
+            state,
+            thread: Some(thread),
+        })
+    }
+
+    /// The path written to.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn send(&mut self, msg: ToFile) -> io::Result<()> {
+        let tx = self
+            .tx
+            .as_ref()
+            .ok_or_else(|| io::Error::from(io::ErrorKind::BrokenPipe))?;
+        if !self.batch.is_empty() {
+            let bytes = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
+            tx.send(ToFile::Bytes(bytes))
+                .map_err(|_| io::Error::other("the file's writer thread is gone"))?;
+        }
+        tx.send(msg)
+            .map_err(|_| io::Error::other("the file's writer thread is gone"))
+    }
+
+    /// Appends `buf` (whole lines) to the batch, and hands the batch over
+    /// once it is full.
+    ///
+    /// # Errors
+    /// Only if the thread is gone: the file's own errors come with
+    /// [`ThreadedFile::flush`].
+    pub fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        if self.batch.capacity() == 0 {
+            self.batch.reserve(BATCH);
+        }
+        self.batch.extend_from_slice(buf);
+        if self.batch.len() >= BATCH {
+            let bytes = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
+            let tx = self
+                .tx
+                .as_ref()
+                .ok_or_else(|| io::Error::from(io::ErrorKind::BrokenPipe))?;
+            tx.send(ToFile::Bytes(bytes))
+                .map_err(|_| io::Error::other("the file's writer thread is gone"))?;
+        }
+        Ok(())
+    }
+
+    fn state(&self) -> io::Result<()> {
+        match &*self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        {
+            Ok(()) => Ok(()),
+            Err((kind, msg)) => Err(io::Error::new(*kind, msg.clone())),
+        }
+    }
+
+    /// Hands the batch over with a flush, without waiting for it; the
+    /// file's state as of the thread's last flush.
+    ///
+    /// # Errors
+    /// The last flush's, or a write's before it, on the thread.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.send(ToFile::Flush)?;
+        self.state()
+    }
+
+    /// Has the thread reopen the file if its path was moved away (after
+    /// writing what came before to the old one); the file's state as of
+    /// the thread's last flush.
+    ///
+    /// # Errors
+    /// As [`ThreadedFile::flush`].
+    pub fn reopen_if_moved(&mut self) -> io::Result<()> {
+        self.send(ToFile::Reopen)?;
+        self.state()
+    }
+
+    /// Waits until everything handed over is written and flushed.
+    ///
+    /// # Errors
+    /// That flush's, or a write's before it.
+    pub fn drain(&mut self) -> io::Result<()> {
+        let (done, finished) = std::sync::mpsc::channel();
+        self.send(ToFile::Drain(done))?;
+        finished
+            .recv()
+            .map_err(|_| io::Error::other("the file's writer thread is gone"))?
+    }
+}
+
+impl Drop for ThreadedFile {
+    fn drop(&mut self) {
+        if let Some(tx) = &self.tx
+            && !self.batch.is_empty()
+        {
+            let _ = tx.send(ToFile::Bytes(std::mem::take(&mut self.batch)));
+        }
+        // The thread writes what is queued, then ends with the channel.
+        drop(self.tx.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// Every probe as a JSON line (`prober run -o json`'s probe lines, with
 /// the job as `"probe"`), appended to a file.
 #[derive(Debug)]
 pub struct JsonLinesFile {
-    file: RotatingFile,
+    file: ThreadedFile,
     /// One line's bytes, kept from line to line: serde_json's `to_vec`
     /// grew a new buffer from 128 bytes for every line (allocation and
     /// copying were about a tenth of the daemon's CPU at 10,000 targets).
@@ -248,7 +459,7 @@ impl JsonLinesFile {
     /// If the file cannot be opened.
     pub fn open(path: &Path, rotation: Rotation) -> io::Result<Self> {
         Ok(Self {
-            file: RotatingFile::open(path, rotation, None)?,
+            file: ThreadedFile::start(RotatingFile::open(path, rotation, None)?)?,
             line: Vec::with_capacity(1024),
         })
     }
@@ -258,7 +469,7 @@ impl JsonLinesFile {
 /// that starts with the header.
 #[derive(Debug)]
 pub struct CsvLinesFile {
-    file: RotatingFile,
+    file: ThreadedFile,
 }
 
 impl CsvLinesFile {
@@ -274,7 +485,7 @@ impl CsvLinesFile {
             Ok(())
         });
         Ok(Self {
-            file: RotatingFile::open(path, rotation, Some(header))?,
+            file: ThreadedFile::start(RotatingFile::open(path, rotation, Some(header))?)?,
         })
     }
 }
@@ -286,11 +497,11 @@ macro_rules! file_hooks {
         }
 
         fn reopen(&mut self, _cx: &Context<'_>) -> io::Result<()> {
-            self.file.reopen_if_moved().map(drop)
+            self.file.reopen_if_moved()
         }
 
         fn finish(&mut self, _cx: &Context<'_>, _summaries: &[Summary]) -> io::Result<()> {
-            self.file.flush()
+            self.file.drain()
         }
     };
 }
@@ -814,6 +1025,111 @@ mod tests {
         assert!(!dir.exists());
         std::fs::create_dir_all(&dir).unwrap();
         check_writable(&dir.join("x.jsonl")).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A write that cannot go on (a pipe nobody reads, as a disk that
+    /// stalls) holds the file's thread, never its caller: every line is
+    /// handed over and flushed without waiting, and all of them arrive,
+    /// in order, once the reader reads.
+    #[test]
+    fn a_stalled_write_holds_the_files_thread_not_its_caller() {
+        use std::io::Read as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let dir = std::env::temp_dir().join(format!("prober-stall-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("lines");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        // Open for reading first (without waiting for a writer), so the
+        // file's open does not wait for a reader.
+        let mut reader = OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NONBLOCK)
+            .open(&fifo)
+            .unwrap();
+        let file = RotatingFile::open(&fifo, Rotation::default(), None).unwrap();
+        let mut f = ThreadedFile::start(file).unwrap();
+        // 1 MiB of lines, 16 times what a pipe holds; nothing is read yet.
+        let line = |i: usize| format!("{i:0>1023}\n");
+        let (done, finished) = std::sync::mpsc::channel();
+        let writer = std::thread::spawn(move || {
+            for i in 0..1024 {
+                f.write_all(line(i).as_bytes()).unwrap();
+            }
+            let flushed = f.flush();
+            done.send(()).unwrap();
+            (f, flushed)
+        });
+        finished
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the caller waited for the pipe's reader");
+        let (mut f, flushed) = writer.join().unwrap();
+        assert!(flushed.is_ok(), "{flushed:?}");
+        let got = std::thread::spawn(move || {
+            let mut all = Vec::new();
+            let mut buf = vec![0u8; 65_536];
+            while all.len() < 1024 * 1024 {
+                match reader.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => all.extend_from_slice(&buf[..n]),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            all
+        });
+        f.drain().unwrap();
+        let all = got.join().unwrap();
+        let want: String = (0..1024).map(line).collect();
+        assert!(
+            all == want.as_bytes(),
+            "{} of {} bytes, in order?",
+            all.len(),
+            want.len()
+        );
+        drop(f);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A file's failure shows in the flushes after the thread met it, and
+    /// in the drain; and is gone once a flush succeeds again. `/dev/full`
+    /// fails every write with ENOSPC.
+    #[test]
+    fn a_threaded_files_failures_show_in_its_flushes() {
+        let file = RotatingFile::open(Path::new("/dev/full"), Rotation::default(), None).unwrap();
+        let mut f = ThreadedFile::start(file).unwrap();
+        f.write_all(b"{\"n\":1}\n").unwrap();
+        let err = f.drain().unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(28), "{err}");
+        f.write_all(b"{\"n\":2}\n").unwrap();
+        assert!(f.flush().is_err(), "the last flush failed");
+        // Its line was dropped there: a drain has nothing to write, and
+        // works; a line after it fails again.
+        f.drain().unwrap();
+        f.write_all(b"{\"n\":3}\n").unwrap();
+        assert!(f.drain().is_err());
+
+        // A file that works: every flush after the first drain is fine.
+        let dir = std::env::temp_dir().join(format!("prober-tf-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("x.jsonl");
+        let mut f =
+            ThreadedFile::start(RotatingFile::open(&path, Rotation::default(), None).unwrap())
+                .unwrap();
+        f.write_all(b"{\"n\":1}\n").unwrap();
+        f.drain().unwrap();
+        f.write_all(b"{\"n\":2}\n").unwrap();
+        f.flush().unwrap();
+        drop(f);
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "{\"n\":1}\n{\"n\":2}\n",
+            "dropped, it wrote the rest"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
