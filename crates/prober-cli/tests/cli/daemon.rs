@@ -1554,7 +1554,9 @@ fn the_probing_thread_runs_at_the_realtime_priority_asked_for() {
             break;
         }
     }
-    let _ = child.kill();
+    // SIGTERM, which `timeout` passes on to the daemon: a SIGKILL would
+    // end `timeout` alone and leave the daemon running.
+    crate::support::sigterm(child.id());
     let _ = child.wait();
     assert!(
         err.contains(
