@@ -209,7 +209,7 @@ impl Paths {
             return None;
         }
         // The first conclusive trace had no path before it to hold its
-        // routers to (`known`, in `trace_paths`): it may have missed a
+        // routers to (`known`, where `run` traces): it may have missed a
         // branch by chance. A second that finds all of its branches and
         // more completes it; it is no change.
         let completes = s.conclusive_traces == 1 && grows(&s.branches, &branches);
