@@ -309,8 +309,14 @@ impl ThreadedFile {
                 for msg in rx {
                     match msg {
                         ToFile::Bytes(bytes) => {
-                            if let Err(e) = file.write_all(&bytes) {
-                                failed.get_or_insert(e);
+                            // A line at a time: rotation by size is decided
+                            // per line, and a line never splits across
+                            // files (a batch as one write made files a
+                            // batch long, whatever rotate_bytes said).
+                            for line in bytes.split_inclusive(|&b| b == b'\n') {
+                                if let Err(e) = file.write_all(line) {
+                                    failed.get_or_insert(e);
+                                }
                             }
                         }
                         ToFile::Flush => {
@@ -403,14 +409,14 @@ impl ThreadedFile {
     }
 
     /// Has the thread reopen the file if its path was moved away (after
-    /// writing what came before to the old one); the file's state as of
-    /// the thread's last flush.
+    /// writing what came before to the old one). How that went shows at
+    /// the next flush: the state before it is not the reopen's, and a
+    /// file already failing would count a reopen that was not yet tried.
     ///
     /// # Errors
-    /// As [`ThreadedFile::flush`].
+    /// Only if the thread is gone.
     pub fn reopen_if_moved(&mut self) -> io::Result<()> {
-        self.send(ToFile::Reopen)?;
-        self.state()
+        self.send(ToFile::Reopen)
     }
 
     /// Waits until everything handed over is written and flushed.
@@ -762,7 +768,8 @@ pub struct SinkFailures(std::sync::Mutex<std::collections::BTreeMap<String, JobF
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct JobFailures {
     /// Operations on the job's files that failed (a write of samples, a
-    /// flush, a reopen), since the daemon started.
+    /// flush, a reopen; for a file with a thread of its own, its flushes,
+    /// which report its writes), since the daemon started.
     pub errors: u64,
     /// Whether the last operation failed.
     pub failing: bool,
@@ -1091,6 +1098,36 @@ mod tests {
             want.len()
         );
         drop(f);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Through its thread a file still rotates by the line: with room for
+    /// two lines a file, every file holds two (a batch written as one
+    /// write made one file of them all).
+    #[test]
+    fn a_threaded_file_rotates_by_the_line() {
+        let dir = std::env::temp_dir().join(format!("prober-trot-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("x.jsonl");
+        let rotation = Rotation {
+            bytes: Some(100),
+            age: None,
+            keep: 2,
+        };
+        let file = RotatingFile::open(&path, rotation, None).unwrap();
+        let mut f = ThreadedFile::start(file).unwrap();
+        for i in 0..9 {
+            f.write_all(format!("{{\"n\":{i:040}}}\n").as_bytes())
+                .unwrap();
+        }
+        f.drain().unwrap();
+        drop(f);
+        let lines = |p: &Path| std::fs::read_to_string(p).unwrap().lines().count();
+        assert_eq!(lines(&path), 1, "the newest file: the ninth line");
+        assert_eq!(lines(&dir.join("x.jsonl.1")), 2);
+        assert_eq!(lines(&dir.join("x.jsonl.2")), 2);
+        assert!(!dir.join("x.jsonl.3").exists(), "two kept");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
