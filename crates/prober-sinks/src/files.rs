@@ -14,7 +14,7 @@ use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
 use prober_core::{Context, Fanout, Sample, Sink, Summary, TargetEntry};
 
 use crate::json::ProbeLine;
-use crate::output::Records;
+use crate::output::{Failed, Records, failure, lock_failed};
 use prober_core::logs::LogLimiter;
 
 /// Checks that a sink file can be created or appended to at `path`: its
@@ -262,8 +262,8 @@ pub struct ThreadedFile {
     path: PathBuf,
     tx: Option<std::sync::mpsc::SyncSender<ToFile>>,
     batch: Vec<u8>,
-    /// The result of the thread's last flush (the error's kind and text).
-    state: std::sync::Arc<std::sync::Mutex<Result<(), (io::ErrorKind, String)>>>,
+    /// The error of the thread's last flush, if it failed.
+    state: std::sync::Arc<Failed>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -286,7 +286,7 @@ impl ThreadedFile {
     pub fn start(mut file: RotatingFile) -> io::Result<Self> {
         let path = file.path().to_owned();
         let (tx, rx) = std::sync::mpsc::sync_channel::<ToFile>(FILE_QUEUE);
-        let state = std::sync::Arc::new(std::sync::Mutex::new(Ok(())));
+        let state = std::sync::Arc::new(Failed::default());
         let on_thread = std::sync::Arc::clone(&state);
         let thread = std::thread::Builder::new()
             .name("prober-file".to_owned())
@@ -298,12 +298,8 @@ impl ThreadedFile {
                         (Some(e), _) | (None, Err(e)) => Err(e),
                         (None, Ok(())) => Ok(()),
                     };
-                    *on_thread
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner) = res
-                        .as_ref()
-                        .map(|_| ())
-                        .map_err(|e| (e.kind(), e.to_string()));
+                    *lock_failed(&on_thread) =
+                        res.as_ref().err().map(|e| (e.kind(), e.to_string()));
                     res
                 };
                 for msg in rx {
@@ -339,7 +335,7 @@ impl ThreadedFile {
         Ok(Self {
             path,
             tx: Some(tx),
-            batch: Vec::new(),
+            batch: Vec::with_capacity(BATCH),
             state,
             thread: Some(thread),
         })
@@ -350,16 +346,20 @@ impl ThreadedFile {
         &self.path
     }
 
-    fn send(&mut self, msg: ToFile) -> io::Result<()> {
+    /// Hands the batch over to the thread, if it holds anything.
+    fn hand_over(&mut self) -> io::Result<()> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let bytes = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
+        self.send(ToFile::Bytes(bytes))
+    }
+
+    fn send(&self, msg: ToFile) -> io::Result<()> {
         let tx = self
             .tx
             .as_ref()
             .ok_or_else(|| io::Error::from(io::ErrorKind::BrokenPipe))?;
-        if !self.batch.is_empty() {
-            let bytes = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
-            tx.send(ToFile::Bytes(bytes))
-                .map_err(|_| io::Error::other("the file's writer thread is gone"))?;
-        }
         tx.send(msg)
             .map_err(|_| io::Error::other("the file's writer thread is gone"))
     }
@@ -371,31 +371,11 @@ impl ThreadedFile {
     /// Only if the thread is gone: the file's own errors come with
     /// [`ThreadedFile::flush`].
     pub fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
-        if self.batch.capacity() == 0 {
-            self.batch.reserve(BATCH);
-        }
         self.batch.extend_from_slice(buf);
         if self.batch.len() >= BATCH {
-            let bytes = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
-            let tx = self
-                .tx
-                .as_ref()
-                .ok_or_else(|| io::Error::from(io::ErrorKind::BrokenPipe))?;
-            tx.send(ToFile::Bytes(bytes))
-                .map_err(|_| io::Error::other("the file's writer thread is gone"))?;
+            self.hand_over()?;
         }
         Ok(())
-    }
-
-    fn state(&self) -> io::Result<()> {
-        match &*self
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-        {
-            Ok(()) => Ok(()),
-            Err((kind, msg)) => Err(io::Error::new(*kind, msg.clone())),
-        }
     }
 
     /// Hands the batch over with a flush, without waiting for it; the
@@ -404,8 +384,9 @@ impl ThreadedFile {
     /// # Errors
     /// The last flush's, or a write's before it, on the thread.
     pub fn flush(&mut self) -> io::Result<()> {
+        self.hand_over()?;
         self.send(ToFile::Flush)?;
-        self.state()
+        failure(&self.state)
     }
 
     /// Has the thread reopen the file if its path was moved away (after
@@ -416,6 +397,7 @@ impl ThreadedFile {
     /// # Errors
     /// Only if the thread is gone.
     pub fn reopen_if_moved(&mut self) -> io::Result<()> {
+        self.hand_over()?;
         self.send(ToFile::Reopen)
     }
 
@@ -425,6 +407,7 @@ impl ThreadedFile {
     /// That flush's, or a write's before it.
     pub fn drain(&mut self) -> io::Result<()> {
         let (done, finished) = std::sync::mpsc::channel();
+        self.hand_over()?;
         self.send(ToFile::Drain(done))?;
         finished
             .recv()
@@ -434,11 +417,7 @@ impl ThreadedFile {
 
 impl Drop for ThreadedFile {
     fn drop(&mut self) {
-        if let Some(tx) = &self.tx
-            && !self.batch.is_empty()
-        {
-            let _ = tx.send(ToFile::Bytes(std::mem::take(&mut self.batch)));
-        }
+        let _ = self.hand_over();
         // The thread writes what is queued, then ends with the channel.
         drop(self.tx.take());
         if let Some(t) = self.thread.take() {
@@ -959,11 +938,17 @@ impl Sink for ByJob {
 mod tests {
     use super::*;
 
-    #[test]
-    fn rotates_by_size_and_keeps_n() {
-        let dir = std::env::temp_dir().join(format!("prober-rot-{}", std::process::id()));
+    /// An empty directory of the temporary one, for this test alone.
+    fn fresh_dir(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("prober-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn rotates_by_size_and_keeps_n() {
+        let dir = fresh_dir("rot");
         let path = dir.join("x.jsonl");
         let rotation = Rotation {
             bytes: Some(100),
@@ -986,9 +971,7 @@ mod tests {
 
     #[test]
     fn rotation_goes_on_when_the_file_was_moved_away() {
-        let dir = std::env::temp_dir().join(format!("prober-rot-gone-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = fresh_dir("rot-gone");
         let path = dir.join("x.jsonl");
         let rotation = Rotation {
             bytes: Some(10),
@@ -1008,9 +991,7 @@ mod tests {
 
     #[test]
     fn an_idle_hlog_skips_empty_intervals_at_once() {
-        let dir = std::env::temp_dir().join(format!("prober-hlog-skip-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = fresh_dir("hlog-skip");
         let mut h = HlogFile::open(&dir.join("x.hlog"), Duration::from_millis(1)).unwrap();
         let start = h.start_ns;
         // A day later (a wall clock stepped forward): one step, no loop of
@@ -1043,9 +1024,7 @@ mod tests {
     fn a_stalled_write_holds_the_files_thread_not_its_caller() {
         use std::io::Read as _;
         use std::os::unix::fs::OpenOptionsExt as _;
-        let dir = std::env::temp_dir().join(format!("prober-stall-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = fresh_dir("stall");
         let fifo = dir.join("lines");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
         // Open for reading first (without waiting for a writer), so the
@@ -1106,9 +1085,7 @@ mod tests {
     /// write made one file of them all).
     #[test]
     fn a_threaded_file_rotates_by_the_line() {
-        let dir = std::env::temp_dir().join(format!("prober-trot-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = fresh_dir("trot");
         let path = dir.join("x.jsonl");
         let rotation = Rotation {
             bytes: Some(100),
@@ -1150,9 +1127,7 @@ mod tests {
         assert!(f.drain().is_err());
 
         // A file that works: every flush after the first drain is fine.
-        let dir = std::env::temp_dir().join(format!("prober-tf-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = fresh_dir("tf");
         let path = dir.join("x.jsonl");
         let mut f =
             ThreadedFile::start(RotatingFile::open(&path, Rotation::default(), None).unwrap())
@@ -1187,9 +1162,7 @@ mod tests {
     fn a_failing_file_is_logged_once_a_period_counted_and_spares_the_others() {
         use prober_core::{Clock, Collector, Event, Outcome, RunConfig, RunMeta, TargetInfo};
         use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-        let dir = std::env::temp_dir().join(format!("prober-byjob-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = fresh_dir("byjob");
         let full = std::sync::Arc::new(AtomicBool::new(false));
         let csv = CsvLinesFile::open(&dir.join("ok.csv"), Rotation::default()).unwrap();
         let mut by_job = ByJob {

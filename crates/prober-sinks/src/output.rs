@@ -120,15 +120,17 @@ impl PipeDrain {
     }
 }
 
-type Failed = std::sync::Mutex<Option<(io::ErrorKind, String)>>;
+pub(crate) type Failed = std::sync::Mutex<Option<(io::ErrorKind, String)>>;
 
-fn lock_failed(m: &Failed) -> std::sync::MutexGuard<'_, Option<(io::ErrorKind, String)>> {
+pub(crate) fn lock_failed(
+    m: &Failed,
+) -> std::sync::MutexGuard<'_, Option<(io::ErrorKind, String)>> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The writer thread's failure, every time it is asked (the thread writes
 /// nothing after it).
-fn failure(m: &Failed) -> io::Result<()> {
+pub(crate) fn failure(m: &Failed) -> io::Result<()> {
     match &*lock_failed(m) {
         Some((kind, msg)) => Err(io::Error::new(*kind, msg.clone())),
         None => Ok(()),
