@@ -53,25 +53,20 @@ pub(crate) async fn responder_on(ip: &str, cfg: ResponderConfig) -> Responder {
 /// the moment they stopped; in CI, a test with all 30 uncaught failed).
 pub(crate) fn responder_apart(cfg: ResponderConfig) -> Responder {
     let stop = CancellationToken::new();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    let (tcp, udp) = (listener.local_addr().unwrap(), socket.local_addr().unwrap());
-    listener.set_nonblocking(true).unwrap();
-    socket.set_nonblocking(true).unwrap();
     let until = stop.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
     let thread = std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
         rt.block_on(async move {
-            let listener = TcpListener::from_std(listener).unwrap();
-            let socket = UdpSocket::from_std(socket).unwrap();
-            tokio::spawn(serve_tcp(listener, cfg.clone(), until.clone()));
-            tokio::spawn(serve_udp(socket, cfg, until.clone()));
+            let r = responder_on("127.0.0.1", cfg).await;
+            tx.send((r.tcp, r.udp)).unwrap();
             until.cancelled().await;
         });
     });
+    let (tcp, udp) = rx.recv().expect("the responder's thread binds its sockets");
     Responder {
         tcp,
         udp,
