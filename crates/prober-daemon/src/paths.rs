@@ -58,10 +58,8 @@ struct State {
     branches: Branches,
     changes: u64,
     traces: u64,
-    /// A conclusive trace has been filed.
-    conclusive: bool,
-    /// Conclusive traces filed.
-    conclusive_traces: u64,
+    /// Conclusive traces filed (none: `branches` are the first trace's).
+    conclusive: u64,
     labels: Vec<(String, String)>,
     /// Export the branches' hops.
     hops: bool,
@@ -149,7 +147,7 @@ impl Paths {
     fn branches_of(&self, t: &Traced) -> Option<Branches> {
         let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let s = state.get(&(t.job.clone(), t.target.clone()))?;
-        s.conclusive.then(|| s.branches.clone())
+        (s.conclusive > 0).then(|| s.branches.clone())
     }
 
     /// Files the hop measures of a trace's branches.
@@ -203,7 +201,7 @@ impl Paths {
         s.hops = t.hops;
         s.traces += 1;
         if !conclusive {
-            if !s.conclusive {
+            if s.conclusive == 0 {
                 s.branches = branches;
             }
             return None;
@@ -212,10 +210,9 @@ impl Paths {
         // routers to (`known`, where `run` traces): it may have missed a
         // branch by chance. A second that finds all of its branches and
         // more completes it; it is no change.
-        let completes = s.conclusive_traces == 1 && grows(&s.branches, &branches);
-        let changed = s.conclusive && !same(&s.branches, &branches) && !completes;
-        s.conclusive = true;
-        s.conclusive_traces += 1;
+        let completes = s.conclusive == 1 && grows(&s.branches, &branches);
+        let changed = s.conclusive > 0 && !same(&s.branches, &branches) && !completes;
+        s.conclusive += 1;
         let old = std::mem::replace(&mut s.branches, branches);
         if changed {
             s.changes += 1;
