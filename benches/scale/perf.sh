@@ -12,7 +12,7 @@
 set -euo pipefail
 PROBER=${PROBER:-target/release/prober}
 OUT=${OUT:-$(mktemp -d /tmp/prober-perf.XXXXXX)}
-(PROBER="$PROBER" FLEET=1 D=30 SCRAPE=${SCRAPE:-1} REALTIME=${REALTIME:-10} KEEP=1 \
+(PROBER="$PROBER" FLEET=1 D=30 SCRAPE=${SCRAPE:-1} REALTIME=${REALTIME-10} KEEP=1 \
   bash benches/scale/run.sh > "$OUT/run.txt" 2>&1 &)
 pid=
 for _ in $(seq 1 100); do

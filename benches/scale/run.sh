@@ -13,6 +13,10 @@
 #   PROBER=/tmp/prober-old bash benches/scale/run.sh      # another build (A/B)
 #   KEEP=1 bash benches/scale/run.sh      # keep the run's directory (probe lines)
 #   REALTIME=10 bash benches/scale/run.sh  # [probing] realtime_priority = 10
+#   WAKEUP=1 bash benches/scale/run.sh    # and the host's own timer wake-up latency
+#                                         # in the same seconds (cyclictest at the
+#                                         # probing thread's priority): the floor
+#                                         # under the send lag's tail
 #   RECEIVE=async bash benches/scale/run.sh   # [receive] mode = "async" (adaptive is
 #                                              # the default here: no [serve])
 #   SINK=none bash benches/scale/run.sh   # Prometheus only: CPU and RSS as usually
@@ -193,6 +197,17 @@ print(f"/probe load        {i} requests ({rate:g}/s): {ok} succeeded, {bad} not;
 PY
   load_pid=$!
 fi
+# WAKEUP=1: the host's own timer wake-up latency over the same D seconds,
+# as a reference for the send lag's tail: cyclictest (Debian's rt-tests)
+# with one thread that sleeps 1 ms at a time, at the probing thread's
+# priority (SCHED_FIFO at REALTIME, else ordinary), on either CPU. A wake-up
+# the host holds up (a vCPU not run) holds up the daemon's sends the same.
+if [ -n "${WAKEUP:-}" ]; then
+  command -v cyclictest >/dev/null || { echo "WAKEUP=1 needs cyclictest (apt-get install rt-tests)" >&2; exit 2; }
+  cyclictest -q -D "$D" -i 1000 -t 1 -p "${REALTIME:-0}" -h 100000 \
+    --histfile="$work/wakeup.hist" > /dev/null 2>&1 &
+  wake_pid=$!
+fi
 # Scrapes every 5 s; the slowest and the size of the last.
 end=$(( $(date +%s) + D ))
 : > "$work/scrapes"
@@ -215,6 +230,23 @@ done
 # 5 s the goal names) and, apart, for those of the fetches below (a text
 # scrape of every series, to count them, and the status page).
 loop_end_ns=$(date +%s%N)
+if [ -n "${WAKEUP:-}" ]; then
+  wait "$wake_pid" || true
+  python3 - "$work/wakeup.hist" <<'PY'
+import sys
+rows = [l.split() for l in open(sys.argv[1]) if l[:1].isdigit()]
+n = sum(int(c) for _, c in rows)
+def q(x):
+    acc = 0
+    for us, c in rows:
+        acc += int(c)
+        if acc >= x * n:
+            return int(us)
+big = [int(us) for us, c in rows if int(c)]
+print(f"host wake-up       p50/p99/p99.9/max  {q(0.5)} / {q(0.99)} / {q(0.999)} / {max(big)} µs"
+      f" (cyclictest, {n} sleeps of 1 ms; {sum(int(c) for us, c in rows if int(us) > 1000)} over 1 ms)")
+PY
+fi
 if [ -n "${PROBE_LOAD:-}" ]; then wait "$load_pid" || true; cat "$work/probe_load"; fi
 status_s=$(curl -s -o "$work/status.html" -w '%{time_total}' "http://127.0.0.1:$mport/")
 # Series per target as a text scrape has them (every line a series); the

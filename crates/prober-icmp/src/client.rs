@@ -473,6 +473,7 @@ impl IcmpProbe {
     fn spin_for_reply(
         &self,
         budget: &prober_core::spin::SpinBudget,
+        late: bool,
         waiter: &prober_core::Waiter<Result<Got, ProbeError>>,
     ) {
         thread_local! {
@@ -483,7 +484,7 @@ impl IcmpProbe {
         }
         let socket = &self.family.socket;
         let spun = BUF.with_borrow_mut(|buf| {
-            budget.spin(|| {
+            budget.spin(late, || {
                 if let Ok((n, Some(from), stamp, ttl, t4)) = socket.try_recv(buf) {
                     dispatch(
                         socket,
@@ -524,7 +525,7 @@ impl Probe for IcmpProbe {
             drain_tx(&self.family, None);
         }
         let mut waiter = self.slot.matcher.register(seq);
-        gate.pass().await;
+        let due = gate.pass().await;
         let sent = Instant::now();
         // t1 on the wall clock, next to the send call: kernel stamps are only
         // ever compared with it, never converted.
@@ -550,7 +551,7 @@ impl Probe for IcmpProbe {
             return Err(ProbeError::io("send", &e));
         }
         if let Some(budget) = &self.spin {
-            self.spin_for_reply(budget, &waiter);
+            self.spin_for_reply(budget, due.late(sent), &waiter);
         }
         let got = waiter.reply().await?;
         if let Some(budget) = &self.spin {

@@ -167,12 +167,13 @@ impl Daemon {
         }
     }
 
-    pub(crate) fn stop(self) -> (Option<i32>, String) {
+    pub(crate) fn stop(&mut self) -> (Option<i32>, String) {
         self.stop_with("TERM")
     }
 
-    /// Stops it with `kill -SIG` and returns its exit code and stderr.
-    pub(crate) fn stop_with(mut self, sig: &str) -> (Option<i32>, String) {
+    /// Stops it with `kill -SIG` and returns its exit code and stderr. Its
+    /// directory stays until the `Daemon` is dropped, for the test to read.
+    pub(crate) fn stop_with(&mut self, sig: &str) -> (Option<i32>, String) {
         crate::support::signal(self.child.id(), sig);
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -192,6 +193,7 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -254,7 +256,7 @@ fn sigterm_or_sigint_at_random_moments_loses_no_probe_in_any_sink() {
     for trial in 0..20 {
         let sig = ["TERM", "INT"][(m.next() % 2) as usize];
         let wait = m.millis(150, 1200);
-        let d = Daemon::start(&format!("term{trial}"), JOBS);
+        let mut d = Daemon::start(&format!("term{trial}"), JOBS);
         std::thread::sleep(wait);
         let dir = d.dir.clone();
         let (code, err) = d.stop_with(sig);
@@ -316,7 +318,7 @@ fn hlog_tags(path: &Path) -> BTreeSet<String> {
 /// logrotate's default: move the files away, send SIGHUP, expect new files.
 #[test]
 fn sighup_reopens_sink_files_moved_away() {
-    let d = Daemon::start("rotate", JOBS);
+    let mut d = Daemon::start("rotate", JOBS);
     std::thread::sleep(Duration::from_millis(400));
     let dir = d.dir.clone();
     for f in ["loop.jsonl", "loop.csv", "loop.hlog"] {
@@ -351,7 +353,7 @@ fn sighup_reopens_sink_files_moved_away() {
 
 #[test]
 fn metrics_agree_with_the_files_and_pass_promtool() {
-    let d = Daemon::start("metrics", JOBS);
+    let mut d = Daemon::start("metrics", JOBS);
     std::thread::sleep(Duration::from_millis(600));
     let text = d.scrape();
     assert!(
@@ -419,7 +421,7 @@ fn metrics_agree_with_the_files_and_pass_promtool() {
 
 #[test]
 fn reload_adds_removes_and_changes_targets() {
-    let d = Daemon::start("reload", JOBS);
+    let mut d = Daemon::start("reload", JOBS);
     // Remove tcp-connect, add udp to another port of the same responder... a
     // new job "extra", and change nothing else in "loop": loop's udp target
     // keeps its counters.
@@ -649,7 +651,7 @@ fn real_prometheus_scrapes_what_the_files_say() {
     ) {
         return;
     }
-    let d = Daemon::start("prom", JOBS);
+    let mut d = Daemon::start("prom", JOBS);
     let prom_dir = d.dir.join("prom");
     std::fs::create_dir_all(&prom_dir).unwrap();
     let prom_port = free_port();
@@ -826,7 +828,7 @@ fn real_prometheus_scrapes_what_the_files_say() {
 
 #[test]
 fn a_job_removed_by_reload_completes_its_files() {
-    let d = Daemon::start(
+    let mut d = Daemon::start(
         "jobgone",
         r#"
 [[job]]
@@ -885,7 +887,7 @@ fn a_full_disk_under_one_sink_file_spares_probing_and_the_other_files() {
     let filler = disk.0.join("filler");
     std::fs::write(&filler, vec![0u8; 120 * 1024]).unwrap();
     let jsonl_path = disk.0.join("loop.jsonl");
-    let d = Daemon::start(
+    let mut d = Daemon::start(
         "full",
         &format!(
             r#"
@@ -977,7 +979,7 @@ sinks = {{ jsonl = {{ path = "{}" }}, csv = {{ path = "loop.csv" }} }}
 /// the last good set and says so in the reload metric.
 #[test]
 fn file_sd_targets_follow_the_file() {
-    let d = Daemon::start_with_files(
+    let mut d = Daemon::start_with_files(
         "file-sd",
         r#"
 [[job]]
@@ -1055,7 +1057,7 @@ fn the_status_page_shows_live_and_dead_targets_in_a_browser() {
     let sd = format!(
         r#"[{{"targets": ["udp://127.0.0.1:{dead}"], "labels": {{"dns_name": "h4-2.hosts.fleet.lab"}}}}]"#
     );
-    let d = Daemon::start_with_files(
+    let mut d = Daemon::start_with_files(
         "status",
         r#"
 [[job]]
@@ -1158,7 +1160,7 @@ fn status_of(addr: &str, path: &str, args: &[&str]) -> (String, String) {
 #[test]
 fn the_metrics_port_refuses_wrong_credentials() {
     let job = "[[job]]\nname = \"a\"\ninterval = \"100ms\"\ntargets = [\"udp://RESPONDER\"]\n";
-    let basic = Daemon::start_with_files(
+    let mut basic = Daemon::start_with_files(
         "auth-basic",
         &format!("basic_auth = {{ user = \"prom\", password_file = \"pass\" }}\n{job}"),
         &[("pass", "s3cret\n")],
@@ -1206,7 +1208,7 @@ fn the_metrics_port_refuses_wrong_credentials() {
     let (code, err) = basic.stop();
     assert_eq!(code, Some(0), "{err}");
 
-    let bearer = Daemon::start_with_files(
+    let mut bearer = Daemon::start_with_files(
         "auth-bearer",
         &format!("bearer_token_file = \"token\"\n{job}"),
         &[("token", "t0ken")],
@@ -1268,7 +1270,7 @@ fn a_daemon_that_only_probes_receives_adaptively() {
     daemon.stop();
 
     // The same job in a daemon that answers too: no spins.
-    let d = Daemon::start("answers", &JOBS.replace("20ms", "10ms"));
+    let mut d = Daemon::start("answers", &JOBS.replace("20ms", "10ms"));
     let text = d.scrape_until("probes counted", Duration::from_secs(20), &|t| {
         t.contains("prober_probes_sent_total{")
     });
@@ -1327,7 +1329,7 @@ fn check_config_refuses_what_starting_would_refuse() {
 #[test]
 fn a_scrape_storm_does_not_disturb_the_probes() {
     let _machine = crate::support::loads_machine();
-    let d = Daemon::start(
+    let mut d = Daemon::start(
         "storm",
         r#"
 [[job]]
@@ -1502,7 +1504,7 @@ fn the_probing_thread_runs_at_the_realtime_priority_asked_for() {
         prober_core::testutil::skip("SCHED_FIFO needs CAP_SYS_NICE (CI runs as root)");
         return;
     }
-    let d = Daemon::start(
+    let mut d = Daemon::start(
         "realtime",
         &format!("[probing]\nrealtime_priority = 3\n{JOBS}"),
     );

@@ -89,7 +89,7 @@ fn dns_sd_targets_follow_the_records() {
     };
     // 127.0.0.1 is this host's (lo's) address, 127.0.0.2 is not.
     dns.peers(&["127.0.0.1", "127.0.0.2"]);
-    let d = Daemon::start(
+    let mut d = Daemon::start(
         "dns-sd",
         &format!(
             r#"

@@ -32,7 +32,7 @@ fn refused(args: &[&str], want: &str) {
 
 #[test]
 fn hlog_is_read_by_python_hdrh_with_exact_intervals() {
-    let d = Daemon::start(
+    let mut d = Daemon::start(
         "hdrh",
         r#"
 [[job]]
@@ -448,7 +448,7 @@ fn the_responder_does_not_log_every_connection() {
 
 #[test]
 fn quiet_keeps_the_daemons_lifecycle() {
-    let d = Daemon::start(
+    let mut d = Daemon::start(
         "quiet",
         "[[job]]\nname = \"q\"\ninterval = \"50ms\"\ntargets = [\"udp://RESPONDER\"]\n",
     );

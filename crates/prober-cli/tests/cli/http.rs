@@ -746,7 +746,7 @@ targets = ["https://localhost:{https_port}/echo"]
 ca = "{ca}"
 "#
     );
-    let d = crate::daemon::Daemon::start("http", &jobs);
+    let mut d = crate::daemon::Daemon::start("http", &jobs);
     let deadline = Instant::now() + Duration::from_secs(15);
     let want = |text: &str| {
         let line = |all: &[&str]| text.lines().any(|l| all.iter().all(|w| l.contains(w)));

@@ -107,7 +107,7 @@ fn counter(req: &ExportMetricsServiceRequest, name: &str, target: &str) -> Optio
 #[test]
 fn the_daemon_pushes_otlp_that_agrees_with_its_files() {
     let (rx, port) = start_receiver();
-    let d = Daemon::start(
+    let mut d = Daemon::start(
         "otlp",
         &format!(
             r#"

@@ -66,7 +66,7 @@ fn run_with_no_target_that_resolves_stops_with_the_reason() {
 
 #[test]
 fn the_daemon_starts_with_a_name_that_does_not_resolve_and_shows_it_down() {
-    let d = Daemon::start(
+    let mut d = Daemon::start(
         "unresolved",
         "[[job]]\nname = \"mesh\"\ninterval = \"100ms\"\ntargets = [\"udp://RESPONDER\", \"udp://gone.invalid:8707\"]\n",
     );
@@ -123,7 +123,7 @@ fn the_daemon_starts_with_a_name_that_does_not_resolve_and_shows_it_down() {
 
 #[test]
 fn a_reload_that_finds_no_jobs_is_refused_unless_allowed() {
-    let d = Daemon::start(
+    let mut d = Daemon::start(
         "emptied",
         "[[job]]\nname = \"a\"\ninterval = \"100ms\"\ntargets = [\"udp://RESPONDER\"]\n",
     );

@@ -488,7 +488,7 @@ fn tcp_and_icmp_traces_reach_and_find_the_branches() {
 /// without a change; a job with no udp:// target is refused.
 #[test]
 fn the_daemon_traces_a_jobs_targets_and_exports_their_paths() {
-    let d = crate::daemon::Daemon::start(
+    let mut d = crate::daemon::Daemon::start(
         "paths",
         r#"
 [[job]]
@@ -592,7 +592,7 @@ fn the_daemon_traces_tcp_and_icmp_targets_too() {
     if !crate::support::require_root("tcp:// and icmp:// traces need raw sockets (root)") {
         return;
     }
-    let d = crate::daemon::Daemon::start(
+    let mut d = crate::daemon::Daemon::start(
         "paths-tcp",
         r#"
 [[job]]
