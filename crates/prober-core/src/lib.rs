@@ -96,7 +96,7 @@ pub use sample::{
 pub use sink::{Context, Fanout, Sink};
 pub use stats::{DistSummary, Summary};
 pub use target::{Target, TargetError, parse_target};
-pub use wait::{Due, Gate, SharedTimer};
+pub use wait::{Gate, SharedTimer};
 
 /// Capacity of the event channel between probes and the collector. When the
 /// sinks fall this far behind, finished probes wait to report; the schedule

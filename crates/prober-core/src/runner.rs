@@ -349,7 +349,7 @@ async fn open_loop<P: Probe>(
             }
         }
         let gate = if lead.is_zero() {
-            Gate::open_for(deadline)
+            Gate::open()
         } else {
             Gate::at(deadline)
         };

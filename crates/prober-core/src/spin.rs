@@ -6,9 +6,7 @@
 //!
 //! The budget adapts to the target ([`SpinBudget`]): about the recent p90
 //! of its RTT, capped; nothing at all for a target whose replies take
-//! longer than the cap; nothing for a probe sent late, held up by others
-//! due at the same moment ([`SPIN_IF_LATE_BY_AT_MOST`]). And every spin of
-//! the process draws from one
+//! longer than the cap. And every spin of the process draws from one
 //! [`SpinPool`], a token bucket of CPU time, so when many targets are due
 //! at once the budgets shrink instead of the process burning cores.
 //!
@@ -55,15 +53,6 @@ pub fn check_share(share: f64) -> Result<u32, String> {
 
 /// How far the pool may run ahead: spin time saved up while idle.
 const POOL_DEPTH: Duration = Duration::from_millis(5);
-
-/// A probe sent later than this after its slot does not spin. A send that
-/// late was held up by other work on its thread, most often the sends of
-/// other targets due at the same moment: a spin would hold up the ones
-/// still waiting behind it in turn, and the thread is not about to go idle,
-/// which is the wake-up a spin saves. Such a probe's reply is read by the
-/// socket's reader once the sends are out. What it did at 10,000 targets:
-/// BENCHMARKS.md, "Spins that wait for late sends".
-pub const SPIN_IF_LATE_BY_AT_MOST: Duration = Duration::from_micros(100);
 
 /// How many recent RTTs a target's budget is estimated from.
 const HISTORY: usize = 32;
@@ -241,13 +230,8 @@ impl SpinBudget {
     }
 
     /// The spin to do after a send at `now`: [`Self::wanted`], as far as
-    /// the pool grants it; nothing for a probe that went out `late`, more
-    /// than [`SPIN_IF_LATE_BY_AT_MOST`] after its slot
-    /// ([`crate::wait::Due::late`]). Hand it back with [`Self::spun`].
-    pub fn start(&self, now: Instant, late: bool) -> Duration {
-        if late {
-            return Duration::ZERO;
-        }
+    /// the pool grants it. Hand it back with [`Self::spun`].
+    pub fn start(&self, now: Instant) -> Duration {
         match self.wanted() {
             Duration::ZERO => Duration::ZERO,
             want => self.pool.take(want, now),
@@ -259,15 +243,14 @@ impl SpinBudget {
         self.pool.give_back(granted, used);
     }
 
-    /// Spins after a send, unless it went out `late` (see
-    /// [`Self::start`]): calls `poll` (one non-blocking look at the socket,
-    /// true once the reply is there) until it says so or the granted budget
-    /// runs out, and gives back what was not used. `None` if nothing was
-    /// granted (no spin); else the time spun and whether `poll` saw the
-    /// reply.
-    pub fn spin(&self, late: bool, mut poll: impl FnMut() -> bool) -> Option<(Duration, bool)> {
+    /// Spins after a send: calls `poll` (one non-blocking look at the
+    /// socket, true once the reply is there) until it says so or the
+    /// granted budget runs out, and gives back what was not used. `None`
+    /// if nothing was granted (no spin); else the time spun and whether
+    /// `poll` saw the reply.
+    pub fn spin(&self, mut poll: impl FnMut() -> bool) -> Option<(Duration, bool)> {
         let start = Instant::now();
-        let granted = self.start(start, late);
+        let granted = self.start(start);
         if granted.is_zero() {
             return None;
         }
@@ -374,7 +357,7 @@ mod tests {
             b.record(2_000 * US);
         }
         assert_eq!(b.wanted(), Duration::ZERO);
-        assert_eq!(b.start(Instant::now(), false), Duration::ZERO);
+        assert_eq!(b.start(Instant::now()), Duration::ZERO);
         // It comes back when the target does.
         for _ in 0..HISTORY {
             b.record(10 * US);
@@ -420,7 +403,7 @@ mod tests {
         let mut total = Duration::ZERO;
         for i in 0..100u32 {
             let now = t0 + i * Duration::from_millis(10);
-            let g = b.start(now, false);
+            let g = b.start(now);
             assert!(g <= 100 * US, "probe {i} granted {g:?}");
             b.spun(g, g);
             total += g;
@@ -433,36 +416,20 @@ mod tests {
         let b = SpinBudget::new(SpinPool::new(50 * US, 1000));
         let mut looks = 0;
         let (_, caught) = b
-            .spin(false, || {
+            .spin(|| {
                 looks += 1;
                 looks == 3
             })
             .expect("granted");
         assert!(caught);
         assert_eq!(looks, 3);
-        let (used, caught) = b.spin(false, || false).expect("granted");
+        let (used, caught) = b.spin(|| false).expect("granted");
         assert!(!caught && used >= 50 * US, "{used:?}");
         // A target slower than the cap: no spin, and `poll` is not called.
         for _ in 0..HISTORY {
             b.record(Duration::from_millis(2));
         }
-        assert_eq!(
-            b.spin(false, || unreachable!("no spin without a budget")),
-            None
-        );
-    }
-
-    #[test]
-    fn a_late_send_does_not_spin() {
-        let b = SpinBudget::new(SpinPool::new(50 * US, 1000));
-        assert_eq!(b.start(Instant::now(), true), Duration::ZERO);
-        assert_eq!(
-            b.spin(true, || unreachable!("a late send does not spin")),
-            None
-        );
-        let g = b.start(Instant::now(), false);
-        assert_eq!(g, 50 * US);
-        b.spun(g, Duration::ZERO);
+        assert_eq!(b.spin(|| unreachable!("no spin without a budget")), None);
     }
 
     impl SpinPool {

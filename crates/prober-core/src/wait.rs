@@ -596,74 +596,34 @@ impl Sleeper {
 /// matters on a VM: after 10 ms of waiting, the code and data of the send
 /// path are out of the caches and TLB, and preparing a probe then takes 10-15
 /// µs instead of under 1 µs, all of which was send lag.
-///
-/// A gate also carries when the probe's slot was due, for what happens
-/// after the send: adaptive receive does not spin for the reply of a probe
-/// sent late ([`crate::spin::SpinBudget::start`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Gate {
-    opens: Option<Instant>,
-    due: Option<Instant>,
-}
+pub struct Gate(Option<Instant>);
 
 /// How long before its deadline a probe is started when pacing spins
 /// (`spin`, `hybrid`): enough for a cold preparation.
 pub const GATE_LEAD: Duration = Duration::from_micros(40);
 
 impl Gate {
-    /// A gate that is open: send at once, for no slot (a warm-up probe, or
-    /// the closed loop's next).
+    /// A gate that is open: send at once.
     pub const fn open() -> Self {
-        Self {
-            opens: None,
-            due: None,
-        }
+        Self(None)
     }
 
-    /// A gate that is open, for the slot due at `due`.
-    pub const fn open_for(due: Instant) -> Self {
-        Self {
-            opens: None,
-            due: Some(due),
-        }
-    }
-
-    /// A gate that opens at `at`, by spinning, for the slot due then.
+    /// A gate that opens at `at`, by spinning.
     pub const fn at(at: Instant) -> Self {
-        Self {
-            opens: Some(at),
-            due: Some(at),
-        }
+        Self(Some(at))
     }
 
     /// When the gate opens, if it is not open already.
     pub fn deadline(&self) -> Option<Instant> {
-        self.opens
+        self.0
     }
 
-    /// Waits (spinning) until the gate opens. Returns when the probe's
-    /// slot was due, to tell whether it went out late.
-    pub async fn pass(self) -> Due {
-        if let Some(at) = self.opens {
+    /// Waits (spinning) until the gate opens.
+    pub async fn pass(self) {
+        if let Some(at) = self.0 {
             spin_until(at).await;
         }
-        Due(self.due)
-    }
-}
-
-/// When a probe's slot was due, as its gate said ([`Gate::pass`]); nothing
-/// for a probe of no slot.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Due(Option<Instant>);
-
-impl Due {
-    /// Whether a probe sent at `sent` went out too late to spin for its
-    /// reply ([`crate::spin::SPIN_IF_LATE_BY_AT_MOST`]): its send lag, as
-    /// the probe's sample has it, is above that.
-    pub fn late(self, sent: Instant) -> bool {
-        self.0.is_some_and(|due| {
-            sent.saturating_duration_since(due) > crate::spin::SPIN_IF_LATE_BY_AT_MOST
-        })
     }
 }
 

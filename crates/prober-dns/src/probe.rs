@@ -220,13 +220,12 @@ impl DnsProbe {
             let Some((stream, stamps)) = slot.as_mut() else {
                 return Err(ProbeError::new(ErrorKind::Other, "no connection"));
             };
-            let due = match gate.take() {
-                Some(gate) => gate.pass().await,
-                None => prober_core::wait::Due::default(),
-            };
+            if let Some(gate) = gate.take() {
+                gate.pass().await;
+            }
             let sent = Instant::now();
             let t1 = unix_now_ns();
-            let window = stamps.begin(due.late(sent));
+            let window = stamps.begin();
             let res = async {
                 stream.write_all(&framed).await?;
                 let mut len = [0u8; 2];

@@ -552,7 +552,7 @@ impl Probe for GrpcProbe {
         let spare = self.spare_channel();
         let req = self.conn.request(self.conn.ping(seq, &self.payload));
         self.conn.settle_runtime().await;
-        let due = gate.pass().await;
+        gate.pass().await;
         // The first connection unless a call is open on it and the spare
         // has none.
         let busy = !self.conn.stamps.idle();
@@ -568,7 +568,7 @@ impl Probe for GrpcProbe {
         let interleave = conn.interleave();
         let sent = Instant::now();
         let t1 = unix_now_ns();
-        let window = conn.stamps.begin(due.late(sent));
+        let window = conn.stamps.begin();
         let res = client.ping(req).await;
         let received = Instant::now();
         let t4 = unix_now_ns();
@@ -761,11 +761,11 @@ impl Probe for GrpcStreamProbe {
         let msg = self.conn.ping(seq, &self.payload);
         let mut waiter = matcher.register(seq);
         self.conn.settle_runtime().await;
-        let due = gate.pass().await;
+        gate.pass().await;
         let interleave = self.conn.interleave();
         let sent = Instant::now();
         let t1 = unix_now_ns();
-        let window = self.conn.stamps.begin(due.late(sent));
+        let window = self.conn.stamps.begin();
         if tx.send(msg).await.is_err() {
             self.conn.broken("stream closed").await;
             return Err(ProbeError::new(ErrorKind::Reset, "stream closed"));
@@ -832,10 +832,10 @@ impl Probe for GrpcHealthProbe {
         let req = self.conn.request(HealthCheckRequest {
             service: self.service.clone(),
         });
-        let due = gate.pass().await;
+        gate.pass().await;
         let sent = Instant::now();
         let t1 = unix_now_ns();
-        let window = self.conn.stamps.begin(due.late(sent));
+        let window = self.conn.stamps.begin();
         let res = client.check(req).await;
         let received = Instant::now();
         let t4 = unix_now_ns();

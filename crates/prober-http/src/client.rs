@@ -666,7 +666,7 @@ impl Probe for HttpProbe {
         let now = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
         let _in_flight = InFlight(Arc::clone(&self.in_flight));
         self.peak.fetch_max(now, Ordering::Relaxed);
-        let due = gate.pass().await;
+        gate.pass().await;
         let sent = Instant::now();
         let t0 = unix_now_ns();
         // prober's responder, on a kept connection: the response's send
@@ -707,9 +707,7 @@ impl Probe for HttpProbe {
             }
             conn.busy = true;
             let t_req = unix_now_ns();
-            // A redirect's request goes out a round trip after the slot,
-            // on time: only the first is judged against the slot.
-            let window = conn.stamps.begin(hops == 0 && due.late(sent));
+            let window = conn.stamps.begin();
             let resp = match conn.send(req).await {
                 Ok(resp) => resp,
                 // A kept connection the server closed before the request

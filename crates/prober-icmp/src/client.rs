@@ -473,7 +473,6 @@ impl IcmpProbe {
     fn spin_for_reply(
         &self,
         budget: &prober_core::spin::SpinBudget,
-        late: bool,
         waiter: &prober_core::Waiter<Result<Got, ProbeError>>,
     ) {
         thread_local! {
@@ -484,7 +483,7 @@ impl IcmpProbe {
         }
         let socket = &self.family.socket;
         let spun = BUF.with_borrow_mut(|buf| {
-            budget.spin(late, || {
+            budget.spin(|| {
                 if let Ok((n, Some(from), stamp, ttl, t4)) = socket.try_recv(buf) {
                     dispatch(
                         socket,
@@ -525,7 +524,7 @@ impl Probe for IcmpProbe {
             drain_tx(&self.family, None);
         }
         let mut waiter = self.slot.matcher.register(seq);
-        let due = gate.pass().await;
+        gate.pass().await;
         let sent = Instant::now();
         // t1 on the wall clock, next to the send call: kernel stamps are only
         // ever compared with it, never converted.
@@ -551,7 +550,7 @@ impl Probe for IcmpProbe {
             return Err(ProbeError::io("send", &e));
         }
         if let Some(budget) = &self.spin {
-            self.spin_for_reply(budget, due.late(sent), &waiter);
+            self.spin_for_reply(budget, &waiter);
         }
         let got = waiter.reply().await?;
         if let Some(budget) = &self.spin {

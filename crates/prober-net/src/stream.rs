@@ -112,8 +112,6 @@ struct State {
     /// Whether the current window's probe has spun, and whether a spin of
     /// it caught data: a probe counts once, however many spins it took.
     window_spun: Option<bool>,
-    /// The current window's probe went out late: its reads do not spin.
-    window_late: bool,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -200,15 +198,12 @@ impl ChannelStamps {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Opens a probe's window, right before its call; `late`: the probe
-    /// went out too late to spin for its reply
-    /// (`prober_core::wait::Due::late`). Overlapping windows spoil each
-    /// other: neither gets stamps.
-    pub fn begin(self: &Arc<Self>, late: bool) -> Mark {
+    /// Opens a probe's window, right before its call. Overlapping windows
+    /// spoil each other: neither gets stamps.
+    pub fn begin(self: &Arc<Self>) -> Mark {
         let mut s = self.lock();
         s.open += 1;
         s.window_spun = None;
-        s.window_late = late;
         s.window = Some(Window {
             clean: s.open == 1,
             ..Window::default()
@@ -308,9 +303,8 @@ impl ChannelStamps {
                 self.stop_spin(&mut s, false);
                 false
             }
-            None if s.window_late => false,
             None => {
-                let granted = budget.start(now, false);
+                let granted = budget.start(now);
                 if granted.is_zero() {
                     return false;
                 }
@@ -1055,7 +1049,7 @@ mod tests {
             .coalescing();
         let mut got = [0u8; 16];
 
-        let window = stamps.begin(false);
+        let window = stamps.begin();
         s.write_all(b"head").await.unwrap();
         s.write_all(b"body").await.unwrap();
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -88,7 +88,7 @@ impl NextRequest {
     fn answered(&mut self, fd: std::os::fd::BorrowedFd<'_>) -> Option<(Duration, bool)> {
         let b = self.budget.as_ref()?;
         self.answered = Some(std::time::Instant::now());
-        b.spin(false, || prober_sys::busy::data_waiting(fd))
+        b.spin(|| prober_sys::busy::data_waiting(fd))
     }
 }
 

@@ -594,7 +594,7 @@ impl Probe for TcpProbe {
                 #[allow(clippy::cast_possible_truncation)] // OPT_ID keys are 32-bit
                 conn.stamps.tx.expect((*written - 1) as u32, seq);
             }
-            let due = gate.pass().await;
+            gate.pass().await;
             let sent = Instant::now();
             let t1 = prober_core::clock::unix_now_ns();
             if let Err(e) = writer.write_all(buf).await {
@@ -611,7 +611,7 @@ impl Probe for TcpProbe {
             // budget (30 spins of 5 ms each, none caught, in a CI run with
             // the other tests beside it).
             if let Some(budget) = &self.spin
-                && let Some((used, readable)) = budget.spin(due.late(sent), || {
+                && let Some((used, readable)) = budget.spin(|| {
                     waiter.is_answered() || prober_sys::busy::data_waiting(writer.as_ref().as_fd())
                 })
             {

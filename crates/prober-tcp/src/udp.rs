@@ -116,12 +116,7 @@ impl UdpProbe {
     /// the spin budget runs out; replies read here go through the same
     /// matcher as the reader task's. The thread does nothing else
     /// meanwhile: that is the point, and why the budget is small.
-    fn spin_for_reply(
-        &self,
-        budget: &prober_core::spin::SpinBudget,
-        late: bool,
-        waiter: &Waiter<Arrival>,
-    ) {
+    fn spin_for_reply(&self, budget: &prober_core::spin::SpinBudget, waiter: &Waiter<Arrival>) {
         thread_local! {
             // One buffer per thread, not an allocation per probe.
             static BUF: std::cell::RefCell<Vec<u8>> =
@@ -131,7 +126,7 @@ impl UdpProbe {
             // One byte over the frame size, as the reader task reads: a
             // longer datagram is told from one that fits.
             let buf = &mut all[..(self.size + 1).min(crate::wire::MAX_UDP_FRAME + 1)];
-            budget.spin(late, || {
+            budget.spin(|| {
                 match recv_stamped(self.socket.as_fd(), buf) {
                     Ok((n, rx)) => on_datagram(
                         &buf[..n],
@@ -372,7 +367,7 @@ impl Probe for UdpProbe {
         // buffer: take them before each send so they never pile up.
         self.tx.drain(self.socket.as_fd(), self.nonce);
         let mut waiter = self.matcher.register(seq);
-        let due = gate.pass().await;
+        gate.pass().await;
         let sent = Instant::now();
         let t1 = prober_core::clock::unix_now_ns();
         match self.socket.send(&frame).await {
@@ -390,7 +385,7 @@ impl Probe for UdpProbe {
         // enough for the reply to be waiting when the spin starts: a spin
         // saves the wake-up only where the reply takes longer than the send.
         if let Some(budget) = &self.spin {
-            self.spin_for_reply(budget, due.late(sent), &waiter);
+            self.spin_for_reply(budget, &waiter);
         }
         let (mut reply, got) = await_got(&mut waiter, sent, t1, self.size).await?;
         if let Some(budget) = &self.spin {

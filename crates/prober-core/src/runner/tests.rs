@@ -116,7 +116,7 @@ async fn open_loop_sends_on_schedule() {
 /// Real time: spinning cannot run on paused time. Timing itself is not
 /// asserted (a loaded machine preempts the spinner); the gates are.
 #[tokio::test]
-async fn spinning_pacing_gates_each_probe_at_its_deadline_and_says_when_it_was_due() {
+async fn spinning_pacing_gates_each_probe_at_its_deadline() {
     for pacing in [Pacing::Spin, Pacing::Hybrid, Pacing::Timer] {
         let probe = ScriptedProbe::new(|_| Some(Ok(Duration::ZERO)));
         let run = RunConfig {
@@ -137,16 +137,6 @@ async fn spinning_pacing_gates_each_probe_at_its_deadline_and_says_when_it_was_d
                 Pacing::Timer => None,
             };
             assert_eq!(gates[&s.seq].deadline(), want, "{pacing}: seq {}", s.seq);
-            // Whatever the pacing, the gate says when the slot was due:
-            // adaptive receive spins only for a probe sent on time.
-            let due = gates[&s.seq].pass().await;
-            let on_time = s.scheduled + crate::spin::SPIN_IF_LATE_BY_AT_MOST;
-            assert!(!due.late(on_time), "{pacing}: seq {}", s.seq);
-            assert!(
-                due.late(on_time + Duration::from_nanos(1)),
-                "{pacing}: seq {}",
-                s.seq
-            );
         }
     }
 }
