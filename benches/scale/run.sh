@@ -51,6 +51,11 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 N=${N:-10000}
 D=${D:-60}
+# Checked before anything starts, not after the daemon is up.
+if [ -n "${WAKEUP:-}" ] && ! command -v cyclictest >/dev/null; then
+  echo "WAKEUP=1 needs cyclictest (apt-get install rt-tests)" >&2
+  exit 2
+fi
 PROBER=${PROBER:-target/release/prober}
 [ -x "$PROBER" ] || cargo build --release -p prober-cli
 work=$(mktemp -d /tmp/prober-scale.XXXXXX)
@@ -203,7 +208,6 @@ fi
 # priority (SCHED_FIFO at REALTIME, else ordinary), on either CPU. A wake-up
 # the host holds up (a vCPU not run) holds up the daemon's sends the same.
 if [ -n "${WAKEUP:-}" ]; then
-  command -v cyclictest >/dev/null || { echo "WAKEUP=1 needs cyclictest (apt-get install rt-tests)" >&2; exit 2; }
   cyclictest -q -D "$D" -i 1000 -t 1 -p "${REALTIME:-0}" -h 100000 \
     --histfile="$work/wakeup.hist" > /dev/null 2>&1 &
   wake_pid=$!
